@@ -1,0 +1,178 @@
+"""The batch record: everything between rollout and loss, as one padded record.
+
+Shapes: ``B`` trajectories, ``T`` token positions (prompt + response +
+observations, right-padded). Per-token fields are ``(B, T)``; per-trajectory
+fields are ``(B,)``. A component reads the fields it needs and ignores the rest;
+optional fields are ``None`` when the run does not produce them.
+
+Three different events end things and are recorded separately:
+
+- a token EOS (``eos``): the policy chose to stop its last assistant turn;
+- the end of an assistant turn (``turn_id`` changes, observation tokens follow);
+- the end of the episode (``end``): terminal, truncated (a final state exists to
+  bootstrap from: length limit, turn budget) or aborted (no usable final state;
+  the trajectory is excluded from training and counted).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Any
+
+import torch
+from torch import Tensor
+
+
+class End(IntEnum):
+    """How a trajectory (episode) ended."""
+
+    TERMINAL = 0
+    """EOS that ends the episode, or an environment terminal: no bootstrap, trace stops."""
+    TRUNCATED = 1
+    """Length limit or turn budget with a final state: bootstrap from V(s_final), trace stops."""
+    ABORTED = 2
+    """No usable final state (crash, lost worker): excluded from training and counted."""
+
+
+class RewardStatus(IntEnum):
+    """Whether the reward of a trajectory can be trusted; anything but OK is excluded."""
+
+    OK = 0
+    INVALID = 1
+    """The verifier could not parse or judge the response format it was promised."""
+    INFRA_ERROR = 2
+    """The reward infrastructure failed (sandbox crash, RM server down): not a zero reward."""
+    TIMEOUT = 3
+
+
+@dataclass(frozen=True)
+class Batch:
+    """A padded batch of trajectories (see module docstring for shapes)."""
+
+    tokens: Tensor
+    """(B, T) long: prompt + response (+ observation) token ids, right-padded."""
+    action_mask: Tensor
+    """(B, T) bool: True where the policy produced the token and it is trained on."""
+    behavior_logprobs: Tensor
+    """(B, T) float: log μ_old of each action token, as the rollout engine reported when it
+    sampled (never recomputed later under this name); 0 off the action mask."""
+    rewards: Tensor
+    """(B,) float: the outcome reward R_i of each trajectory."""
+    group_id: Tensor
+    """(B,) long: trajectories sampled from the same prompt share a group id."""
+    end: Tensor
+    """(B,) long: an :class:`End` per trajectory."""
+    reward_status: Tensor
+    """(B,) long: a :class:`RewardStatus` per trajectory."""
+    attention_mask: Tensor | None = None
+    """(B, T) bool: True on real tokens (prompt, action, observation); None means all real."""
+    eos: Tensor | None = None
+    """(B,) bool: the last assistant turn ended with the EOS token (not the length limit)."""
+    turn_id: Tensor | None = None
+    """(B, T) long: index of the assistant turn of each action token, -1 off the action mask;
+    None means one turn per trajectory."""
+    token_rewards: Tensor | None = None
+    """(B, T) float: per-step rewards r_t on action tokens (process reward, per-turn rewards at a
+    turn's last token, KL in the reward). None means R_i at the last action token."""
+    policy_version: Tensor | None = None
+    """(B, T) long: weight version that produced each action token (may vary under partial
+    rollout)."""
+    old_logprobs: Tensor | None = None
+    """(B, T) float: log π_old from the trainer's own forward pass (decoupled mode only)."""
+    ref_logprobs: Tensor | None = None
+    """(B, T) float: log π_ref of each token, when a KL term is active."""
+    values: Tensor | None = None
+    """(B, T) float: critic value V(s_t) of the state before each action token."""
+    bootstrap_values: Tensor | None = None
+    """(B,) float: V(s_final), the value of the state after the last step, used where TRUNCATED."""
+
+    def __post_init__(self) -> None:
+        b, t = self.tokens.shape
+        for f in dataclasses.fields(self):
+            x = getattr(self, f.name)
+            if x is None:
+                continue
+            per_token = x.dim() == 2
+            want = (b, t) if per_token else (b,)
+            if tuple(x.shape) != want:
+                raise ValueError(f"Batch.{f.name}: shape {tuple(x.shape)}, expected {want}")
+
+    @property
+    def size(self) -> int:
+        """B, the number of trajectories."""
+        return int(self.tokens.shape[0])
+
+    @property
+    def lengths(self) -> Tensor:
+        """(B,) long: |o_i|, the number of action tokens of each trajectory."""
+        return self.action_mask.sum(-1)
+
+    @property
+    def valid(self) -> Tensor:
+        """(B,) bool: trajectories that train (reward OK and not aborted)."""
+        return (self.reward_status == RewardStatus.OK) & (self.end != End.ABORTED)
+
+    @property
+    def turns(self) -> Tensor:
+        """(B, T) long: ``turn_id``, or 0 on action tokens and -1 elsewhere for one turn."""
+        if self.turn_id is not None:
+            return self.turn_id
+        return torch.where(self.action_mask, 0, -1)
+
+    @property
+    def step_rewards(self) -> Tensor:
+        """(B, T) float: ``token_rewards``, or R_i placed on the last action token."""
+        if self.token_rewards is not None:
+            return self.token_rewards
+        return last_action_onehot(self.action_mask) * self.rewards.unsqueeze(-1)
+
+    def select(self, index: Tensor) -> Batch:
+        """The trajectories at ``index`` (a long index or a (B,) bool mask), all fields sliced."""
+        kw: dict[str, Any] = {
+            f.name: (None if getattr(self, f.name) is None else getattr(self, f.name)[index])
+            for f in dataclasses.fields(self)
+        }
+        return Batch(**kw)
+
+    def replace(self, **changes: Any) -> Batch:
+        """A copy with some fields changed (the record itself is frozen)."""
+        return dataclasses.replace(self, **changes)
+
+
+def last_action_onehot(action_mask: Tensor) -> Tensor:
+    """(B, T) float: 1 at the last action token of each row, 0 elsewhere (all 0 if none)."""
+    t = action_mask.shape[-1]
+    pos = torch.arange(t, device=action_mask.device).expand_as(action_mask)
+    last = torch.where(action_mask, pos, -1).amax(-1, keepdim=True)  # (B, 1)
+    return ((pos == last) & action_mask).to(torch.float32)
+
+
+def make_batch(
+    action_mask: Tensor,
+    rewards: Tensor,
+    *,
+    group_id: Tensor | None = None,
+    end: Tensor | None = None,
+    **fields: Tensor | None,
+) -> Batch:
+    """A batch from the fields a formula needs, the rest filled with neutral values.
+
+    For tests and small experiments: tokens are zeros, behaviour log-probs zeros,
+    one group per trajectory, every trajectory terminal with an OK reward.
+    """
+    mask = action_mask.bool()
+    b = mask.shape[0]
+    behavior = fields.pop("behavior_logprobs", None)
+    status = fields.pop("reward_status", None)
+    return Batch(
+        tokens=torch.zeros_like(mask, dtype=torch.long),
+        action_mask=mask,
+        behavior_logprobs=torch.zeros(mask.shape) if behavior is None else behavior,
+        rewards=rewards.float(),
+        group_id=torch.arange(b) if group_id is None else group_id,
+        end=torch.full((b,), int(End.TERMINAL)) if end is None else end,
+        reward_status=torch.zeros(b, dtype=torch.long) if status is None else status,
+        **fields,
+    )
