@@ -1,0 +1,62 @@
+"""Axis 3, credit: how far must credit travel? Advantage estimators and the critic's loss.
+
+``registry`` names every estimator; each entry's ``fn(batch, params) -> Credit`` is a
+thin adapter over a pure function exported here (FORMULAS.md §2).
+"""
+
+from rlmap.core.registry import Registry
+from rlmap.estimators.adapters import build_registry, train_mask
+from rlmap.estimators.critic import explained_variance, value_loss
+from rlmap.estimators.gae import adaptive_lambda, gae, gae_advantages, turn_gae
+from rlmap.estimators.group import (
+    GroupStats,
+    dr_grpo_advantages,
+    group_diagnostics,
+    group_stats,
+    grpo_advantages,
+    rloo_advantages,
+)
+from rlmap.estimators.params import CreditParams, CriticParams
+from rlmap.estimators.record import Credit, Estimator
+from rlmap.estimators.reinforce import (
+    discounted_returns,
+    reinforce_advantages,
+    reinforce_pp_advantages,
+    reinforce_pp_baseline_advantages,
+)
+from rlmap.estimators.stats import whiten
+from rlmap.estimators.turns import TurnIndex
+from rlmap.estimators.vtrace import turn_vtrace, vtrace
+
+registry: Registry[Estimator] = build_registry()
+"""The advantage estimators: reinforce, rloo, grpo, dr_grpo, reinforce_pp,
+reinforce_pp_baseline, gae, vtrace."""
+
+__all__ = [
+    "Credit",
+    "CreditParams",
+    "CriticParams",
+    "Estimator",
+    "GroupStats",
+    "TurnIndex",
+    "adaptive_lambda",
+    "discounted_returns",
+    "dr_grpo_advantages",
+    "explained_variance",
+    "gae",
+    "gae_advantages",
+    "group_diagnostics",
+    "group_stats",
+    "grpo_advantages",
+    "registry",
+    "reinforce_advantages",
+    "reinforce_pp_advantages",
+    "reinforce_pp_baseline_advantages",
+    "rloo_advantages",
+    "train_mask",
+    "turn_gae",
+    "turn_vtrace",
+    "value_loss",
+    "vtrace",
+    "whiten",
+]

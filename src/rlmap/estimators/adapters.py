@@ -1,0 +1,291 @@
+"""Registry entries: thin adapters from (Batch, CreditParams) to the pure math functions.
+
+Each adapter reads the batch fields its formula needs, excludes invalid rows through
+one mask (action tokens of valid rows), calls the pure function and packs a
+:class:`Credit`. Nothing else branches on an estimator's name.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from rlmap.core.batch import Batch, End
+from rlmap.core.errors import ConfigError
+from rlmap.core.registry import Registry
+from rlmap.estimators.critic import explained_variance
+from rlmap.estimators.gae import adaptive_lambda, gae, turn_gae
+from rlmap.estimators.group import (
+    dr_grpo_advantages,
+    group_diagnostics,
+    grpo_advantages,
+    rloo_advantages,
+)
+from rlmap.estimators.params import CreditParams
+from rlmap.estimators.record import Credit, Estimator
+from rlmap.estimators.reinforce import (
+    reinforce_advantages,
+    reinforce_pp_advantages,
+    reinforce_pp_baseline_advantages,
+)
+from rlmap.estimators.stats import advantage_diagnostics, broadcast_to_tokens
+from rlmap.estimators.turns import TurnIndex
+from rlmap.estimators.vtrace import turn_vtrace, vtrace
+
+
+def train_mask(batch: Batch) -> Tensor:
+    """(B, T) bool: action tokens of valid rows, the only entries any estimator reads."""
+    return batch.action_mask & batch.valid.unsqueeze(-1)
+
+
+def _require_groups(batch: Batch, name: str) -> None:
+    if torch.unique(batch.group_id).numel() == batch.size:
+        raise ConfigError(
+            f"sampling.group_size: estimator '{name}' needs a group of G >= 2, got 1 "
+            "(every trajectory of the batch is alone in its group)"
+        )
+
+
+def _token_credit(batch: Batch, adv_BT: Tensor, *, group: bool) -> Credit:
+    mask_BT = train_mask(batch)
+    diagnostics = advantage_diagnostics(adv_BT, mask_BT)
+    if group:
+        diagnostics |= group_diagnostics(batch.rewards, batch.group_id, batch.valid)
+    return Credit(advantages=adv_BT.detach(), returns=None, diagnostics=diagnostics)
+
+
+def _outcome_credit(batch: Batch, adv_B: Tensor, *, group: bool) -> Credit:
+    return _token_credit(batch, broadcast_to_tokens(adv_B, train_mask(batch)), group=group)
+
+
+def _reinforce(batch: Batch, p: CreditParams) -> Credit:
+    return _outcome_credit(batch, reinforce_advantages(batch.rewards, batch.valid), group=False)
+
+
+def _rloo(batch: Batch, p: CreditParams) -> Credit:
+    _require_groups(batch, "rloo")
+    adv_B = rloo_advantages(batch.rewards, batch.group_id, batch.valid)
+    return _outcome_credit(batch, adv_B, group=True)
+
+
+def _grpo(batch: Batch, p: CreditParams) -> Credit:
+    _require_groups(batch, "grpo")
+    adv_B = grpo_advantages(batch.rewards, batch.group_id, batch.valid, eps=p.std_eps)
+    return _outcome_credit(batch, adv_B, group=True)
+
+
+def _dr_grpo(batch: Batch, p: CreditParams) -> Credit:
+    _require_groups(batch, "dr_grpo")
+    adv_B = dr_grpo_advantages(batch.rewards, batch.group_id, batch.valid)
+    return _outcome_credit(batch, adv_B, group=True)
+
+
+def _reinforce_pp(batch: Batch, p: CreditParams) -> Credit:
+    mask_BT = train_mask(batch)
+    adv_BT = reinforce_pp_advantages(batch.step_rewards, mask_BT, gamma=p.gamma, eps=p.std_eps)
+    return _token_credit(batch, adv_BT, group=False)
+
+
+def _reinforce_pp_baseline(batch: Batch, p: CreditParams) -> Credit:
+    _require_groups(batch, "reinforce_pp_baseline")
+    adv_BT = reinforce_pp_baseline_advantages(
+        batch.rewards, batch.group_id, batch.valid, train_mask(batch), eps=p.std_eps
+    )
+    return _token_credit(batch, adv_BT, group=True)
+
+
+def _require_values(batch: Batch, name: str) -> Tensor:
+    if batch.values is None:
+        raise ConfigError(
+            f"critic.enabled: estimator '{name}' needs critic values, but batch.values is None "
+            "(turn the critic on, or pick a critic-free estimator)"
+        )
+    return batch.values
+
+
+def _episode_ends(batch: Batch, name: str) -> tuple[Tensor, Tensor]:
+    """(truncated_B, bootstrap_B): which valid rows bootstrap, and V(s_final) (0 if absent)."""
+    truncated_B = (batch.end == End.TRUNCATED) & batch.valid
+    if batch.bootstrap_values is not None:
+        return truncated_B, batch.bootstrap_values
+    if bool(truncated_B.any()):
+        raise ConfigError(
+            f"critic.enabled: estimator '{name}' needs V(s_final) of truncated trajectories, "
+            "but batch.bootstrap_values is None"
+        )
+    return truncated_B, torch.zeros_like(batch.rewards)
+
+
+def _policy_lambda(batch: Batch, p: CreditParams) -> float | Tensor:
+    """λ_policy: the constant one, or 1 − 1/(α·l) with l in ``p.resolved_length_unit``."""
+    if p.adaptive_alpha is None:
+        return p.resolved_lam_policy
+    mask_BT = train_mask(batch)
+    if p.resolved_length_unit == "token":
+        lengths_B = mask_BT.sum(-1)
+    else:
+        lengths_B = TurnIndex.build(batch.turns, mask_BT).counts_B
+    return adaptive_lambda(lengths_B, alpha=p.adaptive_alpha)
+
+
+def _critic_credit(batch: Batch, adv_BT: Tensor, returns_BT: Tensor, values_BT: Tensor) -> Credit:
+    mask_BT = train_mask(batch)
+    diagnostics = advantage_diagnostics(adv_BT, mask_BT)
+    diagnostics["critic/explained_variance"] = explained_variance(values_BT, returns_BT, mask_BT)
+    return Credit(advantages=adv_BT.detach(), returns=returns_BT.detach(), diagnostics=diagnostics)
+
+
+def _gae(batch: Batch, p: CreditParams) -> Credit:
+    values_BT = _require_values(batch, "gae")
+    truncated_B, bootstrap_B = _episode_ends(batch, "gae")
+    lam_policy, lam_critic = _policy_lambda(batch, p), p.resolved_lam_critic
+    rewards_BT, mask_BT = batch.step_rewards, train_mask(batch)
+    if p.time_unit == "token":
+        adv_BT, ret_BT = gae(
+            rewards_BT,
+            values_BT,
+            mask_BT,
+            bootstrap_B=bootstrap_B,
+            truncated_B=truncated_B,
+            gamma=p.gamma,
+            lam_policy=lam_policy,
+            lam_critic=lam_critic,
+        )
+    else:
+        adv_BT, ret_BT = turn_gae(
+            rewards_BT,
+            values_BT,
+            mask_BT,
+            batch.turns,
+            bootstrap_B=bootstrap_B,
+            truncated_B=truncated_B,
+            gamma=p.gamma,
+            lam_policy=lam_policy,
+            lam_critic=lam_critic,
+        )
+    return _critic_credit(batch, adv_BT, ret_BT, values_BT)
+
+
+def _vtrace(batch: Batch, p: CreditParams) -> Credit:
+    values_BT = _require_values(batch, "vtrace")
+    truncated_B, bootstrap_B = _episode_ends(batch, "vtrace")
+    # Bypass mode has no separate π_old: π_old := μ, so every ratio is 1.
+    pi_BT = batch.behavior_logprobs if batch.old_logprobs is None else batch.old_logprobs
+    mu_BT, rewards_BT, mask_BT = batch.behavior_logprobs, batch.step_rewards, train_mask(batch)
+    if p.time_unit == "token":
+        adv_BT, vs_BT = vtrace(
+            rewards_BT,
+            values_BT,
+            mask_BT,
+            pi_BT,
+            mu_BT,
+            bootstrap_B=bootstrap_B,
+            truncated_B=truncated_B,
+            gamma=p.gamma,
+            rho_bar=p.rho_bar,
+            c_bar=p.c_bar,
+            rho_bar_pg=p.rho_bar_pg,
+        )
+    else:
+        adv_BT, vs_BT = turn_vtrace(
+            rewards_BT,
+            values_BT,
+            mask_BT,
+            batch.turns,
+            pi_BT,
+            mu_BT,
+            bootstrap_B=bootstrap_B,
+            truncated_B=truncated_B,
+            gamma=p.gamma,
+            rho_bar=p.rho_bar,
+            c_bar=p.c_bar,
+            rho_bar_pg=p.rho_bar_pg,
+        )
+    return _critic_credit(batch, adv_BT, vs_BT, values_BT)
+
+
+def build_registry() -> Registry[Estimator]:
+    """The credit axis's registry: every estimator, registered explicitly."""
+    registry: Registry[Estimator] = Registry("advantage estimator")
+    registry.add(
+        "reinforce",
+        Estimator(
+            _reinforce,
+            needs_group=False,
+            needs_critic=False,
+            summary="A_i = R_i − mean_batch R (batch baseline)",
+            paper="Williams 1992, REINFORCE",
+        ),
+    )
+    registry.add(
+        "rloo",
+        Estimator(
+            _rloo,
+            needs_group=True,
+            needs_critic=False,
+            summary="A_i = R_i − (1/(G−1)) Σ_{j≠i in g} R_j (leave-one-out baseline)",
+            paper="Ahmadian et al. 2024, Back to Basics (RLOO)",
+        ),
+    )
+    registry.add(
+        "grpo",
+        Estimator(
+            _grpo,
+            needs_group=True,
+            needs_critic=False,
+            summary="A_i = (R_i − mean_g R) / (std_g R + eps), unbiased std",
+            paper="Shao et al. 2024, DeepSeekMath (GRPO)",
+        ),
+    )
+    registry.add(
+        "dr_grpo",
+        Estimator(
+            _dr_grpo,
+            needs_group=True,
+            needs_critic=False,
+            summary="A_i = R_i − mean_g R (no std normalisation)",
+            paper="Liu et al. 2025, Understanding R1-Zero-Like Training (Dr. GRPO)",
+        ),
+    )
+    registry.add(
+        "reinforce_pp",
+        Estimator(
+            _reinforce_pp,
+            needs_group=False,
+            needs_critic=False,
+            summary="A_t = whiten_batch(Σ_{s≥t} γ^{s−t} r_s) over action tokens",
+            paper="Hu 2025, REINFORCE++",
+        ),
+    )
+    registry.add(
+        "reinforce_pp_baseline",
+        Estimator(
+            _reinforce_pp_baseline,
+            needs_group=True,
+            needs_critic=False,
+            summary="A_i = whiten_batch(R_i − mean_g R) over action tokens",
+            paper="Hu 2025, REINFORCE++ (baseline variant)",
+        ),
+    )
+    registry.add(
+        "gae",
+        Estimator(
+            _gae,
+            needs_group=False,
+            needs_critic=True,
+            summary="Â_t = δ_t + γλ c_{t+1} Â_{t+1}, δ_t = r_t + γ b_{t+1} V_{t+1} − V_t",
+            paper="Schulman et al. 2016, GAE; decoupled/adaptive λ: Yue et al. 2025, VAPO",
+        ),
+    )
+    registry.add(
+        "vtrace",
+        Estimator(
+            _vtrace,
+            needs_group=False,
+            needs_critic=True,
+            summary="v_s − V_s = δ_s + γ c_s (v_{s+1} − V_{s+1}); "
+            "A_s = ρ_pg (r_s + γ v_{s+1} − V_s)",
+            paper="Espeholt et al. 2018, IMPALA (V-trace)",
+        ),
+    )
+    return registry

@@ -1,0 +1,133 @@
+"""Generalised advantage estimation with terminal vs truncation, token or turn steps.
+
+Notation (FORMULAS.md §2, Schulman et al. 2016 "High-Dimensional Continuous Control
+Using Generalized Advantage Estimation"): per-step reward r_t, value V_t = V(s_t) of the
+state before step t, discount γ, trace parameter λ.
+
+    δ_t = r_t + γ · b_{t+1} · V_{t+1} − V_t
+    Â_t = δ_t + γ · λ · c_{t+1} · Â_{t+1}
+    return_t = Â_t + V_t                      (TD(λ) target of the critic)
+
+Inside a trajectory b = c = 1. After its last step: terminal → b = c = 0; truncated →
+b = 1 (V_{t+1} := V(s_final), the ``bootstrap_B`` value) and c = 0 (the trace stops).
+
+Differs from the paper: a "step" is an action token (observation, prompt and padding
+tokens are skipped, V and Â carried across them) or an assistant turn; VAPO's decoupled
+λ (λ_critic for the return, λ_policy for the advantage) and length-adaptive λ_policy
+(Yue et al. 2025) are options, and λ may differ per trajectory.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from rlmap.estimators.turns import TurnIndex
+
+
+def gae_advantages(
+    rewards_BT: Tensor,
+    values_BT: Tensor,
+    mask_BT: Tensor,
+    *,
+    bootstrap_B: Tensor,
+    truncated_B: Tensor,
+    gamma: float,
+    lam: float | Tensor,
+) -> Tensor:
+    """Â_t by one backward pass over the columns, one step per masked column.
+
+    rewards, values, mask: (B, T); bootstrap V(s_final), truncated: (B,); λ a float or
+    (B,). Returns Â: (B, T), 0 off the mask. Unmasked columns carry V_{t+1} and Â_{t+1}
+    through unchanged, so they neither add a δ nor break the trace.
+    """
+    next_value_B = torch.where(truncated_B, bootstrap_B, 0.0)  # b·V after the last step
+    next_adv_B = torch.zeros_like(next_value_B)  # c = 0 after the last step
+    adv_BT = torch.zeros_like(rewards_BT)
+    for t in reversed(range(rewards_BT.shape[1])):
+        step_B = mask_BT[:, t]
+        delta_B = rewards_BT[:, t] + gamma * next_value_B - values_BT[:, t]
+        adv_B = delta_B + gamma * lam * next_adv_B
+        next_value_B = torch.where(step_B, values_BT[:, t], next_value_B)
+        next_adv_B = torch.where(step_B, adv_B, next_adv_B)
+        adv_BT[:, t] = torch.where(step_B, adv_B, 0.0)
+    return adv_BT
+
+
+def gae(
+    rewards_BT: Tensor,
+    values_BT: Tensor,
+    mask_BT: Tensor,
+    *,
+    bootstrap_B: Tensor,
+    truncated_B: Tensor,
+    gamma: float,
+    lam_policy: float | Tensor,
+    lam_critic: float | Tensor,
+) -> tuple[Tensor, Tensor]:
+    """Token-step GAE with decoupled λ: (Â(λ_policy), Â(λ_critic) + V), both (B, T).
+
+    One step per masked (action) token; λ's are floats or (B,). Both recursions run in
+    one backward pass (the batch stacked twice, one λ per copy). Outputs are 0 off the
+    mask and detached.
+    """
+    b = rewards_BT.shape[0]
+    dtype, device = rewards_BT.dtype, rewards_BT.device
+    lam_2B = torch.cat(
+        [torch.as_tensor(x, dtype=dtype, device=device).expand(b) for x in (lam_policy, lam_critic)]
+    )
+    v_BT = values_BT.detach()
+    adv_2BT = gae_advantages(
+        rewards_BT.detach().repeat(2, 1),
+        v_BT.repeat(2, 1),
+        mask_BT.repeat(2, 1),
+        bootstrap_B=bootstrap_B.detach().repeat(2),
+        truncated_B=truncated_B.repeat(2),
+        gamma=gamma,
+        lam=lam_2B,
+    )
+    adv_BT, critic_adv_BT = adv_2BT.split(b)
+    return adv_BT, torch.where(mask_BT, critic_adv_BT + v_BT, 0.0)
+
+
+def turn_gae(
+    rewards_BT: Tensor,
+    values_BT: Tensor,
+    mask_BT: Tensor,
+    turns_BT: Tensor,
+    *,
+    bootstrap_B: Tensor,
+    truncated_B: Tensor,
+    gamma: float,
+    lam_policy: float | Tensor,
+    lam_critic: float | Tensor,
+) -> tuple[Tensor, Tensor]:
+    """Turn-step GAE: one step per assistant turn, results broadcast to its tokens.
+
+    The turn's value is V at its first action token, its reward the sum of r_t over its
+    action tokens; the same recursion runs on the (B, K) turn matrix. The turn's
+    advantage and return are broadcast to all its action tokens, so a value loss over
+    action tokens trains every token of the turn toward the turn's return.
+    (B, T) in (``turns_BT``: turn id ≥ 0 on action tokens), (B, T) × 2 out.
+    """
+    index = TurnIndex.build(turns_BT, mask_BT)
+    adv_BK, ret_BK = gae(
+        index.sum(rewards_BT),
+        index.first(values_BT),
+        index.mask_BK,
+        bootstrap_B=bootstrap_B,
+        truncated_B=truncated_B,
+        gamma=gamma,
+        lam_policy=lam_policy,
+        lam_critic=lam_critic,
+    )
+    return index.broadcast(adv_BK), index.broadcast(ret_BK)
+
+
+def adaptive_lambda(lengths_B: Tensor, *, alpha: float) -> Tensor:
+    """Length-adaptive λ_policy = 1 − 1/(α · l), clamped to [0, 1] (VAPO; SAO). (B,) → (B,).
+
+    l is the trajectory's length in GAE steps (action tokens or turns); l = 0 gives 0.
+    """
+    lengths_B = lengths_B.to(torch.get_default_dtype())
+    return (1.0 - 1.0 / (alpha * lengths_B)).clamp(0.0, 1.0)

@@ -1,0 +1,42 @@
+"""What an advantage estimator returns, and its registry entry."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from torch import Tensor
+
+from rlmap.core.batch import Batch
+from rlmap.estimators.params import CreditParams
+
+
+@dataclass(frozen=True)
+class Credit:
+    """Advantages (and critic targets) for one batch; every tensor is detached."""
+
+    advantages: Tensor
+    """(B, T) float: Â per token; zero off the action mask and on invalid rows."""
+    returns: Tensor | None
+    """(B, T) float: critic targets (TD(λ_critic) return or V-trace v_s), zero off the action
+    mask and on invalid rows; None for critic-free estimators."""
+    diagnostics: dict[str, Tensor]
+    """Detached scalars: ``adv/mean``, ``adv/std``; group estimators add
+    ``group/all_correct_frac``, ``group/all_wrong_frac``, ``group/zero_adv_frac``; critic
+    estimators add ``critic/explained_variance``."""
+
+
+@dataclass(frozen=True)
+class Estimator:
+    """A registered advantage estimator: one call signature for all, plus metadata."""
+
+    fn: Callable[[Batch, CreditParams], Credit]
+    """``fn(batch, params) -> Credit``; a thin adapter over the pure math function."""
+    needs_group: bool
+    """Requires G >= 2 trajectories per prompt (rloo, grpo, dr_grpo, reinforce_pp_baseline)."""
+    needs_critic: bool
+    """Requires critic values in the batch (gae, vtrace)."""
+    summary: str
+    """The formula in one line."""
+    paper: str
+    """Short citation of the paper that introduced it."""
