@@ -1,0 +1,90 @@
+"""KL to the reference policy: per-token estimators, KL in the reward, adaptive β (FORMULAS §6).
+
+Notation: x_t = log π_ref(t) − log π_θ(t) for the sampled token t ~ π_θ (approximately:
+the samples come from μ_old). Schulman 2020, "Approximating KL divergence":
+
+    k1 = log π_θ − log π_ref = −x                 unbiased, can be negative
+    k2 = ½ (log π_θ − log π_ref)²                 biased, low variance, ≥ 0
+    k3 = exp(x) − x − 1                           unbiased, ≥ 0 (clamped to [−10, 10])
+
+In the reward (classic RLHF): r_t ← r_t − β·k1_t. In the loss (GRPO): j ← j + β·k.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from rlmap.core.registry import Registry
+from rlmap.correction.ratios import LOG_RATIO_BOUND
+
+K3_BOUND = 10.0
+"""k3 is clamped to [−10, 10] (as verl's ``low_var_kl``)."""
+ADAPTIVE_ERROR_BOUND = 0.2
+"""The adaptive controller's proportional error KL/target − 1 is clipped to ±0.2."""
+
+
+@dataclass(frozen=True)
+class KLEstimator:
+    """A registered per-token KL estimator: ``fn(logprobs_BT, ref_logprobs_BT) -> k_BT``."""
+
+    fn: Callable[[Tensor, Tensor], Tensor]
+    summary: str
+
+
+def k1(logprobs_BT: Tensor, ref_logprobs_BT: Tensor) -> Tensor:
+    """k1 = log π_θ − log π_ref; (B, T)."""
+    return logprobs_BT - ref_logprobs_BT
+
+
+def k2(logprobs_BT: Tensor, ref_logprobs_BT: Tensor) -> Tensor:
+    """k2 = ½ (log π_θ − log π_ref)²; (B, T)."""
+    return 0.5 * (logprobs_BT - ref_logprobs_BT).square()
+
+
+def k3(logprobs_BT: Tensor, ref_logprobs_BT: Tensor) -> Tensor:
+    """k3 = exp(x) − x − 1, x = log π_ref − log π_θ, clamped to [−10, 10]; (B, T).
+
+    Differs from the bare formula: x itself is clamped to [−20, 20] before exp (the
+    rule for every ratio, FORMULAS §1), so exp cannot overflow and the backward pass
+    cannot produce 0·inf = NaN where the outer clamp is active. exp(x) − 1 is computed
+    as expm1(x): for tiny |x|, float32 exp(x) rounds to 1 and would give k3 = −x < 0.
+    """
+    x = (ref_logprobs_BT - logprobs_BT).clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND)
+    return (torch.expm1(x) - x).clamp(-K3_BOUND, K3_BOUND)
+
+
+def kl_in_reward(
+    step_rewards_BT: Tensor,
+    logprobs_BT: Tensor,
+    ref_logprobs_BT: Tensor,
+    mask_BT: Tensor,
+    beta: float,
+) -> Tensor:
+    """r_t ← r_t − β·k1_t on action tokens (unchanged elsewhere); (B, T), detached.
+
+    Paper: Ziegler et al. 2019; Ouyang et al. 2022 (classic RLHF). The penalty is a
+    reward, so it carries no gradient; the advantage estimator sees it.
+    """
+    penalty = torch.where(mask_BT, k1(logprobs_BT, ref_logprobs_BT).detach(), 0.0)
+    return step_rewards_BT - beta * penalty
+
+
+def adaptive_beta(beta: float, kl: float, target: float, n_steps: int, horizon: int) -> float:
+    """β ← β · (1 + clip(KL/target − 1, −0.2, 0.2) · n/horizon).
+
+    Paper: Ziegler et al. 2019 (adaptive KL controller); ``n_steps`` is n, the number
+    of samples since the last update, ``kl`` the measured mean KL. β rises when KL is
+    above target and falls below it, by at most 20% × n/horizon per update.
+    """
+    error = min(max(kl / target - 1.0, -ADAPTIVE_ERROR_BOUND), ADAPTIVE_ERROR_BOUND)
+    return beta * (1.0 + error * n_steps / horizon)
+
+
+registry: Registry[KLEstimator] = Registry("KL estimator")
+registry.add("k1", KLEstimator(k1, "log π_θ − log π_ref (unbiased)"))
+registry.add("k2", KLEstimator(k2, "½ (log π_θ − log π_ref)² (biased, low variance)"))
+registry.add("k3", KLEstimator(k3, "exp(x) − x − 1, x = log π_ref − log π_θ (unbiased, ≥ 0)"))

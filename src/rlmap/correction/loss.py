@@ -1,0 +1,70 @@
+"""The behaviour axis composed: objective × corrections (+ KL in the loss), per token.
+
+    j_{i,t} = m_{i,t} · ( j^obj_{i,t} · Π_c w^c_{i,t}  +  β · k_{i,t} [KL in the loss] )
+
+The result is the unreduced (B, T) loss; the reduction axis averages it with its
+fixed denominator, so a correction that masks a token zeroes it without changing
+any denominator. VAPO's positive-example NLL has its own mask and token mean
+(:func:`rlmap.correction.nll.positive_nll`); the trainer adds μ times its reduction.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from rlmap.core.errors import ConfigError
+from rlmap.correction.kl import registry as kl_estimators
+from rlmap.correction.objectives import registry as objectives
+from rlmap.correction.params import BehaviourParams, KLParams
+from rlmap.correction.ratios import masked_mean
+from rlmap.correction.terms import PolicyTerms
+from rlmap.correction.weights import registry as corrections
+
+
+def check_behaviour(p: BehaviourParams, kl: KLParams) -> None:
+    """Raise a one-line ConfigError for an invalid behaviour/KL setting or combination."""
+    objectives.get(p.objective)  # unknown names list the known ones
+    for name in p.corrections:
+        if corrections.get(name).needs_kappa and p.mode == "bypass":
+            raise ConfigError(
+                f"behaviour.corrections: '{name}' corrects κ = π_old/μ_old, which is 1 in "
+                "bypass mode; use mode 'decoupled' or drop it"
+            )
+    if len(set(p.corrections)) != len(p.corrections):
+        raise ConfigError(f"behaviour.corrections: duplicate names in {p.corrections}")
+    if p.dual_clip is not None and p.dual_clip <= 1.0:
+        raise ConfigError(f"behaviour.dual_clip: must be > 1, got {p.dual_clip}")
+    if p.clip_low < 0 or p.clip_high < 0 or p.gate_low < 0 or p.gate_high < 0:
+        raise ConfigError("behaviour.clip_low/clip_high/gate_low/gate_high: must be >= 0")
+    if kl.placement != "none":
+        kl_estimators.get(kl.estimator)
+    if kl.target is not None and kl.target <= 0:
+        raise ConfigError(f"kl.target: must be > 0, got {kl.target}")
+
+
+def policy_loss(
+    terms: PolicyTerms,
+    p: BehaviourParams,
+    kl: KLParams,
+    ref_logprobs: Tensor | None = None,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """(j_BT, diagnostics): the objective times every correction's weight, + β·k in the loss.
+
+    ``ref_logprobs`` (B, T) log π_ref is required when ``kl.placement == "loss"``.
+    The KL term is not multiplied by the correction weights: it regularises every
+    action token. Diagnostics are detached scalars (objective, corrections, ``kl/mean``).
+    """
+    check_behaviour(p, kl)
+    j, diag = objectives.get(p.objective).fn(terms, p)  # (B, T)
+    for name in p.corrections:
+        w, more = corrections.get(name).fn(terms, p)
+        j = j * w.detach()
+        diag |= more
+    if kl.placement == "loss":
+        if ref_logprobs is None:
+            raise ConfigError("kl.placement: 'loss' needs ref_logprobs (log π_ref per token)")
+        k = kl_estimators.get(kl.estimator).fn(terms.logprobs, ref_logprobs)  # (B, T)
+        j = j + kl.beta * k
+        diag["kl/mean"] = masked_mean(k.detach(), terms.mask)
+    return torch.where(terms.mask, j, 0.0), diag

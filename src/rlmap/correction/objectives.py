@@ -1,0 +1,312 @@
+"""Policy objectives: per-token losses j_{i,t} to minimise (FORMULAS §3).
+
+Notation: Â = advantages (B, T), m = action mask, r = exp(log ρ) the ratio the
+mode selects (ρ in decoupled mode; d in bypass mode, where π_old := μ_old), sg =
+stop-gradient. Every objective returns the *unreduced* (B, T) loss, zero off the
+mask; averaging it is the reduction axis's job (FORMULAS §5).
+
+Each objective comes in two layers: a pure ``*_loss`` function (tensors and keyword
+hyper-parameters in, loss out) and a registered adapter ``fn(terms, p)`` that reads
+:class:`BehaviourParams`, masks the loss and adds detached diagnostics: clip
+fractions and the tails of every ratio in use (ρ and κ in decoupled mode, d always).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from rlmap.core.registry import Registry
+from rlmap.correction.params import BehaviourParams
+from rlmap.correction.ratios import masked_mean, ratio_stats, sequence_mean
+from rlmap.correction.terms import PolicyTerms
+
+ObjectiveFn = Callable[[PolicyTerms, BehaviourParams], tuple[Tensor, dict[str, Tensor]]]
+
+
+@dataclass(frozen=True)
+class Objective:
+    """A registered policy objective: ``fn(terms, p) -> (j_BT, diagnostics)``."""
+
+    fn: ObjectiveFn
+    summary: str
+    paper: str
+    params: tuple[str, ...] = ()
+    """The :class:`BehaviourParams` fields this objective reads (shown by ``rlmap explain``)."""
+    uses_ratio: bool = True
+    """False for on-policy objectives with no importance ratio: reusing a batch for a
+    second update would make them silently off-policy."""
+
+
+# ---------------------------------------------------------------- pure math
+
+
+def pg_loss(logprobs_BT: Tensor, advantages_BT: Tensor) -> Tensor:
+    """j = −Â · log π_θ (on-policy REINFORCE; no ratio); (B, T).
+
+    Paper: Williams 1992. Used on-policy (one update per batch), where π_θ = π_old.
+    """
+    return -advantages_BT * logprobs_BT
+
+
+def ppo_clip_loss(
+    log_ratio_BT: Tensor,
+    advantages_BT: Tensor,
+    *,
+    clip_low: float,
+    clip_high: float,
+    dual_clip: float | None = None,
+) -> Tensor:
+    """j = −min(r·Â, clip(r, 1−ε_low, 1+ε_high)·Â) = max(−r·Â, −clip(r)·Â); (B, T).
+
+    Paper: Schulman et al. 2017 (PPO); Clip-Higher ε_high = 0.28 (DAPO, Yu et al. 2025).
+    The gradient is zero where the clip is active in the direction of the advantage
+    (Â > 0 and r > 1+ε_high; Â < 0 and r < 1−ε_low).
+
+    Dual clip (Ye et al. 2020), ``dual_clip`` = c > 1, for Â < 0 only. The paper
+    maximises max(min(r·Â, clip(r)·Â), c·Â); negating for a loss to minimise:
+        j = min(max(−r·Â, −clip(r)·Â), −c·Â)   for Â < 0,
+    i.e. the loss r·|Â|, unbounded as r → ∞ when Â < 0, is capped from above at
+    c·|Â| = −c·Â (and carries no gradient there). Â ≥ 0 is unchanged.
+    """
+    r = log_ratio_BT.exp()  # (B, T)
+    unclipped = -advantages_BT * r
+    clipped = -advantages_BT * r.clamp(1.0 - clip_low, 1.0 + clip_high)
+    j = torch.maximum(unclipped, clipped)  # (B, T)
+    if dual_clip is not None:
+        capped = torch.minimum(j, -dual_clip * advantages_BT)
+        j = torch.where(advantages_BT < 0, capped, j)
+    return j
+
+
+def cispo_loss(
+    logprobs_BT: Tensor,
+    log_ratio_BT: Tensor,
+    advantages_BT: Tensor,
+    *,
+    clip_low: float,
+    clip_high: float,
+) -> Tensor:
+    """j = −sg(clip(r, 1−ε_low, 1+ε_high)) · Â · log π_θ; (B, T).
+
+    Paper: MiniMax-M1 (MiniMax 2025), CISPO. Only the importance weight is clipped,
+    so every token keeps a gradient (unlike PPO, which drops clipped tokens). The
+    paper leaves ε_low effectively unbounded and tunes ε_high.
+    """
+    weight = log_ratio_BT.exp().clamp(1.0 - clip_low, 1.0 + clip_high).detach()  # (B, T)
+    return -weight * advantages_BT * logprobs_BT
+
+
+def gspo_loss(
+    log_ratio_BT: Tensor,
+    advantages_BT: Tensor,
+    mask_BT: Tensor,
+    *,
+    clip_low: float,
+    clip_high: float,
+    token_level: bool = False,
+) -> Tensor:
+    """GSPO: the PPO clip on the sequence ratio s_i = exp(mean_t log r_{i,t}); (B, T).
+
+    Paper: Zheng et al. 2025 (Qwen, GSPO); ε_low = 3e-4, ε_high = 4e-4.
+
+        log s_i = Σ_t m_{i,t} log r_{i,t} / |o_i|
+        j_i     = −min(s_i·Â_i, clip(s_i, 1−ε_low, 1+ε_high)·Â_i)
+
+    Placement on tokens: j_i is written on *every* action token of trajectory i.
+    The response_mean reduction (1/B) Σ_i (Σ_t m_{i,t} j_i)/|o_i| then equals the
+    paper's sequence mean (1/B) Σ_i j_i, value and gradient. (Under token_mean a
+    sequence would weigh |o_i|/Σ|o|, which the paper does not do.)
+    Â_i is the masked mean of Â over the trajectory — the scalar itself for outcome
+    estimators, which broadcast one advantage to all tokens.
+
+    GSPO-token (``token_level``): s_{i,t} = sg(s_i) · π_θ(t)/sg(π_θ(t)) with the
+    per-token Â_{i,t}. Its value equals s_i and its gradient w.r.t. log π_θ(t) is
+    s_i, so with a constant per-sequence Â it matches GSPO under response_mean.
+    """
+    log_s_B1 = sequence_mean(log_ratio_BT, mask_BT).unsqueeze(-1)  # (B, 1)
+    if token_level:
+        # value s_i, gradient routed to each token's own log π_θ
+        log_s_BT = log_s_B1.detach() + log_ratio_BT - log_ratio_BT.detach()
+        adv_BT = advantages_BT
+    else:
+        log_s_BT = log_s_B1.expand_as(log_ratio_BT)
+        adv_BT = sequence_mean(advantages_BT, mask_BT).unsqueeze(-1).expand_as(log_ratio_BT)
+    return ppo_clip_loss(log_s_BT, adv_BT, clip_low=clip_low, clip_high=clip_high)
+
+
+def sapo_loss(
+    log_ratio_BT: Tensor, advantages_BT: Tensor, *, tau_pos: float, tau_neg: float
+) -> Tensor:
+    """j = −f(r)·Â, f(r) = σ(τ(r − 1))·4/τ, τ = τ_pos if Â > 0 else τ_neg; (B, T).
+
+    Paper: Gao et al. 2025 (Qwen, SAPO). A soft gate instead of a hard clip:
+    f'(r) = 4·σ'(τ(r−1)) peaks at 1 when r = 1 (so the gradient w.r.t. log π_θ is
+    −Â there, the plain policy gradient) and decays smoothly away from it, faster
+    for negative advantages (τ_neg > τ_pos).
+    """
+    r = log_ratio_BT.exp()  # (B, T)
+    tau = torch.where(advantages_BT > 0, tau_pos, tau_neg).to(r.dtype)  # (B, T)
+    f = torch.sigmoid(tau * (r - 1.0)) * 4.0 / tau
+    return -f * advantages_BT
+
+
+def direct_gate_loss(
+    logprobs_BT: Tensor,
+    log_d_BT: Tensor,
+    advantages_BT: Tensor,
+    *,
+    gate_low: float,
+    gate_high: float,
+) -> Tensor:
+    """j = −sg(w)·Â·log π_θ, w = d · 1[1−ε_l < d < 1+ε_h], d = π_θ/μ_old; (B, T).
+
+    Paper: SAO ("DIS", direct importance sampling with a double-sided acceptance
+    gate); ε = (0.3, 5.0) reasoning, (0.8, 3.0) coding. The gate is double-sided
+    regardless of the sign of Â: a token outside the band gets no gradient at all.
+    """
+    d = log_d_BT.exp()  # (B, T)
+    inside = (d > 1.0 - gate_low) & (d < 1.0 + gate_high)
+    weight = torch.where(inside, d, 0.0).detach()
+    return -weight * advantages_BT * logprobs_BT
+
+
+def ppo_clip_active(
+    ratio_BT: Tensor, advantages_BT: Tensor, *, clip_low: float, clip_high: float
+) -> tuple[Tensor, Tensor]:
+    """(high, low) bool (B, T): where PPO's clip removes the gradient.
+
+    high: Â > 0 and r > 1+ε_high; low: Â < 0 and r < 1−ε_low.
+    """
+    high = (advantages_BT > 0) & (ratio_BT > 1.0 + clip_high)
+    low = (advantages_BT < 0) & (ratio_BT < 1.0 - clip_low)
+    return high, low
+
+
+# ---------------------------------------------------------------- adapters
+
+
+def _ratio_tails(terms: PolicyTerms, p: BehaviourParams) -> dict[str, Tensor]:
+    """Tails of d always; of ρ and κ too in decoupled mode (in bypass ρ = d, κ ≡ 1)."""
+    stats = ratio_stats(terms.log_d, terms.mask, "d")
+    if p.mode == "decoupled":
+        stats |= ratio_stats(terms.log_rho, terms.mask, "rho")
+        stats |= ratio_stats(terms.log_kappa, terms.mask, "kappa")
+    return stats
+
+
+def _on_mask(j_BT: Tensor, terms: PolicyTerms) -> Tensor:
+    """j where m, 0 elsewhere (``where``, not a product, so garbage off the mask cannot leak)."""
+    return torch.where(terms.mask, j_BT, 0.0)
+
+
+def _clip_fracs(high_BT: Tensor, low_BT: Tensor, mask_BT: Tensor) -> dict[str, Tensor]:
+    return {
+        "ratio/rho/clipped_frac": masked_mean((high_BT | low_BT).float(), mask_BT),
+        "ratio/rho/clipped_high_frac": masked_mean(high_BT.float(), mask_BT),
+        "ratio/rho/clipped_low_frac": masked_mean(low_BT.float(), mask_BT),
+    }
+
+
+def _pg(terms: PolicyTerms, p: BehaviourParams) -> tuple[Tensor, dict[str, Tensor]]:
+    j = pg_loss(terms.logprobs, terms.advantages)
+    return _on_mask(j, terms), _ratio_tails(terms, p)
+
+
+def _ppo_clip(terms: PolicyTerms, p: BehaviourParams) -> tuple[Tensor, dict[str, Tensor]]:
+    log_r, adv = terms.log_rho, terms.advantages
+    j = ppo_clip_loss(log_r, adv, clip_low=p.clip_low, clip_high=p.clip_high, dual_clip=p.dual_clip)
+    r = log_r.detach().exp()
+    high, low = ppo_clip_active(r, adv, clip_low=p.clip_low, clip_high=p.clip_high)
+    diag = _clip_fracs(high, low, terms.mask) | _ratio_tails(terms, p)
+    if p.dual_clip is not None:
+        dual = (adv < 0) & (r > p.dual_clip)
+        diag["ratio/rho/dual_clipped_frac"] = masked_mean(dual.float(), terms.mask)
+    return _on_mask(j, terms), diag
+
+
+def _cispo(terms: PolicyTerms, p: BehaviourParams) -> tuple[Tensor, dict[str, Tensor]]:
+    log_r = terms.log_rho
+    j = cispo_loss(
+        terms.logprobs, log_r, terms.advantages, clip_low=p.clip_low, clip_high=p.clip_high
+    )
+    r = log_r.detach().exp()
+    high, low = r > 1.0 + p.clip_high, r < 1.0 - p.clip_low  # the weight is clipped
+    return _on_mask(j, terms), _clip_fracs(high, low, terms.mask) | _ratio_tails(terms, p)
+
+
+def _gspo(terms: PolicyTerms, p: BehaviourParams) -> tuple[Tensor, dict[str, Tensor]]:
+    log_r, adv, mask = terms.log_rho, terms.advantages, terms.mask
+    j = gspo_loss(
+        log_r, adv, mask, clip_low=p.clip_low, clip_high=p.clip_high, token_level=p.gspo_token
+    )
+    s_B1 = sequence_mean(log_r.detach(), mask).exp().unsqueeze(-1)  # (B, 1)
+    adv_sign = adv if p.gspo_token else sequence_mean(adv, mask).unsqueeze(-1)
+    high, low = ppo_clip_active(
+        s_B1.expand_as(adv), adv_sign.expand_as(adv), clip_low=p.clip_low, clip_high=p.clip_high
+    )
+    return _on_mask(j, terms), _clip_fracs(high, low, mask) | _ratio_tails(terms, p)
+
+
+def _sapo(terms: PolicyTerms, p: BehaviourParams) -> tuple[Tensor, dict[str, Tensor]]:
+    j = sapo_loss(terms.log_rho, terms.advantages, tau_pos=p.sapo_tau_pos, tau_neg=p.sapo_tau_neg)
+    return _on_mask(j, terms), _ratio_tails(terms, p)
+
+
+def _direct_gate(terms: PolicyTerms, p: BehaviourParams) -> tuple[Tensor, dict[str, Tensor]]:
+    log_d = terms.log_d
+    j = direct_gate_loss(
+        terms.logprobs, log_d, terms.advantages, gate_low=p.gate_low, gate_high=p.gate_high
+    )
+    d = log_d.detach().exp()
+    outside = (d <= 1.0 - p.gate_low) | (d >= 1.0 + p.gate_high)
+    diag = {"ratio/d/masked_frac": masked_mean(outside.float(), terms.mask)}
+    return _on_mask(j, terms), diag | _ratio_tails(terms, p)
+
+
+registry: Registry[Objective] = Registry("policy objective")
+_CLIP = ("clip_low", "clip_high")
+registry.add(
+    "pg",
+    Objective(_pg, "−Â·log π_θ, on-policy REINFORCE", "Williams 1992", uses_ratio=False),
+)
+registry.add(
+    "ppo_clip",
+    Objective(
+        _ppo_clip,
+        "PPO clip on ρ, asymmetric ε, optional dual clip",
+        "Schulman et al. 2017",
+        (*_CLIP, "dual_clip"),
+    ),
+)
+registry.add(
+    "cispo",
+    Objective(_cispo, "clipped, detached IS weight × Â·log π_θ", "MiniMax-M1, 2025", _CLIP),
+)
+registry.add(
+    "gspo",
+    Objective(
+        _gspo, "PPO clip on the sequence ratio", "Zheng et al. 2025 (GSPO)", (*_CLIP, "gspo_token")
+    ),
+)
+registry.add(
+    "sapo",
+    Objective(
+        _sapo,
+        "soft sigmoid gate instead of a clip",
+        "Gao et al. 2025 (SAPO)",
+        ("sapo_tau_pos", "sapo_tau_neg"),
+    ),
+)
+registry.add(
+    "direct_gate",
+    Objective(
+        _direct_gate,
+        "d·Â·log π_θ gated to 1−ε_l < d < 1+ε_h (DIS)",
+        "Hou et al. (SAO)",
+        ("gate_low", "gate_high"),
+    ),
+)

@@ -1,0 +1,103 @@
+"""The three ratios between π_θ, π_old and μ_old, and their tail diagnostics (FORMULAS §1).
+
+Notation::
+
+    log ρ = log π_θ − log π_old     current vs old: what PPO clipping limits
+    log κ = log π_old − log μ_old   training vs rollout engine: what TIS/IcePop correct
+    log d = log π_θ − log μ_old     = log ρ + log κ: what asynchronous gates use
+
+Every ratio is formed in log space and clamped to [−20, 20] before ``exp``, so a
+token the other engine found nearly impossible cannot overflow the loss. In
+**bypass** mode π_old := μ_old, so κ ≡ 1 and ρ = d (one fewer forward pass).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from rlmap.core.errors import ConfigError
+
+LOG_RATIO_BOUND = 20.0
+"""|log x| is clamped to this before exp (exp(20) ≈ 4.9e8 stays finite in float32)."""
+
+
+def log_ratio(log_num_BT: Tensor, log_den_BT: Tensor) -> Tensor:
+    """clamp(log num − log den, −20, 20), the log of a ratio of probabilities; shapes broadcast."""
+    return (log_num_BT - log_den_BT).clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND)
+
+
+def log_rho(logprobs_BT: Tensor, old_logprobs_BT: Tensor) -> Tensor:
+    """log ρ = log π_θ − log π_old, clamped; (B, T), carries the gradient of log π_θ."""
+    return log_ratio(logprobs_BT, old_logprobs_BT)
+
+
+def log_kappa(old_logprobs_BT: Tensor, behavior_logprobs_BT: Tensor) -> Tensor:
+    """log κ = log π_old − log μ_old, clamped and detached (neither policy is trained); (B, T)."""
+    return log_ratio(old_logprobs_BT, behavior_logprobs_BT).detach()
+
+
+def log_direct(logprobs_BT: Tensor, behavior_logprobs_BT: Tensor) -> Tensor:
+    """log d = log π_θ − log μ_old (= log ρ + log κ before clamping), clamped; (B, T)."""
+    return log_ratio(logprobs_BT, behavior_logprobs_BT)
+
+
+def resolve_old(mode: str, old_logprobs_BT: Tensor | None, behavior_logprobs_BT: Tensor) -> Tensor:
+    """log π_old for the ratio mode: the trainer's recomputation, or μ_old in bypass mode.
+
+    decoupled: ``old_logprobs_BT`` (required; missing is a configuration error).
+    bypass: ``behavior_logprobs_BT`` — then κ ≡ 1 and ρ = d by construction.
+    """
+    if mode == "bypass":
+        return behavior_logprobs_BT
+    if mode != "decoupled":
+        raise ConfigError(f"behaviour.mode: expected 'decoupled' or 'bypass', got {mode!r}")
+    if old_logprobs_BT is None:
+        raise ConfigError(
+            "behaviour.mode: 'decoupled' needs old_logprobs (π_old recomputed by the trainer); "
+            "recompute them or use mode 'bypass'"
+        )
+    return old_logprobs_BT
+
+
+def masked_mean(x_BT: Tensor, mask_BT: Tensor) -> Tensor:
+    """Σ m·x / max(Σ m, 1): the mean over masked entries, 0 when none (no host sync)."""
+    m = mask_BT.to(x_BT.dtype)
+    return (x_BT * m).sum() / m.sum().clamp(min=1.0)
+
+
+def sequence_mean(x_BT: Tensor, mask_BT: Tensor) -> Tensor:
+    """(B,) Σ_t m_{i,t} x_{i,t} / |o_i|, the masked mean over each trajectory (0 if |o_i| = 0)."""
+    m = mask_BT.to(x_BT.dtype)
+    return torch.where(mask_BT, x_BT, 0.0).sum(-1) / m.sum(-1).clamp(min=1.0)
+
+
+def masked_quantile(x_BT: Tensor, mask_BT: Tensor, q: float) -> Tensor:
+    """The q-quantile (linear interpolation, as ``torch.quantile``) of x over masked entries.
+
+    0 when nothing is masked. Vectorised without a host sync: masked-out entries are
+    sorted to the end as +inf and the interpolation indexes the first n = Σ m values.
+    """
+    flat = torch.where(mask_BT, x_BT, torch.inf).flatten().sort().values  # (B·T,)
+    n = mask_BT.sum()
+    pos = (n - 1).clamp(min=0).to(flat.dtype) * q
+    lo = pos.floor().long()
+    hi = pos.ceil().long()
+    value = flat[lo] + (pos - lo) * (flat[hi] - flat[lo])
+    return torch.where(n > 0, value, torch.zeros_like(value))
+
+
+def ratio_stats(log_x_BT: Tensor, mask_BT: Tensor, name: str) -> dict[str, Tensor]:
+    """Tails of a ratio x over masked tokens: mean, p99 and max of |log x| (detached scalars).
+
+    Keys: ``ratio/<name>/mean_abs_log``, ``ratio/<name>/p99_abs_log``,
+    ``ratio/<name>/max_abs_log``. PPO's clip fraction alone cannot reveal an engine
+    mismatch; these tails on κ can.
+    """
+    a = log_x_BT.detach().abs()  # (B, T)
+    mask = mask_BT.bool()
+    return {
+        f"ratio/{name}/mean_abs_log": masked_mean(a, mask),
+        f"ratio/{name}/p99_abs_log": masked_quantile(a, mask, 0.99),
+        f"ratio/{name}/max_abs_log": torch.where(mask, a, 0.0).amax(),
+    }
