@@ -1,0 +1,28 @@
+"""Sampling axis: how many trajectories per prompt, and which groups are kept? (FORMULAS.md §7)
+
+``SamplingParams`` sets G and the prompts per step; ``registry`` holds the group
+filters (``none``, ``mixed`` = DAPO dynamic sampling), each
+``fn(rewards_B, group_id_B, valid_B) -> keep_B``; ``sample_more`` and
+``first_groups`` are the bookkeeping of the trainer's refill loop.
+"""
+
+from rlmap.sampling.filters import (
+    GroupFilter,
+    filter_diagnostics,
+    keep_mixed,
+    keep_valid,
+    registry,
+)
+from rlmap.sampling.params import SamplingParams
+from rlmap.sampling.refill import first_groups, sample_more
+
+__all__ = [
+    "GroupFilter",
+    "SamplingParams",
+    "filter_diagnostics",
+    "first_groups",
+    "keep_mixed",
+    "keep_valid",
+    "registry",
+    "sample_more",
+]

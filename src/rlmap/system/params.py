@@ -1,0 +1,25 @@
+"""Hyper-parameters of the system axis."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+
+@dataclass(frozen=True)
+class SystemParams:
+    """How rollout and learning are scheduled and where they run."""
+
+    mode: Literal["sync", "async"] = "sync"
+    """sync: every group finishes before the learner steps (barrier); async: finished
+    trajectories enter a queue and the learner does not wait for their group."""
+    partial_rollout: bool = False
+    """Pause unfinished trajectories at a weight update and resume them later (Kimi k1.5)."""
+    engine: Literal["hf", "vllm"] = "hf"
+    """Rollout engine: Hugging Face generate (CPU/GPU) or vLLM (GPU)."""
+    backend: Literal["inprocess", "ray"] = "inprocess"
+    """Where rollout workers and the learner live: one process, or Ray actors."""
+    rollout_dtype: Literal["float32", "bfloat16"] = "float32"
+    """Precision of the rollout engine; differing from ``train_dtype`` makes κ ≠ 1 real."""
+    train_dtype: Literal["float32", "bfloat16"] = "float32"
+    """Precision of the learner's forward passes."""
