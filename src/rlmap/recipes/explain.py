@@ -1,0 +1,151 @@
+"""Recipes written out in full: the one-line composition and the axis-by-axis explanation."""
+
+from __future__ import annotations
+
+import dataclasses
+import textwrap
+from typing import Any
+
+from rlmap import correction, estimators, feedback, reduction, sampling
+from rlmap.recipes.catalog import registry
+from rlmap.recipes.config import RecipeConfig
+
+
+def _feedback(cfg: RecipeConfig) -> str:
+    f = cfg.feedback
+    text = f"{f.source}({f.verifier})" if f.source == "verifier" else f.source
+    if f.overlong_cache is not None:
+        text += f" + soft overlong punishment (L_c={f.overlong_cache})"
+    return text
+
+
+def _sampling(cfg: RecipeConfig) -> str:
+    s = cfg.sampling
+    text = f"G={s.group_size} per prompt" if s.group_size > 1 else "single rollout per prompt"
+    if sampling.registry.get(s.filter).needs_group:
+        text += f" + {s.filter}-group dynamic sampling (≤{s.max_rounds} rounds)"
+    return text
+
+
+def _credit(cfg: RecipeConfig) -> str:
+    c = cfg.credit
+    entry = estimators.registry.get(c.estimator)
+    if not entry.needs_critic:
+        return f"{c.estimator} advantage"
+    lam_c = c.lam if c.lam_critic is None else c.lam_critic
+    if c.adaptive_alpha is not None:
+        lam_p = f"1-1/({c.adaptive_alpha}·l_{c.length_unit or c.time_unit})"
+    else:
+        lam_p = str(c.lam if c.lam_policy is None else c.lam_policy)
+    lams = f"λ={lam_c}" if lam_p == str(lam_c) else f"λ_critic={lam_c}, λ_policy={lam_p}"
+    return f"value critic + {c.estimator}(γ={c.gamma}, {lams}, per {c.time_unit})"
+
+
+def _call(name: str, section: Any, fields: tuple[str, ...], *extra: str) -> str:
+    args = [f"{f}={getattr(section, f)}" for f in fields if getattr(section, f) is not None]
+    return f"{name}({', '.join([*args, *extra])})"
+
+
+def _behaviour(cfg: RecipeConfig) -> str:
+    b = cfg.behaviour
+    objective = correction.registry.get(b.objective)
+    mode = (b.mode,) if objective.uses_ratio else ()
+    text = _call(b.objective, b, objective.params, *mode)
+    for name in b.corrections:
+        text += " + " + _call(name, b, correction.corrections.get(name).params)
+    if b.positive_nll > 0:
+        text += f" + positive NLL μ={b.positive_nll}"
+    k = cfg.kl
+    if k.placement == "none":
+        return text + " + no KL"
+    return text + f" + KL {k.estimator} in {k.placement} β={k.beta}"
+    return text
+
+
+def _reduction(cfg: RecipeConfig) -> str:
+    r = cfg.reduction
+    return r.name if r.max_len is None else f"{r.name}(L_max={r.max_len})"
+
+
+def _system(cfg: RecipeConfig) -> str:
+    s = cfg.system
+    text = "synchronous group barrier" if s.mode == "sync" else "asynchronous queue"
+    if s.partial_rollout:
+        text += " + partial rollout"
+    return text + f" ({s.engine}, {s.backend})"
+
+
+AXES = (
+    ("1 feedback", "feedback", _feedback),
+    ("2 sampling", "sampling", _sampling),
+    ("3 credit", "credit", _credit),
+    ("4 behaviour", "behaviour", _behaviour),
+    ("5 reduction", "reduction", _reduction),
+    ("6 system", "system", _system),
+)
+
+
+def composition(cfg: RecipeConfig) -> str:
+    """The recipe's full name: one component per axis, joined with ' · '."""
+    return " · ".join(describe(cfg) for _, _, describe in AXES)
+
+
+def _get(cfg: RecipeConfig, dotted: str) -> Any:
+    node: Any = cfg
+    for part in dotted.split("."):
+        node = getattr(node, part)
+    return node
+
+
+def scaled(name: str) -> list[tuple[str, Any, Any]]:
+    """(field, paper value, preset value) for each quoted value the preset changed."""
+    entry, cfg = registry.get(name), registry.get(name).build()
+    return [
+        (q.field, q.value, _get(cfg, q.field))
+        for q in entry.quotes
+        if q.field is not None and _get(cfg, q.field) != q.value
+    ]
+
+
+def _fields(section: Any) -> str:
+    pairs = [f"{f.name}={getattr(section, f.name)!r}" for f in dataclasses.fields(section)]
+    return textwrap.fill(" ".join(pairs), width=96, initial_indent="    ", subsequent_indent="    ")
+
+
+def _component_note(section: str, cfg: RecipeConfig) -> str:
+    lookup = {
+        "feedback": lambda: (
+            feedback.registry.get(cfg.feedback.verifier).summary
+            if cfg.feedback.source == "verifier"
+            else f"{cfg.feedback.source} feedback"
+        ),
+        "sampling": lambda: sampling.registry.get(cfg.sampling.filter).summary,
+        "credit": lambda: estimators.registry.get(cfg.credit.estimator).summary,
+        "behaviour": lambda: correction.registry.get(cfg.behaviour.objective).summary,
+        "reduction": lambda: reduction.registry.get(cfg.reduction.name).summary,
+        "system": lambda: "",
+    }
+    return lookup[section]()
+
+
+def explain(name: str) -> str:
+    """Axis by axis: component, hyper-parameters, paper, and values scaled for the default."""
+    entry = registry.get(name)
+    cfg = entry.build()
+    out = [f"{name}: {entry.summary}", f"paper: {entry.paper}", ""]
+    for label, section, describe in AXES:
+        note = _component_note(section, cfg)
+        out.append(f"{label:<12} {describe(cfg)}" + (f"  — {note}" if note else ""))
+        out.append(_fields(getattr(cfg, section)))
+        if section == "credit":
+            out.append("    critic: " + _fields(cfg.critic).strip())
+        if section == "behaviour":
+            out.append("    kl: " + _fields(cfg.kl).strip())
+    out += ["", "quoted from the paper:"]
+    out += [f"  - {q.text}" for q in entry.quotes] or ["  (no hyper-parameters quoted)"]
+    rows = scaled(name)
+    out += ["", "scaled for the embedded default (paper → preset):"]
+    out += [f"  - {field}: {paper!r} → {ours!r}" for field, paper, ours in rows] or ["  (none)"]
+    if entry.note:
+        out += ["", f"note: {entry.note}"]
+    return "\n".join(out)

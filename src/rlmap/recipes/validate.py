@@ -1,0 +1,160 @@
+"""Combination checks: invalid recipes fail before any work, naming the field.
+
+Per-field types are pydantic's job (:mod:`rlmap.recipes.config`); this module
+checks what only the whole composition can tell. Component properties (needs a
+group, needs a critic, corrects κ, needs L_max) come from the registries, so no
+check here branches on a component's name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from rlmap import correction, estimators, feedback, reduction, sampling
+from rlmap.core.errors import ConfigError
+from rlmap.core.registry import Registry
+from rlmap.recipes.config import RecipeConfig
+
+Check = Callable[[RecipeConfig], Iterator[str]]
+
+
+def validate(cfg: RecipeConfig) -> None:
+    """Raise :class:`ConfigError` with the first problem found, as one line."""
+    _known_components(cfg)
+    for check in CHECKS:
+        for problem in check(cfg):
+            raise ConfigError(problem)
+
+
+def _known_components(cfg: RecipeConfig) -> None:
+    """Unknown names raise UnknownComponentError, prefixed with the field."""
+    names: list[tuple[str, Registry[Any], str]] = [
+        ("credit.estimator", estimators.registry, cfg.credit.estimator),
+        ("behaviour.objective", correction.registry, cfg.behaviour.objective),
+        ("reduction.name", reduction.registry, cfg.reduction.name),
+        ("sampling.filter", sampling.registry, cfg.sampling.filter),
+    ]
+    for name in cfg.behaviour.corrections:
+        names.append(("behaviour.corrections", correction.corrections, name))
+    if cfg.feedback.source == "verifier":
+        names.append(("feedback.verifier", feedback.registry, cfg.feedback.verifier))
+    for field, registry, name in names:
+        if name not in registry:
+            known = ", ".join(registry.names())
+            raise ConfigError(f"{field}: unknown {registry.kind} '{name}'; known: {known}")
+
+
+def _group(cfg: RecipeConfig) -> Iterator[str]:
+    g = cfg.sampling.group_size
+    for field in ("group_size", "prompts_per_step", "max_rounds"):
+        if getattr(cfg.sampling, field) < 1:
+            yield f"sampling.{field}: must be >= 1, got {getattr(cfg.sampling, field)}"
+    if estimators.registry.get(cfg.credit.estimator).needs_group and g < 2:
+        yield (
+            f"sampling.group_size: estimator '{cfg.credit.estimator}' needs a group of "
+            f"G >= 2 to form its baseline, got {g}"
+        )
+    if sampling.registry.get(cfg.sampling.filter).needs_group and g < 2:
+        yield (
+            f"sampling.filter: '{cfg.sampling.filter}' keeps groups whose rewards differ, "
+            f"which needs G >= 2, got {g}"
+        )
+
+
+def _critic(cfg: RecipeConfig) -> Iterator[str]:
+    if estimators.registry.get(cfg.credit.estimator).needs_critic and not cfg.critic.enabled:
+        yield (
+            f"critic.enabled: estimator '{cfg.credit.estimator}' needs a value critic; "
+            "set critic.enabled=true or pick a critic-free estimator"
+        )
+    if cfg.critic.updates_per_step < 1:
+        yield f"critic.updates_per_step: must be >= 1, got {cfg.critic.updates_per_step}"
+    if cfg.critic.warmup_steps < 0:
+        yield f"critic.warmup_steps: must be >= 0, got {cfg.critic.warmup_steps}"
+    if cfg.critic.value_clip <= 0:
+        yield f"critic.value_clip: must be > 0, got {cfg.critic.value_clip}"
+
+
+def _credit(cfg: RecipeConfig) -> Iterator[str]:
+    c = cfg.credit
+    if not 0.0 <= c.gamma <= 1.0:
+        yield f"credit.gamma: must be in [0, 1], got {c.gamma}"
+    for field in ("lam", "lam_critic", "lam_policy"):
+        value = getattr(c, field)
+        if value is not None and not 0.0 <= value <= 1.0:
+            yield f"credit.{field}: must be in [0, 1], got {value}"
+    if c.std_eps <= 0:
+        yield f"credit.std_eps: must be > 0, got {c.std_eps}"
+    if c.rho_bar < c.c_bar:
+        yield f"credit.rho_bar: V-trace needs ρ̄ >= c̄, got ρ̄={c.rho_bar} < c̄={c.c_bar}"
+    if c.adaptive_alpha is not None:
+        if c.adaptive_alpha <= 0:
+            yield f"credit.adaptive_alpha: must be > 0, got {c.adaptive_alpha}"
+        unit = c.length_unit or c.time_unit
+        if unit != c.time_unit and not c.allow_length_unit_mismatch:
+            yield (
+                f"credit.length_unit: length-adaptive λ counts length in '{unit}' steps but "
+                f"GAE steps by '{c.time_unit}'; λ = 1 - 1/(α·l) only has its meaning when "
+                "both agree (set credit.allow_length_unit_mismatch=true to insist)"
+            )
+        if c.lam_policy is not None:
+            yield ("credit.lam_policy: set either a fixed lam_policy or adaptive_alpha, not both")
+
+
+def _behaviour(cfg: RecipeConfig) -> Iterator[str]:
+    correction.check_behaviour(cfg.behaviour, cfg.kl)  # the axis's own checks
+    b = cfg.behaviour
+    on_policy = not correction.registry.get(b.objective).uses_ratio
+    updates = cfg.optim.epochs_per_batch * cfg.optim.minibatches_per_epoch
+    if on_policy and updates > 1:
+        yield (
+            f"behaviour.objective: '{b.objective}' has no importance ratio, so the "
+            f"{updates - 1} updates after the first on each batch would be off-policy; "
+            "use one update per batch or a ratio objective"
+        )
+
+
+def _kl(cfg: RecipeConfig) -> Iterator[str]:
+    if cfg.kl.placement != "none" and cfg.kl.beta <= 0:
+        yield f"kl.beta: must be > 0 when kl.placement is '{cfg.kl.placement}', got {cfg.kl.beta}"
+
+
+def _reduction(cfg: RecipeConfig) -> Iterator[str]:
+    reduction.check_params(cfg.reduction)  # the axis's own checks (L_max present, >= 1)
+    r = cfg.reduction
+    if r.max_len is not None and r.max_len < cfg.generation.max_new_tokens:
+        yield (
+            f"reduction.max_len: {r.max_len} is below generation.max_new_tokens="
+            f"{cfg.generation.max_new_tokens}; a response could exceed the fixed budget"
+        )
+
+
+def _feedback(cfg: RecipeConfig) -> Iterator[str]:
+    cache = cfg.feedback.overlong_cache
+    if cache is not None and not 0 < cache < cfg.generation.max_new_tokens:
+        yield (
+            f"feedback.overlong_cache: L_c must be in (0, generation.max_new_tokens="
+            f"{cfg.generation.max_new_tokens}), got {cache}"
+        )
+
+
+def _optim(cfg: RecipeConfig) -> Iterator[str]:
+    o = cfg.optim
+    for field in ("steps", "epochs_per_batch", "minibatches_per_epoch", "micro_batch_size"):
+        if getattr(o, field) < 1:
+            yield f"optim.{field}: must be >= 1, got {getattr(o, field)}"
+    if o.lr <= 0:
+        yield f"optim.lr: must be > 0, got {o.lr}"
+
+
+CHECKS: tuple[Check, ...] = (
+    _group,
+    _critic,
+    _credit,
+    _behaviour,
+    _kl,
+    _reduction,
+    _feedback,
+    _optim,
+)

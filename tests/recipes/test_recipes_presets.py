@@ -1,0 +1,104 @@
+"""Presets: all of FORMULAS.md §9 exist, validate, round-trip YAML, and explain all axes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rlmap.recipes import composition, explain, load_config, preset, registry, validate
+from rlmap.recipes.catalog import paper_index_markdown
+from rlmap.recipes.explain import scaled
+
+# FORMULAS.md §9, written out here independently of the registry.
+SECTION_9 = {
+    "classic-rlhf", "grpo", "dr-grpo", "rloo", "reinforce", "dapo",
+    "vapo", "gspo", "cispo", "sapo", "sao", "ppo",
+}  # fmt: skip
+
+
+def test_every_section_9_preset_is_registered() -> None:
+    assert set(registry.names()) == SECTION_9
+
+
+@pytest.mark.parametrize("name", sorted(SECTION_9))
+def test_preset_validates_and_round_trips_yaml(name: str, tmp_path: Path) -> None:
+    cfg = preset(name)
+    validate(cfg)
+    path = tmp_path / "config.yaml"
+    path.write_text(cfg.to_yaml())
+    assert load_config(path) == cfg
+
+
+@pytest.mark.parametrize("name", sorted(SECTION_9))
+def test_explain_prints_all_six_axes_and_the_paper(name: str) -> None:
+    text = explain(name)
+    for axis in ("1 feedback", "2 sampling", "3 credit", "4 behaviour", "5 reduction", "6 system"):
+        assert axis in text
+    assert registry.get(name).paper in text
+
+
+def test_dapo_composition_is_written_out() -> None:
+    line = composition(preset("dapo"))
+    for part in (
+        "soft overlong",
+        "G=8",
+        "mixed-group dynamic sampling",
+        "grpo advantage",
+        "ppo_clip(clip_low=0.2, clip_high=0.28, decoupled)",
+        "no KL",
+        "token_mean",
+        "synchronous",
+    ):
+        assert part in line, part
+
+
+def test_sao_composition_is_written_out() -> None:
+    line = composition(preset("sao"))
+    for part in (
+        "single rollout",
+        "value critic",
+        "λ_critic=1.0",
+        "1-1/(1.5·l_token)",
+        "direct_gate(gate_low=0.3, gate_high=5.0, bypass)",
+        "staleness(max_staleness=4)",
+        "asynchronous queue",
+    ):
+        assert part in line, part
+
+
+def test_grpo_is_the_papers_composition() -> None:
+    cfg = preset("grpo")
+    assert (cfg.credit.estimator, cfg.behaviour.objective, cfg.reduction.name) == (
+        "grpo",
+        "ppo_clip",
+        "response_mean",
+    )
+    assert (cfg.kl.placement, cfg.kl.estimator, cfg.kl.beta) == ("loss", "k3", 0.04)
+    assert cfg.system.mode == "sync"
+
+
+def test_variants_differ_from_grpo_only_in_what_the_table_says() -> None:
+    base = preset("grpo").model_dump()
+    for name, changed in {
+        "gspo": {"behaviour"},
+        "cispo": {"behaviour"},
+        "sapo": {"behaviour"},
+        "dr-grpo": {"credit", "reduction"},
+    }.items():
+        other = preset(name).model_dump()
+        differing = {k for k in base if k != "recipe" and base[k] != other[k]}
+        assert differing == changed, name
+
+
+def test_scaling_is_reported_against_the_quoted_values() -> None:
+    # The grpo paper samples 64 outputs per question; the embedded preset uses 8.
+    rows = {field: (paper, ours) for field, paper, ours in scaled("grpo")}
+    assert rows["sampling.group_size"] == (64, 8)
+    assert "kl.beta" not in rows  # β = 0.04 is kept as the paper has it
+    assert "sampling.group_size: 64 → 8" in explain("grpo")
+
+
+def test_paper_index_in_docs_is_up_to_date() -> None:
+    docs = Path(__file__).resolve().parents[2] / "docs" / "papers.md"
+    assert docs.read_text() == paper_index_markdown(), "regenerate: rlmap papers > docs/papers.md"
