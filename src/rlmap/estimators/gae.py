@@ -25,6 +25,41 @@ from torch import Tensor
 from rlmap.estimators.turns import TurnIndex
 
 
+def next_step_values(values_BT: Tensor, mask_BT: Tensor, final_B: Tensor) -> Tensor:
+    """(B, T): V at the next masked column of the same row, or ``final_B`` after the last one.
+
+    This is the V_{t+1} of the step recursion with unmasked columns skipped, found
+    without a loop: a reversed running minimum of the masked column indices.
+    """
+    b, t = mask_BT.shape
+    cols = torch.arange(t, device=mask_BT.device).expand(b, t)
+    index_BT = torch.where(mask_BT, cols, t)  # t stands for "after the last step"
+    # next_BT[:, j] = the smallest masked index > j (or t): reversed cummin, shifted by one.
+    later = torch.cat([index_BT[:, 1:], index_BT.new_full((b, 1), t)], dim=1)
+    next_BT = later.flip(1).cummin(1).values.flip(1)
+    extended_BT1 = torch.cat([values_BT, final_B.unsqueeze(1)], dim=1)  # (B, T + 1)
+    return extended_BT1.gather(1, next_BT)
+
+
+def discounted_backward(delta_BT: Tensor, mask_BT: Tensor, decay: float | Tensor) -> Tensor:
+    """x_t = δ_t + decay_t · x_{next step}, with x = 0 after the last step; (B, T), 0 off mask.
+
+    The one loop over time. ``decay`` is a float, (B,) per trajectory, or (B, T) per
+    step (V-trace's γ·c_t). Columns are walked in (T, B) layout so that every step
+    reads contiguous memory.
+    """
+    delta_TB = delta_BT.t().contiguous()
+    mask_TB = mask_BT.t().contiguous()
+    decay = torch.as_tensor(decay, dtype=delta_BT.dtype, device=delta_BT.device)
+    decay_TB = decay.t().contiguous() if decay.dim() == 2 else decay.expand(delta_TB.shape)
+    out_TB = torch.zeros_like(delta_TB)
+    carry_B = delta_TB.new_zeros(delta_TB.shape[1])
+    for t in reversed(range(delta_TB.shape[0])):
+        carry_B = torch.where(mask_TB[t], delta_TB[t] + decay_TB[t] * carry_B, carry_B)
+        out_TB[t] = carry_B
+    return torch.where(mask_BT, out_TB.t(), 0.0)
+
+
 def gae_advantages(
     rewards_BT: Tensor,
     values_BT: Tensor,
@@ -35,23 +70,17 @@ def gae_advantages(
     gamma: float,
     lam: float | Tensor,
 ) -> Tensor:
-    """Â_t by one backward pass over the columns, one step per masked column.
+    """Â_t = δ_t + γλ·Â_{t+1} over the masked columns (one step per masked column).
 
     rewards, values, mask: (B, T); bootstrap V(s_final), truncated: (B,); λ a float or
     (B,). Returns Â: (B, T), 0 off the mask. Unmasked columns carry V_{t+1} and Â_{t+1}
-    through unchanged, so they neither add a δ nor break the trace.
+    through unchanged, so they neither add a δ nor break the trace. After the last step
+    b·V = V(s_final) if truncated else 0, and c = 0.
     """
-    next_value_B = torch.where(truncated_B, bootstrap_B, 0.0)  # b·V after the last step
-    next_adv_B = torch.zeros_like(next_value_B)  # c = 0 after the last step
-    adv_BT = torch.zeros_like(rewards_BT)
-    for t in reversed(range(rewards_BT.shape[1])):
-        step_B = mask_BT[:, t]
-        delta_B = rewards_BT[:, t] + gamma * next_value_B - values_BT[:, t]
-        adv_B = delta_B + gamma * lam * next_adv_B
-        next_value_B = torch.where(step_B, values_BT[:, t], next_value_B)
-        next_adv_B = torch.where(step_B, adv_B, next_adv_B)
-        adv_BT[:, t] = torch.where(step_B, adv_B, 0.0)
-    return adv_BT
+    final_B = torch.where(truncated_B, bootstrap_B, 0.0)  # b·V(s_final)
+    next_value_BT = next_step_values(values_BT, mask_BT, final_B)
+    delta_BT = rewards_BT + gamma * next_value_BT - values_BT
+    return discounted_backward(delta_BT, mask_BT, gamma * torch.as_tensor(lam))
 
 
 def gae(

@@ -23,6 +23,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from rlmap.estimators.gae import discounted_backward, next_step_values
 from rlmap.estimators.turns import TurnIndex
 
 
@@ -42,24 +43,22 @@ def vtrace(
 ) -> tuple[Tensor, Tensor]:
     """(advantage_s, v_s), both (B, T), 0 off the mask, by one backward pass over columns.
 
+    The recursion is GAE's (:func:`discounted_backward`) with per-step decay γ·c_s on
+    δ_s; V_{s+1} and v_{s+1} are read at the next action token (:func:`next_step_values`).
+
     rewards, values, log π, log μ, mask: (B, T); bootstrap V(s_final), truncated: (B,).
     """
     r_BT, v_BT = rewards_BT.detach(), values_BT.detach()
     log_ratio_BT = (target_logprobs_BT - behavior_logprobs_BT).detach().clamp(-20.0, 20.0)
     ratio_BT = log_ratio_BT.exp()
     rho_BT, c_BT, rho_pg_BT = (ratio_BT.clamp(max=x) for x in (rho_bar, c_bar, rho_bar_pg))
-    next_value_B = torch.where(truncated_B, bootstrap_B.detach(), 0.0)  # V_{s+1}
-    next_vs_B = next_value_B.clone()  # v_{s+1}
-    adv_BT, vs_BT = torch.zeros_like(r_BT), torch.zeros_like(r_BT)
-    for t in reversed(range(r_BT.shape[1])):
-        step_B, value_B, reward_B = mask_BT[:, t], v_BT[:, t], r_BT[:, t]
-        delta_B = rho_BT[:, t] * (reward_B + gamma * next_value_B - value_B)
-        vs_B = value_B + delta_B + gamma * c_BT[:, t] * (next_vs_B - next_value_B)
-        adv_B = rho_pg_BT[:, t] * (reward_B + gamma * next_vs_B - value_B)
-        next_value_B = torch.where(step_B, value_B, next_value_B)
-        next_vs_B = torch.where(step_B, vs_B, next_vs_B)
-        adv_BT[:, t] = torch.where(step_B, adv_B, 0.0)
-        vs_BT[:, t] = torch.where(step_B, vs_B, 0.0)
+    final_B = torch.where(truncated_B, bootstrap_B.detach(), 0.0)  # V = v after the last step
+    next_value_BT = next_step_values(v_BT, mask_BT, final_B)  # V_{s+1}
+    delta_BT = rho_BT * (r_BT + gamma * next_value_BT - v_BT)
+    # v_s − V_s = δ_s + γ c_s (v_{s+1} − V_{s+1}), and v − V = 0 after the last step.
+    vs_BT = torch.where(mask_BT, v_BT + discounted_backward(delta_BT, mask_BT, gamma * c_BT), 0.0)
+    next_vs_BT = next_step_values(vs_BT, mask_BT, final_B)  # v_{s+1}
+    adv_BT = torch.where(mask_BT, rho_pg_BT * (r_BT + gamma * next_vs_BT - v_BT), 0.0)
     return adv_BT, vs_BT
 
 
