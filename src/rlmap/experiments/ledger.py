@@ -1,0 +1,131 @@
+"""The budget ledger: what a run spent, counted the same way for every recipe.
+
+Two runs are compared fairly only at equal budget, and "budget" has many units
+(generated tokens, prompts, optimizer steps, wall-clock). The ledger records all
+of them, plus the settings that change what one step means (epochs per batch,
+effective batch, the reduction and its denominator, engine and precision), so
+``rlmap compare`` can line runs up on any axis and say when they are not alike.
+
+Design: an immutable value. ``add`` and ``with_peak_memory`` return a new
+ledger; the trainer rebinds (``ledger = ledger.add(...)``). Nothing can change a
+ledger behind the trainer's back (one stored in a checkpoint's ``extra``, or in a
+metrics record, stays what it was), and a resume restores it exactly with
+``Ledger.from_dict``. Copying a dozen fields once per step costs nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import resource
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Ledger:
+    """The budget of one run (``ledger.json``); counters grow, settings are fixed."""
+
+    generated_tokens: int = 0
+    """Response tokens sampled, including those of filtered and rejected rollouts."""
+    prompts: int = 0
+    """Prompts sampled, each counted once however many samples it received."""
+    rollouts: int = 0
+    """Trajectories sampled (prompts × samples per prompt, plus any refills)."""
+    learner_steps: int = 0
+    """Optimizer steps taken (every ``optimizer.step()``, across all epochs)."""
+    filtered_rollouts: int = 0
+    """Trajectories sampled and then dropped by the sampling axis (e.g. uniform groups)."""
+    rejected_rollouts: int = 0
+    """Trajectories excluded by ``reward_status != ok`` or a behaviour gate."""
+    wall_clock_s: float = 0.0
+    """Seconds spent running, summed over resumes (time while stopped is not counted)."""
+    peak_host_memory_kib: int = 0
+    """Peak resident memory of the process, KiB (``ru_maxrss``); max over resumes."""
+    peak_gpu_memory_bytes: int | None = None
+    """Peak ``torch.cuda.max_memory_allocated``, bytes; None when no GPU was used."""
+    epochs_per_batch: int = 1
+    """Passes over each batch of rollouts (PPO epochs)."""
+    effective_batch: int = 0
+    """Trajectories behind one optimizer step (after gradient accumulation)."""
+    reduction: str = ""
+    """Name of the loss reduction (e.g. ``global_token_mean``)."""
+    denominator: str = ""
+    """What that reduction divides by, pinned (e.g. ``fixed: 4096 tokens``)."""
+    engine: str = ""
+    """Rollout engine (e.g. ``hf-cpu``, ``vllm``)."""
+    precision: str = ""
+    """Learner / rollout precision (e.g. ``fp32``, ``bf16/bf16``)."""
+
+    def add(
+        self,
+        *,
+        generated_tokens: int = 0,
+        prompts: int = 0,
+        rollouts: int = 0,
+        learner_steps: int = 0,
+        filtered_rollouts: int = 0,
+        rejected_rollouts: int = 0,
+        wall_clock_s: float = 0.0,
+    ) -> Ledger:
+        """A new ledger with these amounts added to the counters (all must be >= 0)."""
+        deltas = {
+            "generated_tokens": generated_tokens,
+            "prompts": prompts,
+            "rollouts": rollouts,
+            "learner_steps": learner_steps,
+            "filtered_rollouts": filtered_rollouts,
+            "rejected_rollouts": rejected_rollouts,
+            "wall_clock_s": wall_clock_s,
+        }
+        negative = sorted(name for name, value in deltas.items() if value < 0)
+        if negative:
+            raise ValueError(f"ledger.add: counters only grow; negative {negative}")
+        return dataclasses.replace(
+            self, **{name: getattr(self, name) + value for name, value in deltas.items()}
+        )
+
+    def with_peak_memory(self, host_kib: int, gpu_bytes: int | None) -> Ledger:
+        """A new ledger whose peaks are the max of the recorded ones and these."""
+        gpu = self.peak_gpu_memory_bytes
+        if gpu_bytes is not None:
+            gpu = gpu_bytes if gpu is None else max(gpu, gpu_bytes)
+        return dataclasses.replace(
+            self,
+            peak_host_memory_kib=max(self.peak_host_memory_kib, host_kib),
+            peak_gpu_memory_bytes=gpu,
+        )
+
+    def metrics(self) -> dict[str, float]:
+        """The cumulative ``budget/*`` metrics logged with every step."""
+        return {
+            "budget/generated_tokens": float(self.generated_tokens),
+            "budget/prompts": float(self.prompts),
+            "budget/learner_steps": float(self.learner_steps),
+            "budget/wall_clock_s": float(self.wall_clock_s),
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        """All fields as plain JSON data (what ``ledger.json`` holds)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Ledger:
+        """The ledger ``to_dict`` wrote; unknown keys raise ValueError, absent ones default."""
+        known = {field.name for field in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"ledger: unknown fields {unknown}; known: {sorted(known)}")
+        return cls(**data)
+
+
+def measure_peak_memory() -> tuple[int, int | None]:
+    """(peak resident KiB of this process, peak CUDA bytes allocated or None without CUDA)."""
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    host_kib = rss // 1024 if sys.platform == "darwin" else rss  # macOS reports bytes
+    gpu_bytes = None
+    torch = sys.modules.get("torch")  # only a process that imported torch can have used CUDA
+    if torch is not None and torch.cuda.is_available():
+        gpu_bytes = int(torch.cuda.max_memory_allocated())
+    return int(host_kib), gpu_bytes

@@ -1,0 +1,34 @@
+"""Turning task text into token ids, the same way for every model.
+
+A tokenizer with a chat template gets the prompt as one user turn with the
+generation prompt appended; one without (the embedded character-level model)
+gets ``<bos>`` + the raw text. Responses are the answer's tokens + ``<eos>``.
+"""
+
+from __future__ import annotations
+
+from transformers import PreTrainedTokenizerBase
+
+
+def encode_prompt(tokenizer: PreTrainedTokenizerBase, text: str) -> list[int]:
+    """Token ids of a prompt, chat-templated when the tokenizer has a template."""
+    if getattr(tokenizer, "chat_template", None):
+        ids = tokenizer.apply_chat_template(
+            [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True
+        )
+        if isinstance(ids, dict) or hasattr(ids, "input_ids"):
+            ids = ids["input_ids"]
+        return [int(i) for i in ids]
+    bos = [] if tokenizer.bos_token_id is None else [int(tokenizer.bos_token_id)]
+    return bos + [int(i) for i in tokenizer.encode(text, add_special_tokens=False)]
+
+
+def encode_response(tokenizer: PreTrainedTokenizerBase, text: str) -> list[int]:
+    """Token ids of a demonstration response: the text, then EOS."""
+    ids = [int(i) for i in tokenizer.encode(text, add_special_tokens=False)]
+    return [*ids, int(tokenizer.eos_token_id)]
+
+
+def decode_response(tokenizer: PreTrainedTokenizerBase, ids: list[int] | tuple[int, ...]) -> str:
+    """The response text without special tokens."""
+    return str(tokenizer.decode(list(ids), skip_special_tokens=True))

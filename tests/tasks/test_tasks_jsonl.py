@@ -1,0 +1,57 @@
+"""The JSONL task loader: valid files, and one-line errors that name the line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rlmap.core.errors import ConfigError
+from rlmap.tasks.arithmetic import Example
+from rlmap.tasks.jsonl import load_examples
+
+
+def test_loads_examples_skipping_blank_lines(tmp_path: Path) -> None:
+    path = tmp_path / "task.jsonl"
+    path.write_text(
+        '{"prompt": "2+2=", "answer": "4", "id": 7}\n\n   \n{"prompt": "Q?", "answer": ""}\n'
+    )
+    assert load_examples(path) == [Example("2+2=", "4"), Example("Q?", "")]
+
+
+@pytest.mark.parametrize(
+    ("bad_line", "problem"),
+    [
+        ('{"prompt": "a", "answer": "b"', "invalid JSON"),
+        ('["a", "b"]', "expected a JSON object, got list"),
+        ('"just a string"', "expected a JSON object, got str"),
+        ('{"answer": "b"}', "missing field 'prompt'"),
+        ('{"prompt": "a"}', "missing field 'answer'"),
+        ('{"prompt": "a", "answer": 4}', "field 'answer' must be a string, got int"),
+        ('{"prompt": null, "answer": "4"}', "field 'prompt' must be a string, got NoneType"),
+    ],
+)
+def test_malformed_line_names_file_line_and_problem(
+    tmp_path: Path, bad_line: str, problem: str
+) -> None:
+    path = tmp_path / "task.jsonl"
+    # line 1 valid, line 2 blank, line 3 the bad one: the blank line still counts
+    path.write_text(f'{{"prompt": "1+1=", "answer": "2"}}\n\n{bad_line}\n')
+    with pytest.raises(ConfigError) as err:
+        load_examples(path)
+    message = str(err.value)
+    assert message.startswith(f"{path}:3: {problem}")
+    assert "\n" not in message
+
+
+@pytest.mark.parametrize("content", ["", "\n  \n\n"])
+def test_empty_file_is_an_error(tmp_path: Path, content: str) -> None:
+    path = tmp_path / "task.jsonl"
+    path.write_text(content)
+    with pytest.raises(ConfigError, match="no examples"):
+        load_examples(path)
+
+
+def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_examples(tmp_path / "absent.jsonl")
