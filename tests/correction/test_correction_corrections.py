@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
 import torch
 from torch import Tensor
 
+from rlmap.core.batch import make_batch
 from rlmap.core.errors import ConfigError
-from rlmap.correction import BehaviourParams, PolicyTerms, corrections
+from rlmap.correction import BehaviourParams, PolicyTerms, corrections, terms_from_batch
 from rlmap.correction.weights import (
     decoupled_weight,
     icepop_weight,
@@ -48,6 +50,43 @@ def test_registry_names_and_needs_kappa() -> None:
         "staleness": False,
         "decoupled": True,
     }
+
+
+def test_registry_levels() -> None:
+    # token-level: the weight may differ between tokens of one trajectory
+    levels = {n: corrections.get(n).token_level for n in NAMES}
+    assert levels == {
+        "tis": True,
+        "icepop": True,
+        "masked_is": False,
+        "staleness": False,
+        "decoupled": True,
+    }
+    switches = {n: corrections.get(n).level_switch for n in NAMES}
+    assert switches == dict.fromkeys(NAMES) | {"tis": "tis_level"}
+    fields = {f.name for f in dataclasses.fields(BehaviourParams)}
+    assert {s for s in switches.values() if s is not None} <= fields
+    assert corrections.get("tis").is_token_level(BehaviourParams(tis_level="token"))
+    assert not corrections.get("tis").is_token_level(BehaviourParams(tis_level="sequence"))
+    assert corrections.get("icepop").is_token_level(BehaviourParams(tis_level="sequence"))
+    assert not corrections.get("masked_is").is_token_level(BehaviourParams())
+
+
+@pytest.mark.parametrize("level", ["token", "sequence"])
+def test_sequence_level_weights_are_constant_along_each_row(level: str) -> None:
+    # what token_level=False promises, checked on the weights themselves
+    g = torch.Generator().manual_seed(5)
+    kappa = torch.exp(0.7 * torch.randn(5, 6, generator=g)).tolist()
+    mask = (torch.rand(5, 6, generator=g) > 0.2).tolist()
+    terms = kappa_terms(kappa, mask)
+    versions = torch.randint(0, 9, (5, 6), generator=g)
+    terms = dataclasses.replace(terms, policy_version=versions, learner_version=10)
+    p = BehaviourParams(tis_level=level)
+    for name in NAMES:
+        if corrections.get(name).is_token_level(p):
+            continue
+        w, _ = weight(name, terms, p)
+        assert torch.equal(w, w[:, :1].expand_as(w)), name
 
 
 # ---------------------------------------------------------------- tis
@@ -187,6 +226,48 @@ def test_staleness_needs_policy_version() -> None:
     terms = kappa_terms([[1.0]])
     with pytest.raises(ConfigError, match=r"^behaviour.corrections: 'staleness'"):
         corrections.get("staleness").fn(terms, BehaviourParams())
+
+
+def test_staleness_needs_learner_version() -> None:
+    # a learner version defaulting to 0 would turn version 100 into lag −100: never stale
+    terms = dataclasses.replace(
+        kappa_terms([[1.0, 1.0]]), policy_version=torch.tensor([[100, 100]])
+    )
+    assert terms.learner_version is None
+    with pytest.raises(
+        ConfigError, match=r"^behaviour.corrections: 'staleness' needs learner_version"
+    ):
+        corrections.get("staleness").fn(terms, BehaviourParams())
+
+
+def test_terms_from_batch_leaves_the_learner_version_unset() -> None:
+    mask = torch.ones(1, 2, dtype=torch.bool)
+    batch = make_batch(mask, torch.ones(1), policy_version=torch.tensor([[100, 100]]))
+    terms = terms_from_batch(batch, torch.zeros(1, 2), torch.ones(1, 2), mode="bypass")
+    with pytest.raises(ConfigError, match=r"needs learner_version"):
+        corrections.get("staleness").fn(terms, BehaviourParams())
+    ok = terms_from_batch(
+        batch, torch.zeros(1, 2), torch.ones(1, 2), mode="bypass", learner_version=105
+    )
+    w, diag = weight("staleness", ok, BehaviourParams(max_staleness=4))  # lag 5 > 4
+    assert w.tolist() == [[0.0, 0.0]] and diag["system/stale_frac"].item() == 1.0
+
+
+def test_staleness_rejects_a_policy_version_from_the_future() -> None:
+    # learner version 5; a masked token from version 7 is a bookkeeping bug,
+    # while version 9 off the mask is ignored
+    base = kappa_terms([[1.0, 1.0], [1.0, 1.0]], [[True, True], [True, False]])
+    future = dataclasses.replace(
+        base, policy_version=torch.tensor([[4, 7], [5, 5]]), learner_version=5
+    )
+    with pytest.raises(
+        ConfigError,
+        match=r"^behaviour.corrections: 'staleness' got policy_version 7 > learner_version 5",
+    ):
+        corrections.get("staleness").fn(future, BehaviourParams())
+    off_mask = dataclasses.replace(future, policy_version=torch.tensor([[4, 5], [5, 9]]))
+    w, _ = weight("staleness", off_mask, BehaviourParams())
+    assert w.tolist() == [[1.0, 1.0], [1.0, 1.0]]
 
 
 # ---------------------------------------------------------------- decoupled

@@ -113,3 +113,16 @@ def test_adaptive_beta_moves_toward_target_within_the_clip(
         assert new > beta  # KL too high → stronger penalty
     elif kl < target * (1 - 1e-9):
         assert new < beta
+
+
+def test_estimators_form_the_log_ratio_in_float32() -> None:
+    # log π_θ = −0.01, log π_ref = −10 in bfloat16: the difference 9.99 is not a bfloat16
+    # number (step 0.0625 near 10); every estimator works on the float32 difference
+    lp = torch.tensor([[-0.01, -2.0]], dtype=torch.bfloat16)
+    ref = torch.tensor([[-10.0, -2.01]], dtype=torch.bfloat16)
+    diff = lp.float() - ref.float()
+    assert torch.equal(k1(lp, ref), diff)
+    assert torch.equal(k2(lp, ref), 0.5 * diff.square())
+    x = -diff
+    torch.testing.assert_close(k3(lp, ref), torch.expm1(x) - x)
+    assert all(k(lp, ref).dtype == torch.float32 for k in (k1, k2, k3))

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from typing import Any
 
 import pytest
 import torch
@@ -118,3 +120,104 @@ def test_check_behaviour_rejects_bad_combinations() -> None:
         check_behaviour(BehaviourParams(corrections=("tis", "tis")), kl)
     with pytest.raises(ConfigError, match=r"^kl.target"):
         check_behaviour(BehaviourParams(), KLParams(target=0.0))
+
+
+# ---------------------------------------------------------------- objective × correction levels
+
+
+def test_gspo_with_a_token_level_correction_is_rejected() -> None:
+    kl = KLParams()
+    for name in ("tis", "icepop", "decoupled"):
+        with pytest.raises(
+            ConfigError,
+            match=rf"^behaviour.corrections: '{name}' .*'gspo'.*behaviour.gspo_token=true"
+            r".*sequence-level correction \(tis with tis_level=sequence, masked_is, staleness\)",
+        ):
+            check_behaviour(BehaviourParams(objective="gspo", corrections=(name,)), kl)
+    # accepted: sequence-level corrections, or GSPO-token, or a token-level objective
+    for p in (
+        BehaviourParams(objective="gspo", corrections=("tis",), tis_level="sequence"),
+        BehaviourParams(objective="gspo", corrections=("masked_is", "staleness")),
+        BehaviourParams(objective="gspo", corrections=("icepop", "tis"), gspo_token=True),
+        BehaviourParams(objective="ppo_clip", corrections=("icepop", "tis", "decoupled")),
+    ):
+        check_behaviour(p, kl)
+
+
+def test_gspo_token_with_icepop_stops_the_masked_token() -> None:
+    # one row of 3 tokens, r = 1 (s = 1), Â = 1, IcePop κ = (10, 1, 1) → w = (0, 1, 1).
+    # response_mean weights each token by 1/3. GSPO-token routes token t's gradient to its
+    # own log π_θ: ∂j_t/∂log π_θ(t) = −Â·s = −1, so grad = (0, −1/3, −1/3).
+    # (Sequence-level GSPO would give (w_1 + w_2 + w_3)/3 · (−1/3) = −2/9 on every token,
+    # IcePop's mask notwithstanding; check_behaviour rejects that combination.)
+    lp = torch.full((1, 3), -1.0, requires_grad=True)
+    mu = lp.detach() - torch.tensor([[math.log(10.0), 0.0, 0.0]])
+    terms = PolicyTerms(lp, lp.detach(), mu, torch.ones(1, 3), torch.ones(1, 3, dtype=torch.bool))
+    p = BehaviourParams(objective="gspo", corrections=("icepop",), gspo_token=True)
+    j, _ = policy_loss(terms, p, KLParams())
+    (grad,) = torch.autograd.grad(j.sum() / 3, lp)
+    torch.testing.assert_close(grad, torch.tensor([[0.0, -1 / 3, -1 / 3]]))
+
+
+def _level_variants() -> list[Any]:
+    """Every objective × correction, with each registered level switch on and off."""
+    out = []
+    for obj in registry.names():
+        for name in corrections.names():
+            variants = [({}, BehaviourParams(objective=obj, corrections=(name,)))]
+            switch = registry.get(obj).token_switch
+            if switch is not None:
+                variants += [
+                    ({switch: True}, dataclasses.replace(variants[0][1], **{switch: True}))
+                ]
+            level = corrections.get(name).level_switch
+            if level is not None:
+                variants += [
+                    (k | {level: "sequence"}, dataclasses.replace(v, **{level: "sequence"}))
+                    for k, v in variants
+                ]
+            for switched, p in variants:
+                tag = ",".join(f"{k}={v}" for k, v in switched.items())
+                out.append(pytest.param(p, id=f"{obj}+{name}" + (f"[{tag}]" if tag else "")))
+    return out
+
+
+@pytest.mark.parametrize("p", _level_variants())
+def test_accepted_combinations_scale_each_tokens_gradient_by_its_weight(
+    p: BehaviourParams,
+) -> None:
+    # FORMULAS §4: a correction is a detached per-token weight w on the objective, so the
+    # gradient w.r.t. log π_θ(t) of the reduced loss must be w_t times the uncorrected one
+    # (w_t = 0: no gradient). check_behaviour must accept exactly the combinations where
+    # this holds on data with per-token κ; the composition is built by hand so the
+    # rejected ones can be checked too. Here masked_is drops row 0 (geometric mean
+    # 24^(1/4) = 2.21 > 2), staleness drops row 1 (lag 6 − 1 = 5 > 4), IcePop masks κ = 20
+    # and 0.3, TIS caps κ = 20 and 3 at 2.
+    g = torch.Generator().manual_seed(9)
+    mask = torch.tensor([[1, 1, 1, 1], [1, 1, 1, 0], [1, 1, 0, 0]]).bool()
+    lp = (-torch.rand(3, 4, generator=g) - 0.5).requires_grad_(True)
+    old = lp.detach() + 0.05 * torch.randn(3, 4, generator=g)
+    kappa = torch.tensor([[20.0, 1.0, 1.5, 0.8], [0.3, 1.2, 1.0, 1.0], [3.0, 1.0, 1.0, 1.0]])
+    adv = torch.tensor([[1.0], [-0.5], [2.0]]).expand(3, 4)
+    terms = PolicyTerms(
+        lp, old, old - kappa.log(), adv, mask, torch.tensor([[5] * 4, [1] * 4, [6] * 4]), 6
+    )
+
+    def grad_of(with_weight: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        j, _ = registry.get(p.objective).fn(terms, p)
+        w, _ = corrections.get(p.corrections[0]).fn(terms, p)
+        j = j * w if with_weight else j
+        m = mask.float()
+        loss = ((j * m).sum(-1) / m.sum(-1)).mean()  # response_mean
+        (grad,) = torch.autograd.grad(loss, lp)
+        return grad, w
+
+    corrected, w = grad_of(True)
+    plain, _ = grad_of(False)
+    holds = torch.allclose(torch.where(mask, corrected, 0.0), torch.where(mask, w * plain, 0.0))
+    try:
+        check_behaviour(p, KLParams())
+        accepted = True
+    except ConfigError:
+        accepted = False
+    assert accepted == holds

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -102,6 +103,20 @@ def test_ppo_clip_hand_case() -> None:
     assert diag["ratio/rho/clipped_frac"].item() == pytest.approx(0.4)
     assert diag["ratio/rho/clipped_high_frac"].item() == pytest.approx(0.2)
     assert diag["ratio/rho/clipped_low_frac"].item() == pytest.approx(0.2)
+
+
+def test_ppo_clip_bypass_diagnostics_keep_the_rho_keys_but_measure_d() -> None:
+    # bypass: π_old := μ_old, so the clipped ratio is d = π_θ/μ_old. With d = (1.5, 1.0),
+    # Â = +1, ε = 0.2: token 0 is clipped → ratio/rho/clipped_frac = 1/2 (d's fraction),
+    # and no ratio/rho tail statistics are reported (only ratio/d/*).
+    lp = torch.full((1, 2), -1.0, requires_grad=True)
+    mu = lp.detach() - torch.tensor([[math.log(1.5), 0.0]])
+    terms = PolicyTerms(lp, mu, mu, torch.ones(1, 2), torch.ones(1, 2, dtype=torch.bool))
+    _, diag = registry.get("ppo_clip").fn(terms, BehaviourParams(mode="bypass"))
+    assert diag["ratio/rho/clipped_frac"].item() == pytest.approx(0.5)
+    assert diag["ratio/rho/clipped_high_frac"].item() == pytest.approx(0.5)
+    assert diag["ratio/d/max_abs_log"].item() == pytest.approx(math.log(1.5))
+    assert "ratio/rho/max_abs_log" not in diag
 
 
 def test_ppo_clip_gradient_zero_exactly_where_clipped_towards_the_advantage() -> None:
@@ -246,6 +261,35 @@ def test_gspo_token_value_and_gradient_equal_gspo(eps: tuple[float, float]) -> N
     torch.testing.assert_close(out[True][0], out[False][0])
     torch.testing.assert_close(out[True][1], out[False][1])
     torch.testing.assert_close(out[True][2], out[False][2])
+
+
+def test_gspo_and_gspo_token_differ_when_the_advantage_varies_along_a_sequence() -> None:
+    # Not an equivalence: GSPO is defined with one sequence advantage Â_i, and the paper
+    # claims GSPO-token = GSPO only when every token carries that Â_i. GSPO-token exists
+    # to admit per-token Â_{i,t}; rlmap's GSPO reduces them to their masked mean.
+    # One row, log r = 0 (s = 1, inside the clip), Â = (1, 3), response_mean weights 1/2:
+    #   GSPO:        Â_i = 2, j = (−2, −2); loss = −2s, ∂s/∂log π_θ(t) = s/2 → grad (−1, −1)
+    #   GSPO-token:  j_t = −s_t·Â_t = (−1, −3); ∂j_t/∂log π_θ(t) = −Â_t → grad (−1/2, −3/2)
+    want = {False: ([-2.0, -2.0], [-1.0, -1.0]), True: ([-1.0, -3.0], [-0.5, -1.5])}
+    for token, (value, grad) in want.items():
+        terms, lp = terms_for([[0.0, 0.0]], [[1.0, 3.0]])
+        p = BehaviourParams(objective="gspo", gspo_token=token)
+        j, _ = registry.get("gspo").fn(terms, p)
+        (g,) = torch.autograd.grad(response_mean(j, terms.mask), lp)
+        assert j.detach()[0].tolist() == pytest.approx(value)
+        assert g[0].tolist() == pytest.approx(grad)
+
+
+def test_objective_levels() -> None:
+    levels = {n: registry.get(n).sequence_level for n in NAMES}
+    assert levels == dict.fromkeys(NAMES, False) | {"gspo": True}
+    switches = {n: registry.get(n).token_switch for n in NAMES}
+    assert switches == dict.fromkeys(NAMES) | {"gspo": "gspo_token"}
+    fields = {f.name: f.type for f in dataclasses.fields(BehaviourParams)}
+    assert all(fields[s] == "bool" for s in switches.values() if s is not None)
+    assert registry.get("gspo").is_sequence_level(BehaviourParams())
+    assert not registry.get("gspo").is_sequence_level(BehaviourParams(gspo_token=True))
+    assert not registry.get("ppo_clip").is_sequence_level(BehaviourParams(gspo_token=True))
 
 
 def test_gspo_response_mean_is_the_sequence_mean() -> None:

@@ -12,12 +12,15 @@ from hypothesis import strategies as st
 from rlmap.core.batch import make_batch
 from rlmap.core.errors import ConfigError
 from rlmap.correction.ratios import (
+    LOG_RATIO_BOUND,
     log_direct,
     log_kappa,
+    log_ratio,
     log_rho,
     masked_quantile,
     ratio_stats,
     resolve_old,
+    sequence_mean,
 )
 from rlmap.correction.terms import PolicyTerms, terms_from_batch
 
@@ -138,6 +141,98 @@ def test_masked_quantile_matches_torch_quantile(values: list[float], q: float) -
     mask = torch.ones_like(x, dtype=torch.bool)
     got = masked_quantile(x, mask, q)
     torch.testing.assert_close(got, torch.quantile(x.flatten(), q))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.tuples(st.floats(-50, 50), st.booleans()), min_size=1, max_size=20),
+    st.floats(0.0, 1.0),
+)
+def test_masked_quantile_partial_mask_matches_torch_quantile(
+    entries: list[tuple[float, bool]], q: float
+) -> None:
+    # masked-out entries hold garbage that must not move the quantile
+    x = torch.tensor([[v if keep else 1e6 for v, keep in entries]], dtype=torch.float64)
+    mask = torch.tensor([[keep for _, keep in entries]])
+    got = masked_quantile(x, mask, q)
+    want = torch.quantile(x[mask], q) if mask.any() else torch.zeros((), dtype=torch.float64)
+    torch.testing.assert_close(got, want)
+
+
+@pytest.mark.parametrize("q", [0.0, 0.01, 0.25, 0.49, 0.5, 0.75, 0.99, 1.0])
+def test_masked_quantile_partial_mask_every_q(q: float) -> None:
+    # low quantiles (q < 0.5) take the mirrored path Q_q(x) = −Q_{1−q}(−x)
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(6, 9, generator=g, dtype=torch.float64)
+    mask = torch.rand(6, 9, generator=g) > 0.4
+    torch.testing.assert_close(masked_quantile(x, mask, q), torch.quantile(x[mask], q))
+
+
+@pytest.mark.parametrize("q", [0.1, 0.5, 0.99])
+def test_masked_quantile_empty_mask_is_zero(q: float) -> None:
+    x = torch.randn(3, 4)
+    assert masked_quantile(x, torch.zeros(3, 4, dtype=torch.bool), q).item() == 0.0
+
+
+def test_masked_quantile_single_masked_value_is_that_value() -> None:
+    x = torch.tensor([[3.0, -7.0, 1.0]])
+    mask = torch.tensor([[False, True, False]])
+    for q in (0.0, 0.3, 0.99):
+        assert masked_quantile(x, mask, q).item() == -7.0
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_masked_quantile_low_precision_position(dtype: torch.dtype) -> None:
+    # n = 1000, q = 0.99: position 0.99·999 = 989.01; in bfloat16 it rounds to 988 and the
+    # interpolation is done in bfloat16. The values themselves are exact in either dtype.
+    g = torch.Generator().manual_seed(5)
+    x = torch.rand(10, 100, generator=g).to(dtype)
+    mask = torch.ones(10, 100, dtype=torch.bool)
+    got = masked_quantile(x, mask, 0.99)
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got, torch.quantile(x.float().flatten(), 0.99))
+
+
+def test_ratio_stats_float16_mean_does_not_overflow() -> None:
+    # 70 000 tokens with |log x| = 0.5: a float16 token count is inf, the mean would be 0
+    log_x = torch.full((7, 10_000), -0.5, dtype=torch.float16)
+    s = ratio_stats(log_x, torch.ones(7, 10_000, dtype=torch.bool), "kappa")
+    assert s["ratio/kappa/mean_abs_log"].item() == 0.5
+    assert s["ratio/kappa/p99_abs_log"].item() == 0.5
+
+
+def test_log_ratio_is_formed_in_float32_from_low_precision_inputs() -> None:
+    # log π = −0.01 vs −10: the difference 9.99 is not a bfloat16 number (the step near 10
+    # is 0.0625, so bfloat16 would give 10.0); the inputs are upcast before subtracting
+    num = torch.tensor([[-0.01, -3.3]], dtype=torch.bfloat16)
+    den = torch.tensor([[-10.0, -3.31]], dtype=torch.bfloat16)
+    got = log_ratio(num, den)
+    assert got.dtype == torch.float32
+    assert torch.equal(got, num.float() - den.float())
+    assert got[0, 0].item() != 10.0
+    half = log_ratio(num.half(), den.half())
+    assert half.dtype == torch.float32
+    assert torch.equal(half, num.half().float() - den.half().float())
+
+
+def test_log_ratio_keeps_float64_and_the_gradient() -> None:
+    lp = torch.tensor([[-1.0]], dtype=torch.bfloat16, requires_grad=True)
+    log_r = log_ratio(lp, torch.tensor([[-1.5]], dtype=torch.bfloat16))
+    log_r.sum().backward()
+    assert lp.grad is not None and lp.grad.item() == 1.0
+    x64 = torch.tensor([[-1.0]], dtype=torch.float64)
+    assert log_ratio(x64, x64 - 30).dtype == torch.float64
+    assert log_ratio(x64, x64 - 30).item() == LOG_RATIO_BOUND
+
+
+def test_sequence_mean_counts_tokens_exactly_in_bfloat16() -> None:
+    # one row of 1001 action tokens, x = 1000 on the first and 0 elsewhere:
+    # mean = 1000/1001 = 0.999001; a bfloat16 count rounds 1001 to 1000 and gives 1.0
+    x = torch.zeros(1, 1001, dtype=torch.bfloat16)
+    x[0, 0] = 1000.0
+    got = sequence_mean(x, torch.ones(1, 1001, dtype=torch.bool))
+    assert got.dtype == torch.float32
+    assert got.item() == pytest.approx(1000 / 1001, rel=1e-6)
 
 
 def test_policy_terms_properties_carry_gradient_only_through_theta() -> None:

@@ -18,8 +18,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from rlmap.core.ops import at_least_float32
 from rlmap.core.registry import Registry
-from rlmap.correction.ratios import LOG_RATIO_BOUND
+from rlmap.correction.ratios import log_ratio
 
 K3_BOUND = 10.0
 """k3 is clamped to [−10, 10] (as verl's ``low_var_kl``)."""
@@ -36,24 +37,25 @@ class KLEstimator:
 
 
 def k1(logprobs_BT: Tensor, ref_logprobs_BT: Tensor) -> Tensor:
-    """k1 = log π_θ − log π_ref; (B, T)."""
-    return logprobs_BT - ref_logprobs_BT
+    """k1 = log π_θ − log π_ref; (B, T), formed in at least float32 (as every log-ratio)."""
+    return at_least_float32(logprobs_BT) - at_least_float32(ref_logprobs_BT)
 
 
 def k2(logprobs_BT: Tensor, ref_logprobs_BT: Tensor) -> Tensor:
-    """k2 = ½ (log π_θ − log π_ref)²; (B, T)."""
-    return 0.5 * (logprobs_BT - ref_logprobs_BT).square()
+    """k2 = ½ (log π_θ − log π_ref)²; (B, T), in at least float32."""
+    return 0.5 * k1(logprobs_BT, ref_logprobs_BT).square()
 
 
 def k3(logprobs_BT: Tensor, ref_logprobs_BT: Tensor) -> Tensor:
     """k3 = exp(x) − x − 1, x = log π_ref − log π_θ, clamped to [−10, 10]; (B, T).
 
     Differs from the bare formula: x itself is clamped to [−20, 20] before exp (the
-    rule for every ratio, FORMULAS §1), so exp cannot overflow and the backward pass
-    cannot produce 0·inf = NaN where the outer clamp is active. exp(x) − 1 is computed
-    as expm1(x): for tiny |x|, float32 exp(x) rounds to 1 and would give k3 = −x < 0.
+    rule for every ratio, FORMULAS §1, and formed in at least float32), so exp cannot
+    overflow and the backward pass cannot produce 0·inf = NaN where the outer clamp is
+    active. exp(x) − 1 is computed as expm1(x): for tiny |x|, float32 exp(x) rounds to 1
+    and would give k3 = −x < 0.
     """
-    x = (ref_logprobs_BT - logprobs_BT).clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND)
+    x = log_ratio(ref_logprobs_BT, logprobs_BT)
     return (torch.expm1(x) - x).clamp(-K3_BOUND, K3_BOUND)
 
 

@@ -14,10 +14,10 @@ import torch
 from torch import Tensor
 
 from rlmap.core.errors import ConfigError
+from rlmap.core.ops import masked_mean
 from rlmap.correction.kl import registry as kl_estimators
 from rlmap.correction.objectives import registry as objectives
 from rlmap.correction.params import BehaviourParams, KLParams
-from rlmap.correction.ratios import masked_mean
 from rlmap.correction.terms import PolicyTerms
 from rlmap.correction.weights import registry as corrections
 
@@ -33,6 +33,7 @@ def check_behaviour(p: BehaviourParams, kl: KLParams) -> None:
             )
     if len(set(p.corrections)) != len(p.corrections):
         raise ConfigError(f"behaviour.corrections: duplicate names in {p.corrections}")
+    _check_levels(p)
     if p.dual_clip is not None and p.dual_clip <= 1.0:
         raise ConfigError(f"behaviour.dual_clip: must be > 1, got {p.dual_clip}")
     if p.clip_low < 0 or p.clip_high < 0 or p.gate_low < 0 or p.gate_high < 0:
@@ -41,6 +42,43 @@ def check_behaviour(p: BehaviourParams, kl: KLParams) -> None:
         kl_estimators.get(kl.estimator)
     if kl.target is not None and kl.target <= 0:
         raise ConfigError(f"kl.target: must be > 0, got {kl.target}")
+
+
+def _check_levels(p: BehaviourParams) -> None:
+    """A sequence-level objective takes no token-level correction (FORMULAS §4).
+
+    A sequence-level objective writes one sequence loss j_i on every token of i, and
+    each copy carries the gradient of every token's log π_θ. A per-token weight w_t
+    scales only token t's copy, so a masked (w_t = 0) or capped token still gets
+    gradient through the other copies. E.g. GSPO, IcePop κ = (10, 1, 1), Â = 1, s = 1,
+    response_mean: the gradient is (w_1 + w_2 + w_3)/3 · (−1/3) = −2/9 on every token,
+    not (0, −1/3, −1/3).
+    """
+    objective = objectives.get(p.objective)
+    if not objective.is_sequence_level(p):
+        return
+    for name in p.corrections:
+        if corrections.get(name).is_token_level(p):
+            switch = objective.token_switch
+            fix = f"set behaviour.{switch}=true or " if switch is not None else ""
+            raise ConfigError(
+                f"behaviour.corrections: '{name}' weights single tokens, but objective "
+                f"'{p.objective}' is sequence-level (one sequence loss on every token), so a "
+                f"masked or capped token would still get gradient; {fix}use a sequence-level "
+                f"correction ({_sequence_level_corrections()})"
+            )
+
+
+def _sequence_level_corrections() -> str:
+    """The corrections that can be sequence-level, as a user would set them."""
+    options = []
+    for name in corrections:
+        entry = corrections.get(name)
+        if not entry.token_level:
+            options.append(name)
+        elif entry.level_switch is not None:
+            options.append(f"{name} with {entry.level_switch}=sequence")
+    return ", ".join(options)
 
 
 def policy_loss(

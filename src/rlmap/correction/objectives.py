@@ -9,6 +9,8 @@ Each objective comes in two layers: a pure ``*_loss`` function (tensors and keyw
 hyper-parameters in, loss out) and a registered adapter ``fn(terms, p)`` that reads
 :class:`BehaviourParams`, masks the loss and adds detached diagnostics: clip
 fractions and the tails of every ratio in use (ρ and κ in decoupled mode, d always).
+The clip fractions are keyed ``ratio/rho/*`` in both modes; in bypass mode the
+clipped ratio is d (see :func:`_clip_fracs`).
 """
 
 from __future__ import annotations
@@ -19,9 +21,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from rlmap.core.ops import masked_mean
 from rlmap.core.registry import Registry
 from rlmap.correction.params import BehaviourParams
-from rlmap.correction.ratios import masked_mean, ratio_stats, sequence_mean
+from rlmap.correction.ratios import ratio_stats, sequence_mean
 from rlmap.correction.terms import PolicyTerms
 
 ObjectiveFn = Callable[[PolicyTerms, BehaviourParams], tuple[Tensor, dict[str, Tensor]]]
@@ -39,6 +42,19 @@ class Objective:
     uses_ratio: bool = True
     """False for on-policy objectives with no importance ratio: reusing a batch for a
     second update would make them silently off-policy."""
+    sequence_level: bool = False
+    """True if j_{i,t} is one sequence loss j_i copied onto every action token of i, so
+    each token's log π_θ gets gradient through every other token's copy. A per-token
+    correction weight then cannot stop a token's gradient (FORMULAS §4): combining
+    them is a configuration error (:func:`rlmap.correction.loss.check_behaviour`)."""
+    token_switch: str | None = None
+    """The boolean :class:`BehaviourParams` field that, when true, makes a sequence-level
+    objective token-level (gspo: ``gspo_token``); None if there is none."""
+
+    def is_sequence_level(self, p: BehaviourParams) -> bool:
+        """Whether the objective is sequence-level under the settings ``p``."""
+        switched = self.token_switch is not None and bool(getattr(p, self.token_switch))
+        return self.sequence_level and not switched
 
 
 # ---------------------------------------------------------------- pure math
@@ -121,7 +137,10 @@ def gspo_loss(
     paper's sequence mean (1/B) Σ_i j_i, value and gradient. (Under token_mean a
     sequence would weigh |o_i|/Σ|o|, which the paper does not do.)
     Â_i is the masked mean of Â over the trajectory — the scalar itself for outcome
-    estimators, which broadcast one advantage to all tokens.
+    estimators, which broadcast one advantage to all tokens. Because every token's
+    log π_θ gets gradient through every copy of j_i, a per-token correction weight
+    cannot stop one token's gradient; ``check_behaviour`` rejects token-level
+    corrections unless ``gspo_token`` is set.
 
     GSPO-token (``token_level``): s_{i,t} = sg(s_i) · π_θ(t)/sg(π_θ(t)) with the
     per-token Â_{i,t}. Its value equals s_i and its gradient w.r.t. log π_θ(t) is
@@ -204,6 +223,14 @@ def _on_mask(j_BT: Tensor, terms: PolicyTerms) -> Tensor:
 
 
 def _clip_fracs(high_BT: Tensor, low_BT: Tensor, mask_BT: Tensor) -> dict[str, Tensor]:
+    """Fractions of action tokens where the clip removes the gradient (upper, lower, either).
+
+    Keys: ``ratio/rho/clipped_frac``, ``ratio/rho/clipped_high_frac``,
+    ``ratio/rho/clipped_low_frac``. The keys name ρ whatever the mode: in bypass mode
+    π_old := μ_old, so the clipped ratio is the direct ratio d = π_θ/μ_old (= ρ there),
+    and these fractions are d's. The names stay fixed so that a metric keeps one key
+    across modes; read them together with ``behaviour.mode``.
+    """
     return {
         "ratio/rho/clipped_frac": masked_mean((high_BT | low_BT).float(), mask_BT),
         "ratio/rho/clipped_high_frac": masked_mean(high_BT.float(), mask_BT),
@@ -217,6 +244,12 @@ def _pg(terms: PolicyTerms, p: BehaviourParams) -> tuple[Tensor, dict[str, Tenso
 
 
 def _ppo_clip(terms: PolicyTerms, p: BehaviourParams) -> tuple[Tensor, dict[str, Tensor]]:
+    """PPO clip on the mode's ratio r (ρ in decoupled mode, d in bypass mode).
+
+    Diagnostics ``ratio/rho/clipped_*`` and ``ratio/rho/dual_clipped_frac`` measure r:
+    in bypass mode they are the clip fractions of d, not of a recomputed ρ
+    (see :func:`_clip_fracs`).
+    """
     log_r, adv = terms.log_rho, terms.advantages
     j = ppo_clip_loss(log_r, adv, clip_low=p.clip_low, clip_high=p.clip_high, dual_clip=p.dual_clip)
     r = log_r.detach().exp()
@@ -289,7 +322,12 @@ registry.add(
 registry.add(
     "gspo",
     Objective(
-        _gspo, "PPO clip on the sequence ratio", "Zheng et al. 2025 (GSPO)", (*_CLIP, "gspo_token")
+        _gspo,
+        "PPO clip on the sequence ratio",
+        "Zheng et al. 2025 (GSPO)",
+        (*_CLIP, "gspo_token"),
+        sequence_level=True,
+        token_switch="gspo_token",
     ),
 )
 registry.add(

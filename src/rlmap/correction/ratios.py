@@ -6,8 +6,9 @@ Notation::
     log κ = log π_old − log μ_old   training vs rollout engine: what TIS/IcePop correct
     log d = log π_θ − log μ_old     = log ρ + log κ: what asynchronous gates use
 
-Every ratio is formed in log space and clamped to [−20, 20] before ``exp``, so a
-token the other engine found nearly impossible cannot overflow the loss. In
+Every ratio is formed in log space, in at least float32, and clamped to [−20, 20]
+before ``exp``, so a token the other engine found nearly impossible cannot overflow
+the loss. In
 **bypass** mode π_old := μ_old, so κ ≡ 1 and ρ = d (one fewer forward pass).
 """
 
@@ -17,14 +18,21 @@ import torch
 from torch import Tensor
 
 from rlmap.core.errors import ConfigError
+from rlmap.core.ops import at_least_float32, masked_mean
 
 LOG_RATIO_BOUND = 20.0
 """|log x| is clamped to this before exp (exp(20) ≈ 4.9e8 stays finite in float32)."""
 
 
 def log_ratio(log_num_BT: Tensor, log_den_BT: Tensor) -> Tensor:
-    """clamp(log num − log den, −20, 20), the log of a ratio of probabilities; shapes broadcast."""
-    return (log_num_BT - log_den_BT).clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND)
+    """clamp(log num − log den, −20, 20), the log of a ratio of probabilities; shapes broadcast.
+
+    Formed in at least float32: both log-probabilities are upcast *before* the
+    subtraction. In bfloat16 a log-probability near −10 is rounded to a step of
+    0.0625, so a ratio band such as GSPO's 1 ± 3e-4 could not be resolved at all.
+    """
+    diff = at_least_float32(log_num_BT) - at_least_float32(log_den_BT)
+    return diff.clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND)
 
 
 def log_rho(logprobs_BT: Tensor, old_logprobs_BT: Tensor) -> Tensor:
@@ -60,16 +68,14 @@ def resolve_old(mode: str, old_logprobs_BT: Tensor | None, behavior_logprobs_BT:
     return old_logprobs_BT
 
 
-def masked_mean(x_BT: Tensor, mask_BT: Tensor) -> Tensor:
-    """Σ m·x / max(Σ m, 1): the mean over masked entries, 0 when none (no host sync)."""
-    m = mask_BT.to(x_BT.dtype)
-    return (x_BT * m).sum() / m.sum().clamp(min=1.0)
-
-
 def sequence_mean(x_BT: Tensor, mask_BT: Tensor) -> Tensor:
-    """(B,) Σ_t m_{i,t} x_{i,t} / |o_i|, the masked mean over each trajectory (0 if |o_i| = 0)."""
-    m = mask_BT.to(x_BT.dtype)
-    return torch.where(mask_BT, x_BT, 0.0).sum(-1) / m.sum(-1).clamp(min=1.0)
+    """(B,) Σ_t m_{i,t} x_{i,t} / |o_i|, the masked mean over each trajectory (0 if |o_i| = 0).
+
+    Summed in at least float32 and counted in int64 (a bfloat16 count of 1001 tokens
+    would round to 1000); differentiable in x.
+    """
+    n_B = mask_BT.sum(-1).clamp(min=1)  # (B,) int64
+    return torch.where(mask_BT, at_least_float32(x_BT), 0.0).sum(-1) / n_B
 
 
 def masked_quantile(x_BT: Tensor, mask_BT: Tensor, q: float) -> Tensor:
@@ -79,22 +85,25 @@ def masked_quantile(x_BT: Tensor, mask_BT: Tensor, q: float) -> Tensor:
     only the tail beyond the quantile is selected (``topk``), since a diagnostic such
     as p99 runs on every learner step (a sort of B·T = 512K values costs ~6× a topk).
     Uses Q_q(x) = −Q_{1−q}(−x) so that the selected tail is always the short one.
+    Values are compared and interpolated in at least float32, the position is
+    computed in float64 (in bfloat16, position 0.99·999 = 989.01 would round to 988).
     """
     if q < 0.5:
         return -masked_quantile(-x_BT, mask_BT, 1.0 - q)
+    x_BT = at_least_float32(x_BT)
     flat = torch.where(mask_BT, x_BT, -torch.inf).flatten()  # (N,), masked-out at the bottom
     total = flat.numel()
     if total == 0:
         return x_BT.new_zeros(())
     k = min(total, int((total - 1) * (1.0 - q)) + 2)
     top = flat.topk(k).values  # (k,) descending
-    n = mask_BT.sum()
-    pos = (n - 1).clamp(min=0).to(x_BT.dtype) * q  # ascending position among the n values
+    n = mask_BT.sum()  # int64
+    pos = (n - 1).clamp(min=0).to(torch.float64) * q  # ascending position among the n values
     lo, hi = pos.floor(), pos.ceil()
     # Ascending index i of n values is descending index n − 1 − i, within the top k.
     top_lo = top[(n - 1 - lo.long()).clamp(0, k - 1)]
     top_hi = top[(n - 1 - hi.long()).clamp(0, k - 1)]
-    value = top_lo + (pos - lo) * (top_hi - top_lo)
+    value = top_lo + (pos - lo).to(x_BT.dtype) * (top_hi - top_lo)
     return torch.where(n > 0, value, torch.zeros_like(value))
 
 
@@ -105,7 +114,7 @@ def ratio_stats(log_x_BT: Tensor, mask_BT: Tensor, name: str) -> dict[str, Tenso
     ``ratio/<name>/max_abs_log``. PPO's clip fraction alone cannot reveal an engine
     mismatch; these tails on κ can.
     """
-    a = log_x_BT.detach().abs()  # (B, T)
+    a = at_least_float32(log_x_BT.detach()).abs()  # (B, T)
     mask = mask_BT.bool()
     return {
         f"ratio/{name}/mean_abs_log": masked_mean(a, mask),

@@ -30,8 +30,9 @@ class PolicyTerms:
     """(B, T) bool action mask m: policy-generated, trained tokens."""
     policy_version: Tensor | None = None
     """(B, T) long weight version that produced each action token (staleness)."""
-    learner_version: int = 0
-    """The learner's current weight version."""
+    learner_version: int | None = None
+    """The learner's current weight version; None if the caller does not track versions
+    (the ``staleness`` correction then refuses to run rather than see a lag of 0)."""
 
     @property
     def log_rho(self) -> Tensor:
@@ -55,12 +56,13 @@ def terms_from_batch(
     advantages_BT: Tensor,
     *,
     mode: str,
-    learner_version: int = 0,
+    learner_version: int | None = None,
 ) -> PolicyTerms:
     """PolicyTerms from a batch record, π_old resolved for the ratio ``mode``.
 
     Invalid trajectories (``batch.valid`` false) leave the action mask, so they
-    contribute zero loss.
+    contribute zero loss. ``learner_version`` is the learner's current weight version;
+    the ``staleness`` correction needs it (None: not tracked).
     """
     return PolicyTerms(
         logprobs=logprobs_BT,

@@ -19,9 +19,10 @@ import torch
 from torch import Tensor
 
 from rlmap.core.errors import ConfigError
+from rlmap.core.ops import masked_mean
 from rlmap.core.registry import Registry
 from rlmap.correction.params import BehaviourParams
-from rlmap.correction.ratios import LOG_RATIO_BOUND, masked_mean, sequence_mean
+from rlmap.correction.ratios import LOG_RATIO_BOUND, sequence_mean
 from rlmap.correction.terms import PolicyTerms
 
 CorrectionFn = Callable[[PolicyTerms, BehaviourParams], tuple[Tensor, dict[str, Tensor]]]
@@ -34,10 +35,23 @@ class Correction:
     fn: CorrectionFn
     needs_kappa: bool
     """True if it corrects κ = π_old/μ_old (meaningless in bypass mode, where κ ≡ 1)."""
+    token_level: bool
+    """True if its weight can differ between the tokens of one trajectory (a per-token
+    weight or mask); False if it is constant along each trajectory. A token-level
+    weight cannot stop a token's gradient under a sequence-level objective, whose
+    sequence loss sits on every token (:attr:`Objective.sequence_level`)."""
     summary: str
     paper: str
     params: tuple[str, ...] = ()
     """The :class:`BehaviourParams` fields this correction reads (shown by ``rlmap explain``)."""
+    level_switch: str | None = None
+    """The :class:`BehaviourParams` field whose value ``"sequence"`` makes a token-level
+    correction sequence-level (tis: ``tis_level``); None if there is none."""
+
+    def is_token_level(self, p: BehaviourParams) -> bool:
+        """Whether the weight is token-level under the settings ``p``."""
+        switched = self.level_switch is not None and getattr(p, self.level_switch) == "sequence"
+        return self.token_level and not switched
 
 
 # ---------------------------------------------------------------- pure math
@@ -137,12 +151,26 @@ def _masked_is(terms: PolicyTerms, p: BehaviourParams) -> tuple[Tensor, dict[str
 
 
 def _staleness(terms: PolicyTerms, p: BehaviourParams) -> tuple[Tensor, dict[str, Tensor]]:
-    if terms.policy_version is None:
+    version, v = terms.policy_version, terms.learner_version
+    if version is None:
         raise ConfigError(
             "behaviour.corrections: 'staleness' needs policy_version (the weight version "
             "that produced each token); the rollout engine did not record it"
         )
-    version, v = terms.policy_version, terms.learner_version
+    if v is None:
+        raise ConfigError(
+            "behaviour.corrections: 'staleness' needs learner_version (the learner's current "
+            "weight version); pass it to terms_from_batch"
+        )
+    # A version from the future is a bookkeeping bug, and would pass as lag < 0 (never
+    # stale); checking it costs one host sync per call.
+    future_BT = terms.mask & (version > v)
+    if bool(future_BT.any()):
+        newest = int(version[future_BT].amax())
+        raise ConfigError(
+            f"behaviour.corrections: 'staleness' got policy_version {newest} > learner_version "
+            f"{v}; a token cannot come from weights newer than the learner's (version bookkeeping)"
+        )
     w = staleness_weight(version, terms.mask, learner_version=v, max_staleness=p.max_staleness)
     lag_B = version_lag(version, terms.mask, v)
     diag = {
@@ -163,49 +191,55 @@ registry.add(
     "tis",
     Correction(
         _tis,
-        True,
-        "w = min(κ, C), token or sequence",
-        "Yao et al. 2025 (TIS)",
-        ("tis_cap", "tis_level"),
+        needs_kappa=True,
+        token_level=True,
+        summary="w = min(κ, C), token or sequence",
+        paper="Yao et al. 2025 (TIS)",
+        params=("tis_cap", "tis_level"),
+        level_switch="tis_level",
     ),
 )
 registry.add(
     "icepop",
     Correction(
         _icepop,
-        True,
-        "w = κ·1[α ≤ κ ≤ β]",
-        "Ling Team 2025 (IcePop)",
-        ("icepop_low", "icepop_high"),
+        needs_kappa=True,
+        token_level=True,
+        summary="w = κ·1[α ≤ κ ≤ β]",
+        paper="Ling Team 2025 (IcePop)",
+        params=("icepop_low", "icepop_high"),
     ),
 )
 registry.add(
     "masked_is",
     Correction(
         _masked_is,
-        True,
-        "drop trajectories whose geometric-mean κ leaves [α, β]",
-        "sequence-level masked IS (verl rollout correction, 2025)",
-        ("masked_is_low", "masked_is_high"),
+        needs_kappa=True,
+        token_level=False,
+        summary="drop trajectories whose geometric-mean κ leaves [α, β]",
+        paper="sequence-level masked IS (verl rollout correction, 2025)",
+        params=("masked_is_low", "masked_is_high"),
     ),
 )
 registry.add(
     "staleness",
     Correction(
         _staleness,
-        False,
-        "drop trajectories more than η versions stale",
-        "AReaL, SAO",
-        ("max_staleness",),
+        needs_kappa=False,
+        token_level=False,
+        summary="drop trajectories more than η versions stale",
+        paper="AReaL, SAO",
+        params=("max_staleness",),
     ),
 )
 registry.add(
     "decoupled",
     Correction(
         _decoupled,
-        True,
-        "AReaL behaviour weight min(π_prox/μ, cap)",
-        "Fu et al. 2025 (AReaL)",
-        ("decoupled_cap",),
+        needs_kappa=True,
+        token_level=True,
+        summary="AReaL behaviour weight min(π_prox/μ, cap)",
+        paper="Fu et al. 2025 (AReaL)",
+        params=("decoupled_cap",),
     ),
 )

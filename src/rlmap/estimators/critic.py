@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from rlmap.estimators.stats import masked_mean
+from rlmap.core.ops import masked_mean
 
 
 def value_loss(values_BT: Tensor, old_values_BT: Tensor, returns_BT: Tensor, clip: float) -> Tensor:

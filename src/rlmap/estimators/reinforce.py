@@ -10,8 +10,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from rlmap.core.ops import masked_mean
 from rlmap.estimators.group import group_stats
-from rlmap.estimators.stats import broadcast_to_tokens, masked_mean, whiten
+from rlmap.estimators.stats import broadcast_to_tokens, whiten
 
 
 def reinforce_advantages(rewards_B: Tensor, valid_B: Tensor) -> Tensor:

@@ -1,7 +1,8 @@
 """Masked statistics shared by the estimators: mean, std, whitening, broadcasting.
 
 Every statistic is over the entries where ``mask`` is True; masked-out entries never
-enter (they may hold NaN or garbage, which ``torch.where`` keeps out).
+enter (they may hold NaN or garbage, which ``torch.where`` keeps out). The masked
+mean itself is :func:`rlmap.core.ops.masked_mean`, shared with the behaviour axis.
 """
 
 from __future__ import annotations
@@ -9,11 +10,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-
-def masked_mean(x: Tensor, mask: Tensor) -> Tensor:
-    """Mean of ``x`` over ``mask`` (0 when the mask is empty); scalar tensor."""
-    n = mask.sum().clamp(min=1)
-    return torch.where(mask, x, 0.0).sum() / n
+from rlmap.core.ops import masked_mean
 
 
 def masked_std(x: Tensor, mask: Tensor) -> Tensor:
