@@ -17,8 +17,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 run: $(STAMP)
-	@echo "make run: the trainer (rlmap train) arrives with the trainer issue; not yet implemented." >&2
-	@exit 1
+	$(BIN)/rlmap train
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench

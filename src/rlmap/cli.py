@@ -39,6 +39,46 @@ def _cmd_config(args: argparse.Namespace) -> None:
     print(cfg.to_yaml(), end="")
 
 
+def _cmd_train(args: argparse.Namespace) -> None:
+    from pathlib import Path
+
+    from rlmap.experiments.rundir import create_run_dir
+    from rlmap.experiments.train import resume_config, run_training
+    from rlmap.recipes import build_config
+    from rlmap.recipes.config import read_yaml
+    from rlmap.system.setup import check_inputs
+
+    if args.resume is not None:
+        run_dir = Path(args.resume)
+        cfg = resume_config(run_dir, args.overrides)
+    else:
+        if args.recipe is not None and args.config is not None:
+            raise ConfigError("--recipe and --config: give one (a config file names its recipe)")
+        overrides = list(args.overrides) + ([f"seed={args.seed}"] if args.seed is not None else [])
+        file_data = read_yaml(args.config) if args.config else None
+        cfg = build_config(args.recipe, file_data, overrides)
+        check_inputs(cfg)
+        run_dir = create_run_dir(out=Path(args.out) if args.out else None)
+    print(f"run directory: {run_dir}", flush=True)
+    summary = run_training(cfg, run_dir, resume=args.resume is not None)
+    before, after = summary["before"], summary["after"]
+    print(f"held-out pass@1 {before['eval/pass@1']:.3f} -> {after['eval/pass@1']:.3f}, "
+          f"pass@{int(after['eval/k'])} {before['eval/pass@k']:.3f} -> {after['eval/pass@k']:.3f}, "
+          f"{summary['generated_tokens']} tokens, {summary['wall_clock_s']:.0f} s")  # fmt: skip
+    print(run_dir)
+
+
+def _cmd_eval(args: argparse.Namespace) -> None:
+    from pathlib import Path
+
+    from rlmap.system.evaluate import evaluate_checkpoint
+
+    metrics = evaluate_checkpoint(Path(args.checkpoint), samples=args.samples,
+                                  overrides=args.overrides)  # fmt: skip
+    for key, value in metrics.items():
+        print(f"{key:<16} {value:.4f}")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="rlmap", description="RL post-training of language models, one choice per axis."
@@ -49,6 +89,19 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("explain", help="a preset axis by axis: components, values, paper")
     p.add_argument("name", help="preset name (see `rlmap recipes`)")
     p.set_defaults(func=_cmd_explain)
+    p = sub.add_parser("train", help="train a policy; prints the run directory")
+    p.add_argument("--recipe", default=None, help="preset to start from (default: grpo)")
+    p.add_argument("--config", default=None, help="YAML config file (names its recipe)")
+    p.add_argument("--out", default=None, help="run directory to create (default: runs/<time>)")
+    p.add_argument("--resume", default=None, help="continue the run in this directory")
+    p.add_argument("--seed", type=int, default=None, help="seed of the run")
+    p.add_argument("overrides", nargs="*", help="dotted.key=value overrides")
+    p.set_defaults(func=_cmd_train)
+    p = sub.add_parser("eval", help="held-out pass@1, pass@k, length and diversity of a checkpoint")
+    p.add_argument("checkpoint", help="a checkpoint directory (Hugging Face format)")
+    p.add_argument("--samples", type=int, default=None, help="samples per prompt (k of pass@k)")
+    p.add_argument("overrides", nargs="*", help="dotted.key=value overrides of the data config")
+    p.set_defaults(func=_cmd_eval)
     p = sub.add_parser("papers", help="the paper index: each preset's paper and quoted values")
     p.set_defaults(func=_cmd_papers)
     p = sub.add_parser("config", help="print the resolved, validated config of a run")

@@ -20,7 +20,13 @@ from rlmap.core.errors import ConfigError
 from rlmap.correction.params import BehaviourParams, KLParams
 from rlmap.estimators.params import CreditParams, CriticParams
 from rlmap.feedback.params import FeedbackParams
-from rlmap.recipes.sections import DataConfig, GenerationConfig, ModelConfig, OptimConfig
+from rlmap.recipes.sections import (
+    DataConfig,
+    GenerationConfig,
+    ModelConfig,
+    OptimConfig,
+    RunConfig,
+)
 from rlmap.reduction.params import ReductionParams
 from rlmap.sampling.params import SamplingParams
 from rlmap.system.params import SystemParams
@@ -55,6 +61,7 @@ class RecipeConfig(pydantic.BaseModel):
     system: SystemParams = SystemParams()
     """Axis 6: wait at a barrier, or drift asynchronously?"""
     optim: OptimConfig = OptimConfig()
+    run: RunConfig = RunConfig()
 
     def to_yaml(self) -> str:
         """The config as YAML; ``load_config`` reads it back to an equal config."""

@@ -22,11 +22,20 @@ class DataConfig:
     """Prompts and their reference answers."""
 
     task: str = "arithmetic"
-    """Built-in task name, or a path to a JSONL file with ``prompt`` and ``answer`` per line."""
-    train_size: int = 4096
+    """``arithmetic`` (built in), or a JSONL file with ``prompt`` and ``answer`` per line
+    (then ``eval_path`` names the held-out file)."""
+    eval_path: str | None = None
+    """Held-out JSONL file when ``task`` is a file; None holds out ``eval_size`` of it."""
+    train_size: int = 6000
     """Number of training prompts generated for a built-in task."""
     eval_size: int = 256
-    """Number of held-out prompts (disjoint from training) for a built-in task."""
+    """Number of held-out prompts (disjoint from training and from the warm start's data)."""
+    split_seed: int = 0
+    """Seed of the train/held-out split; shared by all runs so that their scores compare."""
+    max_digits: int = 2
+    """Arithmetic: operands have 1..max_digits digits."""
+    ops: str = "+"
+    """Arithmetic: operators to draw from (any of ``+-*``)."""
 
 
 @dataclass(frozen=True)
@@ -41,6 +50,22 @@ class GenerationConfig:
     """Nucleus sampling mass; the reported behaviour log-probs include it."""
     eval_samples: int = 8
     """Samples per held-out prompt for pass@k (k up to this)."""
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Schedule of evaluation, logging and checkpoints."""
+
+    eval_every: int = 10
+    """Evaluate on the held-out set every this many steps (and before the first, after the last)."""
+    checkpoint_every: int = 10
+    """Write a checkpoint every this many steps (and after the last)."""
+    keep_checkpoints: int = 2
+    """Newest checkpoints kept on disk."""
+    tensorboard: bool = False
+    """Also write metrics as TensorBoard events under ``<run>/tensorboard``."""
+    progress: bool = True
+    """Show a progress bar on the console."""
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,14 @@
 """System axis: wait at a group barrier, or drift asynchronously?
 
-The loops (synchronous group barrier, asynchronous single-rollout queue, partial
-rollout) and the rollout engines arrive with the trainer; this package holds their
-typed settings so that recipes can name them today.
+- :mod:`~rlmap.system.engine`: the rollout-engine interface (``Completion``, ``RolloutEngine``);
+- :mod:`~rlmap.system.hf_engine`: Hugging Face ``generate`` engine (CPU/GPU);
+- :mod:`~rlmap.system.learner`: policy updates with pinned reduction denominators;
+- :mod:`~rlmap.system.sync`: the synchronous group-barrier loop as reusable step functions;
+- :mod:`~rlmap.system.setup`: building a run's live objects from its config.
 """
 
+from rlmap.system.engine import Completion, RolloutEngine
+from rlmap.system.hf_engine import HFEngine
 from rlmap.system.params import SystemParams
 
-__all__ = ["SystemParams"]
+__all__ = ["Completion", "HFEngine", "RolloutEngine", "SystemParams"]

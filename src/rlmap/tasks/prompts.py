@@ -7,17 +7,18 @@ gets ``<bos>`` + the raw text. Responses are the answer's tokens + ``<eos>``.
 
 from __future__ import annotations
 
+from typing import Any
+
 from transformers import PreTrainedTokenizerBase
 
 
 def encode_prompt(tokenizer: PreTrainedTokenizerBase, text: str) -> list[int]:
     """Token ids of a prompt, chat-templated when the tokenizer has a template."""
     if getattr(tokenizer, "chat_template", None):
-        ids = tokenizer.apply_chat_template(
+        out: Any = tokenizer.apply_chat_template(
             [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True
         )
-        if isinstance(ids, dict) or hasattr(ids, "input_ids"):
-            ids = ids["input_ids"]
+        ids = out["input_ids"] if hasattr(out, "keys") else out  # a BatchEncoding in newer versions
         return [int(i) for i in ids]
     bos = [] if tokenizer.bos_token_id is None else [int(tokenizer.bos_token_id)]
     return bos + [int(i) for i in tokenizer.encode(text, add_special_tokens=False)]

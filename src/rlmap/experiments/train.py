@@ -1,0 +1,163 @@
+"""A training run end to end: run directory, the loop, evaluation, records, resume.
+
+The loop itself is :func:`rlmap.system.sync.sync_step`; this module only wraps it
+with what a run leaves on disk (DESIGN.md, "Run directory")::
+
+    config.yaml  metrics.jsonl  ledger.json  checkpoints/step_N/  summary.json  plots/
+
+Resume: the newest complete checkpoint restores weights, optimiser, scheduler,
+RNG and loop state; ``metrics.jsonl`` is cut back to that step, so a run killed
+at any point and resumed logs exactly what an uninterrupted run logs (on CPU,
+same seed; timing metrics aside).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from rlmap.core.errors import ConfigError
+from rlmap.experiments.checkpoint import (
+    latest_checkpoint,
+    load_trainer_state,
+    restore_optimizers,
+    restore_rng,
+    save_checkpoint,
+)
+from rlmap.experiments.ledger import Ledger, measure_peak_memory
+from rlmap.experiments.plots import write_plots
+from rlmap.experiments.progress import ProgressView
+from rlmap.experiments.rundir import MetricsLog, write_json_atomic, write_text_atomic
+from rlmap.recipes import composition, load_config
+from rlmap.recipes.config import RecipeConfig
+from rlmap.system import setup
+from rlmap.system.evaluate import evaluate
+from rlmap.system.sync import LoopState, sync_step
+
+EVAL_SEED = 12345
+
+
+def run_training(cfg: RecipeConfig, run_dir: Path, *, resume: bool = False) -> dict[str, Any]:
+    """Train into ``run_dir`` (fresh, or continued from its newest checkpoint)."""
+    view = ProgressView(enabled=cfg.run.progress)
+    start = setup.model_path(cfg, progress=view.warm_start)
+    ckpt = latest_checkpoint(run_dir) if resume else None
+    parts = setup.build(cfg, ckpt or start)
+    state, ledger, before = LoopState(), _initial_ledger(cfg), None
+    if ckpt is not None:
+        state, ledger, before = _restore(parts, ckpt)
+    else:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(run_dir / "config.yaml", f"# {composition(cfg)}\n{cfg.to_yaml()}")
+        before = _evaluate(parts)
+    log = MetricsLog(run_dir / "metrics.jsonl")
+    MetricsLog.truncate_after(run_dir / "metrics.jsonl", state.step - 1)
+    if state.step == 0:
+        log.append(0, before | ledger.metrics())
+    with view.training(cfg.optim.steps, state.step):
+        while state.step < cfg.optim.steps:
+            state, ledger = _one_step(parts, state, ledger, log, view, run_dir)
+    after = MetricsLog.read(run_dir / "metrics.jsonl")[-1]
+    return _finish(run_dir, before, after, ledger)
+
+
+def _one_step(
+    parts: setup.Parts,
+    state: LoopState,
+    ledger: Ledger,
+    log: MetricsLog,
+    view: ProgressView,
+    run_dir: Path,
+) -> tuple[LoopState, Ledger]:
+    cfg, started = parts.cfg, time.perf_counter()
+    state, metrics = sync_step(parts, state)
+    last = state.step == cfg.optim.steps
+    if last or state.step % cfg.run.eval_every == 0:
+        metrics |= _evaluate(parts)
+    ledger = ledger.add(
+        generated_tokens=int(metrics["sampling/generated_tokens"]),
+        prompts=int(metrics["sampling/rounds"]) * cfg.sampling.prompts_per_step,
+        rollouts=int(metrics["sampling/generated"]),
+        learner_steps=parts.settings.optimizer_steps,
+        filtered_rollouts=int(metrics["sampling/generated"] * (1 - metrics["sampling/kept_frac"]))
+        - int(metrics["sampling/rejected"]),
+        rejected_rollouts=int(metrics["sampling/rejected"]),
+        wall_clock_s=time.perf_counter() - started,
+    ).with_peak_memory(*measure_peak_memory())
+    log.append(state.step, metrics | ledger.metrics())
+    view.step(state.step, metrics, ledger)
+    if last or state.step % cfg.run.checkpoint_every == 0:
+        save_checkpoint(run_dir, state.step, model=parts.policy, tokenizer=parts.tokenizer,
+                        optimizers={"policy": parts.optimizer},
+                        schedulers={"policy": parts.scheduler},
+                        extra={"loop": asdict(state), "ledger": ledger.to_dict()},
+                        keep=cfg.run.keep_checkpoints)  # fmt: skip
+        write_json_atomic(run_dir / "ledger.json", ledger.to_dict())
+    return state, ledger
+
+
+def _evaluate(parts: setup.Parts) -> dict[str, float]:
+    g = parts.cfg.generation
+    return evaluate(parts.engine, parts.tokenizer, parts.heldout, parts.verify,
+                    samples=g.eval_samples, max_new_tokens=g.max_new_tokens,
+                    temperature=g.temperature, top_p=g.top_p, seed=EVAL_SEED)  # fmt: skip
+
+
+def _initial_ledger(cfg: RecipeConfig) -> Ledger:
+    r = cfg.reduction
+    denominator = {"response_mean": "B (responses) per mini-batch",
+                   "token_mean": "action tokens per mini-batch",
+                   "fixed_budget": f"B·L_max per mini-batch, L_max={r.max_len}"}  # fmt: skip
+    return Ledger(
+        epochs_per_batch=cfg.optim.epochs_per_batch,
+        effective_batch=cfg.sampling.prompts_per_step
+        * cfg.sampling.group_size
+        // cfg.optim.minibatches_per_epoch,
+        reduction=r.name,
+        denominator=denominator.get(r.name, "see reduction"),
+        engine=cfg.system.engine,
+        precision=f"train {cfg.system.train_dtype} / rollout {cfg.system.rollout_dtype}",
+    )
+
+
+def _restore(parts: setup.Parts, ckpt: Path) -> tuple[LoopState, Ledger, dict[str, float]]:
+    state = load_trainer_state(ckpt)
+    restore_optimizers(state, optimizers={"policy": parts.optimizer},
+                       schedulers={"policy": parts.scheduler})  # fmt: skip
+    restore_rng(state)
+    loop = LoopState(**state["extra"]["loop"])
+    parts.engine.update_weights(parts.policy, loop.step)
+    first = MetricsLog.read(ckpt.parent.parent / "metrics.jsonl")[0]
+    before = {k: v for k, v in first.items() if k.startswith("eval/")}
+    return loop, Ledger.from_dict(state["extra"]["ledger"]), before
+
+
+def _finish(
+    run_dir: Path, before: dict[str, Any], after: dict[str, Any], ledger: Ledger
+) -> dict[str, Any]:
+    summary = {
+        "before": {k: before.get(k) for k in ("eval/pass@1", "eval/pass@k", "eval/k")},
+        "after": {k: after.get(k) for k in ("eval/pass@1", "eval/pass@k", "eval/k")},
+        "generated_tokens": ledger.generated_tokens,
+        "wall_clock_s": ledger.wall_clock_s,
+        "learner_steps": ledger.learner_steps,
+    }
+    write_json_atomic(run_dir / "ledger.json", ledger.to_dict())
+    write_json_atomic(run_dir / "summary.json", summary)
+    write_plots(MetricsLog.read(run_dir / "metrics.jsonl"), run_dir / "plots")
+    return summary
+
+
+def resume_config(run_dir: Path, overrides: list[str]) -> RecipeConfig:
+    """The saved config of a run to resume; changing it on resume is refused."""
+    if overrides:
+        raise ConfigError(f"--resume {run_dir}: overrides are not allowed when resuming")
+    if not (run_dir / "config.yaml").exists():
+        raise ConfigError(f"--resume {run_dir}: no config.yaml; not a run directory")
+    return load_config(run_dir / "config.yaml")
+
+
+ProgressHook = Callable[[int, dict[str, float]], None]

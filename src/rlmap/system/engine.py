@@ -1,0 +1,64 @@
+"""The rollout-engine interface: what the loops ask of whatever samples the responses.
+
+An engine turns prompts into sampled completions and reports, for every sampled
+token, log μ — the log-probability under the distribution the token was actually
+drawn from (temperature and top-p applied). That number becomes
+``Batch.behavior_logprobs`` and is never recomputed later under the same name.
+
+Implementations: :class:`rlmap.system.hf_engine.HFEngine` (Hugging Face
+``generate``, CPU or GPU); a vLLM engine implements the same protocol on GPU.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+import torch
+
+
+@dataclass(frozen=True)
+class Completion:
+    """One sampled response to one prompt."""
+
+    prompt_ids: tuple[int, ...]
+    """The prompt exactly as given to the engine (no padding)."""
+    response_ids: tuple[int, ...]
+    """The sampled tokens, including the EOS token when one was emitted; no padding."""
+    logprobs: tuple[float, ...]
+    """log μ(o_t | q, o_<t) of each response token under the distribution it was sampled from
+    (temperature and top-p applied; computed in float32); same length as ``response_ids``."""
+    eos: bool
+    """True when the response ended with EOS; False when it hit ``max_new_tokens`` (truncated)."""
+    version: int
+    """Weight version of the engine that sampled it."""
+
+
+@runtime_checkable
+class RolloutEngine(Protocol):
+    """Samples completions from the current rollout weights and tracks their version."""
+
+    @property
+    def version(self) -> int:
+        """The weight version the next ``generate`` samples from."""
+        ...
+
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]],
+        *,
+        n: int,
+        max_new_tokens: int,
+        temperature: float,
+        top_p: float,
+    ) -> list[list[Completion]]:
+        """``n`` samples for each prompt: the outer list follows ``prompts``, the inner has ``n``.
+
+        ``temperature == 0`` means greedy decoding (for evaluation).
+        """
+        ...
+
+    def update_weights(self, model: torch.nn.Module, version: int) -> None:
+        """Take the weights of ``model`` (the learner's policy) and label them ``version``."""
+        ...

@@ -1,0 +1,297 @@
+"""A rollout engine on Hugging Face ``generate`` (CPU or GPU).
+
+Notation: ``B`` sequences in a chunk (prompts × n, at most ``max_batch``), ``P`` the
+longest prompt of the chunk (prompts are left-padded to it), ``T`` generated
+steps (≤ max_new_tokens), ``V`` the vocabulary.
+
+Behaviour log-probs. ``generate`` draws o_t ~ softmax(s_t), where s_t are the
+*processed* scores: the float32 logits after the temperature and top-p warpers
+(tokens outside the nucleus at -inf). With ``output_scores=True`` it returns exactly
+these s_t, so
+
+    log μ(o_t) = s_t[o_t] − logsumexp(s_t)
+
+is the log-probability of the distribution the token was drawn from — the nucleus
+renormalisation included, no recomputation. Greedy decoding (temperature == 0) runs
+no warpers, so there log μ is the log-softmax of the raw logits.
+
+Only our settings shape μ. In transformers 5, ``generate`` fills every field of an
+explicit ``GenerationConfig`` left at ``None`` from ``model.generation_config`` and
+then from global defaults (``top_k=50``). Real checkpoints ship ``top_k=20``,
+``repetition_penalty``, ``min_p``, ``suppress_tokens``…; several of these have no
+non-``None`` "off" value. So the engine (a) sets every sampling field with an off
+value explicitly — ``top_k=0`` is what disables top-k (``None`` would inherit) — and
+(b) hides the model's shipped generation config for the duration of the call.
+
+Randomness: sampling draws from torch's default generator of the model's device
+(``torch.multinomial``), so saving and restoring the torch RNG state reproduces the
+rollouts exactly.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, cast
+
+import torch
+from torch import Tensor
+from transformers import GenerationConfig, GenerationMixin, PreTrainedModel
+
+from rlmap.system.engine import Completion
+
+if TYPE_CHECKING:
+
+    class Generative(PreTrainedModel, GenerationMixin):
+        """A Hugging Face model with ``generate`` (in transformers 5 not every one has it)."""
+
+else:
+    Generative = GenerationMixin
+
+
+class HFEngine:
+    """Batched sampling with ``model.generate`` (KV cache on), left padding and an attention mask.
+
+    Precision: when ``dtype`` equals the policy's parameter dtype the engine *shares* the
+    policy module (no copy; generation runs under ``inference_mode`` in eval mode and the
+    previous training mode is restored after). Otherwise it keeps its own copy whose
+    parameters are cast to ``dtype`` (buffers such as rotary ``inv_freq`` stay as they are,
+    as in ``from_pretrained(dtype=...)``), and ``update_weights`` copies new weights into it.
+    """
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        *,
+        pad_token_id: int,
+        eos_token_id: int | Sequence[int],
+        dtype: torch.dtype = torch.float32,
+        max_batch: int = 256,
+    ) -> None:
+        if max_batch < 1:
+            raise ValueError(f"max_batch: must be >= 1, got {max_batch}")
+        self.pad_token_id = pad_token_id
+        self.eos_token_ids = (
+            (eos_token_id,) if isinstance(eos_token_id, int) else tuple(eos_token_id)
+        )
+        self.dtype = dtype
+        self.max_batch = max_batch
+        self.shares_policy = parameter_dtype(model) == dtype
+        self.model = (
+            generative(model) if self.shares_policy else cast_copy(generative(model), dtype)
+        )
+        self._version = 0
+
+    @property
+    def version(self) -> int:
+        """The weight version the next ``generate`` samples from (0 until the first update)."""
+        return self._version
+
+    def update_weights(self, model: torch.nn.Module, version: int) -> None:
+        """Sample from ``model``'s weights from now on, labelled ``version``.
+
+        Sharing engine: it now shares ``model`` (no copy). Own-copy engine: the weights are
+        copied into the copy, cast to the engine's dtype.
+        """
+        if self.shares_policy:
+            if parameter_dtype(model) != self.dtype:
+                raise ValueError(
+                    f"update_weights: the engine shares the policy in {self.dtype}, "
+                    f"got a model in {parameter_dtype(model)}"
+                )
+            self.model = generative(model)
+        else:
+            with torch.no_grad():
+                self.model.load_state_dict(model.state_dict())
+        self._version = version
+
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]],
+        *,
+        n: int,
+        max_new_tokens: int,
+        temperature: float,
+        top_p: float,
+    ) -> list[list[Completion]]:
+        """``n`` samples per prompt (outer list per prompt, in order); see the module docstring."""
+        check_sampling_args(
+            prompts, n=n, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p
+        )
+        config = sampling_config(
+            max_new_tokens=max_new_tokens,
+            temperature=temperature,
+            top_p=top_p,
+            pad_token_id=self.pad_token_id,
+            eos_token_ids=self.eos_token_ids,
+        )
+        # the n samples of a prompt are adjacent, so regrouping is slicing
+        flat = [tuple(p) for p in prompts for _ in range(n)]
+        completions: list[Completion] = []
+        with rollout_mode(self.model):
+            for start in range(0, len(flat), self.max_batch):
+                completions += self._generate_chunk(flat[start : start + self.max_batch], config)
+        return [completions[i * n : (i + 1) * n] for i in range(len(prompts))]
+
+    def _generate_chunk(
+        self, prompts: list[tuple[int, ...]], config: GenerationConfig
+    ) -> list[Completion]:
+        """One ``generate`` call on at most ``max_batch`` prompts."""
+        device = next(self.model.parameters()).device
+        input_ids, attention_mask = left_pad(prompts, self.pad_token_id, device)  # (B, P)
+        out = self.model.generate(
+            input_ids=input_ids, attention_mask=attention_mask, generation_config=config
+        )
+        tokens = out.sequences[:, input_ids.shape[1] :]  # (B, T)
+        logprobs = sampled_logprobs(out.scores, tokens)  # (B, T)
+        lengths, ended = response_lengths(tokens, self.eos_token_ids)  # (B,), (B,)
+        packed = torch.cat([lengths[:, None], ended[:, None].long(), tokens], dim=1).tolist()
+        return [
+            Completion(
+                prompt_ids=prompt,
+                response_ids=tuple(row[2 : 2 + row[0]]),
+                logprobs=tuple(lp[: row[0]]),
+                eos=bool(row[1]),
+                version=self._version,
+            )
+            for prompt, row, lp in zip(prompts, packed, logprobs.tolist(), strict=True)
+        ]
+
+
+def sampling_config(
+    *,
+    max_new_tokens: int,
+    temperature: float,
+    top_p: float,
+    pad_token_id: int,
+    eos_token_ids: Sequence[int],
+) -> GenerationConfig:
+    """The full generation config: temperature and top-p from the call, every other processor off.
+
+    ``top_k=0`` disables top-k (``None`` would be filled with the model's or the global 50).
+    Greedy (temperature == 0) sets no warpers at all: ``generate`` ignores them without sampling.
+    """
+    greedy = temperature == 0
+    warpers = {} if greedy else {"temperature": temperature, "top_p": top_p, "top_k": 0}
+    return GenerationConfig(
+        do_sample=not greedy,
+        num_beams=1,
+        max_new_tokens=max_new_tokens,
+        min_new_tokens=0,
+        repetition_penalty=1.0,
+        no_repeat_ngram_size=0,
+        typical_p=1.0,
+        epsilon_cutoff=0.0,
+        eta_cutoff=0.0,
+        guidance_scale=1.0,
+        renormalize_logits=False,
+        remove_invalid_values=False,
+        use_cache=True,
+        output_scores=True,
+        return_dict_in_generate=True,
+        pad_token_id=pad_token_id,
+        eos_token_id=list(eos_token_ids),
+        **warpers,
+    )
+
+
+@contextmanager
+def rollout_mode(model: Generative) -> Iterator[None]:
+    """Eval mode, ``inference_mode`` and the model's shipped generation config hidden.
+
+    ``generate`` would fill the ``None`` fields of our config (min_p, suppress_tokens, ...)
+    from ``model.generation_config``; a blank one leaves only the global defaults, which
+    ``sampling_config`` overrides. Everything is restored on exit.
+    """
+    was_training, shipped = model.training, model.generation_config
+    model.eval()
+    model.generation_config = GenerationConfig()
+    try:
+        with torch.inference_mode():
+            yield
+    finally:
+        model.generation_config = shipped
+        model.train(was_training)
+
+
+def left_pad(
+    prompts: Sequence[Sequence[int]], pad_token_id: int, device: torch.device
+) -> tuple[Tensor, Tensor]:
+    """Prompts right-aligned in a (B, P) long tensor, and the (B, P) long attention mask.
+
+    The mask comes from the lengths, not from ``ids != pad``: a prompt may contain the pad id.
+    """
+    width = max(len(p) for p in prompts)
+    ids = torch.tensor(
+        [[pad_token_id] * (width - len(p)) + list(p) for p in prompts], dtype=torch.long
+    )
+    lengths = torch.tensor([len(p) for p in prompts])  # (B,)
+    mask = torch.arange(width)[None, :] >= (width - lengths)[:, None]  # (B, P)
+    return ids.to(device), mask.long().to(device)
+
+
+def sampled_logprobs(scores: Sequence[Tensor], tokens: Tensor) -> Tensor:
+    """(B, T) float32: log softmax(s_t)[o_t] for the T per-step (B, V) processed scores s_t.
+
+    Past a row's EOS the token is padding and the value is meaningless (possibly -inf).
+    """
+    stacked = torch.stack(tuple(scores), dim=1).float()  # (B, T, V)
+    chosen = stacked.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)  # (B, T)
+    return chosen - stacked.logsumexp(-1)
+
+
+def response_lengths(tokens: Tensor, eos_token_ids: Sequence[int]) -> tuple[Tensor, Tensor]:
+    """(B,) long response lengths up to and including the first EOS (T if none); (B,) bool ended.
+
+    Rows that emitted no EOS ran until ``generate`` stopped, i.e. to max_new_tokens.
+    """
+    is_eos = torch.isin(tokens, torch.tensor(eos_token_ids, device=tokens.device))  # (B, T)
+    ended = is_eos.any(-1)
+    first = is_eos.long().argmax(-1)  # first True (0 where none)
+    return torch.where(ended, first + 1, tokens.shape[1]), ended
+
+
+def generative(model: torch.nn.Module) -> Generative:
+    """``model`` itself, checked to be a Hugging Face model with ``generate``."""
+    if not isinstance(model, GenerationMixin):
+        raise TypeError(
+            f"model: HFEngine needs a Hugging Face generative model, got {type(model).__name__}"
+        )
+    return cast("Generative", model)
+
+
+def parameter_dtype(model: torch.nn.Module) -> torch.dtype:
+    """The dtype of the model's first floating-point parameter."""
+    return next(p.dtype for p in model.parameters() if p.is_floating_point())
+
+
+def cast_copy(model: Generative, dtype: torch.dtype) -> Generative:
+    """A deep copy whose floating parameters are cast to ``dtype`` (tied weights stay tied)."""
+    own = copy.deepcopy(model)
+    with torch.no_grad():
+        for p in own.parameters():
+            if p.is_floating_point():
+                p.data = p.data.to(dtype)
+    return own
+
+
+def check_sampling_args(
+    prompts: Sequence[Sequence[int]],
+    *,
+    n: int,
+    max_new_tokens: int,
+    temperature: float,
+    top_p: float,
+) -> None:
+    """Reject arguments ``generate`` would misread or silently clamp, naming the argument."""
+    if not prompts or any(len(p) == 0 for p in prompts):
+        raise ValueError("prompts: need at least one prompt, each with at least one token")
+    if n < 1:
+        raise ValueError(f"n: must be >= 1, got {n}")
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens: must be >= 1, got {max_new_tokens}")
+    if temperature < 0:
+        raise ValueError(f"temperature: must be >= 0 (0 is greedy), got {temperature}")
+    if not 0 < top_p <= 1:
+        raise ValueError(f"top_p: must be in (0, 1], got {top_p}")

@@ -1,0 +1,162 @@
+"""The synchronous group-barrier loop, as step functions the asynchronous loop reuses.
+
+One step::
+
+    prompts → G rollouts each → rewards (verifier + shaping) → group filter
+    (dynamic sampling: more rounds until the batch is full) → π_old / π_ref
+    → advantages → optimiser steps → new weights to the rollout engine
+
+Every function here is free of file I/O; recording, evaluation and checkpoints
+are the caller's (:mod:`rlmap.experiments.train`).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+
+from rlmap import estimators, sampling
+from rlmap.core.batch import Batch
+from rlmap.correction import kl_in_reward
+from rlmap.feedback.shaping import overlong_penalty
+from rlmap.sampling.refill import first_groups, sample_more
+from rlmap.system.learner import prepare_batch, update_policy
+from rlmap.system.rollout import Scored, score_completion, to_batch
+from rlmap.system.setup import Parts
+from rlmap.tasks.arithmetic import Example
+from rlmap.tasks.prompts import decode_response, encode_prompt
+
+
+@dataclass(frozen=True)
+class LoopState:
+    """Where the loop is: what a checkpoint must restore besides weights and RNG."""
+
+    step: int = 0
+    """Completed steps (= the rollout engine's weight version)."""
+    cursor: int = 0
+    """Training prompts consumed so far (the data order is a function of it)."""
+
+
+def next_prompts(train: list[Example], cursor: int, n: int, seed: int) -> list[Example]:
+    """Prompts ``cursor .. cursor + n`` of the seeded epoch-by-epoch shuffle of ``train``."""
+    out: list[Example] = []
+    while len(out) < n:
+        epoch, offset = divmod(cursor + len(out), len(train))
+        order = torch.randperm(len(train), generator=torch.Generator().manual_seed(seed + epoch))
+        take = order[offset : offset + n - len(out)].tolist()
+        out += [train[i] for i in take]
+    return out
+
+
+def rollout_round(p: Parts, examples: list[Example], first_group: int) -> list[Scored]:
+    """G samples per prompt from the engine, each scored and shaped."""
+    g = p.cfg.generation
+    groups = p.engine.generate([encode_prompt(p.tokenizer, e.prompt) for e in examples],
+                               n=p.cfg.sampling.group_size, max_new_tokens=g.max_new_tokens,
+                               temperature=g.temperature, top_p=g.top_p)  # fmt: skip
+    cache = p.cfg.feedback.overlong_cache
+    scored = []
+    for k, (example, group) in enumerate(zip(examples, groups, strict=True)):
+        for c in group:
+            outcome, status = score_completion(
+                p.verify, decode_response(p.tokenizer, c.response_ids), example.answer
+            )
+            shaping = 0.0
+            if cache is not None:
+                length = torch.tensor([len(c.response_ids)])
+                shaping = float(overlong_penalty(length, g.max_new_tokens, cache)[0])
+            scored.append(Scored(c, first_group + k, outcome, outcome + shaping, status))
+    return scored
+
+
+def collect(p: Parts, state: LoopState) -> tuple[list[Scored], LoopState, dict[str, float]]:
+    """Rollout rounds until the group filter has kept ``prompts_per_step`` groups (or the cap).
+
+    The filter sees the verifier's outcome, not the shaped reward: DAPO keeps groups
+    whose *correctness* varies. Filtered and rejected trajectories still count.
+    """
+    s = p.cfg.sampling
+    keep_fn = sampling.registry.get(s.filter).fn
+    generated: list[Scored] = []
+    keep = torch.zeros(0, dtype=torch.bool)
+    rounds, cursor = 0, state.cursor
+    while sample_more(_groups(generated, keep), s.prompts_per_step, rounds, s.max_rounds):
+        examples = next_prompts(p.train, cursor, s.prompts_per_step, p.cfg.seed)
+        generated += rollout_round(p, examples, first_group=cursor)
+        cursor, rounds = cursor + len(examples), rounds + 1
+        batch = to_batch(generated, pad_token_id=int(p.tokenizer.pad_token_id))
+        keep = keep_fn(torch.tensor([x.outcome for x in generated]), batch.group_id, batch.valid)
+    group_id = torch.tensor([x.group for x in generated])
+    keep = first_groups(group_id, keep, s.prompts_per_step)
+    kept = [x for x, k in zip(generated, keep.tolist(), strict=True) if k]
+    stats = {
+        "sampling/rounds": float(rounds),
+        "sampling/kept_frac": len(kept) / len(generated),
+        "sampling/generated": float(len(generated)),
+        "sampling/generated_tokens": float(sum(len(x.completion.response_ids) for x in generated)),
+        "sampling/rejected": float(sum(x.status != 0 for x in generated)),
+    }
+    return kept, LoopState(state.step, cursor), stats | rollout_metrics(generated)
+
+
+def _groups(generated: list[Scored], keep: torch.Tensor) -> int:
+    return len({x.group for x, k in zip(generated, keep.tolist(), strict=True) if k})
+
+
+def rollout_metrics(scored: list[Scored]) -> dict[str, float]:
+    """reward/*, length/* over every generated trajectory of the step."""
+    rewards = torch.tensor([x.reward for x in scored])
+    outcome = torch.tensor([x.outcome for x in scored])
+    lengths = torch.tensor([len(x.completion.response_ids) for x in scored], dtype=torch.float32)
+    return {
+        "reward/mean": float(rewards.mean()),
+        "reward/std": float(rewards.std()) if len(scored) > 1 else 0.0,
+        "reward/outcome_mean": float(outcome.mean()),
+        "length/mean": float(lengths.mean()),
+        "length/p95": float(lengths.quantile(0.95)),
+        "length/truncated_frac": sum(not x.completion.eos for x in scored) / len(scored),
+    }
+
+
+def learn(p: Parts, batch: Batch, state: LoopState) -> dict[str, float]:
+    """π_old / π_ref, (KL in the reward), advantages, optimiser steps, weights to the engine."""
+    batch = prepare_batch(batch, p.policy, p.reference, p.settings)
+    if p.cfg.kl.placement == "reward" and batch.ref_logprobs is not None:
+        current = batch.behavior_logprobs if batch.old_logprobs is None else batch.old_logprobs
+        penalised = kl_in_reward(
+            batch.step_rewards, current, batch.ref_logprobs, batch.action_mask, p.cfg.kl.beta
+        )
+        batch = batch.replace(token_rewards=penalised)
+    credit = estimators.registry.get(p.cfg.credit.estimator).fn(batch, p.cfg.credit)
+    generator = torch.Generator().manual_seed(p.cfg.seed * 1_000_003 + state.step)
+    metrics = update_policy(
+        p.policy,
+        p.optimizer,
+        p.scheduler,
+        batch,
+        credit.advantages,
+        p.settings,
+        learner_version=state.step,
+        generator=generator,
+    )
+    p.engine.update_weights(p.policy, state.step + 1)
+    return metrics | {k: float(v) for k, v in credit.diagnostics.items()}
+
+
+def sync_step(p: Parts, state: LoopState) -> tuple[LoopState, dict[str, float]]:
+    """One synchronous step: collect a full batch behind the group barrier, then learn."""
+    start = time.perf_counter()
+    kept, state, metrics = collect(p, state)
+    rollout_s = time.perf_counter() - start
+    if kept:
+        batch = to_batch(kept, pad_token_id=int(p.tokenizer.pad_token_id))
+        metrics |= learn(p, batch, state)
+    update_s = time.perf_counter() - start - rollout_s
+    metrics |= {
+        "system/rollout_s": rollout_s,
+        "system/update_s": update_s,
+        "system/tokens_per_s": metrics["sampling/generated_tokens"] / max(rollout_s, 1e-9),
+    }
+    return LoopState(state.step + 1, state.cursor), metrics

@@ -1,0 +1,173 @@
+"""Warm start for the embedded default: SFT of the tiny model on noisy demonstrations.
+
+RL sharpens what a model can already sample; it does not teach arithmetic from
+scratch in CPU-minutes. So the embedded default starts from a supervised model,
+trained in two phases: first on correct demonstrations until it has learned the
+algorithm (held-out pass@1 ≈ 0.8 for 2-digit addition), then briefly on
+demonstrations whose last answer digit is replaced, with probability ``noise``,
+by a uniformly random digit. The second phase blurs the answer distribution
+without erasing the algorithm: pass@1 drops well below pass@8, the regime where
+RL on a verifier helps (it moves pass@1 toward pass@k). Noise from the start
+would slow learning the algorithm itself several-fold (measured: held-out pass@1
+0.08 vs 0.62 after 500 steps).
+
+The result is cached by a content hash of everything that determines it
+(task, model spec, SFT settings, the tokenizer's vocabulary and this module's
+format version), under ``$RLMAP_CACHE`` (default ``~/.cache/rlmap``), written
+atomically, so a rerun or a second run reuses it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import shutil
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerFast
+
+from rlmap.tasks.arithmetic import Example, make_splits
+from rlmap.tasks.prompts import encode_prompt, encode_response
+from rlmap.tasks.tiny import TinySpec, build_tiny_model
+from rlmap.tasks.tokenizer import build_tokenizer
+
+FORMAT_VERSION = 1
+"""Bump when the warm-start procedure changes, so old cache entries are not reused."""
+
+
+@dataclass(frozen=True)
+class WarmStartSpec:
+    """Everything that determines the warm-start checkpoint."""
+
+    seed: int = 0
+    """Seed of the model initialisation and of the demonstration stream."""
+    split_seed: int = 0
+    """The task's train/held-out split (``data.split_seed``): demonstrations come only from
+    the train part, so held-out prompts stay unseen by the warm start too."""
+    eval_size: int = 256
+    train_size: int = 6000
+    max_digits: int = 2
+    ops: str = "+"
+    steps: int = 800
+    """Steps on correct demonstrations (one-cycle schedule, peak ``lr``)."""
+    batch_size: int = 128
+    lr: float = 3e-3
+    blur_steps: int = 100
+    """Steps on noisy demonstrations afterwards (constant ``blur_lr``)."""
+    blur_lr: float = 1e-3
+    noise: float = 0.6
+    """Probability that a blur-phase demonstration's last digit is replaced by a random digit."""
+    model: TinySpec = field(default_factory=TinySpec)
+
+    def digest(self) -> str:
+        """Content hash of the spec, the vocabulary and the procedure's version."""
+        payload = {"spec": asdict(self), "vocab": build_tokenizer().get_vocab(),
+                   "format": FORMAT_VERSION}  # fmt: skip
+        return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def cache_root() -> Path:
+    """``$RLMAP_CACHE`` or ``~/.cache/rlmap``."""
+    return Path(os.environ.get("RLMAP_CACHE", Path.home() / ".cache" / "rlmap"))
+
+
+def warm_start(
+    spec: WarmStartSpec, *, progress: Callable[[int, int, float], None] | None = None
+) -> Path:
+    """The warm-start checkpoint directory, trained now only if not cached yet."""
+    final = cache_root() / "warmstart" / spec.digest()
+    if (final / "config.json").exists():
+        return final
+    tmp = final.with_name(f".tmp-{final.name}-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tokenizer = build_tokenizer()
+    model = supervised_finetune(spec, tokenizer, progress=progress)
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    (tmp / "warmstart.json").write_text(json.dumps(asdict(spec), indent=2))
+    final.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.replace(tmp, final)
+    except OSError:  # another process finished first; its checkpoint is the same
+        shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
+def noisy_answer(answer: str, noise: float, rng: random.Random) -> str:
+    """With probability ``noise``, the answer with its last digit drawn uniformly (0-9)."""
+    if rng.random() < noise:
+        return answer[:-1] + str(rng.randrange(10))
+    return answer
+
+
+def supervised_finetune(
+    spec: WarmStartSpec,
+    tokenizer: PreTrainedTokenizerFast,
+    *,
+    progress: Callable[[int, int, float], None] | None = None,
+) -> PreTrainedModel:
+    """Train a fresh tiny model: correct demonstrations, then noisy ones (see module doc)."""
+    train, _ = make_splits(
+        spec.split_seed, spec.train_size, spec.eval_size, max_digits=spec.max_digits, ops=spec.ops
+    )
+    rng = random.Random(spec.seed)
+    total = spec.steps + spec.blur_steps
+    with torch.random.fork_rng():
+        torch.manual_seed(spec.seed)
+        model = build_tiny_model(tokenizer, spec.model, spec.seed)
+        net: torch.nn.Module = model  # called as a plain module (typing of HF's __call__)
+        net.train()
+        learn = torch.optim.AdamW(net.parameters(), lr=spec.lr)
+        one_cycle = torch.optim.lr_scheduler.OneCycleLR(
+            learn, max_lr=spec.lr, total_steps=spec.steps, pct_start=0.1
+        )
+        blur = torch.optim.AdamW(net.parameters(), lr=spec.blur_lr)
+        for step in range(total):
+            clean = step < spec.steps
+            batch = sft_batch(tokenizer, rng.sample(train, spec.batch_size),
+                              0.0 if clean else spec.noise, rng)  # fmt: skip
+            loss = _sft_step(net, learn if clean else blur, batch)
+            if clean:
+                one_cycle.step()
+            if progress is not None:
+                progress(step + 1, total, loss)
+    return model
+
+
+def _sft_step(
+    net: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    batch: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+) -> float:
+    ids, attention, labels = batch
+    loss = net(input_ids=ids, attention_mask=attention, labels=labels).loss
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return float(loss.detach())
+
+
+def sft_batch(
+    tokenizer: PreTrainedTokenizerFast,
+    examples: Sequence[Example],
+    noise: float,
+    rng: random.Random,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(input ids, attention mask, labels) right-padded; labels are -100 off the answer."""
+    rows = []
+    for e in examples:
+        prompt = encode_prompt(tokenizer, e.prompt)
+        response = encode_response(tokenizer, noisy_answer(e.answer, noise, rng))
+        rows.append((prompt + response, [-100] * len(prompt) + response))
+    width = max(len(ids) for ids, _ in rows)
+    pad = int(tokenizer.pad_token_id)
+    ids = torch.tensor([s + [pad] * (width - len(s)) for s, _ in rows])
+    labels = torch.tensor([lab + [-100] * (width - len(lab)) for _, lab in rows])
+    attention = torch.tensor([[1] * len(s) + [0] * (width - len(s)) for s, _ in rows])
+    return ids, attention, labels

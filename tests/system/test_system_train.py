@@ -1,0 +1,98 @@
+"""End-to-end runs at toy scale: every critic-free preset, the run directory, bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from rlmap.cli import main
+from rlmap.experiments.train import run_training
+from rlmap.recipes import build_config
+
+CRITIC_FREE = ["grpo", "dr-grpo", "rloo", "reinforce", "dapo", "gspo", "cispo", "sapo"]
+
+
+def toy_overrides(model_dir: Path, steps: int = 2) -> list[str]:
+    return [
+        f"model.path={model_dir}",
+        f"optim.steps={steps}",
+        "sampling.prompts_per_step=2",
+        "sampling.group_size=4",
+        "generation.max_new_tokens=4",
+        "generation.eval_samples=2",
+        "data.train_size=40",
+        "data.eval_size=4",
+        "run.eval_every=1",
+        "run.checkpoint_every=1",
+        "run.progress=false",
+        "optim.micro_batch_size=3",
+    ]
+
+
+@pytest.mark.parametrize("recipe", CRITIC_FREE)
+def test_each_critic_free_preset_runs(recipe: str, tiny_model_dir: Path, tmp_path: Path) -> None:
+    overrides = toy_overrides(tiny_model_dir)
+    if recipe == "dapo":
+        overrides.append("feedback.overlong_cache=2")
+    if recipe == "dr-grpo":
+        overrides.append("reduction.max_len=4")
+    cfg = build_config(recipe, None, overrides)
+    summary = run_training(cfg, tmp_path / "run")
+    run = tmp_path / "run"
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [0, 1, 2]
+    assert records[-1]["budget/generated_tokens"] > 0
+    assert "loss/policy" in records[-1] or records[-1]["sampling/kept_frac"] == 0
+    assert summary["before"]["eval/pass@1"] is not None
+    assert (run / "config.yaml").read_text().startswith("# ")
+    for name in ("ledger.json", "summary.json"):
+        assert json.loads((run / name).read_text())
+    assert (run / "checkpoints" / "step_2" / "config.json").exists()
+
+
+def test_run_directory_and_plain_transformers_checkpoint(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    cfg = build_config("grpo", None, toy_overrides(tiny_model_dir, steps=3))
+    run_training(cfg, tmp_path / "run")
+    run = tmp_path / "run"
+    record = json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])
+    for key in ("reward/mean", "eval/pass@1", "eval/pass@k", "length/mean", "entropy",
+                "ratio/d/max_abs_log", "ratio/rho/p99_abs_log", "ratio/kappa/mean_abs_log",
+                "group/all_correct_frac", "group/all_wrong_frac", "system/tokens_per_s",
+                "budget/generated_tokens", "kl/mean"):  # fmt: skip
+        assert key in record, key
+    assert {p.name for p in (run / "plots").glob("*.png")} >= {"reward.png", "heldout.png"}
+    ckpt = run / "checkpoints" / "step_3"
+    model = AutoModelForCausalLM.from_pretrained(ckpt)
+    tokenizer = AutoTokenizer.from_pretrained(ckpt)
+    ids = torch.tensor([[tokenizer.bos_token_id, *tokenizer.encode("1+2=")]])
+    out = model.generate(ids, max_new_tokens=3, do_sample=False)
+    assert out.shape[1] > ids.shape[1]
+
+
+def test_bad_input_is_one_line_and_damages_nothing(
+    tiny_model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "keep.txt").write_text("precious")
+    assert main(["train", "--out", str(run), *toy_overrides(tiny_model_dir)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--resume" in err
+    assert (run / "keep.txt").read_text() == "precious"
+    assert main(["train", "--recipe", "grpoo"]) == 2
+    assert "unknown recipe 'grpoo'" in capsys.readouterr().err
+    assert main(["train", "optim.lr=fast"]) == 2
+    assert capsys.readouterr().err.startswith("rlmap: error: optim.lr:")
+    data = tmp_path / "data.jsonl"
+    data.write_text('{"prompt": "1+1=", "answer": "2"}\n{"prompt": "2+2="}\n')
+    out = tmp_path / "run2"
+    assert (
+        main(["train", "--out", str(out), f"data.task={data}", *toy_overrides(tiny_model_dir)]) == 2
+    )
+    assert f"{data}:2:" in capsys.readouterr().err
