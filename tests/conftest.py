@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -27,3 +28,27 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     build_tiny_model(tokenizer, SMALL, seed=0).save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path
+
+
+def _toy_overrides(model_dir: Path, steps: int = 2) -> list[str]:
+    """Overrides that shrink any preset to a run of a second or two on ``model_dir``."""
+    return [
+        f"model.path={model_dir}",
+        f"optim.steps={steps}",
+        "sampling.prompts_per_step=2",
+        "sampling.group_size=4",
+        "generation.max_new_tokens=4",
+        "generation.eval_samples=2",
+        "data.train_size=40",
+        "data.eval_size=4",
+        "run.eval_every=1",
+        "run.checkpoint_every=1",
+        "run.progress=false",
+        "optim.micro_batch_size=3",
+    ]
+
+
+@pytest.fixture(scope="session")
+def toy() -> Callable[..., list[str]]:
+    """``toy(model_dir, steps=2)``: config overrides for a toy-scale run."""
+    return _toy_overrides

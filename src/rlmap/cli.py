@@ -39,6 +39,12 @@ def _cmd_config(args: argparse.Namespace) -> None:
     print(cfg.to_yaml(), end="")
 
 
+def _quiet_transformers() -> None:
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # rlmap's own progress bar says what matters
+
+
 def _cmd_train(args: argparse.Namespace) -> None:
     from pathlib import Path
 
@@ -48,6 +54,7 @@ def _cmd_train(args: argparse.Namespace) -> None:
     from rlmap.recipes.config import read_yaml
     from rlmap.system.setup import check_inputs
 
+    _quiet_transformers()
     if args.resume is not None:
         run_dir = Path(args.resume)
         cfg = resume_config(run_dir, args.overrides)
@@ -73,6 +80,7 @@ def _cmd_eval(args: argparse.Namespace) -> None:
 
     from rlmap.system.evaluate import evaluate_checkpoint
 
+    _quiet_transformers()
     metrics = evaluate_checkpoint(Path(args.checkpoint), samples=args.samples,
                                   overrides=args.overrides)  # fmt: skip
     for key, value in metrics.items():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -13,29 +14,15 @@ from rlmap.cli import main
 from rlmap.experiments.train import run_training
 from rlmap.recipes import build_config
 
+Toy = Callable[..., list[str]]
 CRITIC_FREE = ["grpo", "dr-grpo", "rloo", "reinforce", "dapo", "gspo", "cispo", "sapo"]
 
 
-def toy_overrides(model_dir: Path, steps: int = 2) -> list[str]:
-    return [
-        f"model.path={model_dir}",
-        f"optim.steps={steps}",
-        "sampling.prompts_per_step=2",
-        "sampling.group_size=4",
-        "generation.max_new_tokens=4",
-        "generation.eval_samples=2",
-        "data.train_size=40",
-        "data.eval_size=4",
-        "run.eval_every=1",
-        "run.checkpoint_every=1",
-        "run.progress=false",
-        "optim.micro_batch_size=3",
-    ]
-
-
 @pytest.mark.parametrize("recipe", CRITIC_FREE)
-def test_each_critic_free_preset_runs(recipe: str, tiny_model_dir: Path, tmp_path: Path) -> None:
-    overrides = toy_overrides(tiny_model_dir)
+def test_each_critic_free_preset_runs(
+    recipe: str, tiny_model_dir: Path, tmp_path: Path, toy: Toy
+) -> None:
+    overrides = toy(tiny_model_dir)
     if recipe == "dapo":
         overrides.append("feedback.overlong_cache=2")
     if recipe == "dr-grpo":
@@ -55,9 +42,9 @@ def test_each_critic_free_preset_runs(recipe: str, tiny_model_dir: Path, tmp_pat
 
 
 def test_run_directory_and_plain_transformers_checkpoint(
-    tiny_model_dir: Path, tmp_path: Path
+    tiny_model_dir: Path, tmp_path: Path, toy: Toy
 ) -> None:
-    cfg = build_config("grpo", None, toy_overrides(tiny_model_dir, steps=3))
+    cfg = build_config("grpo", None, toy(tiny_model_dir, steps=3))
     run_training(cfg, tmp_path / "run")
     run = tmp_path / "run"
     record = json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])
@@ -76,12 +63,12 @@ def test_run_directory_and_plain_transformers_checkpoint(
 
 
 def test_bad_input_is_one_line_and_damages_nothing(
-    tiny_model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tiny_model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], toy: Toy
 ) -> None:
     run = tmp_path / "run"
     run.mkdir()
     (run / "keep.txt").write_text("precious")
-    assert main(["train", "--out", str(run), *toy_overrides(tiny_model_dir)]) == 2
+    assert main(["train", "--out", str(run), *toy(tiny_model_dir)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--resume" in err
     assert (run / "keep.txt").read_text() == "precious"
@@ -92,7 +79,5 @@ def test_bad_input_is_one_line_and_damages_nothing(
     data = tmp_path / "data.jsonl"
     data.write_text('{"prompt": "1+1=", "answer": "2"}\n{"prompt": "2+2="}\n')
     out = tmp_path / "run2"
-    assert (
-        main(["train", "--out", str(out), f"data.task={data}", *toy_overrides(tiny_model_dir)]) == 2
-    )
+    assert main(["train", "--out", str(out), f"data.task={data}", *toy(tiny_model_dir)]) == 2
     assert f"{data}:2:" in capsys.readouterr().err

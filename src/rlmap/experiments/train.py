@@ -13,11 +13,14 @@ same seed; timing metrics aside).
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
+
+import torch
 
 from rlmap.core.errors import ConfigError
 from rlmap.experiments.checkpoint import (
@@ -45,23 +48,30 @@ def run_training(cfg: RecipeConfig, run_dir: Path, *, resume: bool = False) -> d
     view = ProgressView(enabled=cfg.run.progress)
     start = setup.model_path(cfg, progress=view.warm_start)
     ckpt = latest_checkpoint(run_dir) if resume else None
-    parts = setup.build(cfg, ckpt or start)
-    state, ledger, before = LoopState(), _initial_ledger(cfg), None
+    parts = setup.build(cfg, start, resume_from=ckpt)
+    state, ledger = LoopState(), _initial_ledger(cfg)
     if ckpt is not None:
         state, ledger, before = _restore(parts, ckpt)
+        MetricsLog.truncate_after(run_dir / "metrics.jsonl", state.step)  # drop what is redone
+        log = MetricsLog(run_dir / "metrics.jsonl")
     else:
         run_dir.mkdir(parents=True, exist_ok=True)
         write_text_atomic(run_dir / "config.yaml", f"# {composition(cfg)}\n{cfg.to_yaml()}")
+        seed_everything(cfg.seed)
         before = _evaluate(parts)
-    log = MetricsLog(run_dir / "metrics.jsonl")
-    MetricsLog.truncate_after(run_dir / "metrics.jsonl", state.step - 1)
-    if state.step == 0:
+        log = MetricsLog(run_dir / "metrics.jsonl")
         log.append(0, before | ledger.metrics())
     with view.training(cfg.optim.steps, state.step):
         while state.step < cfg.optim.steps:
             state, ledger = _one_step(parts, state, ledger, log, view, run_dir)
     after = MetricsLog.read(run_dir / "metrics.jsonl")[-1]
     return _finish(run_dir, before, after, ledger)
+
+
+def seed_everything(seed: int) -> None:
+    """Seed every random stream the run draws from (rollout sampling uses torch's)."""
+    random.seed(seed)
+    torch.manual_seed(seed)
 
 
 def _one_step(

@@ -72,7 +72,7 @@ class RunConfig:
 class OptimConfig:
     """Optimiser and update schedule of the learner."""
 
-    steps: int = 60
+    steps: int = 100
     """Rollout-and-update steps of the run."""
     lr: float = 1e-5
     """AdamW learning rate of the policy."""

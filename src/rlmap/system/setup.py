@@ -6,7 +6,6 @@ Everything here is start-up; the loops (:mod:`rlmap.system.sync`) only use what
 
 from __future__ import annotations
 
-import copy
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -100,8 +99,12 @@ def update_settings(cfg: RecipeConfig) -> UpdateSettings:
     )
 
 
-def build(cfg: RecipeConfig, start: Path) -> Parts:
-    """All live objects of a run whose policy starts from checkpoint ``start``."""
+def build(cfg: RecipeConfig, start: Path, resume_from: Path | None = None) -> Parts:
+    """All live objects of a run that started from checkpoint ``start``.
+
+    The policy loads ``resume_from`` when given (a checkpoint of this run); the
+    reference policy is always ``start``, the weights the run began with.
+    """
     for source in ("reward_model", "process_reward", "environment", "comparison"):
         if cfg.feedback.source == source:
             raise ConfigError(f"feedback.source: '{source}' is not available in rlmap yet")
@@ -109,11 +112,12 @@ def build(cfg: RecipeConfig, start: Path) -> Parts:
         raise ConfigError("critic.enabled: critic recipes (ppo, vapo, sao) are not available yet")
     tokenizer = AutoTokenizer.from_pretrained(start)
     dtype = DTYPES[cfg.system.train_dtype]
-    policy = AutoModelForCausalLM.from_pretrained(start, dtype=dtype)
+    policy = AutoModelForCausalLM.from_pretrained(resume_from or start, dtype=dtype)
     policy.train()
     reference = None
     if cfg.kl.placement != "none":
-        reference = copy.deepcopy(policy).eval().requires_grad_(False)
+        reference = AutoModelForCausalLM.from_pretrained(start, dtype=dtype)
+        reference.eval().requires_grad_(False)
     engine = HFEngine(policy, pad_token_id=int(tokenizer.pad_token_id),
                       eos_token_id=int(tokenizer.eos_token_id),
                       dtype=DTYPES[cfg.system.rollout_dtype])  # fmt: skip

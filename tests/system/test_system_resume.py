@@ -1,0 +1,84 @@
+"""Resume: a run stopped at any point and resumed logs what an uninterrupted run logs."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from rlmap.experiments import train as train_module
+from rlmap.experiments.train import run_training
+from rlmap.recipes import build_config
+
+TIMING = ("system/", "budget/wall_clock_s")
+
+
+def _records(run: Path) -> list[dict[str, float]]:
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in r.items() if not k.startswith(TIMING)} for r in rows]
+
+
+Toy = Callable[..., list[str]]
+
+
+def _overrides(toy: Toy, model_dir: Path) -> list[str]:
+    return [*toy(model_dir, steps=6), "run.checkpoint_every=2", "run.eval_every=3"]
+
+
+@pytest.mark.parametrize("crash_at", [3, 5])
+def test_resume_after_a_crash_matches_an_uninterrupted_run(
+    crash_at: int,
+    tiny_model_dir: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    toy: Toy,
+) -> None:
+    cfg = build_config("grpo", None, _overrides(toy, tiny_model_dir))
+    run_training(cfg, tmp_path / "straight")
+
+    real_step = train_module.sync_step
+
+    def crashing(parts, state):  # type: ignore[no-untyped-def]
+        if state.step + 1 == crash_at:
+            raise KeyboardInterrupt("simulated crash")
+        return real_step(parts, state)
+
+    monkeypatch.setattr(train_module, "sync_step", crashing)
+    with pytest.raises(KeyboardInterrupt):
+        run_training(cfg, tmp_path / "crashed")
+    monkeypatch.setattr(train_module, "sync_step", real_step)
+    run_training(cfg, tmp_path / "crashed", resume=True)
+    assert _records(tmp_path / "crashed") == _records(tmp_path / "straight")
+
+
+def test_kill_9_then_resume_from_the_command_line(
+    tiny_model_dir: Path, tmp_path: Path, toy: Toy
+) -> None:
+    straight, killed = tmp_path / "straight", tmp_path / "killed"
+    args = [*_overrides(toy, tiny_model_dir), "optim.steps=10"]
+    cli = [sys.executable, "-m", "rlmap.cli", "train"]
+    subprocess.run([*cli, "--out", str(straight), *args], check=True, capture_output=True)
+    proc = subprocess.Popen([*cli, "--out", str(killed), *args], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)  # fmt: skip
+    deadline = time.monotonic() + 120
+    while not list((killed / "checkpoints").glob("step_*")):  # killed mid-run, after a checkpoint
+        assert proc.poll() is None, "the run ended before it could be killed"
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not (killed / "summary.json").exists()
+    resumed = subprocess.run([*cli, "--resume", str(killed)], capture_output=True, text=True)
+    assert resumed.returncode == 0, resumed.stderr
+    assert _records(killed) == _records(straight)
+    assert (
+        json.loads((killed / "summary.json").read_text())["after"]
+        == json.loads((straight / "summary.json").read_text())["after"]
+    )
