@@ -11,6 +11,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from rlmap.cli import main
+from rlmap.core.errors import ConfigError
 from rlmap.experiments.train import run_training
 from rlmap.recipes import build_config
 
@@ -81,3 +82,40 @@ def test_bad_input_is_one_line_and_damages_nothing(
     out = tmp_path / "run2"
     assert main(["train", "--out", str(out), f"data.task={data}", *toy(tiny_model_dir)]) == 2
     assert f"{data}:2:" in capsys.readouterr().err
+
+
+def test_tensorboard_without_the_package_is_a_clear_error(
+    tiny_model_dir: Path, tmp_path: Path, toy: Toy
+) -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("tensorboard") is not None:
+        pytest.skip("tensorboard is installed here")
+    cfg = build_config("grpo", None, [*toy(tiny_model_dir), "run.tensorboard=true"])
+    with pytest.raises(ConfigError, match=r"^run\.tensorboard: needs the tensorboard package"):
+        run_training(cfg, tmp_path / "run")
+
+
+def test_eval_command_prints_the_held_out_figures(
+    tiny_model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], toy: Toy
+) -> None:
+    run = tmp_path / "run"
+    assert main(["train", "--out", str(run), *toy(tiny_model_dir)]) == 0
+    capsys.readouterr()
+    assert main(["eval", str(run / "checkpoints" / "step_2"), "--samples", "3"]) == 0
+    out = capsys.readouterr().out
+    for key in ("eval/pass@1", "eval/pass@k", "eval/k", "eval/length", "eval/diversity"):
+        assert key in out
+    assert "3.0000" in out  # k = --samples
+    assert main(["eval", str(tmp_path)]) == 2
+    assert "not a Hugging Face checkpoint" in capsys.readouterr().err
+
+
+def test_bf16_rollout_engine_makes_the_mismatch_measurable(
+    tiny_model_dir: Path, tmp_path: Path, toy: Toy
+) -> None:
+    # fp32 learner, bf16 rollout: κ = π_old/μ_old is no longer 1, and the κ tails show it.
+    cfg = build_config("grpo", None, [*toy(tiny_model_dir), "system.rollout_dtype=bfloat16"])
+    run_training(cfg, tmp_path / "run")
+    record = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[1])
+    assert record["ratio/kappa/max_abs_log"] > 1e-4  # fp32 rollout: ~1e-7 (float32 noise)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -33,6 +32,7 @@ from rlmap.experiments.checkpoint import (
 from rlmap.experiments.ledger import Ledger, measure_peak_memory
 from rlmap.experiments.plots import write_plots
 from rlmap.experiments.progress import ProgressView
+from rlmap.experiments.records import StepRecords
 from rlmap.experiments.rundir import MetricsLog, write_json_atomic, write_text_atomic
 from rlmap.recipes import composition, load_config
 from rlmap.recipes.config import RecipeConfig
@@ -53,14 +53,14 @@ def run_training(cfg: RecipeConfig, run_dir: Path, *, resume: bool = False) -> d
     if ckpt is not None:
         state, ledger, before = _restore(parts, ckpt)
         MetricsLog.truncate_after(run_dir / "metrics.jsonl", state.step)  # drop what is redone
-        log = MetricsLog(run_dir / "metrics.jsonl")
+        log = StepRecords(run_dir, tensorboard=cfg.run.tensorboard)
     else:
         run_dir.mkdir(parents=True, exist_ok=True)
         write_text_atomic(run_dir / "config.yaml", f"# {composition(cfg)}\n{cfg.to_yaml()}")
         seed_everything(cfg.seed)
         before = _evaluate(parts)
-        log = MetricsLog(run_dir / "metrics.jsonl")
-        log.append(0, before | ledger.metrics())
+        log = StepRecords(run_dir, tensorboard=cfg.run.tensorboard)
+        log.write(0, before | ledger.metrics())
     with view.training(cfg.optim.steps, state.step):
         while state.step < cfg.optim.steps:
             state, ledger = _one_step(parts, state, ledger, log, view, run_dir)
@@ -78,7 +78,7 @@ def _one_step(
     parts: setup.Parts,
     state: LoopState,
     ledger: Ledger,
-    log: MetricsLog,
+    log: StepRecords,
     view: ProgressView,
     run_dir: Path,
 ) -> tuple[LoopState, Ledger]:
@@ -97,7 +97,7 @@ def _one_step(
         rejected_rollouts=int(metrics["sampling/rejected"]),
         wall_clock_s=time.perf_counter() - started,
     ).with_peak_memory(*measure_peak_memory())
-    log.append(state.step, metrics | ledger.metrics())
+    log.write(state.step, metrics | ledger.metrics())
     view.step(state.step, metrics, ledger)
     if last or state.step % cfg.run.checkpoint_every == 0:
         save_checkpoint(run_dir, state.step, model=parts.policy, tokenizer=parts.tokenizer,
@@ -169,5 +169,3 @@ def resume_config(run_dir: Path, overrides: list[str]) -> RecipeConfig:
         raise ConfigError(f"--resume {run_dir}: no config.yaml; not a run directory")
     return load_config(run_dir / "config.yaml")
 
-
-ProgressHook = Callable[[int, dict[str, float]], None]
