@@ -168,4 +168,3 @@ def resume_config(run_dir: Path, overrides: list[str]) -> RecipeConfig:
     if not (run_dir / "config.yaml").exists():
         raise ConfigError(f"--resume {run_dir}: no config.yaml; not a run directory")
     return load_config(run_dir / "config.yaml")
-
