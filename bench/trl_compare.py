@@ -1,0 +1,383 @@
+"""rlmap's GRPO next to TRL's GRPOTrainer on one configuration: seconds per step and pass@1.
+
+Both sides start from the same warm-start checkpoint and tokenizer, train on the
+embedded task's train split (``rlmap.system.setup.load_data``) with the same sizes
+and hyper-parameters, and are evaluated by the same code: rlmap's
+:func:`rlmap.system.evaluate.evaluate` with an ``HFEngine`` on the final model, on
+the held-out split, with the same sampling seed. They run in one process, one after
+the other, the order alternating from seed to seed.
+
+Identical on both sides: G = ``num_generations``; prompts per step =
+``generation_batch_size / G``; ``max_completion_length`` = ``generation.max_new_tokens``;
+temperature 1, top-p 1, top-k off; AdamW (β = 0.9, 0.999, ε = 1e-8, no weight
+decay), constant learning rate, no warm-up, gradient clipping at ``optim.max_grad_norm``;
+one optimiser step per rollout batch (``num_iterations=1``, ``gradient_accumulation_steps``
+= rollouts / micro-batch), micro-batches of ``optim.micro_batch_size``; no KL (TRL
+``beta=0``, rlmap ``kl.placement=none``: neither builds a reference model); PPO clip
+ε = 0.2 (inactive at one step per batch: the ratio is 1); group-normalised
+advantages with the unbiased group std (``scale_rewards="group"``); reward = rlmap's
+``exact_match`` verifier on the decoded completion; float32 everywhere (TRL's
+defaults ``bf16=True`` and ``gradient_checkpointing=True`` are turned off).
+
+Loss reduction: rlmap's grpo preset uses ``response_mean`` (each response's token
+mean, then the mean over the B responses of the step). TRL's ``loss_type="grpo"``
+is the per-sequence token mean, then the mean over a micro-batch, divided by
+``gradient_accumulation_steps``; with equal micro-batches that is the same mean
+over the B responses, so that is the one matched.
+
+Differences that remain (documented, not removable from outside either library):
+
+- advantage ε: rlmap divides by std + 1e-6, TRL by std + 1e-4;
+- prompt order: each library's own seeded shuffle of the same train split;
+- TRL (1.x) has no ``max_prompt_length`` any more; prompts are 4-7 tokens and never cut;
+- TRL computes log-probs with its fused, tiled LM head, rlmap from full logits (numerics
+  only: ``--check-gradients`` compares both gradients on one identical batch);
+- TRL shuffles the rollouts before cutting micro-batches (no effect on the gradient);
+- the prompt text TRL sees is ``"<bos>" + prompt`` (the tokenizer has no chat template
+  and adds no special tokens), which tokenizes to exactly rlmap's ``encode_prompt``
+  ids (checked at start-up).
+
+Same number of generated tokens: ``--steps N`` (default: the preset's ``optim.steps``)
+sets a budget of N × rollouts per step × the start checkpoint's mean response length;
+each side stops at the first step whose cumulative generated tokens (EOS included)
+reach it, so pass@1 is compared after (almost exactly) the same sampling work.
+Seconds per step: the median over the steps after ``--warmup``; rlmap's step is
+:func:`rlmap.system.sync.sync_step`, TRL's the interval between consecutive
+``on_step_end`` callbacks (generation, scoring, forward/backward, optimiser step
+and its per-step logging).
+
+    python bench/trl_compare.py [--steps N] [--seeds 0 1 2] [--warmup 2] [--threads N]
+                                [--check-gradients] [override ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import itertools
+import os
+import platform
+import random
+import statistics
+import tempfile
+import time
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+import transformers
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
+
+from rlmap import estimators, feedback
+from rlmap.recipes import composition
+from rlmap.recipes.config import RecipeConfig, build_config
+from rlmap.system import setup
+from rlmap.system.evaluate import evaluate
+from rlmap.system.hf_engine import HFEngine
+from rlmap.system.learner import update_policy
+from rlmap.system.rollout import to_batch
+from rlmap.system.sync import LoopState, next_prompts, rollout_round, sync_step
+from rlmap.tasks.prompts import encode_prompt
+
+EVAL_SEED = 12345
+"""The held-out sampling seed (as ``rlmap train`` uses)."""
+
+
+@dataclass(frozen=True)
+class Run:
+    """One training run of one side."""
+
+    step_seconds: list[float]
+    generated_tokens: int
+    pass_at_1: float
+
+    def seconds_per_step(self, warmup: int) -> float:
+        return statistics.median(self.step_seconds[warmup:] or self.step_seconds)
+
+
+def held_out_pass1(
+    cfg: RecipeConfig, model: torch.nn.Module, tok: PreTrainedTokenizerBase
+) -> dict[str, float]:
+    """rlmap's evaluation of ``model`` on the held-out split."""
+    _, heldout = setup.load_data(cfg)
+    engine = HFEngine(model, pad_token_id=int(tok.pad_token_id), eos_token_id=int(tok.eos_token_id))
+    g = cfg.generation
+    verify = feedback.registry.get(cfg.feedback.verifier).fn
+    return evaluate(engine, tok, heldout, verify, samples=g.eval_samples,
+                    max_new_tokens=g.max_new_tokens, temperature=g.temperature, top_p=g.top_p,
+                    seed=EVAL_SEED)  # fmt: skip
+
+
+def run_rlmap(cfg: RecipeConfig, start: Path, budget: int, max_steps: int) -> Run:
+    """``sync_step`` until ``budget`` generated tokens (or ``max_steps``)."""
+    random.seed(cfg.seed)
+    torch.manual_seed(cfg.seed)
+    parts = setup.build(cfg, start)
+    state, tokens, seconds = LoopState(), 0, []
+    while tokens < budget and state.step < max_steps:
+        begin = time.perf_counter()
+        state, metrics = sync_step(parts, state)
+        seconds.append(time.perf_counter() - begin)
+        tokens += int(metrics["sampling/generated_tokens"])
+    pass1 = held_out_pass1(cfg, parts.policy, parts.tokenizer)["eval/pass@1"]
+    return Run(seconds, tokens, pass1)
+
+
+def trl_args(cfg: RecipeConfig, output_dir: str, max_steps: int) -> Any:
+    """The ``GRPOConfig`` equivalent to rlmap's ``cfg`` (see the module docstring)."""
+    from trl import GRPOConfig
+
+    s, g, o = cfg.sampling, cfg.generation, cfg.optim
+    rollouts = s.prompts_per_step * s.group_size
+    return GRPOConfig(
+        output_dir=output_dir, use_cpu=True, use_vllm=False, report_to=[], logging_steps=1,
+        save_strategy="no", disable_tqdm=True, seed=cfg.seed, data_seed=cfg.seed,
+        bf16=False, fp16=False, activation_checkpointing=False, gradient_checkpointing=False,
+        remove_unused_columns=False,
+        dataloader_num_workers=0, max_steps=max_steps,
+        per_device_train_batch_size=o.micro_batch_size,
+        gradient_accumulation_steps=rollouts // o.micro_batch_size,
+        generation_batch_size=rollouts, num_generations=s.group_size,
+        max_completion_length=g.max_new_tokens, temperature=g.temperature, top_p=g.top_p,
+        top_k=0, repetition_penalty=1.0,
+        learning_rate=o.lr, lr_scheduler_type="constant", warmup_steps=0,
+        weight_decay=o.weight_decay, max_grad_norm=o.max_grad_norm, optim="adamw_torch",
+        adam_beta1=0.9, adam_beta2=0.999, adam_epsilon=1e-8,
+        num_iterations=o.epochs_per_batch, beta=0.0, epsilon=cfg.behaviour.clip_low,
+        epsilon_high=cfg.behaviour.clip_high, loss_type="grpo", scale_rewards="group",
+        mask_truncated_completions=False, log_completions=False,
+    )  # fmt: skip
+
+
+def run_trl(cfg: RecipeConfig, start: Path, budget: int, max_steps: int) -> Run:
+    """TRL's GRPOTrainer on the same data, model and settings, until the same budget."""
+    from datasets import Dataset  # type: ignore[import-untyped]
+    from transformers import PrinterCallback, TrainerCallback
+    from trl import GRPOTrainer
+
+    tokenizer = AutoTokenizer.from_pretrained(start)
+    train, _ = setup.load_data(cfg)
+    bos = tokenizer.bos_token or ""
+    data = Dataset.from_list([{"prompt": bos + e.prompt, "answer": e.answer} for e in train])
+    verify = feedback.registry.get(cfg.feedback.verifier).fn
+    generated = [0]
+
+    def exact_match(completions: list[str], answer: list[str], completion_ids: list[list[int]],
+                    **_: Any) -> list[float | None]:  # fmt: skip
+        generated[0] += sum(len(ids) for ids in completion_ids)
+        return [float(verify(c, a)) for c, a in zip(completions, answer, strict=True)]
+
+    ends: list[float] = []
+
+    class Clock(TrainerCallback):
+        def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            ends.append(time.perf_counter())
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            ends.append(time.perf_counter())
+            if generated[0] >= budget:
+                control.should_training_stop = True
+
+    random.seed(cfg.seed)
+    torch.manual_seed(cfg.seed)
+    model = AutoModelForCausalLM.from_pretrained(start, dtype=torch.float32)
+    with tempfile.TemporaryDirectory() as out:
+        trainer = GRPOTrainer(model=model, reward_funcs=exact_match, train_dataset=data,
+                              args=trl_args(cfg, out, max_steps), processing_class=tokenizer,
+                              callbacks=[Clock()])  # fmt: skip
+        trainer.remove_callback(PrinterCallback)  # logging_steps=1 would print every step
+        trainer.train()
+    trained = trainer.accelerator.unwrap_model(trainer.model)
+    pass1 = held_out_pass1(cfg, trained, tokenizer)["eval/pass@1"]
+    seconds = [b - a for a, b in itertools.pairwise(ends)]
+    return Run(seconds, generated[0], pass1)
+
+
+def check_prompt_tokens(cfg: RecipeConfig, start: Path) -> None:
+    """TRL tokenizes plain-text prompts with ``tokenizer(text=...)``; it must match rlmap's ids."""
+    tokenizer = AutoTokenizer.from_pretrained(start)
+    train, _ = setup.load_data(cfg)
+    sample = train[:64]
+    texts = [(tokenizer.bos_token or "") + e.prompt for e in sample]
+    trl_ids = tokenizer(text=texts)["input_ids"]
+    ours = [encode_prompt(tokenizer, e.prompt) for e in sample]
+    if [list(x) for x in trl_ids] != ours:
+        raise SystemExit(f"prompt tokens differ: TRL {trl_ids[0]} vs rlmap {ours[0]}")
+    print(f"prompt tokens: TRL's tokenization of '<bos>'+prompt == rlmap's encode_prompt "
+          f"(e.g. {sample[0].prompt!r} → {ours[0]})")  # fmt: skip
+
+
+def no_reward(completions: list[str], **_: Any) -> list[float | None]:
+    return [0.0] * len(completions)
+
+
+class GradientRecorder(torch.optim.Optimizer):
+    """An "optimiser" whose step only keeps a copy of the gradients it is given."""
+
+    def __init__(self, params: Any) -> None:
+        super().__init__(params, {"lr": 0.0})
+        self.grads: list[torch.Tensor] = []
+
+    def step(self, closure: Any = None) -> None:  # type: ignore[override]
+        self.grads = [p.grad.clone() for g in self.param_groups for p in g["params"]]
+
+
+def check_gradients(cfg: RecipeConfig, start: Path) -> None:
+    """rlmap's and TRL's loss gradients on one identical batch (TRL's private ``_compute_loss``).
+
+    One batch sampled by rlmap; rlmap's gradient is what ``update_policy`` hands its
+    optimiser (clipping off); TRL's is ``_compute_loss`` over the same micro-batches with
+    the same per-sequence advantages, as its training step accumulates them.
+    """
+    from datasets import Dataset
+    from trl import GRPOTrainer
+
+    parts = setup.build(cfg, start)
+    trl_model = copy.deepcopy(parts.policy)
+    examples = next_prompts(parts.train, 0, cfg.sampling.prompts_per_step, cfg.seed)
+    torch.manual_seed(cfg.seed)
+    batch = to_batch(
+        rollout_round(parts, examples, 0), pad_token_id=int(parts.tokenizer.pad_token_id)
+    )
+    adv_BT = estimators.registry.get(cfg.credit.estimator).fn(batch, cfg.credit).advantages
+    recorder = GradientRecorder(parts.policy.parameters())
+    settings = replace(parts.settings, max_grad_norm=float("inf"))
+    constant = torch.optim.lr_scheduler.LambdaLR(recorder, lambda _: 1.0)
+    update_policy(parts.policy, recorder, constant, batch, adv_BT, settings,
+                  learner_version=0, generator=torch.Generator().manual_seed(0))  # fmt: skip
+
+    width = int(batch.action_mask.long().argmax(1).min())  # prompts end where responses start
+    attention = batch.attention_mask if batch.attention_mask is not None else batch.action_mask
+    inputs = {"prompt_ids": batch.tokens[:, :width], "prompt_mask": attention[:, :width].long(),
+              "completion_ids": batch.tokens[:, width:],
+              "completion_mask": batch.action_mask[:, width:].long(),
+              "advantages": adv_BT[:, width]}  # fmt: skip
+    data = Dataset.from_list([{"prompt": "<bos>", "answer": ""}])
+    with tempfile.TemporaryDirectory() as out:
+        trainer = GRPOTrainer(model=trl_model, reward_funcs=no_reward,
+                              train_dataset=data, args=trl_args(cfg, out, 1),
+                              processing_class=parts.tokenizer)  # fmt: skip
+    trl_model.train()
+    mbs = cfg.optim.micro_batch_size
+    trainer.current_gradient_accumulation_steps = -(-batch.size // mbs)
+    for i in range(0, batch.size, mbs):
+        trainer._compute_loss(trl_model, {k: v[i : i + mbs] for k, v in inputs.items()}).backward()
+    trl_grads = [torch.zeros_like(a) if p.grad is None else p.grad
+                 for a, p in zip(recorder.grads, trl_model.parameters(), strict=True)]  # fmt: skip
+    diff = max(float((a - b).abs().max()) for a, b in zip(recorder.grads, trl_grads, strict=True))
+    scale = max(float(a.abs().max()) for a in recorder.grads)
+    print(f"gradient check on one batch ({batch.size} rollouts, rewards mean "
+          f"{float(batch.rewards.mean()):.3f}): max |g_rlmap − g_trl| = {diff:.2e}, "
+          f"max |g| = {scale:.2e}")  # fmt: skip
+
+
+TRL_FIELDS = ("per_device_train_batch_size", "gradient_accumulation_steps", "generation_batch_size",
+              "steps_per_generation", "num_generations", "max_completion_length", "temperature",
+              "top_p", "top_k", "learning_rate", "lr_scheduler_type", "optim", "max_grad_norm",
+              "num_iterations", "beta", "epsilon", "epsilon_high", "loss_type", "scale_rewards",
+              "bf16", "activation_checkpointing", "use_vllm", "use_cpu")  # fmt: skip
+
+
+def describe_trl(cfg: RecipeConfig, max_steps: int) -> str:
+    with tempfile.TemporaryDirectory() as out:
+        args = trl_args(cfg, out, max_steps)
+    return "TRL GRPOConfig: " + ", ".join(f"{k}={getattr(args, k)!r}" for k in TRL_FIELDS)
+
+
+def environment() -> str:
+    import trl
+
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    return (
+        f"python {platform.python_version()} · torch {torch.__version__} · "
+        f"transformers {transformers.__version__} · trl {trl.__version__} · "
+        f"torch threads {torch.get_num_threads()} · {os.cpu_count()} CPUs · load avg {load}"
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--steps", type=int, help="nominal steps, sets the budget (optim.steps)")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--warmup", type=int, default=2, help="first steps left out of s/step")
+    parser.add_argument("--threads", type=int, help="torch.set_num_threads (default: torch's)")
+    parser.add_argument("--check-gradients", action="store_true",
+                        help="first compare both losses' gradients on one batch")  # fmt: skip
+    parser.add_argument("overrides", nargs="*", help="dotted.key=value overrides of the preset")
+    args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    transformers.utils.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+    # TRL calls transformers' deprecated gradient-checkpointing names; nothing to act on here
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    base = build_config("grpo", None, ["kl.placement=none", *args.overrides])
+    start = setup.model_path(base)
+    steps = args.steps or base.optim.steps
+    budget, before = print_setup(base, start, steps)
+    if args.check_gradients:
+        check_gradients(base, start)
+    results: dict[str, list[Run]] = {"rlmap": [], "trl": []}
+    for i, seed in enumerate(args.seeds):
+        cfg = base.model_copy(update={"seed": seed})
+        for side in ["rlmap", "trl"] if i % 2 == 0 else ["trl", "rlmap"]:
+            run = (run_rlmap if side == "rlmap" else run_trl)(cfg, start, budget, 2 * steps)
+            results[side].append(run)
+            print(
+                f"seed {seed} {side:<5} {len(run.step_seconds):3d} steps "
+                f"{run.generated_tokens:6d} tokens  {run.seconds_per_step(args.warmup):7.3f} "
+                f"s/step (threads {torch.get_num_threads()})  pass@1 {run.pass_at_1:.4f}",
+                flush=True,
+            )
+    summarize(results, args.warmup, before)
+
+
+def print_setup(base: RecipeConfig, start: Path, steps: int) -> tuple[int, float]:
+    """Print both configurations; return the token budget and the start's held-out pass@1."""
+    s, g, o = base.sampling, base.generation, base.optim
+    rollouts = s.prompts_per_step * s.group_size
+    print(environment())
+    print(f"checkpoint {start}")
+    print(
+        f"shared: P={s.prompts_per_step} prompts × G={s.group_size} = {rollouts} rollouts/step, "
+        f"max_new_tokens={g.max_new_tokens}, temperature={g.temperature}, top_p={g.top_p}, "
+        f"top_k=0, lr={o.lr} constant, AdamW wd={o.weight_decay}, clip-grad {o.max_grad_norm}, "
+        f"micro-batch {o.micro_batch_size} (grad accumulation {rollouts // o.micro_batch_size}), "
+        f"1 optimiser step per batch, no KL, response-mean loss (TRL loss_type='grpo'), "
+        f"group-std advantages"
+    )
+    print(f"rlmap: {composition(base)}")
+    print(describe_trl(base, 2 * steps))
+    check_prompt_tokens(base, start)
+    tokenizer = AutoTokenizer.from_pretrained(start)
+    before = held_out_pass1(base, AutoModelForCausalLM.from_pretrained(start), tokenizer)
+    budget = round(steps * rollouts * before["eval/length"])
+    print(
+        f"start checkpoint: held-out pass@1 {before['eval/pass@1']:.4f}, mean response "
+        f"{before['eval/length']:.2f} tokens → budget {budget} generated tokens "
+        f"(≈ {steps} steps; cap {2 * steps})\n"
+    )
+    return budget, before["eval/pass@1"]
+
+
+def summarize(results: dict[str, list[Run]], warmup: int, before: float) -> None:
+    per_seed = [r.seconds_per_step(warmup) / t.seconds_per_step(warmup)
+                for r, t in zip(results["rlmap"], results["trl"], strict=True)]  # fmt: skip
+    print(f"\nmedians over {len(per_seed)} seeds:")
+    for side, runs in results.items():
+        sps = statistics.median(r.seconds_per_step(warmup) for r in runs)
+        p1 = statistics.median(r.pass_at_1 for r in runs)
+        tokens = statistics.median(r.generated_tokens for r in runs)
+        print(f"  {side:<5} {sps:7.3f} s/step   held-out pass@1 {p1:.4f} "
+              f"(start {before:.4f})   {tokens:.0f} generated tokens")  # fmt: skip
+    for side, runs in results.items():
+        print(f"  {side:<5} pass@1 per seed: {', '.join(f'{r.pass_at_1:.4f}' for r in runs)}")
+    print(f"  rlmap_sec_per_step / trl_sec_per_step = {statistics.median(per_seed):.3f} "
+          f"(per seed: {', '.join(f'{x:.3f}' for x in per_seed)})")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
