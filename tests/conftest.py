@@ -6,9 +6,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import torch
 
 from rlmap.tasks.tiny import TinySpec, build_tiny_model
 from rlmap.tasks.tokenizer import build_tokenizer
+
+# Tests run in two xdist workers on two cores: one torch thread each, or the workers'
+# OpenMP threads fight over the cores and everything runs many times slower.
+torch.set_num_threads(1)
 
 SMALL = TinySpec(
     hidden_size=32,

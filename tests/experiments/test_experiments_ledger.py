@@ -58,12 +58,20 @@ def test_from_dict_rejects_unknown_fields() -> None:
 
 
 def test_budget_metrics() -> None:
-    metrics = (
-        Ledger().add(generated_tokens=10, prompts=2, learner_steps=1, wall_clock_s=3).metrics()
-    )
-    assert metrics == {
+    ledger = Ledger().add(generated_tokens=10, prompts=2, learner_steps=1, critic_steps=4,
+                          wall_clock_s=3)  # fmt: skip
+    assert ledger.metrics() == {
         "budget/generated_tokens": 10.0,
         "budget/prompts": 2.0,
         "budget/learner_steps": 1.0,
+        "budget/critic_steps": 4.0,
         "budget/wall_clock_s": 3.0,
     }
+
+
+def test_a_ledger_written_before_the_critic_existed_reads_with_zero_critic_steps() -> None:
+    old = Ledger(engine="hf").add(generated_tokens=5, learner_steps=2).to_dict()
+    del old["critic_steps"]  # what ledger.json held before the field was added
+    ledger = Ledger.from_dict(old)
+    assert (ledger.critic_steps, ledger.learner_steps, ledger.generated_tokens) == (0, 2, 5)
+    assert ledger.add(critic_steps=3).critic_steps == 3

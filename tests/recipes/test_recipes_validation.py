@@ -26,6 +26,8 @@ def _error(recipe: str, *overrides: str) -> str:
         ("vapo", ["credit.time_unit=turn", "credit.length_unit=token"], "credit.length_unit:",
          "'token'"),
         ("ppo", ["critic.enabled=false"], "critic.enabled:", "needs a value critic"),
+        ("grpo", ["critic.enabled=true"], "critic.enabled:", "no targets"),
+        ("vapo", ["critic.warmup_steps=0"], "critic.pretrain_mc:", "warmup_steps >= 1"),
         ("grpo", ["behaviour.mode=bypass", "behaviour.corrections=[tis]"],
          "behaviour.corrections:", "bypass"),
         ("grpo", ["behaviour.mode=bypass", "behaviour.corrections=[icepop]"],

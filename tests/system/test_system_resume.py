@@ -32,15 +32,25 @@ def _overrides(toy: Toy, model_dir: Path) -> list[str]:
     return [*toy(model_dir, steps=6), "run.checkpoint_every=2", "run.eval_every=3"]
 
 
-@pytest.mark.parametrize("crash_at", [3, 5])
+@pytest.mark.parametrize(
+    ("recipe", "crash_at", "extra"),
+    [
+        ("grpo", 3, []),
+        ("grpo", 5, []),
+        ("ppo", 5, []),  # critic weights, optimiser and scheduler come back too
+        ("vapo", 5, ["critic.warmup_steps=4"]),  # resumed in the middle of value pre-training
+    ],
+)
 def test_resume_after_a_crash_matches_an_uninterrupted_run(
+    recipe: str,
     crash_at: int,
+    extra: list[str],
     tiny_model_dir: Path,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     toy: Toy,
 ) -> None:
-    cfg = build_config("grpo", None, _overrides(toy, tiny_model_dir))
+    cfg = build_config(recipe, None, [*_overrides(toy, tiny_model_dir), *extra])
     run_training(cfg, tmp_path / "straight")
 
     real_step = train_module.sync_step
@@ -64,9 +74,10 @@ def test_kill_9_then_resume_from_the_command_line(
     straight, killed = tmp_path / "straight", tmp_path / "killed"
     args = [*_overrides(toy, tiny_model_dir), "optim.steps=10"]
     cli = [sys.executable, "-m", "rlmap.cli", "train"]
-    subprocess.run([*cli, "--out", str(straight), *args], check=True, capture_output=True)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}  # see conftest: no oversubscribed cores
+    subprocess.run([*cli, "--out", str(straight), *args], check=True, capture_output=True, env=env)
     proc = subprocess.Popen([*cli, "--out", str(killed), *args], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)  # fmt: skip
+                            stderr=subprocess.DEVNULL, env=env)  # fmt: skip
     deadline = time.monotonic() + 120
     while not list((killed / "checkpoints").glob("step_*")):  # killed mid-run, after a checkpoint
         assert proc.poll() is None, "the run ended before it could be killed"
@@ -75,7 +86,9 @@ def test_kill_9_then_resume_from_the_command_line(
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     assert not (killed / "summary.json").exists()
-    resumed = subprocess.run([*cli, "--resume", str(killed)], capture_output=True, text=True)
+    resumed = subprocess.run(
+        [*cli, "--resume", str(killed)], capture_output=True, text=True, env=env
+    )
     assert resumed.returncode == 0, resumed.stderr
     assert _records(killed) == _records(straight)
     assert (

@@ -1,4 +1,4 @@
-"""End-to-end runs at toy scale: every critic-free preset, the run directory, bad input."""
+"""End-to-end runs at toy scale: every trainable preset, the run directory, bad input."""
 
 from __future__ import annotations
 
@@ -8,12 +8,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoModelForCausalLM, AutoModelForTokenClassification, AutoTokenizer
 
 from rlmap.cli import main
 from rlmap.core.errors import ConfigError
 from rlmap.experiments.train import run_training
 from rlmap.recipes import build_config
+from rlmap.system import setup
 
 Toy = Callable[..., list[str]]
 CRITIC_FREE = ["grpo", "dr-grpo", "rloo", "reinforce", "dapo", "gspo", "cispo", "sapo"]
@@ -40,6 +41,71 @@ def test_each_critic_free_preset_runs(
     for name in ("ledger.json", "summary.json"):
         assert json.loads((run / name).read_text())
     assert (run / "checkpoints" / "step_2" / "config.json").exists()
+
+
+CRITIC_METRICS = ("critic/value_loss", "critic/explained_variance", "critic/value_error_first",
+                  "critic/value_error_last", "critic/grad_norm", "critic/pretraining",
+                  "system/critic_update_s", "system/critic_values_s")  # fmt: skip
+
+
+def _records(run: Path) -> list[dict[str, float]]:
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_ppo_trains_policy_and_critic_every_step(tiny_model_dir: Path, tmp_path: Path,
+                                                 toy: Toy) -> None:  # fmt: skip
+    cfg = build_config("ppo", None, toy(tiny_model_dir))
+    summary = run_training(cfg, tmp_path / "run")
+    records = _records(tmp_path / "run")
+    for record in records[1:]:
+        for key in (*CRITIC_METRICS, "loss/policy", "system/policy_update_s"):
+            assert key in record, key
+        assert record["critic/pretraining"] == 0
+    assert records[-1]["budget/learner_steps"] == 2 and records[-1]["budget/critic_steps"] == 2
+    assert summary["critic_steps"] == 2
+    assert (
+        summary["critic_explained_variance_before_policy"]
+        == records[1]["critic/explained_variance"]
+    )
+    ckpt = tmp_path / "run" / "checkpoints" / "step_2"
+    critic = AutoModelForTokenClassification.from_pretrained(ckpt / "critic")  # plain transformers
+    assert critic.config.num_labels == 1
+    assert json.loads((tmp_path / "run" / "ledger.json").read_text())["critic_steps"] == 2
+
+
+def test_vapo_pretrains_the_critic_before_any_policy_update(
+    tiny_model_dir: Path, tmp_path: Path, toy: Toy
+) -> None:
+    # Two value pre-training steps (Monte-Carlo targets, no policy step), then PPO steps.
+    cfg = build_config("vapo", None, [*toy(tiny_model_dir, steps=3), "critic.warmup_steps=2"])
+    summary = run_training(cfg, tmp_path / "run")
+    records = _records(tmp_path / "run")
+    pretraining, policy = records[1:3], records[3:]
+    for record in pretraining:
+        assert record["critic/pretraining"] == 1
+        assert "loss/policy" not in record and "critic/value_loss" in record
+    assert [r["budget/learner_steps"] for r in records] == [0, 0, 0, 1]
+    assert [r["budget/critic_steps"] for r in records] == [0, 1, 2, 3]
+    assert policy[0]["critic/pretraining"] == 0 and "loss/policy" in policy[0]
+    assert "critic/explained_variance" in pretraining[-1]
+    assert summary["critic_explained_variance_before_policy"] == pretraining[-1].get(
+        "critic/explained_variance"
+    )
+    assert (tmp_path / "run" / "plots" / "critic.png").exists()
+
+
+@pytest.mark.parametrize(
+    ("recipe", "field"), [("sao", "system.mode:"), ("classic-rlhf", "feedback.source:")]
+)
+def test_recipes_rlmap_cannot_run_yet_are_refused_in_one_line(
+    recipe: str, field: str, tiny_model_dir: Path, tmp_path: Path, toy: Toy
+) -> None:
+    cfg = build_config(recipe, None, toy(tiny_model_dir))
+    with pytest.raises(ConfigError) as info:
+        setup.check_inputs(cfg)
+    assert str(info.value).startswith(field) and "\n" not in str(info.value)
+    with pytest.raises(ConfigError, match=f"^{field}"):
+        setup.build(cfg, tiny_model_dir)
 
 
 def test_run_directory_and_plain_transformers_checkpoint(
