@@ -81,6 +81,7 @@ def _terms(batch: Batch, logprobs: torch.Tensor, advantages: torch.Tensor) -> Po
         advantages=advantages,
         mask=batch.action_mask,
         policy_version=batch.policy_version,
+        learner_version=0,
     )
 
 
@@ -120,13 +121,13 @@ def bench_reductions(batch: Batch, gen: torch.Generator, repeats: int) -> list[t
     return rows
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--batch", type=int, default=512)
     parser.add_argument("--time", type=int, default=1024)
     parser.add_argument("--group", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=5)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     gen = torch.Generator().manual_seed(0)
     batch = make_batch(args.batch, args.time, args.group, gen)
     a = torch.randn(args.batch, args.time, generator=gen)

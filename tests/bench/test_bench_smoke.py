@@ -1,0 +1,19 @@
+"""bench/algos.py still runs against the current API (a smoke run at toy size, not a timing)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+
+def test_algos_benchmark_runs_at_toy_size(capsys: pytest.CaptureFixture[str]) -> None:
+    path = Path(__file__).resolve().parents[2] / "bench" / "algos.py"
+    spec = importlib.util.spec_from_file_location("bench_algos", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.main(["--batch", "8", "--time", "16", "--group", "4", "--repeats", "1"])
+    out = capsys.readouterr().out
+    assert "estimator gae" in out and "objective ppo_clip" in out and "reduction token_mean" in out
