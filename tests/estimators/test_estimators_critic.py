@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from rlmap.estimators import explained_variance, value_loss
+from rlmap.estimators import explained_variance, value_errors, value_loss
 
 
 def test_value_loss_hand_cases() -> None:
@@ -77,3 +77,17 @@ def test_explained_variance_matches_reference() -> None:
 
     want = 1 - var([b - a for a, b in pairs]) / var([b for _, b in pairs])
     assert float(explained_variance(v, r, mask)) == pytest.approx(want, rel=1e-5)
+
+
+def test_value_errors_at_the_first_and_last_action_token() -> None:
+    # Row 0: [prompt | a a a], V = (0.2, 0.5, 0.9), return = (1, 1, 1): first |0.2 − 1| = 0.8,
+    #        last |0.9 − 1| = 0.1.
+    # Row 1: [prompt | a | pad pad], V = 0.3, return 0: first = last = 0.3.
+    # Row 2: no action token (e.g. an excluded row): it does not count.
+    # first = (0.8 + 0.3) / 2 = 0.55, last = (0.1 + 0.3) / 2 = 0.2; garbage off the mask is ignored.
+    mask = torch.tensor([[0, 1, 1, 1], [0, 1, 0, 0], [0, 0, 0, 0]], dtype=torch.bool)
+    values = torch.tensor([[9.0, 0.2, 0.5, 0.9], [9.0, 0.3, 9.0, 9.0], [9.0, 9.0, 9.0, 9.0]])
+    returns = torch.tensor([[0.0, 1.0, 1.0, 1.0], [0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]])
+    errors = value_errors(values, returns, mask)
+    assert float(errors["critic/value_error_first"]) == pytest.approx(0.55)
+    assert float(errors["critic/value_error_last"]) == pytest.approx(0.2)

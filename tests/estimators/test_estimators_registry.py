@@ -84,7 +84,7 @@ def test_every_entry_same_signature_shapes_and_diagnostics(
     if name in GROUP:
         keys |= {"group/all_correct_frac", "group/all_wrong_frac", "group/zero_adv_frac"}
     if name in CRITIC:
-        keys |= {"critic/explained_variance"}
+        keys |= {"critic/explained_variance", "critic/value_error_first", "critic/value_error_last"}
         assert credit.returns is not None and credit.returns.shape == batch.action_mask.shape
     else:
         assert credit.returns is None

@@ -11,8 +11,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from rlmap.core.batch import Batch, End, RewardStatus
-from rlmap.estimators import CreditParams, registry, train_mask
-from rlmap.reduction import ReductionParams, token_weights
+from rlmap.estimators import CreditParams, registry
 from rlmap.system.critic import (
     CriticSettings,
     align_values,
@@ -21,6 +20,7 @@ from rlmap.system.critic import (
     critic_outputs,
     load_critic,
     update_critic,
+    value_weights,
 )
 from rlmap.system.engine import Completion
 from rlmap.system.hf_engine import HFEngine
@@ -126,7 +126,7 @@ def test_prompt_observation_and_padding_positions_get_no_value_gradient() -> Non
                   reward_status=torch.tensor([RewardStatus.OK, RewardStatus.INFRA_ERROR]),
                   attention_mask=attention, values=old)  # fmt: skip
     returns = torch.randn(action.shape, generator=gen) * action
-    weights = token_weights(train_mask(batch), ReductionParams(name="token_mean"))
+    weights = value_weights(batch)
     critic_loss(outputs, batch, returns, weights, value_clip=0.5).backward()
     assert outputs.grad is not None
     trained = torch.zeros_like(action)

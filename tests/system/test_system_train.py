@@ -185,3 +185,15 @@ def test_bf16_rollout_engine_makes_the_mismatch_measurable(
     run_training(cfg, tmp_path / "run")
     record = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[1])
     assert record["ratio/kappa/max_abs_log"] > 1e-4  # fp32 rollout: ~1e-7 (float32 noise)
+
+
+@pytest.mark.parametrize(
+    ("override", "field"),
+    [("system.engine=vllm", "system.engine:"), ("system.backend=ray", "system.backend:"),
+     ("system.partial_rollout=true", "system.partial_rollout:")],
+)  # fmt: skip
+def test_system_parts_not_built_yet_are_refused_not_ignored(
+    override: str, field: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["train", "--recipe", "grpo", override]) == 2
+    assert capsys.readouterr().err.startswith(f"rlmap: error: {field}")

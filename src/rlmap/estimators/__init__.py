@@ -6,7 +6,7 @@ thin adapter over a pure function exported here (FORMULAS.md §2).
 
 from rlmap.core.registry import Registry
 from rlmap.estimators.adapters import build_registry, train_mask
-from rlmap.estimators.critic import explained_variance, value_loss
+from rlmap.estimators.critic import explained_variance, value_errors, value_loss
 from rlmap.estimators.gae import adaptive_lambda, gae, gae_advantages, turn_gae
 from rlmap.estimators.group import (
     GroupStats,
@@ -56,6 +56,7 @@ __all__ = [
     "train_mask",
     "turn_gae",
     "turn_vtrace",
+    "value_errors",
     "value_loss",
     "vtrace",
     "whiten",

@@ -13,7 +13,7 @@ from torch import Tensor
 from rlmap.core.batch import Batch, End
 from rlmap.core.errors import ConfigError
 from rlmap.core.registry import Registry
-from rlmap.estimators.critic import explained_variance
+from rlmap.estimators.critic import explained_variance, value_errors
 from rlmap.estimators.gae import adaptive_lambda, gae, turn_gae
 from rlmap.estimators.group import (
     dr_grpo_advantages,
@@ -132,6 +132,7 @@ def _critic_credit(batch: Batch, adv_BT: Tensor, returns_BT: Tensor, values_BT: 
     mask_BT = train_mask(batch)
     diagnostics = advantage_diagnostics(adv_BT, mask_BT)
     diagnostics["critic/explained_variance"] = explained_variance(values_BT, returns_BT, mask_BT)
+    diagnostics |= value_errors(values_BT, returns_BT, mask_BT)
     return Credit(advantages=adv_BT.detach(), returns=returns_BT.detach(), diagnostics=diagnostics)
 
 

@@ -1,10 +1,11 @@
-"""The critic's clipped value loss and its explained variance (FORMULAS.md §2)."""
+"""The critic's clipped value loss and its diagnostics (FORMULAS.md §2)."""
 
 from __future__ import annotations
 
 import torch
 from torch import Tensor
 
+from rlmap.core.batch import last_action_onehot
 from rlmap.core.ops import masked_mean
 
 
@@ -30,3 +31,22 @@ def explained_variance(values: Tensor, returns: Tensor, mask: Tensor) -> Tensor:
     err = r - v
     var_err = masked_mean((err - masked_mean(err, mask)) ** 2, mask)
     return torch.where(var_r > 0, 1.0 - var_err / var_r, float("nan"))
+
+
+def value_errors(values_BT: Tensor, returns_BT: Tensor, mask_BT: Tensor) -> dict[str, Tensor]:
+    """Mean |V − return| at the first and at the last masked token of each row; detached.
+
+    ``critic/value_error_first`` judges V(s_0), the value of the prompt alone, whose target
+    is the whole trajectory's return; ``critic/value_error_last`` the value just before the
+    outcome is revealed. A critic that only learned the mean reward does equally badly at
+    both; one that reads the response improves at the last token first.
+    (B, T) in; rows without a masked token do not count.
+    """
+    mask_BT = mask_BT.bool()
+    err_BT = (values_BT.detach() - returns_BT.detach()).abs()
+    first_BT = mask_BT & (mask_BT.cumsum(-1) == 1)
+    last_BT = last_action_onehot(mask_BT).bool()
+    return {
+        "critic/value_error_first": masked_mean(err_BT, first_BT),
+        "critic/value_error_last": masked_mean(err_BT, last_BT),
+    }

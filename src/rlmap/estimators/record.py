@@ -23,7 +23,8 @@ class Credit:
     diagnostics: dict[str, Tensor]
     """Detached scalars: ``adv/mean``, ``adv/std``; group estimators add
     ``group/all_correct_frac``, ``group/all_wrong_frac``, ``group/zero_adv_frac``; critic
-    estimators add ``critic/explained_variance``."""
+    estimators add ``critic/explained_variance``, ``critic/value_error_first`` and
+    ``critic/value_error_last`` (of the values the estimator was given)."""
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,10 @@ class Ledger:
     rollouts: int = 0
     """Trajectories sampled (prompts × samples per prompt, plus any refills)."""
     learner_steps: int = 0
-    """Optimizer steps taken (every ``optimizer.step()``, across all epochs)."""
+    """Policy optimizer steps taken (every ``optimizer.step()``, across all epochs)."""
+    critic_steps: int = 0
+    """Value-critic optimizer steps taken (0 without a critic; ledgers written before the
+    critic existed have no such field and read as 0)."""
     filtered_rollouts: int = 0
     """Trajectories sampled and then dropped by the sampling axis (e.g. uniform groups)."""
     rejected_rollouts: int = 0
@@ -65,6 +68,7 @@ class Ledger:
         prompts: int = 0,
         rollouts: int = 0,
         learner_steps: int = 0,
+        critic_steps: int = 0,
         filtered_rollouts: int = 0,
         rejected_rollouts: int = 0,
         wall_clock_s: float = 0.0,
@@ -75,6 +79,7 @@ class Ledger:
             "prompts": prompts,
             "rollouts": rollouts,
             "learner_steps": learner_steps,
+            "critic_steps": critic_steps,
             "filtered_rollouts": filtered_rollouts,
             "rejected_rollouts": rejected_rollouts,
             "wall_clock_s": wall_clock_s,
@@ -103,6 +108,7 @@ class Ledger:
             "budget/generated_tokens": float(self.generated_tokens),
             "budget/prompts": float(self.prompts),
             "budget/learner_steps": float(self.learner_steps),
+            "budget/critic_steps": float(self.critic_steps),
             "budget/wall_clock_s": float(self.wall_clock_s),
         }
 

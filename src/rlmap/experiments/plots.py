@@ -84,6 +84,17 @@ PLOTS: tuple[PlotSpec, ...] = (
         ),
     ),
     PlotSpec(
+        "critic.png",
+        "Value critic (value pre-training steps: critic/pretraining = 1)",
+        "step",
+        "step",
+        (
+            Panel("explained variance", ("critic/explained_variance",)),
+            Panel("value loss", ("critic/value_loss",)),
+            Panel("|V − return|", (r"critic/value_error_(first|last)",)),
+        ),
+    ),
+    PlotSpec(
         "system.png", "System", "step", "step", (Panel("", (r"system/.+",)),), panel_per_key=True
     ),
 )

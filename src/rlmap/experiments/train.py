@@ -37,6 +37,7 @@ from rlmap.experiments.rundir import MetricsLog, write_json_atomic, write_text_a
 from rlmap.recipes import composition, load_config
 from rlmap.recipes.config import RecipeConfig
 from rlmap.system import setup
+from rlmap.system.critic import CRITIC_DIR
 from rlmap.system.evaluate import evaluate
 from rlmap.system.sync import LoopState, sync_step
 
@@ -64,8 +65,7 @@ def run_training(cfg: RecipeConfig, run_dir: Path, *, resume: bool = False) -> d
     with view.training(cfg.optim.steps, state.step):
         while state.step < cfg.optim.steps:
             state, ledger = _one_step(parts, state, ledger, log, view, run_dir)
-    after = MetricsLog.read(run_dir / "metrics.jsonl")[-1]
-    return _finish(run_dir, before, after, ledger)
+    return _finish(run_dir, before, MetricsLog.read(run_dir / "metrics.jsonl"), ledger, cfg)
 
 
 def seed_everything(seed: int) -> None:
@@ -91,7 +91,8 @@ def _one_step(
         generated_tokens=int(metrics["sampling/generated_tokens"]),
         prompts=int(metrics["sampling/rounds"]) * cfg.sampling.prompts_per_step,
         rollouts=int(metrics["sampling/generated"]),
-        learner_steps=parts.settings.optimizer_steps,
+        learner_steps=int(metrics.get("optim/policy_steps", 0)),
+        critic_steps=int(metrics.get("optim/critic_steps", 0)),
         filtered_rollouts=int(metrics["sampling/generated"] * (1 - metrics["sampling/kept_frac"]))
         - int(metrics["sampling/rejected"]),
         rejected_rollouts=int(metrics["sampling/rejected"]),
@@ -100,13 +101,24 @@ def _one_step(
     log.write(state.step, metrics | ledger.metrics())
     view.step(state.step, metrics, ledger)
     if last or state.step % cfg.run.checkpoint_every == 0:
+        optimizers, schedulers = _optimizers(parts)
+        extra_models = {} if parts.critic is None else {CRITIC_DIR: parts.critic}
         save_checkpoint(run_dir, state.step, model=parts.policy, tokenizer=parts.tokenizer,
-                        optimizers={"policy": parts.optimizer},
-                        schedulers={"policy": parts.scheduler},
+                        optimizers=optimizers, schedulers=schedulers,
                         extra={"loop": asdict(state), "ledger": ledger.to_dict()},
-                        keep=cfg.run.keep_checkpoints)  # fmt: skip
+                        keep=cfg.run.keep_checkpoints, extra_models=extra_models)  # fmt: skip
         write_json_atomic(run_dir / "ledger.json", ledger.to_dict())
     return state, ledger
+
+
+def _optimizers(parts: setup.Parts) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(optimisers, schedulers) by name, as checkpoints store them: policy, and critic if any."""
+    optimizers: dict[str, Any] = {"policy": parts.optimizer}
+    schedulers: dict[str, Any] = {"policy": parts.scheduler}
+    if parts.critic is not None:
+        optimizers[CRITIC_DIR] = parts.critic_optimizer
+        schedulers[CRITIC_DIR] = parts.critic_scheduler
+    return optimizers, schedulers
 
 
 def _evaluate(parts: setup.Parts) -> dict[str, float]:
@@ -135,8 +147,8 @@ def _initial_ledger(cfg: RecipeConfig) -> Ledger:
 
 def _restore(parts: setup.Parts, ckpt: Path) -> tuple[LoopState, Ledger, dict[str, float]]:
     state = load_trainer_state(ckpt)
-    restore_optimizers(state, optimizers={"policy": parts.optimizer},
-                       schedulers={"policy": parts.scheduler})  # fmt: skip
+    optimizers, schedulers = _optimizers(parts)
+    restore_optimizers(state, optimizers=optimizers, schedulers=schedulers)
     restore_rng(state)
     loop = LoopState(**state["extra"]["loop"])
     parts.engine.update_weights(parts.policy, loop.step)
@@ -146,8 +158,13 @@ def _restore(parts: setup.Parts, ckpt: Path) -> tuple[LoopState, Ledger, dict[st
 
 
 def _finish(
-    run_dir: Path, before: dict[str, Any], after: dict[str, Any], ledger: Ledger
+    run_dir: Path,
+    before: dict[str, Any],
+    records: list[dict[str, Any]],
+    ledger: Ledger,
+    cfg: RecipeConfig,
 ) -> dict[str, Any]:
+    after = records[-1]
     summary = {
         "before": {k: before.get(k) for k in ("eval/pass@1", "eval/pass@k", "eval/k")},
         "after": {k: after.get(k) for k in ("eval/pass@1", "eval/pass@k", "eval/k")},
@@ -155,10 +172,27 @@ def _finish(
         "wall_clock_s": ledger.wall_clock_s,
         "learner_steps": ledger.learner_steps,
     }
+    if cfg.critic.enabled:
+        summary["critic_steps"] = ledger.critic_steps
+        summary["critic_explained_variance_before_policy"] = ev_before_policy(records)
     write_json_atomic(run_dir / "ledger.json", ledger.to_dict())
     write_json_atomic(run_dir / "summary.json", summary)
-    write_plots(MetricsLog.read(run_dir / "metrics.jsonl"), run_dir / "plots")
+    write_plots(records, run_dir / "plots")
     return summary
+
+
+def ev_before_policy(records: list[dict[str, Any]]) -> float | None:
+    """The critic's explained variance as the policy's first update found it.
+
+    That is ``critic/explained_variance`` of the last warm-up step (``critic/pretraining``
+    = 1; measured on its fresh rollouts before its critic update). Without a warm-up it
+    is the first step's, measured before that step's critic and policy updates. None when
+    no step logged one (or it was undefined: all returns equal).
+    """
+    key = "critic/explained_variance"
+    warmup = [r for r in records if r.get("critic/pretraining") == 1 and key in r]
+    logged = warmup[-1:] or [r for r in records if key in r][:1]
+    return logged[0][key] if logged else None
 
 
 def resume_config(run_dir: Path, overrides: list[str]) -> RecipeConfig:

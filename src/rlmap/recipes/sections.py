@@ -14,7 +14,8 @@ class ModelConfig:
     """A local directory of any Hugging Face causal LM, or ``embedded:tiny`` for the built-in
     character-level model (built and warm-started on first use, cached by content hash)."""
     critic_path: str | None = None
-    """Backbone of the value critic; None reuses ``path``."""
+    """Where the value critic starts: a local Hugging Face directory (a causal LM, whose trunk
+    gets a new value head, or a saved critic); None starts from the policy's checkpoint."""
 
 
 @dataclass(frozen=True)

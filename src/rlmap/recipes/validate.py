@@ -63,10 +63,21 @@ def _group(cfg: RecipeConfig) -> Iterator[str]:
 
 
 def _critic(cfg: RecipeConfig) -> Iterator[str]:
-    if estimators.registry.get(cfg.credit.estimator).needs_critic and not cfg.critic.enabled:
+    needs_critic = estimators.registry.get(cfg.credit.estimator).needs_critic
+    if needs_critic and not cfg.critic.enabled:
         yield (
             f"critic.enabled: estimator '{cfg.credit.estimator}' needs a value critic; "
             "set critic.enabled=true or pick a critic-free estimator"
+        )
+    if cfg.critic.enabled and not needs_critic:
+        yield (
+            f"critic.enabled: estimator '{cfg.credit.estimator}' gives the critic no targets; "
+            "pick a critic estimator (gae, vtrace) or set critic.enabled=false"
+        )
+    if cfg.critic.pretrain_mc and cfg.critic.warmup_steps < 1:
+        yield (
+            "critic.pretrain_mc: value pre-training runs during the warm-up, which needs "
+            f"critic.warmup_steps >= 1, got {cfg.critic.warmup_steps}"
         )
     if cfg.critic.updates_per_step < 1:
         yield f"critic.updates_per_step: must be >= 1, got {cfg.critic.updates_per_step}"

@@ -25,7 +25,7 @@ from torch import Tensor, nn
 from rlmap.core.batch import Batch
 from rlmap.correction import BehaviourParams, KLParams, PolicyTerms, policy_loss, positive_nll
 from rlmap.reduction import ReductionParams, reduce, token_weights
-from rlmap.system.logprobs import batched_logprobs, token_logprobs
+from rlmap.system.logprobs import attention_of, batched_logprobs, token_logprobs
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,7 @@ def prepare_batch(
 ) -> Batch:
     """Add π_old (decoupled mode, when reused) and π_ref (KL active) to the batch."""
     needs_old = s.behaviour.mode == "decoupled" and s.optimizer_steps > 1
-    attention = _attention(batch)
+    attention = attention_of(batch)
     old = ref = None
     if needs_old:
         old = batched_logprobs(policy, batch.tokens, attention, temperature=s.temperature,
@@ -64,12 +64,6 @@ def prepare_batch(
         ref = batched_logprobs(reference, batch.tokens, attention, temperature=s.temperature,
                                micro_batch_size=s.micro_batch_size)  # fmt: skip
     return batch.replace(old_logprobs=old, ref_logprobs=ref)
-
-
-def _attention(batch: Batch) -> Tensor:
-    if batch.attention_mask is not None:
-        return batch.attention_mask
-    return torch.ones_like(batch.action_mask)
 
 
 def update_policy(
@@ -147,7 +141,7 @@ def _micro_loss(
 ) -> tuple[Tensor, dict[str, Tensor]]:
     tokens, mask = mb.tokens[rows], mb.action_mask[rows]
     logprobs, entropy = token_logprobs(
-        policy, tokens, _attention(mb)[rows], temperature=s.temperature, with_entropy=True
+        policy, tokens, attention_of(mb)[rows], temperature=s.temperature, with_entropy=True
     )
     old = _old_logprobs(mb, rows, logprobs, s)
     terms = PolicyTerms(

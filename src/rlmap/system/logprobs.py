@@ -16,6 +16,15 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from rlmap.core.batch import Batch
+
+
+def attention_of(batch: Batch) -> Tensor:
+    """(B, T) bool: the batch's attention mask, or all True when it has none."""
+    if batch.attention_mask is not None:
+        return batch.attention_mask
+    return torch.ones_like(batch.action_mask)
+
 
 def position_ids(attention_BT: Tensor) -> Tensor:
     """(B, T) positions counted over real tokens; padding gets 0 (it is masked anyway)."""

@@ -18,6 +18,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenize
 from rlmap import feedback
 from rlmap.core.errors import ConfigError
 from rlmap.recipes.config import RecipeConfig
+from rlmap.system.critic import CRITIC_DIR, CriticSettings, load_critic
 from rlmap.system.engine import RolloutEngine
 from rlmap.system.hf_engine import HFEngine
 from rlmap.system.learner import UpdateSettings
@@ -44,6 +45,12 @@ class Parts:
     heldout: list[Example]
     verify: Callable[[str, str], float]
     settings: UpdateSettings
+    critic: torch.nn.Module | None = None
+    """The value model (its own Hugging Face model), None when ``critic.enabled`` is false."""
+    critic_optimizer: torch.optim.Optimizer | None = None
+    """The critic's own AdamW (``optim.critic_lr``); None without a critic."""
+    critic_scheduler: Any = None
+    """The critic's learning-rate schedule; None without a critic."""
 
 
 def warm_start_spec(cfg: RecipeConfig) -> WarmStartSpec:
@@ -66,10 +73,38 @@ def model_path(
 
 
 def check_inputs(cfg: RecipeConfig) -> None:
-    """Fail on bad data files or a missing model before anything is written."""
+    """Fail on what rlmap cannot run yet, bad data files or a missing model, before any work."""
+    refuse_unavailable(cfg)
     load_data(cfg)
     if cfg.model.path != EMBEDDED:
         model_path(cfg)
+    critic = cfg.model.critic_path
+    if cfg.critic.enabled and critic is not None and not (Path(critic) / "config.json").exists():
+        raise ConfigError(
+            f"model.critic_path: {critic} is not a local Hugging Face model directory"
+        )
+
+
+def refuse_unavailable(cfg: RecipeConfig) -> None:
+    """One-line ConfigError, naming the field, for parts of a recipe rlmap does not have yet."""
+    for source in ("reward_model", "process_reward", "environment", "comparison"):
+        if cfg.feedback.source == source:
+            raise ConfigError(f"feedback.source: '{source}' is not available in rlmap yet")
+    if cfg.system.mode == "async":
+        raise ConfigError(
+            "system.mode: 'async' (the asynchronous queue, e.g. the sao preset) is not "
+            "available in rlmap yet; use system.mode=sync"
+        )
+    unavailable = {
+        "system.engine": (cfg.system.engine, "hf"),
+        "system.backend": (cfg.system.backend, "inprocess"),
+        "system.partial_rollout": (cfg.system.partial_rollout, False),
+    }
+    for field, (value, available) in unavailable.items():
+        if value != available:
+            raise ConfigError(
+                f"{field}: {value!r} is not available in rlmap yet; use {available!r}"
+            )
 
 
 def load_data(cfg: RecipeConfig) -> tuple[list[Example], list[Example]]:
@@ -99,17 +134,45 @@ def update_settings(cfg: RecipeConfig) -> UpdateSettings:
     )
 
 
+def critic_settings(cfg: RecipeConfig) -> CriticSettings:
+    """The critic's update schedule: the policy's mini-batching, ``critic.*`` on top."""
+    return CriticSettings(
+        value_clip=cfg.critic.value_clip,
+        updates=cfg.critic.updates_per_step,
+        epochs=cfg.optim.epochs_per_batch,
+        minibatches=cfg.optim.minibatches_per_epoch,
+        micro_batch_size=cfg.optim.micro_batch_size,
+        max_grad_norm=cfg.optim.max_grad_norm,
+    )
+
+
+def build_critic(
+    cfg: RecipeConfig, start: Path, resume_from: Path | None
+) -> tuple[torch.nn.Module | None, torch.optim.Optimizer | None, Any]:
+    """(critic, its optimiser, its scheduler), or Nones when ``critic.enabled`` is false.
+
+    The critic starts from ``model.critic_path`` or the policy's start checkpoint, and
+    loads ``<resume_from>/critic`` on resume.
+    """
+    if not cfg.critic.enabled:
+        return None, None, None
+    path = start if cfg.model.critic_path is None else Path(cfg.model.critic_path)
+    if resume_from is not None:
+        path = resume_from / CRITIC_DIR
+    critic = load_critic(path, dtype=DTYPES[cfg.system.train_dtype], seed=cfg.seed)
+    per_batch = critic_settings(cfg).optimizer_steps
+    optimizer, scheduler = make_optimizer(critic, cfg, lr=cfg.optim.critic_lr,
+                                          steps_per_batch=per_batch)  # fmt: skip
+    return critic, optimizer, scheduler
+
+
 def build(cfg: RecipeConfig, start: Path, resume_from: Path | None = None) -> Parts:
     """All live objects of a run that started from checkpoint ``start``.
 
-    The policy loads ``resume_from`` when given (a checkpoint of this run); the
-    reference policy is always ``start``, the weights the run began with.
+    The policy (and critic) load ``resume_from`` when given (a checkpoint of this run);
+    the reference policy is always ``start``, the weights the run began with.
     """
-    for source in ("reward_model", "process_reward", "environment", "comparison"):
-        if cfg.feedback.source == source:
-            raise ConfigError(f"feedback.source: '{source}' is not available in rlmap yet")
-    if cfg.critic.enabled:
-        raise ConfigError("critic.enabled: critic recipes (ppo, vapo, sao) are not available yet")
+    refuse_unavailable(cfg)
     tokenizer = AutoTokenizer.from_pretrained(start)
     dtype = DTYPES[cfg.system.train_dtype]
     policy = AutoModelForCausalLM.from_pretrained(resume_from or start, dtype=dtype)
@@ -124,14 +187,28 @@ def build(cfg: RecipeConfig, start: Path, resume_from: Path | None = None) -> Pa
     optimizer, scheduler = make_optimizer(policy, cfg)
     train, heldout = load_data(cfg)
     return Parts(cfg, tokenizer, policy, reference, engine, optimizer, scheduler, train, heldout,
-                 feedback.registry.get(cfg.feedback.verifier).fn, update_settings(cfg))  # fmt: skip
+                 feedback.registry.get(cfg.feedback.verifier).fn, update_settings(cfg),
+                 *build_critic(cfg, start, resume_from))  # fmt: skip
 
 
-def make_optimizer(policy: torch.nn.Module, cfg: RecipeConfig) -> tuple[torch.optim.Optimizer, Any]:
-    """AdamW and a warm-up + constant/cosine schedule over all optimiser steps of the run."""
+def make_optimizer(
+    model: torch.nn.Module,
+    cfg: RecipeConfig,
+    *,
+    lr: float | None = None,
+    steps_per_batch: int | None = None,
+) -> tuple[torch.optim.Optimizer, Any]:
+    """AdamW and a warm-up + constant/cosine schedule over all optimiser steps of the run.
+
+    ``lr`` defaults to the policy's ``optim.lr`` and ``steps_per_batch`` (optimiser steps
+    per rollout batch) to the policy's epochs × mini-batches; the critic passes its own.
+    """
     o = cfg.optim
-    optimizer = torch.optim.AdamW(policy.parameters(), lr=o.lr, weight_decay=o.weight_decay)
-    total = max(1, o.steps * o.epochs_per_batch * o.minibatches_per_epoch)
+    lr = o.lr if lr is None else lr
+    per_batch = o.epochs_per_batch * o.minibatches_per_epoch
+    per_batch = per_batch if steps_per_batch is None else steps_per_batch
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=o.weight_decay)
+    total = max(1, o.steps * per_batch)
 
     def factor(step: int) -> float:
         if step < o.warmup_steps:

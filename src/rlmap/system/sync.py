@@ -4,7 +4,16 @@ One step::
 
     prompts → G rollouts each → rewards (verifier + shaping) → group filter
     (dynamic sampling: more rounds until the batch is full) → π_old / π_ref
-    → advantages → optimiser steps → new weights to the rollout engine
+    → critic values → advantages and critic targets → critic steps
+    → policy steps → new weights to the rollout engine
+
+Critic warm-up: during the first ``critic.warmup_steps`` steps only the critic learns
+(the step is logged as usual, with ``critic/pretraining = 1``). With
+``critic.pretrain_mc`` (VAPO's value pre-training) its targets are Monte-Carlo
+returns (λ_critic = 1 whatever the recipe's λ), and the warm-up ends early once the
+critic's explained variance — measured on each step's fresh rollouts, before that
+step's critic update — has not beaten its best for ``WARMUP_PATIENCE`` consecutive
+steps. The policy's first update comes in the step after the warm-up.
 
 Every function here is free of file I/O; recording, evaluation and checkpoints
 are the caller's (:mod:`rlmap.experiments.train`).
@@ -12,19 +21,22 @@ are the caller's (:mod:`rlmap.experiments.train`).
 
 from __future__ import annotations
 
+import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
 from rlmap import estimators, sampling
 from rlmap.core.batch import Batch
 from rlmap.correction import kl_in_reward
+from rlmap.estimators import Credit, CreditParams
 from rlmap.feedback.shaping import overlong_penalty
 from rlmap.sampling.refill import first_groups, sample_more
+from rlmap.system.critic import compute_values, update_critic
 from rlmap.system.learner import prepare_batch, update_policy
 from rlmap.system.rollout import Scored, score_completion, to_batch
-from rlmap.system.setup import Parts
+from rlmap.system.setup import Parts, critic_settings
 from rlmap.tasks.arithmetic import Example
 from rlmap.tasks.prompts import decode_response, encode_prompt
 
@@ -37,6 +49,33 @@ class LoopState:
     """Completed steps (= the rollout engine's weight version)."""
     cursor: int = 0
     """Training prompts consumed so far (the data order is a function of it)."""
+    critic_warmup_done: bool = False
+    """The critic's warm-up ended early (value pre-training stopped improving)."""
+    critic_best_ev: float = -math.inf
+    """Best explained variance seen during value pre-training."""
+    critic_ev_stale: int = 0
+    """Consecutive pre-training steps whose explained variance did not beat the best."""
+
+
+WARMUP_PATIENCE = 3
+"""Value pre-training stops after this many consecutive steps without a better EV."""
+
+
+def critic_warming_up(p: Parts, state: LoopState) -> bool:
+    """This step trains only the critic (its warm-up or value pre-training)."""
+    c = p.cfg.critic
+    return p.critic is not None and not state.critic_warmup_done and state.step < c.warmup_steps
+
+
+def warmup_progress(state: LoopState, ev: float) -> LoopState:
+    """The pre-training bookkeeping after a step whose (pre-update) explained variance is ``ev``.
+
+    Strictly greater than the best counts as improvement; NaN (all returns equal) does not.
+    """
+    if not math.isnan(ev) and ev > state.critic_best_ev:
+        return replace(state, critic_best_ev=ev, critic_ev_stale=0)
+    stale = state.critic_ev_stale + 1
+    return replace(state, critic_ev_stale=stale, critic_warmup_done=stale >= WARMUP_PATIENCE)
 
 
 def next_prompts(train: list[Example], cursor: int, n: int, seed: int) -> list[Example]:
@@ -98,7 +137,7 @@ def collect(p: Parts, state: LoopState) -> tuple[list[Scored], LoopState, dict[s
         "sampling/generated_tokens": float(sum(len(x.completion.response_ids) for x in generated)),
         "sampling/rejected": float(sum(x.status != 0 for x in generated)),
     }
-    return kept, LoopState(state.step, cursor), stats | rollout_metrics(generated)
+    return kept, replace(state, cursor=cursor), stats | rollout_metrics(generated)
 
 
 def _groups(generated: list[Scored], keep: torch.Tensor) -> int:
@@ -121,7 +160,7 @@ def rollout_metrics(scored: list[Scored]) -> dict[str, float]:
 
 
 def learn(p: Parts, batch: Batch, state: LoopState) -> dict[str, float]:
-    """π_old / π_ref, (KL in the reward), advantages, optimiser steps, weights to the engine."""
+    """π_old / π_ref, (KL in the reward), critic values, advantages, critic and policy steps."""
     batch = prepare_batch(batch, p.policy, p.reference, p.settings)
     if p.cfg.kl.placement == "reward" and batch.ref_logprobs is not None:
         current = batch.behavior_logprobs if batch.old_logprobs is None else batch.old_logprobs
@@ -129,20 +168,55 @@ def learn(p: Parts, batch: Batch, state: LoopState) -> dict[str, float]:
             batch.step_rewards, current, batch.ref_logprobs, batch.action_mask, p.cfg.kl.beta
         )
         batch = batch.replace(token_rewards=penalised)
-    credit = estimators.registry.get(p.cfg.credit.estimator).fn(batch, p.cfg.credit)
-    generator = torch.Generator().manual_seed(p.cfg.seed * 1_000_003 + state.step)
-    metrics = update_policy(
-        p.policy,
-        p.optimizer,
-        p.scheduler,
-        batch,
-        credit.advantages,
-        p.settings,
-        learner_version=state.step,
-        generator=generator,
-    )
+    warming = critic_warming_up(p, state)
+    metrics: dict[str, float] = {}
+    if p.critic is not None:
+        started = time.perf_counter()
+        values, bootstrap = compute_values(p.critic, batch, p.settings.micro_batch_size)
+        batch = batch.replace(values=values, bootstrap_values=bootstrap)
+        metrics["system/critic_values_s"] = time.perf_counter() - started
+    credit = estimators.registry.get(p.cfg.credit.estimator).fn(batch, _credit_params(p, warming))
+    metrics |= {k: float(v) for k, v in credit.diagnostics.items()}
+    seed = p.cfg.seed * 1_000_003 + state.step
+    if p.critic is not None:
+        metrics |= _learn_critic(p, batch, credit, seed) | {"critic/pretraining": float(warming)}
+    if not warming:
+        metrics |= _learn_policy(p, batch, credit, state, seed)
     p.engine.update_weights(p.policy, state.step + 1)
-    return metrics | {k: float(v) for k, v in credit.diagnostics.items()}
+    return metrics
+
+
+def _credit_params(p: Parts, warming: bool) -> CreditParams:
+    """The recipe's credit settings; Monte-Carlo critic targets (λ_critic = 1) in pre-training."""
+    if warming and p.cfg.critic.pretrain_mc:
+        return replace(p.cfg.credit, lam_critic=1.0)
+    return p.cfg.credit
+
+
+def _learn_critic(p: Parts, batch: Batch, credit: Credit, seed: int) -> dict[str, float]:
+    """The critic's optimiser steps toward ``credit.returns`` (V_old = ``batch.values``)."""
+    assert p.critic is not None and p.critic_optimizer is not None
+    if credit.returns is None:
+        raise ValueError(f"estimator '{p.cfg.credit.estimator}' returned no critic targets")
+    started = time.perf_counter()
+    metrics = update_critic(p.critic, p.critic_optimizer, p.critic_scheduler, batch,
+                            credit.returns, critic_settings(p.cfg),
+                            generator=torch.Generator().manual_seed(seed))  # fmt: skip
+    return metrics | {"system/critic_update_s": time.perf_counter() - started}
+
+
+def _learn_policy(
+    p: Parts, batch: Batch, credit: Credit, state: LoopState, seed: int
+) -> dict[str, float]:
+    """The policy's optimiser steps on ``credit.advantages``."""
+    started = time.perf_counter()
+    metrics = update_policy(p.policy, p.optimizer, p.scheduler, batch, credit.advantages,
+                            p.settings, learner_version=state.step,
+                            generator=torch.Generator().manual_seed(seed))  # fmt: skip
+    return metrics | {
+        "optim/policy_steps": float(p.settings.optimizer_steps),
+        "system/policy_update_s": time.perf_counter() - started,
+    }
 
 
 def sync_step(p: Parts, state: LoopState) -> tuple[LoopState, dict[str, float]]:
@@ -159,4 +233,6 @@ def sync_step(p: Parts, state: LoopState) -> tuple[LoopState, dict[str, float]]:
         "system/update_s": update_s,
         "system/tokens_per_s": metrics["sampling/generated_tokens"] / max(rollout_s, 1e-9),
     }
-    return LoopState(state.step + 1, state.cursor), metrics
+    if metrics.get("critic/pretraining") == 1.0 and p.cfg.critic.pretrain_mc:
+        state = warmup_progress(state, metrics.get("critic/explained_variance", math.nan))
+    return replace(state, step=state.step + 1), metrics

@@ -1,0 +1,254 @@
+"""The value critic: its own Hugging Face model, its values, and its update.
+
+Value model. The critic is a separate ``AutoModelForTokenClassification`` with one
+label (``Qwen2ForTokenClassification`` for the embedded default): the start
+checkpoint's transformer trunk plus a freshly initialised linear ``score`` head that
+gives one scalar per position. It is saved and loaded with plain ``transformers``.
+
+Trade-off against a value head on the policy's trunk (one model, two heads):
+
+- a separate model costs a second set of weights, optimiser state, and a forward
+  pass (values) plus a forward/backward (update) per step — about double the
+  learner's memory and compute;
+- a shared trunk would also let the value read features the policy keeps learning;
+- in exchange the value loss cannot pull on the policy's features (no weighting of
+  value against policy loss to tune), the critic has its own learning rate (VAPO
+  uses 2× the actor's), it can be trained while the policy is frozen — the warm-up
+  and VAPO's value pre-training need exactly that — and both checkpoints load with
+  plain ``transformers`` classes (a head bolted onto a causal LM would need rlmap's
+  code to load). verl's critic makes the same choice.
+
+Alignment. Left-padded prompt, then response (and observations), right-padded.
+The critic's output at position p reads tokens ≤ p, so it is V(state after token p).
+The action token at column t is chosen in the state after tokens < t, hence
+
+    Batch.values[:, t]        = V(s_t)     = output[:, t − 1]           (action columns)
+    Batch.bootstrap_values[i] = V(s_final) = output[i, last real token of row i]
+
+Position ids are counted over real tokens only (:func:`rlmap.system.logprobs.position_ids`),
+as for the policy. Values are returned in at least float32.
+
+Update. The critic regresses the estimator's targets (``Credit.returns``) with the
+clipped value loss (FORMULAS.md §2) around the values the estimator saw (V_old),
+reduced with ``token_mean`` over the action tokens of valid rows of each optimiser
+mini-batch — every state weighs the same, whatever reduction the policy uses — with
+the denominator pinned before the micro-batches run, so micro-batching does not
+change the gradient. One critic *update* is one pass of the policy's schedule
+(``epochs_per_batch`` × ``minibatches_per_epoch`` optimiser steps); a step runs
+``critic.updates_per_step`` of them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from transformers import AutoConfig, AutoModelForTokenClassification, PreTrainedModel
+
+from rlmap.core.batch import Batch
+from rlmap.core.ops import at_least_float32
+from rlmap.estimators import train_mask, value_loss
+from rlmap.reduction import ReductionParams, reduce, token_weights
+from rlmap.system.logprobs import attention_of, position_ids
+
+CRITIC_DIR = "critic"
+"""Name of the critic's directory inside a checkpoint (``extra_models``)."""
+_HEAD = ("score.weight", "score.bias")
+
+
+@dataclass(frozen=True)
+class CriticSettings:
+    """What one critic update needs to know, gathered from the recipe config."""
+
+    value_clip: float
+    """ε_v: V is clipped to V_old ± ε_v in the value loss."""
+    updates: int
+    """``critic.updates_per_step``: passes of the policy's schedule per step."""
+    epochs: int
+    """Epochs per pass (the policy's ``epochs_per_batch``)."""
+    minibatches: int
+    """Optimiser steps per epoch (the policy's ``minibatches_per_epoch``)."""
+    micro_batch_size: int
+    """Rows per forward/backward; never changes the gradient."""
+    max_grad_norm: float
+    """Global gradient-norm clip of the critic."""
+
+    @property
+    def optimizer_steps(self) -> int:
+        """Critic optimiser steps per rollout batch."""
+        return self.updates * self.epochs * self.minibatches
+
+
+def _errors_only(record: logging.LogRecord) -> bool:
+    return record.levelno >= logging.ERROR
+
+
+@contextlib.contextmanager
+def _quiet_load_report() -> Iterator[None]:
+    # A causal-LM checkpoint has no ``score`` head, so transformers warns that it is
+    # newly initialised; that is expected here and checked in :func:`load_critic` instead.
+    # A filter, not a level: transformers runs extra checks when its logger's level is set.
+    logger = logging.getLogger("transformers.modeling_utils")
+    logger.addFilter(_errors_only)
+    try:
+        yield
+    finally:
+        logger.removeFilter(_errors_only)
+
+
+def load_critic(path: Path, *, dtype: torch.dtype, seed: int) -> PreTrainedModel:
+    """The value model from ``path``: a causal LM's trunk + a new head, or a saved critic.
+
+    The new head's initialisation is drawn from ``seed`` (not the global RNG), so a
+    run's critic does not depend on what ran before in the process. Classifier
+    dropout is off: a regression target has no use for it, and it would make the
+    values used for GAE differ from those being trained. Raises ValueError when any
+    weight other than the head is missing (a trunk that did not load).
+    """
+    config = AutoConfig.from_pretrained(path, num_labels=1)
+    config.classifier_dropout = 0.0
+    with torch.random.fork_rng(devices=[]), _quiet_load_report():
+        torch.manual_seed(seed)
+        critic, info = AutoModelForTokenClassification.from_pretrained(
+            path, config=config, dtype=dtype, output_loading_info=True
+        )
+    missing = sorted(set(info["missing_keys"]) - set(_HEAD))
+    if missing:
+        raise ValueError(f"critic from {path}: weights missing from the checkpoint: {missing}")
+    with torch.no_grad():
+        # Fresh storage for every weight: loaded tensors sit at arbitrary offsets of the
+        # file's buffer, and CPU kernels round differently at different alignments, so a
+        # resumed critic would give values 1 ulp away from an uninterrupted run's.
+        for param in critic.parameters():
+            param.data = param.data.clone()
+    critic.train()
+    return critic
+
+
+def critic_outputs(critic: nn.Module, tokens_BT: Tensor, attention_BT: Tensor) -> Tensor:
+    """(B, T): the critic's scalar at every position, V(state after tokens ≤ p).
+
+    At least float32 (a bfloat16 critic's values are upcast; float64 stays).
+    """
+    out = critic(
+        input_ids=tokens_BT, attention_mask=attention_BT, position_ids=position_ids(attention_BT)
+    )
+    return at_least_float32(out.logits[..., 0])  # (B, T, 1) -> (B, T)
+
+
+def align_values(
+    outputs_BT: Tensor, action_BT: Tensor, attention_BT: Tensor
+) -> tuple[Tensor, Tensor]:
+    """(values (B, T), bootstrap (B,)) from the per-position outputs (module docstring).
+
+    values[:, t] = outputs[:, t − 1] on action columns, 0 elsewhere; bootstrap[i] =
+    outputs[i, p_i] with p_i the last real (attended) column of row i. Differentiable.
+    """
+    b, t = outputs_BT.shape
+    before_BT = torch.cat([outputs_BT.new_zeros(b, 1), outputs_BT[:, :-1]], dim=1)
+    values_BT = torch.where(action_BT.bool(), before_BT, 0.0)
+    cols_BT = torch.arange(t, device=outputs_BT.device).expand(b, t)
+    last_B = torch.where(attention_BT.bool(), cols_BT, -1).amax(-1).clamp(min=0)
+    bootstrap_B = outputs_BT.gather(1, last_B.unsqueeze(1)).squeeze(1)
+    return values_BT, bootstrap_B
+
+
+@torch.no_grad()
+def compute_values(critic: nn.Module, batch: Batch, micro_batch_size: int) -> tuple[Tensor, Tensor]:
+    """(Batch.values (B, T), Batch.bootstrap_values (B,)): detached, in eval mode, micro-batched."""
+    was_training = critic.training
+    critic.eval()
+    attention_BT = attention_of(batch)
+    parts: list[tuple[Tensor, Tensor]] = []
+    try:
+        for start in range(0, batch.size, micro_batch_size):
+            rows = slice(start, start + micro_batch_size)
+            out_BT = critic_outputs(critic, batch.tokens[rows], attention_BT[rows])
+            parts.append(align_values(out_BT, batch.action_mask[rows], attention_BT[rows]))
+    finally:
+        critic.train(was_training)
+    return torch.cat([v for v, _ in parts]), torch.cat([b for _, b in parts])
+
+
+def value_weights(mb: Batch) -> Tensor:
+    """(B, T) token-mean weights over the action tokens of valid rows of a whole mini-batch.
+
+    Computed once per optimiser mini-batch (the pinned denominator); zero on prompt,
+    observation and padding tokens and on excluded rows, whose targets mean nothing.
+    """
+    return token_weights(train_mask(mb), ReductionParams(name="token_mean"))
+
+
+def critic_loss(
+    outputs_BT: Tensor,
+    batch: Batch,
+    returns_BT: Tensor,
+    weights_BT: Tensor,
+    *,
+    value_clip: float,
+) -> Tensor:
+    """Σ w · ½ max((V − R)², (clip(V, V_old ± ε_v) − R)²), V aligned from ``outputs_BT``.
+
+    ``batch`` supplies the action mask, attention and V_old (``batch.values``); all
+    (B, T) for the same rows. ``weights_BT`` are the mini-batch's pinned token-mean
+    weights, zero off the action tokens of valid rows, so prompt, observation and
+    padding positions get no gradient.
+    """
+    if batch.values is None:
+        raise ValueError("critic_loss: batch.values (V_old) is None; run compute_values first")
+    values_BT, _ = align_values(outputs_BT, batch.action_mask, attention_of(batch))
+    j_BT = value_loss(values_BT, batch.values, returns_BT, value_clip)
+    return reduce(j_BT, weights_BT)
+
+
+def update_critic(
+    critic: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: Any,
+    batch: Batch,
+    returns_BT: Tensor,
+    s: CriticSettings,
+    *,
+    generator: torch.Generator,
+) -> dict[str, float]:
+    """All critic optimiser steps on one batch (V_old = ``batch.values``); mean diagnostics."""
+    history: defaultdict[str, list[float]] = defaultdict(list)
+    for _ in range(s.updates * s.epochs):
+        order = torch.randperm(batch.size, generator=generator)
+        for rows in order.tensor_split(s.minibatches):
+            if rows.numel() == 0:
+                continue
+            loss = _minibatch_backward(critic, batch.select(rows), returns_BT[rows], s)
+            grad_norm = nn.utils.clip_grad_norm_(critic.parameters(), s.max_grad_norm)
+            history["critic/value_loss"].append(loss)
+            history["critic/grad_norm"].append(float(grad_norm))
+            history["critic/lr"].append(float(optimizer.param_groups[0]["lr"]))
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad(set_to_none=True)
+    metrics = {k: sum(v) / len(v) for k, v in history.items()}
+    return metrics | {"optim/critic_steps": float(len(history["critic/value_loss"]))}
+
+
+def _minibatch_backward(
+    critic: nn.Module, mb: Batch, returns_BT: Tensor, s: CriticSettings
+) -> float:
+    """Forward/backward over micro-batches of one optimiser mini-batch; returns its loss."""
+    weights_BT = value_weights(mb)  # pinned once, before any micro-batch
+    attention_BT = attention_of(mb)
+    total = 0.0
+    for start in range(0, mb.size, s.micro_batch_size):
+        rows = torch.arange(start, min(start + s.micro_batch_size, mb.size))
+        outputs_BT = critic_outputs(critic, mb.tokens[rows], attention_BT[rows])
+        loss = critic_loss(outputs_BT, mb.select(rows), returns_BT[rows], weights_BT[rows],
+                           value_clip=s.value_clip)  # fmt: skip
+        loss.backward()
+        total += float(loss.detach())  # parts of one sum: they add up
+    return total
