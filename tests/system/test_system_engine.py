@@ -7,10 +7,11 @@ import copy
 import pytest
 import torch
 from torch import Tensor
-from transformers import Qwen2Config, Qwen2ForCausalLM
+from transformers import Qwen2ForCausalLM
 
 from rlmap.system.engine import Completion, RolloutEngine
 from rlmap.system.hf_engine import HFEngine, left_pad, response_lengths
+from rlmap.tasks.tiny import TinySpec, build_tiny_model
 from rlmap.tasks.tokenizer import build_tokenizer
 
 PAD, BOS, EOS = 0, 1, 2
@@ -19,21 +20,15 @@ PROMPTS = [[BOS, 10, 11, 12, 13], [BOS, 20], [BOS, 30, 31]]
 
 
 def tiny_model(seed: int = 0) -> Qwen2ForCausalLM:
-    config = Qwen2Config(
-        vocab_size=len(build_tokenizer()),
+    spec = TinySpec(
         hidden_size=64,
         intermediate_size=128,
         num_hidden_layers=2,
         num_attention_heads=4,
         num_key_value_heads=2,
         max_position_embeddings=64,
-        tie_word_embeddings=True,
-        pad_token_id=PAD,
-        bos_token_id=BOS,
-        eos_token_id=EOS,
     )
-    torch.manual_seed(seed)
-    return Qwen2ForCausalLM(config).eval()
+    return build_tiny_model(build_tokenizer(), spec, seed).eval()
 
 
 def engine(

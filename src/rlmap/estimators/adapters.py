@@ -7,6 +7,8 @@ one mask (action tokens of valid rows), calls the pure function and packs a
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor
 
@@ -141,29 +143,12 @@ def _gae(batch: Batch, p: CreditParams) -> Credit:
     truncated_B, bootstrap_B = _episode_ends(batch, "gae")
     lam_policy, lam_critic = _policy_lambda(batch, p), p.resolved_lam_critic
     rewards_BT, mask_BT = batch.step_rewards, train_mask(batch)
+    ends: dict[str, Any] = {"bootstrap_B": bootstrap_B, "truncated_B": truncated_B}
+    lams: dict[str, Any] = {"gamma": p.gamma, "lam_policy": lam_policy, "lam_critic": lam_critic}
     if p.time_unit == "token":
-        adv_BT, ret_BT = gae(
-            rewards_BT,
-            values_BT,
-            mask_BT,
-            bootstrap_B=bootstrap_B,
-            truncated_B=truncated_B,
-            gamma=p.gamma,
-            lam_policy=lam_policy,
-            lam_critic=lam_critic,
-        )
+        adv_BT, ret_BT = gae(rewards_BT, values_BT, mask_BT, **ends, **lams)
     else:
-        adv_BT, ret_BT = turn_gae(
-            rewards_BT,
-            values_BT,
-            mask_BT,
-            batch.turns,
-            bootstrap_B=bootstrap_B,
-            truncated_B=truncated_B,
-            gamma=p.gamma,
-            lam_policy=lam_policy,
-            lam_critic=lam_critic,
-        )
+        adv_BT, ret_BT = turn_gae(rewards_BT, values_BT, mask_BT, batch.turns, **ends, **lams)
     return _critic_credit(batch, adv_BT, ret_BT, values_BT)
 
 
@@ -173,42 +158,23 @@ def _vtrace(batch: Batch, p: CreditParams) -> Credit:
     # Bypass mode has no separate π_old: π_old := μ, so every ratio is 1.
     pi_BT = batch.behavior_logprobs if batch.old_logprobs is None else batch.old_logprobs
     mu_BT, rewards_BT, mask_BT = batch.behavior_logprobs, batch.step_rewards, train_mask(batch)
+    kw: dict[str, Any] = {
+        "bootstrap_B": bootstrap_B,
+        "truncated_B": truncated_B,
+        "gamma": p.gamma,
+        "rho_bar": p.rho_bar,
+        "c_bar": p.c_bar,
+        "rho_bar_pg": p.rho_bar_pg,
+    }
     if p.time_unit == "token":
-        adv_BT, vs_BT = vtrace(
-            rewards_BT,
-            values_BT,
-            mask_BT,
-            pi_BT,
-            mu_BT,
-            bootstrap_B=bootstrap_B,
-            truncated_B=truncated_B,
-            gamma=p.gamma,
-            rho_bar=p.rho_bar,
-            c_bar=p.c_bar,
-            rho_bar_pg=p.rho_bar_pg,
-        )
+        adv_BT, vs_BT = vtrace(rewards_BT, values_BT, mask_BT, pi_BT, mu_BT, **kw)
     else:
-        adv_BT, vs_BT = turn_vtrace(
-            rewards_BT,
-            values_BT,
-            mask_BT,
-            batch.turns,
-            pi_BT,
-            mu_BT,
-            bootstrap_B=bootstrap_B,
-            truncated_B=truncated_B,
-            gamma=p.gamma,
-            rho_bar=p.rho_bar,
-            c_bar=p.c_bar,
-            rho_bar_pg=p.rho_bar_pg,
-        )
+        adv_BT, vs_BT = turn_vtrace(rewards_BT, values_BT, mask_BT, batch.turns, pi_BT, mu_BT, **kw)
     return _critic_credit(batch, adv_BT, vs_BT, values_BT)
 
 
-def build_registry() -> Registry[Estimator]:
-    """The credit axis's registry: every estimator, registered explicitly."""
-    registry: Registry[Estimator] = Registry("advantage estimator")
-    registry.add(
+ENTRIES: tuple[tuple[str, Estimator], ...] = (
+    (
         "reinforce",
         Estimator(
             _reinforce,
@@ -217,8 +183,8 @@ def build_registry() -> Registry[Estimator]:
             summary="A_i = R_i − mean_batch R (batch baseline)",
             paper="Williams 1992, REINFORCE",
         ),
-    )
-    registry.add(
+    ),
+    (
         "rloo",
         Estimator(
             _rloo,
@@ -227,8 +193,8 @@ def build_registry() -> Registry[Estimator]:
             summary="A_i = R_i − (1/(G−1)) Σ_{j≠i in g} R_j (leave-one-out baseline)",
             paper="Ahmadian et al. 2024, Back to Basics (RLOO)",
         ),
-    )
-    registry.add(
+    ),
+    (
         "grpo",
         Estimator(
             _grpo,
@@ -237,8 +203,8 @@ def build_registry() -> Registry[Estimator]:
             summary="A_i = (R_i − mean_g R) / (std_g R + eps), unbiased std",
             paper="Shao et al. 2024, DeepSeekMath (GRPO)",
         ),
-    )
-    registry.add(
+    ),
+    (
         "dr_grpo",
         Estimator(
             _dr_grpo,
@@ -247,8 +213,8 @@ def build_registry() -> Registry[Estimator]:
             summary="A_i = R_i − mean_g R (no std normalisation)",
             paper="Liu et al. 2025, Understanding R1-Zero-Like Training (Dr. GRPO)",
         ),
-    )
-    registry.add(
+    ),
+    (
         "reinforce_pp",
         Estimator(
             _reinforce_pp,
@@ -257,8 +223,8 @@ def build_registry() -> Registry[Estimator]:
             summary="A_t = whiten_batch(Σ_{s≥t} γ^{s−t} r_s) over action tokens",
             paper="Hu 2025, REINFORCE++",
         ),
-    )
-    registry.add(
+    ),
+    (
         "reinforce_pp_baseline",
         Estimator(
             _reinforce_pp_baseline,
@@ -267,8 +233,8 @@ def build_registry() -> Registry[Estimator]:
             summary="A_i = whiten_batch(R_i − mean_g R) over action tokens",
             paper="Hu 2025, REINFORCE++ (baseline variant)",
         ),
-    )
-    registry.add(
+    ),
+    (
         "gae",
         Estimator(
             _gae,
@@ -277,8 +243,8 @@ def build_registry() -> Registry[Estimator]:
             summary="Â_t = δ_t + γλ c_{t+1} Â_{t+1}, δ_t = r_t + γ b_{t+1} V_{t+1} − V_t",
             paper="Schulman et al. 2016, GAE; decoupled/adaptive λ: Yue et al. 2025, VAPO",
         ),
-    )
-    registry.add(
+    ),
+    (
         "vtrace",
         Estimator(
             _vtrace,
@@ -288,5 +254,14 @@ def build_registry() -> Registry[Estimator]:
             "A_s = ρ_pg (r_s + γ v_{s+1} − V_s)",
             paper="Espeholt et al. 2018, IMPALA (V-trace)",
         ),
-    )
+    ),
+)
+"""Every estimator, in registration order (the registry is built from this table)."""
+
+
+def build_registry() -> Registry[Estimator]:
+    """The credit axis's registry: every estimator of :data:`ENTRIES`, registered explicitly."""
+    registry: Registry[Estimator] = Registry("advantage estimator")
+    for name, entry in ENTRIES:
+        registry.add(name, entry)
     return registry

@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from rlmap import reduction
 from rlmap.core.errors import ConfigError
 from rlmap.experiments.checkpoint import (
     latest_checkpoint,
@@ -130,16 +131,15 @@ def _evaluate(parts: setup.Parts) -> dict[str, float]:
 
 def _initial_ledger(cfg: RecipeConfig) -> Ledger:
     r = cfg.reduction
-    denominator = {"response_mean": "B (responses) per mini-batch",
-                   "token_mean": "action tokens per mini-batch",
-                   "fixed_budget": f"B·L_max per mini-batch, L_max={r.max_len}"}  # fmt: skip
+    summary = reduction.registry.get(r.name).summary
+    denominator = summary if r.max_len is None else f"{summary}; L_max={r.max_len}"
     return Ledger(
         epochs_per_batch=cfg.optim.epochs_per_batch,
         effective_batch=cfg.sampling.prompts_per_step
         * cfg.sampling.group_size
         // cfg.optim.minibatches_per_epoch,
         reduction=r.name,
-        denominator=denominator.get(r.name, "see reduction"),
+        denominator=denominator,
         engine=cfg.system.engine,
         precision=f"train {cfg.system.train_dtype} / rollout {cfg.system.rollout_dtype}",
     )
