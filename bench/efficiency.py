@@ -165,7 +165,7 @@ def real_batch(p: setup.Parts) -> tuple[Batch, Tensor]:
     examples = next_prompts(p.train, 0, p.cfg.sampling.prompts_per_step, p.cfg.seed)
     torch.manual_seed(SAMPLING_SEED)
     batch = to_batch(rollout_round(p, examples, 0), pad_token_id=int(p.tokenizer.pad_token_id))
-    batch = prepare_batch(batch, p.policy, p.reference, p.settings)
+    batch, _ = prepare_batch(batch, p.policy, p.reference, p.settings)
     credit = estimators.registry.get(p.cfg.credit.estimator).fn(batch, p.cfg.credit)
     return batch, credit.advantages
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from rlmap.tasks.calculator import TOOL_TOKENS
 from rlmap.tasks.tiny import TinySpec, build_tiny_model
 from rlmap.tasks.tokenizer import build_tokenizer
 
@@ -30,6 +31,16 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A randomly initialised, very small model + tokenizer saved in Hugging Face format."""
     path = tmp_path_factory.mktemp("tiny-model")
     tokenizer = build_tokenizer()
+    build_tiny_model(tokenizer, SMALL, seed=0).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_calc_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """As ``tiny_model_dir``, with the calculator task's tokenizer (tool markers as tokens)."""
+    path = tmp_path_factory.mktemp("tiny-calc-model")
+    tokenizer = build_tokenizer(extra_tokens=TOOL_TOKENS)
     build_tiny_model(tokenizer, SMALL, seed=0).save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path

@@ -72,6 +72,10 @@ def _cmd_train(args: argparse.Namespace) -> None:
     print(f"held-out pass@1 {before['eval/pass@1']:.3f} -> {after['eval/pass@1']:.3f}, "
           f"pass@{int(after['eval/k'])} {before['eval/pass@k']:.3f} -> {after['eval/pass@k']:.3f}, "
           f"{summary['generated_tokens']} tokens, {summary['wall_clock_s']:.0f} s")  # fmt: skip
+    share = summary["compute_share"]
+    print(f"learner compute: actor {share['actor']:.0%}, critic {share['critic']:.0%}, "
+          f"reference {share['reference']:.0%}; sampling {share['rollout_of_total']:.0%} "
+          "of sampling + learner")  # fmt: skip
     print(run_dir)
 
 

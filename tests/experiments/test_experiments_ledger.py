@@ -1,4 +1,4 @@
-"""The budget ledger: immutable updates, JSON round trip, peak memory."""
+"""The budget ledger: immutable updates, JSON round trip, peak memory, compute shares."""
 
 from __future__ import annotations
 
@@ -66,7 +66,14 @@ def test_budget_metrics() -> None:
         "budget/learner_steps": 1.0,
         "budget/critic_steps": 4.0,
         "budget/wall_clock_s": 3.0,
+        "budget/rollout_s": 0.0,
+        "budget/actor_s": 0.0,
+        "budget/critic_s": 0.0,
+        "budget/reference_s": 0.0,
     }
+    spent = ledger.add(rollout_s=2.5, actor_s=1.0, critic_s=0.5, reference_s=0.25).metrics()
+    assert (spent["budget/rollout_s"], spent["budget/actor_s"]) == (2.5, 1.0)
+    assert (spent["budget/critic_s"], spent["budget/reference_s"]) == (0.5, 0.25)
 
 
 def test_a_ledger_written_before_the_critic_existed_reads_with_zero_critic_steps() -> None:
@@ -75,3 +82,64 @@ def test_a_ledger_written_before_the_critic_existed_reads_with_zero_critic_steps
     ledger = Ledger.from_dict(old)
     assert (ledger.critic_steps, ledger.learner_steps, ledger.generated_tokens) == (0, 2, 5)
     assert ledger.add(critic_steps=3).critic_steps == 3
+
+
+def test_add_accumulates_compute_seconds_per_model() -> None:
+    one = Ledger().add(rollout_s=4.0, actor_s=1.5, critic_s=0.5, reference_s=0.25)
+    two = one.add(rollout_s=2.0, actor_s=0.5, critic_s=1.5)  # no reference this step
+    assert (one.rollout_s, one.actor_s, one.critic_s, one.reference_s) == (4.0, 1.5, 0.5, 0.25)
+    assert (two.rollout_s, two.actor_s, two.critic_s, two.reference_s) == (6.0, 2.0, 2.0, 0.25)
+    assert two.learner_s == 4.25  # 2.0 + 2.0 + 0.25
+    with pytest.raises(ValueError, match=r"negative \['critic_s'\]"):
+        two.add(critic_s=-1.0)
+
+
+def test_compute_share_by_hand() -> None:
+    # actor 3 s, critic 4 s, reference 1 s: learner compute 8 s, so the shares are
+    # 3/8 = 0.375, 4/8 = 0.5, 1/8 = 0.125. Sampling 24 s of 24 + 8 = 32 s: 0.75.
+    ledger = Ledger().add(rollout_s=24.0, actor_s=3.0, critic_s=4.0, reference_s=1.0)
+    share = ledger.compute_share()
+    assert share == {
+        "actor": 0.375,
+        "critic": 0.5,
+        "reference": 0.125,
+        "rollout_of_total": 0.75,
+        "seconds": {"rollout": 24.0, "actor": 3.0, "critic": 4.0, "reference": 1.0},
+    }
+
+
+def test_learner_shares_sum_to_one() -> None:
+    # Awkward seconds (none an exact binary fraction of the sum): the shares still sum to 1.
+    ledger = Ledger().add(rollout_s=0.7, actor_s=0.1, critic_s=0.2, reference_s=0.3)
+    share = ledger.compute_share()
+    assert share["actor"] + share["critic"] + share["reference"] == pytest.approx(1.0, abs=1e-12)
+    assert share["reference"] > share["critic"] > share["actor"] > 0
+
+
+def test_without_a_critic_or_reference_the_actor_has_all_the_learner_compute() -> None:
+    share = Ledger().add(rollout_s=1.0, actor_s=3.0).compute_share()
+    assert (share["actor"], share["critic"], share["reference"]) == (1.0, 0.0, 0.0)
+    assert share["rollout_of_total"] == 0.25  # 1 / (1 + 3)
+
+
+def test_compute_share_with_nothing_spent_is_all_zero_not_a_division_by_zero() -> None:
+    share = Ledger().compute_share()  # a run of 0 steps, or a ledger from before the fields
+    assert share == {
+        "actor": 0.0,
+        "critic": 0.0,
+        "reference": 0.0,
+        "rollout_of_total": 0.0,
+        "seconds": {"rollout": 0.0, "actor": 0.0, "critic": 0.0, "reference": 0.0},
+    }
+    only_sampling = Ledger().add(rollout_s=2.0).compute_share()  # learner never ran
+    assert (only_sampling["actor"], only_sampling["rollout_of_total"]) == (0.0, 1.0)
+
+
+def test_a_ledger_written_before_compute_seconds_existed_reads_with_zeros() -> None:
+    old = Ledger(engine="hf").add(generated_tokens=5, learner_steps=2, critic_steps=1).to_dict()
+    for name in ("rollout_s", "actor_s", "critic_s", "reference_s"):
+        del old[name]  # what ledger.json held before the fields were added
+    ledger = Ledger.from_dict(old)
+    assert (ledger.rollout_s, ledger.actor_s, ledger.critic_s, ledger.reference_s) == (0, 0, 0, 0)
+    assert (ledger.generated_tokens, ledger.learner_steps, ledger.critic_steps) == (5, 2, 1)
+    assert ledger.add(actor_s=1.0, critic_s=3.0).compute_share()["critic"] == 0.75  # 3 / (1 + 3)

@@ -24,7 +24,7 @@ from rlmap.system.critic import (
 )
 from rlmap.system.engine import Completion
 from rlmap.system.hf_engine import HFEngine
-from rlmap.system.rollout import Scored, to_batch
+from rlmap.system.rollout import Scored, single_turn, to_batch
 from rlmap.system.sync import LoopState, warmup_progress
 from rlmap.tasks.prompts import encode_prompt
 
@@ -55,8 +55,8 @@ def test_value_alignment_hand_case() -> None:
     torch.testing.assert_close(bootstrap, torch.tensor([5.0, 13.0]))
 
 
-def _completion(prompt: tuple[int, ...], response: tuple[int, ...], eos: bool) -> Completion:
-    return Completion(prompt, response, tuple(0.0 for _ in response), eos, 0)
+def _completion(prompt: tuple[int, ...], response: tuple[int, ...], stopped: bool) -> Completion:
+    return Completion(prompt, response, tuple(0.0 for _ in response), stopped, 0)
 
 
 def test_values_of_a_padded_row_equal_those_of_the_row_alone(tiny_model_dir: Path) -> None:
@@ -65,10 +65,10 @@ def test_values_of_a_padded_row_equal_those_of_the_row_alone(tiny_model_dir: Pat
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
     critic = _critic(tiny_model_dir)
     rows = [
-        _completion(tuple(encode_prompt(tokenizer, "1+2=")), (5, 6, 7, 8), eos=True),
-        _completion(tuple(encode_prompt(tokenizer, "37+85=")), (9,), eos=False),
+        _completion(tuple(encode_prompt(tokenizer, "1+2=")), (5, 6, 7, 8), stopped=True),
+        _completion(tuple(encode_prompt(tokenizer, "37+85=")), (9,), stopped=False),
     ]
-    scored = [Scored(c, i, 0.0, 0.0, RewardStatus.OK) for i, c in enumerate(rows)]
+    scored = [Scored(single_turn(c), i, 0.0, 0.0, RewardStatus.OK) for i, c in enumerate(rows)]
     batch = to_batch(scored, pad_token_id=tokenizer.pad_token_id)
     values, bootstrap = compute_values(critic, batch, micro_batch_size=2)
     for i, c in enumerate(rows):
@@ -91,8 +91,11 @@ def test_truncated_advantage_bootstraps_from_the_critic_terminal_does_not(
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
     critic = _critic(tiny_model_dir)
     prompt, response = tuple(encode_prompt(tokenizer, "4+4=")), (5, 6, 7)
-    rows = [_completion(prompt, response, eos=True), _completion(prompt, response, eos=False)]
-    scored = [Scored(c, i, 1.0, 1.0, RewardStatus.OK) for i, c in enumerate(rows)]
+    rows = [
+        _completion(prompt, response, stopped=True),
+        _completion(prompt, response, stopped=False),
+    ]
+    scored = [Scored(single_turn(c), i, 1.0, 1.0, RewardStatus.OK) for i, c in enumerate(rows)]
     batch = to_batch(scored, pad_token_id=tokenizer.pad_token_id)
     assert batch.end.tolist() == [End.TERMINAL, End.TRUNCATED]
     values, bootstrap = compute_values(critic, batch, micro_batch_size=1)
@@ -146,7 +149,7 @@ def _rollout_batch(model_dir: Path) -> Batch:
     rewards = torch.randint(0, 2, (12,), generator=torch.Generator().manual_seed(1)).tolist()
     completions = [c for group in groups for c in group]
     scored = [
-        Scored(c, i // 4, float(r), float(r), RewardStatus.OK)
+        Scored(single_turn(c), i // 4, float(r), float(r), RewardStatus.OK)
         for i, (c, r) in enumerate(zip(completions, rewards, strict=True))
     ]
     return to_batch(scored, pad_token_id=tokenizer.pad_token_id)

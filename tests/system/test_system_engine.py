@@ -142,11 +142,11 @@ def test_eos_stops_each_sequence_and_truncation_is_flagged() -> None:
     out = engine(model).generate(PROMPTS, n=2, max_new_tokens=3, temperature=1.0, top_p=1.0)
     first, second, third = (g[0] for g in out)
     # prompt ends in 13 -> 40 40 40: hits max_new_tokens
-    assert first.response_ids == (40, 40, 40) and not first.eos
+    assert first.response_ids == (40, 40, 40) and not first.stopped
     # 20 -> 21 22 23: also truncated, exactly max_new_tokens long
-    assert second.response_ids == (21, 22, 23) and not second.eos
+    assert second.response_ids == (21, 22, 23) and not second.stopped
     # 31 -> EOS after one token: stops there, no padding kept after it
-    assert third.response_ids == (EOS,) and third.eos and len(third.logprobs) == 1
+    assert third.response_ids == (EOS,) and third.stopped and len(third.logprobs) == 1
     # forced tokens have probability ~1: log μ ~ 0
     assert all(abs(lp) < 1e-4 for c in flat(out) for lp in c.logprobs)
 
@@ -158,8 +158,28 @@ def test_eos_mid_response_in_a_mixed_batch() -> None:
     a, b = (
         g[0] for g in engine(model).generate(prompts, n=1, max_new_tokens=6, temperature=1, top_p=1)
     )
-    assert a.response_ids == (11, 12, EOS) and a.eos  # the batch ran on; its padding is stripped
-    assert b.response_ids == (21, 22, 23, 24, 40, 40) and not b.eos
+    assert (
+        a.response_ids == (11, 12, EOS) and a.stopped
+    )  # the batch ran on; its padding is stripped
+    assert b.response_ids == (21, 22, 23, 24, 40, 40) and not b.stopped
+
+
+def test_stop_tokens_end_a_row_like_eos_and_stay_in_the_response() -> None:
+    model = tiny_model()
+    force_chain(model)
+    prompts = [[BOS, 10], [BOS, 20]]
+    a, b = (
+        g[0]
+        for g in engine(model).generate(
+            prompts, n=1, max_new_tokens=6, temperature=1, top_p=1, stop_token_ids=(22,)
+        )
+    )
+    # 10 -> 11 12 EOS never meets 22; 20 -> 21 22 stops at the stop token, which it keeps
+    assert a.response_ids == (11, 12, EOS) and a.stopped
+    assert b.response_ids == (21, 22) and b.stopped and len(b.logprobs) == 2
+    # without the stop token the same row runs to the limit
+    (c,) = engine(model).generate([[BOS, 20]], n=1, max_new_tokens=6, temperature=1, top_p=1)[0:1]
+    assert c[0].response_ids == (21, 22, 23, 24, 40, 40) and not c[0].stopped
 
 
 # --- seeding and layout -------------------------------------------------------------------

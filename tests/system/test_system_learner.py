@@ -15,7 +15,7 @@ from rlmap.reduction import ReductionParams
 from rlmap.system.hf_engine import HFEngine
 from rlmap.system.learner import UpdateSettings, prepare_batch, update_policy
 from rlmap.system.logprobs import token_logprobs
-from rlmap.system.rollout import Scored, to_batch
+from rlmap.system.rollout import Scored, single_turn, to_batch
 from rlmap.tasks.prompts import encode_prompt
 
 
@@ -29,7 +29,7 @@ def _rollouts(model_dir: Path, n: int = 4) -> tuple[torch.nn.Module, list[Scored
     groups = engine.generate(prompts, n=n, max_new_tokens=6, temperature=1.0, top_p=1.0)
     gen = torch.Generator().manual_seed(1)
     scored = [
-        Scored(c, g, float(r), float(r), RewardStatus.OK)
+        Scored(single_turn(c), g, float(r), float(r), RewardStatus.OK)
         for g, group in enumerate(groups)
         for c, r in zip(group, torch.randint(0, 2, (n,), generator=gen).tolist(), strict=True)
     ]
@@ -73,7 +73,7 @@ def test_update_does_not_depend_on_micro_batch_size(tiny_model_dir: Path, reduct
         optimizer = torch.optim.SGD(policy.parameters(), lr=1.0)
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
         s = _settings(reduction, micro, positive_nll=0.1)
-        prepared = prepare_batch(batch, policy, None, s)
+        prepared, _ = prepare_batch(batch, policy, None, s)
         update_policy(policy, optimizer, scheduler, prepared, advantages.double(), s,
                       learner_version=0, generator=torch.Generator().manual_seed(0))  # fmt: skip
         results.append(torch.cat([p.detach().flatten() for p in policy.parameters()]))
@@ -87,11 +87,35 @@ def test_reused_batch_recomputes_old_logprobs_only_when_needed(tiny_model_dir: P
     model, scored, pad = _rollouts(tiny_model_dir)
     batch = to_batch(scored, pad_token_id=pad)
     once = _settings("token_mean", 4)
-    assert prepare_batch(batch, model, None, once).old_logprobs is None  # π_old = sg(π_θ)
+    prepared, timings = prepare_batch(batch, model, None, once)
+    assert prepared.old_logprobs is None and timings == {}  # π_old = sg(π_θ): nothing ran
     twice = UpdateSettings(**{**once.__dict__, "epochs": 2})
-    old = prepare_batch(batch, model, None, twice).old_logprobs
+    prepared, timings = prepare_batch(batch, model, None, twice)
+    old = prepared.old_logprobs
     assert old is not None and torch.allclose(old[batch.action_mask],
                                               batch.behavior_logprobs[batch.action_mask],
                                               atol=1e-4)  # fmt: skip
+    assert set(timings) == {"system/old_logprobs_s"} and timings["system/old_logprobs_s"] > 0
     bypass = UpdateSettings(**{**twice.__dict__, "behaviour": BehaviourParams(mode="bypass")})
-    assert prepare_batch(batch, model, None, bypass).old_logprobs is None
+    prepared, timings = prepare_batch(batch, model, None, bypass)
+    assert prepared.old_logprobs is None and timings == {}
+
+
+def test_reference_time_is_reported_only_when_the_reference_runs(tiny_model_dir: Path) -> None:
+    # The ledger charges π_ref's forward pass to the reference; it must not see a time
+    # (not even 0.0) when there is no reference or the KL is off.
+    model, scored, pad = _rollouts(tiny_model_dir)
+    batch = to_batch(scored, pad_token_id=pad)
+    reference = copy.deepcopy(model)
+    off = _settings("token_mean", 4)  # KLParams() places no KL
+    prepared, timings = prepare_batch(batch, model, reference, off)
+    assert prepared.ref_logprobs is None and timings == {}
+    on = UpdateSettings(**{**off.__dict__, "kl": KLParams(placement="loss", beta=0.1)})
+    prepared, timings = prepare_batch(batch, model, None, on)
+    assert prepared.ref_logprobs is None and timings == {}  # KL on, but no reference model
+    prepared, timings = prepare_batch(batch, model, reference, on)
+    assert prepared.ref_logprobs is not None
+    assert set(timings) == {"system/reference_s"} and timings["system/reference_s"] > 0
+    both = UpdateSettings(**{**on.__dict__, "epochs": 2})
+    _, timings = prepare_batch(batch, model, reference, both)
+    assert set(timings) == {"system/old_logprobs_s", "system/reference_s"}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -34,6 +35,10 @@ def test_each_critic_free_preset_runs(
     run = tmp_path / "run"
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records] == [0, 1, 2]
+    learned = any("loss/policy" in r for r in records)
+    # no critic, so no critic compute; π_ref runs whenever the KL is on and a batch was learned
+    assert summary["compute_share"]["critic"] == 0
+    assert (summary["compute_share"]["reference"] > 0) == (cfg.kl.placement != "none" and learned)
     assert records[-1]["budget/generated_tokens"] > 0
     assert "loss/policy" in records[-1] or records[-1]["sampling/kept_frac"] == 0
     assert summary["before"]["eval/pass@1"] is not None
@@ -41,6 +46,26 @@ def test_each_critic_free_preset_runs(
     for name in ("ledger.json", "summary.json"):
         assert json.loads((run / name).read_text())
     assert (run / "checkpoints" / "step_2" / "config.json").exists()
+    _check_compute_share(run, records)
+
+
+def _check_compute_share(run: Path, records: list[dict[str, Any]]) -> None:
+    """ledger.json's seconds are the sums of the logged timings; summary.json shares them out."""
+    ledger = json.loads((run / "ledger.json").read_text())
+    summary = json.loads((run / "summary.json").read_text())
+    logged = {
+        "rollout_s": ("system/rollout_s",),
+        "actor_s": ("system/old_logprobs_s", "system/policy_update_s"),
+        "critic_s": ("system/critic_values_s", "system/critic_update_s"),
+        "reference_s": ("system/reference_s",),
+    }
+    for field, names in logged.items():
+        total = sum(r.get(name, 0.0) for r in records for name in names)
+        assert ledger[field] == pytest.approx(total), field
+    share = summary["compute_share"]
+    assert share["seconds"]["reference"] == ledger["reference_s"]
+    if ledger["actor_s"] + ledger["critic_s"] + ledger["reference_s"] > 0:
+        assert share["actor"] + share["critic"] + share["reference"] == pytest.approx(1.0)
 
 
 CRITIC_METRICS = ("critic/value_loss", "critic/explained_variance", "critic/value_error_first",
@@ -63,6 +88,9 @@ def test_ppo_trains_policy_and_critic_every_step(tiny_model_dir: Path, tmp_path:
         assert record["critic/pretraining"] == 0
     assert records[-1]["budget/learner_steps"] == 2 and records[-1]["budget/critic_steps"] == 2
     assert summary["critic_steps"] == 2
+    share = summary["compute_share"]  # PPO: critic, no KL (so no reference)
+    assert share["actor"] > 0 and share["critic"] > 0 and share["reference"] == 0
+    _check_compute_share(tmp_path / "run", records)
     assert (
         summary["critic_explained_variance_before_policy"]
         == records[1]["critic/explained_variance"]
@@ -167,7 +195,7 @@ def test_eval_command_prints_the_held_out_figures(
 ) -> None:
     run = tmp_path / "run"
     assert main(["train", "--out", str(run), *toy(tiny_model_dir)]) == 0
-    capsys.readouterr()
+    assert "learner compute: actor " in capsys.readouterr().out
     assert main(["eval", str(run / "checkpoints" / "step_2"), "--samples", "3"]) == 0
     out = capsys.readouterr().out
     for key in ("eval/pass@1", "eval/pass@k", "eval/k", "eval/length", "eval/diversity"):
@@ -197,3 +225,34 @@ def test_system_parts_not_built_yet_are_refused_not_ignored(
 ) -> None:
     assert main(["train", "--recipe", "grpo", override]) == 2
     assert capsys.readouterr().err.startswith(f"rlmap: error: {field}")
+
+
+@pytest.mark.parametrize(
+    ("recipe", "extra"),
+    [
+        ("grpo", []),  # a group estimator: the episode is the unit
+        ("ppo", ["credit.time_unit=turn"]),  # critic + GAE over turns
+        ("ppo", ["credit.time_unit=token"]),  # critic + GAE over action tokens (obs skipped)
+    ],
+)
+def test_the_calculator_tool_task_trains_and_records_tool_use(
+    recipe: str, extra: list[str], tiny_calc_model_dir: Path, tmp_path: Path, toy: Toy
+) -> None:
+    overrides = [*toy(tiny_calc_model_dir), "data.task=calculator", "data.max_turns=2",
+                 "generation.max_new_tokens=6", *extra]  # fmt: skip
+    summary = run_training(build_config(recipe, None, overrides), tmp_path / "run")
+    records = _records(tmp_path / "run")
+    for key in ("env/turns", "env/tool_call_rate", "env/tool_error_frac", "env/turn_budget_frac"):
+        assert all(key in r for r in records[1:]), key
+        assert 0 <= records[-1][key] <= 2
+    assert all("eval/tool_call_rate" in r and "eval/turns" in r for r in (records[0], records[-1]))
+    assert summary["after"]["eval/pass@1"] is not None
+    assert "loss/policy" in records[-1] or records[-1]["sampling/kept_frac"] == 0
+
+
+def test_the_calculator_task_refuses_a_tokenizer_without_the_markers(
+    tiny_model_dir: Path, toy: Toy
+) -> None:
+    cfg = build_config("grpo", None, [*toy(tiny_model_dir), "data.task=calculator"])
+    with pytest.raises(ConfigError, match=r"data\.task: calculator needs '<calc>'"):
+        setup.check_inputs(cfg)

@@ -6,6 +6,15 @@ of them, plus the settings that change what one step means (epochs per batch,
 effective batch, the reduction and its denominator, engine and precision), so
 ``rlmap compare`` can line runs up on any axis and say when they are not alike.
 
+Compute is charged to who spent it, as the map's fairness rules ask: sampling
+(``rollout_s``), and on the learner the actor (π_old forward pass and policy
+updates), the critic (value forward pass and critic updates) and the reference
+(π_ref forward pass), each in seconds. A critic recipe that wins at equal
+policy steps may have paid for it in critic compute; :meth:`Ledger.compute_share`
+says how much. Seconds, not FLOPs: they are what a run actually costs on the
+machine it ran on, and they need no model-size bookkeeping (compare shares only
+between runs on the same hardware).
+
 Design: an immutable value. ``add`` and ``with_peak_memory`` return a new
 ledger; the trainer rebinds (``ledger = ledger.add(...)``). Nothing can change a
 ledger behind the trainer's back (one stored in a checkpoint's ``extra``, or in a
@@ -44,6 +53,14 @@ class Ledger:
     """Trajectories excluded by ``reward_status != ok`` or a behaviour gate."""
     wall_clock_s: float = 0.0
     """Seconds spent running, summed over resumes (time while stopped is not counted)."""
+    rollout_s: float = 0.0
+    """Seconds sampling: engine generation, scoring and the sampling axis's filtering."""
+    actor_s: float = 0.0
+    """Learner seconds spent on the policy: π_old forward pass and policy updates."""
+    critic_s: float = 0.0
+    """Learner seconds spent on the value critic: V_old forward pass and critic updates."""
+    reference_s: float = 0.0
+    """Learner seconds spent on the reference policy: the π_ref forward pass."""
     peak_host_memory_kib: int = 0
     """Peak resident memory of the process, KiB (``ru_maxrss``); max over resumes."""
     peak_gpu_memory_bytes: int | None = None
@@ -72,6 +89,10 @@ class Ledger:
         filtered_rollouts: int = 0,
         rejected_rollouts: int = 0,
         wall_clock_s: float = 0.0,
+        rollout_s: float = 0.0,
+        actor_s: float = 0.0,
+        critic_s: float = 0.0,
+        reference_s: float = 0.0,
     ) -> Ledger:
         """A new ledger with these amounts added to the counters (all must be >= 0)."""
         deltas = {
@@ -83,6 +104,10 @@ class Ledger:
             "filtered_rollouts": filtered_rollouts,
             "rejected_rollouts": rejected_rollouts,
             "wall_clock_s": wall_clock_s,
+            "rollout_s": rollout_s,
+            "actor_s": actor_s,
+            "critic_s": critic_s,
+            "reference_s": reference_s,
         }
         negative = sorted(name for name, value in deltas.items() if value < 0)
         if negative:
@@ -110,6 +135,36 @@ class Ledger:
             "budget/learner_steps": float(self.learner_steps),
             "budget/critic_steps": float(self.critic_steps),
             "budget/wall_clock_s": float(self.wall_clock_s),
+            "budget/rollout_s": float(self.rollout_s),
+            "budget/actor_s": float(self.actor_s),
+            "budget/critic_s": float(self.critic_s),
+            "budget/reference_s": float(self.reference_s),
+        }
+
+    @property
+    def learner_s(self) -> float:
+        """Learner compute, seconds: actor + critic + reference."""
+        return self.actor_s + self.critic_s + self.reference_s
+
+    def compute_share(self) -> dict[str, Any]:
+        """Who spent the compute (``summary.json``'s ``compute_share``).
+
+        ``actor``, ``critic``, ``reference``: each one's fraction of the learner
+        compute (``x_s / learner_s``; they sum to 1). ``rollout_of_total``: sampling's
+        fraction of sampling + learner compute. ``seconds``: the four counters. A
+        fraction whose denominator is 0 (no step yet, or a ledger written before
+        these fields) is 0.0 rather than a division by zero; then the three learner
+        shares sum to 0, which says "nothing recorded".
+        """
+        learner, total = self.learner_s, self.learner_s + self.rollout_s
+        seconds = {"rollout": self.rollout_s, "actor": self.actor_s,
+                   "critic": self.critic_s, "reference": self.reference_s}  # fmt: skip
+        return {
+            "actor": _fraction(self.actor_s, learner),
+            "critic": _fraction(self.critic_s, learner),
+            "reference": _fraction(self.reference_s, learner),
+            "rollout_of_total": _fraction(self.rollout_s, total),
+            "seconds": seconds,
         }
 
     def to_dict(self) -> dict[str, Any]:
@@ -124,6 +179,11 @@ class Ledger:
         if unknown:
             raise ValueError(f"ledger: unknown fields {unknown}; known: {sorted(known)}")
         return cls(**data)
+
+
+def _fraction(part: float, whole: float) -> float:
+    """part / whole, and 0.0 when whole is 0 (nothing was spent, so nobody has a share)."""
+    return part / whole if whole > 0 else 0.0
 
 
 def measure_peak_memory() -> tuple[int, int | None]:

@@ -5,6 +5,11 @@ with what a run leaves on disk (DESIGN.md, "Run directory")::
 
     config.yaml  metrics.jsonl  ledger.json  checkpoints/step_N/  summary.json  plots/
 
+Each step's timing metrics are charged to the ledger by who spent them: sampling
+(``system/rollout_s``), the actor (``system/old_logprobs_s`` + ``system/policy_update_s``),
+the critic (``system/critic_values_s`` + ``system/critic_update_s``) and the reference
+(``system/reference_s``); ``summary.json`` reports the resulting ``compute_share``.
+
 Resume: the newest complete checkpoint restores weights, optimiser, scheduler,
 RNG and loop state; ``metrics.jsonl`` is cut back to that step, so a run killed
 at any point and resumed logs exactly what an uninterrupted run logs (on CPU,
@@ -98,6 +103,10 @@ def _one_step(
         - int(metrics["sampling/rejected"]),
         rejected_rollouts=int(metrics["sampling/rejected"]),
         wall_clock_s=time.perf_counter() - started,
+        rollout_s=_seconds(metrics, "system/rollout_s"),
+        actor_s=_seconds(metrics, "system/old_logprobs_s", "system/policy_update_s"),
+        critic_s=_seconds(metrics, "system/critic_values_s", "system/critic_update_s"),
+        reference_s=_seconds(metrics, "system/reference_s"),
     ).with_peak_memory(*measure_peak_memory())
     log.write(state.step, metrics | ledger.metrics())
     view.step(state.step, metrics, ledger)
@@ -112,6 +121,11 @@ def _one_step(
     return state, ledger
 
 
+def _seconds(metrics: dict[str, float], *names: str) -> float:
+    """The sum of these timing metrics; a part that did not run this step logged none (0 s)."""
+    return sum(metrics.get(name, 0.0) for name in names)
+
+
 def _optimizers(parts: setup.Parts) -> tuple[dict[str, Any], dict[str, Any]]:
     """(optimisers, schedulers) by name, as checkpoints store them: policy, and critic if any."""
     optimizers: dict[str, Any] = {"policy": parts.optimizer}
@@ -124,7 +138,7 @@ def _optimizers(parts: setup.Parts) -> tuple[dict[str, Any], dict[str, Any]]:
 
 def _evaluate(parts: setup.Parts) -> dict[str, float]:
     g = parts.cfg.generation
-    return evaluate(parts.engine, parts.tokenizer, parts.heldout, parts.verify,
+    return evaluate(parts.engine, parts.environment, parts.tokenizer, parts.heldout,
                     samples=g.eval_samples, max_new_tokens=g.max_new_tokens,
                     temperature=g.temperature, top_p=g.top_p, seed=EVAL_SEED)  # fmt: skip
 
@@ -171,6 +185,7 @@ def _finish(
         "generated_tokens": ledger.generated_tokens,
         "wall_clock_s": ledger.wall_clock_s,
         "learner_steps": ledger.learner_steps,
+        "compute_share": ledger.compute_share(),
     }
     if cfg.critic.enabled:
         summary["critic_steps"] = ledger.critic_steps

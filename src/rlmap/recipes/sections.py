@@ -23,8 +23,10 @@ class DataConfig:
     """Prompts and their reference answers."""
 
     task: str = "arithmetic"
-    """``arithmetic`` (built in), or a JSONL file with ``prompt`` and ``answer`` per line
-    (then ``eval_path`` names the held-out file)."""
+    """``arithmetic`` (built in, one answer per prompt), ``calculator`` (built in, multi-turn:
+    the model may call a calculator tool before answering; :mod:`rlmap.tasks.calculator`),
+    or a JSONL file with ``prompt`` and ``answer`` per line (then ``eval_path`` names the
+    held-out file)."""
     eval_path: str | None = None
     """Held-out JSONL file when ``task`` is a file; None holds out ``eval_size`` of it."""
     train_size: int = 6000
@@ -35,8 +37,24 @@ class DataConfig:
     """Seed of the train/held-out split; shared by all runs so that their scores compare."""
     max_digits: int = 2
     """Arithmetic: operands have 1..max_digits digits."""
-    ops: str = "+"
-    """Arithmetic: operators to draw from (any of ``+-*``)."""
+    ops: str | None = None
+    """Built-in tasks: operators to draw from (any of ``+-*``); None is the task's default
+    (``+`` for arithmetic, ``*`` for calculator, where the tool pays off)."""
+    max_turns: int = 3
+    """Calculator: the turn budget — policy turns per episode; an episode that spends it on
+    tool calls ends truncated (bootstrapped, not terminal)."""
+
+    @property
+    def turn_budget(self) -> int:
+        """Policy turns an episode may take: ``max_turns`` for the tool task, else 1."""
+        return self.max_turns if self.task == "calculator" else 1
+
+    @property
+    def resolved_ops(self) -> str:
+        """The operators actually drawn from."""
+        if self.ops is not None:
+            return self.ops
+        return "*" if self.task == "calculator" else "+"
 
 
 @dataclass(frozen=True)

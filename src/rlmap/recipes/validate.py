@@ -134,10 +134,12 @@ def _kl(cfg: RecipeConfig) -> Iterator[str]:
 def _reduction(cfg: RecipeConfig) -> Iterator[str]:
     reduction.check_params(cfg.reduction)  # the axis's own checks (L_max present, >= 1)
     r = cfg.reduction
-    if r.max_len is not None and r.max_len < cfg.generation.max_new_tokens:
+    longest = cfg.generation.max_new_tokens * cfg.data.turn_budget
+    if r.max_len is not None and r.max_len < longest:
         yield (
             f"reduction.max_len: {r.max_len} is below generation.max_new_tokens="
-            f"{cfg.generation.max_new_tokens}; a response could exceed the fixed budget"
+            f"{cfg.generation.max_new_tokens} × data.max_turns={cfg.data.turn_budget}; "
+            "a response could exceed the fixed budget"
         )
 
 
@@ -148,6 +150,14 @@ def _feedback(cfg: RecipeConfig) -> Iterator[str]:
             f"feedback.overlong_cache: L_c must be in (0, generation.max_new_tokens="
             f"{cfg.generation.max_new_tokens}), got {cache}"
         )
+
+
+def _data(cfg: RecipeConfig) -> Iterator[str]:
+    d = cfg.data
+    if d.max_turns < 1:
+        yield f"data.max_turns: must be >= 1, got {d.max_turns}"
+    if d.max_digits < 1:
+        yield f"data.max_digits: must be >= 1, got {d.max_digits}"
 
 
 def _optim(cfg: RecipeConfig) -> Iterator[str]:
@@ -167,5 +177,6 @@ CHECKS: tuple[Check, ...] = (
     _kl,
     _reduction,
     _feedback,
+    _data,
     _optim,
 )

@@ -29,8 +29,9 @@ class Completion:
     logprobs: tuple[float, ...]
     """log μ(o_t | q, o_<t) of each response token under the distribution it was sampled from
     (temperature and top-p applied; computed in float32); same length as ``response_ids``."""
-    eos: bool
-    """True when the response ended with EOS; False when it hit ``max_new_tokens`` (truncated)."""
+    stopped: bool
+    """True when the response ended with a stop token — EOS, or one of the call's
+    ``stop_token_ids`` (``response_ids[-1]`` says which); False when it hit ``max_new_tokens``."""
     version: int
     """Weight version of the engine that sampled it."""
 
@@ -52,10 +53,13 @@ class RolloutEngine(Protocol):
         max_new_tokens: int,
         temperature: float,
         top_p: float,
+        stop_token_ids: Sequence[int] = (),
     ) -> list[list[Completion]]:
         """``n`` samples for each prompt: the outer list follows ``prompts``, the inner has ``n``.
 
-        ``temperature == 0`` means greedy decoding (for evaluation).
+        ``temperature == 0`` means greedy decoding (for evaluation). A sample ends at EOS, at
+        any of ``stop_token_ids`` (e.g. the end of a tool call, where an environment takes
+        over), or after ``max_new_tokens``; the stop token is part of the response.
         """
         ...
 

@@ -7,26 +7,28 @@ like), and the training random stream is left untouched (resume stays exact).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
 
-from rlmap import feedback
+from rlmap.core.batch import RewardStatus
 from rlmap.core.errors import ConfigError
 from rlmap.diagnostics.passk import pass_at_k_tensor
 from rlmap.system.engine import RolloutEngine
 from rlmap.system.hf_engine import HFEngine
+from rlmap.system.rollout import Episode, episode_metrics, run_episodes
 from rlmap.tasks.arithmetic import Example
-from rlmap.tasks.prompts import decode_response, encode_prompt
+from rlmap.tasks.env import EnvFactory
+from rlmap.tasks.prompts import decode_response
 
 
 def evaluate(
     engine: RolloutEngine,
+    environment: EnvFactory,
     tokenizer: PreTrainedTokenizerBase,
     examples: Sequence[Example],
-    verify: Callable[[str, str], float],
     *,
     samples: int,
     max_new_tokens: int,
@@ -35,35 +37,38 @@ def evaluate(
     seed: int,
 ) -> dict[str, float]:
     """``eval/pass@1``, ``eval/pass@k`` (k = ``eval/k`` = samples), ``eval/length`` (mean
-    response tokens) and ``eval/diversity`` (mean distinct answers per prompt)."""
-    prompts = [encode_prompt(tokenizer, e.prompt) for e in examples]
+    generated tokens), ``eval/diversity`` (mean distinct final answers per prompt) and the
+    multi-turn statistics (``eval/turns``, ``eval/tool_call_rate``, …) of the held-out set.
+
+    A sample is correct when its episode's return is positive with an OK status: a
+    crashing verifier or environment counts as wrong here, and never stops evaluation.
+    """
+    envs = [environment(e) for e in examples for _ in range(samples)]
     with torch.random.fork_rng():
         torch.manual_seed(seed)
-        groups = engine.generate(
-            prompts, n=samples, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p
-        )
-    correct, lengths, distinct = [], [], []
-    for example, group in zip(examples, groups, strict=True):
-        answers = [decode_response(tokenizer, c.response_ids) for c in group]
-        correct.append(sum(_safe(verify, a, example.answer) > 0 for a in answers))
-        lengths += [len(c.response_ids) for c in group]
-        distinct.append(len(set(answers)))
+        episodes = run_episodes(engine, envs, max_new_tokens=max_new_tokens,
+                                temperature=temperature, top_p=top_p)  # fmt: skip
+    correct, distinct = [], []
+    for k in range(len(examples)):
+        group = episodes[k * samples : (k + 1) * samples]
+        correct.append(sum(e.outcome > 0 and e.status == RewardStatus.OK for e in group))
+        distinct.append(len({final_answer(tokenizer, e) for e in group}))
     n = torch.full((len(examples),), samples)
     c = torch.tensor(correct)
     return {
         "eval/pass@1": float(pass_at_k_tensor(n, c, 1).mean()),
         "eval/pass@k": float(pass_at_k_tensor(n, c, samples).mean()),
         "eval/k": float(samples),
-        "eval/length": sum(lengths) / max(len(lengths), 1),
+        "eval/length": sum(e.action_tokens for e in episodes) / max(len(episodes), 1),
         "eval/diversity": sum(distinct) / max(len(distinct), 1),
-    }
+    } | {f"eval/{k}": v for k, v in episode_metrics(episodes).items()}
 
 
-def _safe(verify: Callable[[str, str], float], response: str, reference: str) -> float:
-    try:
-        return float(verify(response, reference))
-    except Exception:  # a crashing verifier scores 0 in evaluation, never aborts it
-        return 0.0
+def final_answer(tokenizer: PreTrainedTokenizerBase, episode: Episode) -> str:
+    """The text of the episode's last policy turn."""
+    last = max(episode.turn_ids, default=-1)
+    ids = [t for t, k in zip(episode.response_ids, episode.turn_ids, strict=True) if k == last]
+    return decode_response(tokenizer, ids)
 
 
 def evaluate_checkpoint(
@@ -84,6 +89,6 @@ def evaluate_checkpoint(
                       eos_token_id=int(tokenizer.eos_token_id))  # fmt: skip
     _, heldout = setup.load_data(cfg)
     g = cfg.generation
-    return evaluate(engine, tokenizer, heldout, feedback.registry.get(cfg.feedback.verifier).fn,
+    return evaluate(engine, setup.environment_factory(cfg, tokenizer), tokenizer, heldout,
                     samples=samples or g.eval_samples, max_new_tokens=g.max_new_tokens,
                     temperature=g.temperature, top_p=g.top_p, seed=0)  # fmt: skip

@@ -114,28 +114,34 @@ class HFEngine:
         max_new_tokens: int,
         temperature: float,
         top_p: float,
+        stop_token_ids: Sequence[int] = (),
     ) -> list[list[Completion]]:
-        """``n`` samples per prompt (outer list per prompt, in order); see the module docstring."""
+        """``n`` samples per prompt (outer list per prompt, in order); see the module docstring.
+
+        A row stops at EOS or at any of ``stop_token_ids``, whichever comes first.
+        """
         check_sampling_args(
             prompts, n=n, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p
         )
+        stops = tuple(dict.fromkeys((*self.eos_token_ids, *stop_token_ids)))
         config = sampling_config(
             max_new_tokens=max_new_tokens,
             temperature=temperature,
             top_p=top_p,
             pad_token_id=self.pad_token_id,
-            eos_token_ids=self.eos_token_ids,
+            eos_token_ids=stops,
         )
         # the n samples of a prompt are adjacent, so regrouping is slicing
         flat = [tuple(p) for p in prompts for _ in range(n)]
         completions: list[Completion] = []
         with rollout_mode(self.model):
             for start in range(0, len(flat), self.max_batch):
-                completions += self._generate_chunk(flat[start : start + self.max_batch], config)
+                chunk = flat[start : start + self.max_batch]
+                completions += self._generate_chunk(chunk, config, stops)
         return [completions[i * n : (i + 1) * n] for i in range(len(prompts))]
 
     def _generate_chunk(
-        self, prompts: list[tuple[int, ...]], config: GenerationConfig
+        self, prompts: list[tuple[int, ...]], config: GenerationConfig, stops: Sequence[int]
     ) -> list[Completion]:
         """One ``generate`` call on at most ``max_batch`` prompts."""
         device = next(self.model.parameters()).device
@@ -145,14 +151,14 @@ class HFEngine:
         )
         tokens = out.sequences[:, input_ids.shape[1] :]  # (B, T)
         logprobs = sampled_logprobs(out.scores, tokens)  # (B, T)
-        lengths, ended = response_lengths(tokens, self.eos_token_ids)  # (B,), (B,)
+        lengths, ended = response_lengths(tokens, stops)  # (B,), (B,)
         packed = torch.cat([lengths[:, None], ended[:, None].long(), tokens], dim=1).tolist()
         return [
             Completion(
                 prompt_ids=prompt,
                 response_ids=tuple(row[2 : 2 + row[0]]),
                 logprobs=tuple(lp[: row[0]]),
-                eos=bool(row[1]),
+                stopped=bool(row[1]),
                 version=self._version,
             )
             for prompt, row, lp in zip(prompts, packed, logprobs.tolist(), strict=True)
@@ -241,12 +247,13 @@ def sampled_logprobs(scores: Sequence[Tensor], tokens: Tensor) -> Tensor:
     return chosen - stacked.logsumexp(-1)
 
 
-def response_lengths(tokens: Tensor, eos_token_ids: Sequence[int]) -> tuple[Tensor, Tensor]:
-    """(B,) long response lengths up to and including the first EOS (T if none); (B,) bool ended.
+def response_lengths(tokens: Tensor, stop_token_ids: Sequence[int]) -> tuple[Tensor, Tensor]:
+    """(B,) long response lengths up to and including the first stop token (T if none);
+    (B,) bool ended.
 
-    Rows that emitted no EOS ran until ``generate`` stopped, i.e. to max_new_tokens.
+    Rows that emitted no stop token ran until ``generate`` stopped, i.e. to max_new_tokens.
     """
-    is_eos = torch.isin(tokens, torch.tensor(eos_token_ids, device=tokens.device))  # (B, T)
+    is_eos = torch.isin(tokens, torch.tensor(stop_token_ids, device=tokens.device))  # (B, T)
     ended = is_eos.any(-1)
     first = is_eos.long().argmax(-1)  # first True (0 where none)
     return torch.where(ended, first + 1, tokens.shape[1]), ended

@@ -15,6 +15,7 @@ In bypass mode π_old := μ_old and nothing is recomputed.
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
@@ -52,18 +53,29 @@ def prepare_batch(
     policy: nn.Module,
     reference: nn.Module | None,
     s: UpdateSettings,
-) -> Batch:
-    """Add π_old (decoupled mode, when reused) and π_ref (KL active) to the batch."""
+) -> tuple[Batch, dict[str, float]]:
+    """Add π_old (decoupled mode, when reused) and π_ref (KL active) to the batch.
+
+    Also returns the seconds each forward pass took, keyed as the step metrics
+    ``system/old_logprobs_s`` (actor compute) and ``system/reference_s`` (reference
+    compute); a key is present only when that pass ran, so the ledger can charge
+    each model its own share.
+    """
     needs_old = s.behaviour.mode == "decoupled" and s.optimizer_steps > 1
     attention = attention_of(batch)
     old = ref = None
+    timings: dict[str, float] = {}
     if needs_old:
+        started = time.perf_counter()
         old = batched_logprobs(policy, batch.tokens, attention, temperature=s.temperature,
                                micro_batch_size=s.micro_batch_size)  # fmt: skip
+        timings["system/old_logprobs_s"] = time.perf_counter() - started
     if reference is not None and s.kl.placement != "none":
+        started = time.perf_counter()
         ref = batched_logprobs(reference, batch.tokens, attention, temperature=s.temperature,
                                micro_batch_size=s.micro_batch_size)  # fmt: skip
-    return batch.replace(old_logprobs=old, ref_logprobs=ref)
+        timings["system/reference_s"] = time.perf_counter() - started
+    return batch.replace(old_logprobs=old, ref_logprobs=ref), timings
 
 
 def update_policy(

@@ -1,73 +1,274 @@
-"""From sampled completions to the padded batch record, and scoring them.
+"""Episodes: running them against environments, and packing them into the batch record.
 
-Layout of a row: ``[left-padded prompt | response, right-padded]``; every prompt
-ends at the same column, so prompt and response columns line up across the batch.
+Layout of a row: ``[left-padded prompt | response, right-padded]``, where the response
+is every token after the prompt — the policy's turns and the environment's
+observations in order. Every prompt ends at the same column, so prompt and response
+columns line up across the batch.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 import torch
 
 from rlmap.core.batch import Batch, End, RewardStatus
-from rlmap.system.engine import Completion
+from rlmap.system.engine import Completion, RolloutEngine
+from rlmap.tasks.env import Environment, EnvStep
+
+
+@dataclass(frozen=True)
+class Episode:
+    """One trajectory: the prompt, then the policy's turns and the environment's observations."""
+
+    prompt_ids: tuple[int, ...]
+    """The prompt (``Environment.reset``); empty when the environment failed at reset."""
+    response_ids: tuple[int, ...]
+    """Every token after the prompt, in order: turns (actions) and observations."""
+    action: tuple[bool, ...]
+    """Per response token: True where the policy sampled it (trained on), False on observations."""
+    logprobs: tuple[float, ...]
+    """Per response token: log μ of action tokens as the engine reported them; 0 on observations."""
+    versions: tuple[int, ...]
+    """Per response token: the weight version that sampled it; 0 on observations."""
+    turn_ids: tuple[int, ...]
+    """Per response token: the index of its policy turn, -1 on observations."""
+    end: End
+    """How the episode ended (terminal, truncated, or aborted by an environment failure)."""
+    eos: bool
+    """The last turn ended with a stop token (EOS or a tool call's end), not the length limit."""
+    rewards: tuple[float, ...]
+    """The environment's reward after each turn (an aborting turn has none)."""
+    status: RewardStatus
+    """OK unless a reward could not be computed, or the environment failed (``INFRA_ERROR``)."""
+    tool_calls: int = 0
+    tool_errors: int = 0
+
+    @property
+    def turns(self) -> int:
+        """Number of policy turns."""
+        return len(set(self.turn_ids) - {-1})
+
+    @property
+    def action_tokens(self) -> int:
+        """Number of tokens the policy generated."""
+        return sum(self.action)
+
+    @property
+    def outcome(self) -> float:
+        """The environment's return: the sum of its rewards."""
+        return sum(self.rewards)
+
+
+def single_turn(
+    c: Completion, reward: float = 0.0, status: RewardStatus = RewardStatus.OK
+) -> Episode:
+    """The one-turn episode of a completion: terminal if it stopped, else truncated."""
+    n = len(c.response_ids)
+    return Episode(prompt_ids=c.prompt_ids, response_ids=c.response_ids, action=(True,) * n,
+                   logprobs=c.logprobs, versions=(c.version,) * n, turn_ids=(0,) * n,
+                   end=End.TERMINAL if c.stopped else End.TRUNCATED, eos=c.stopped,
+                   rewards=(reward,), status=status)  # fmt: skip
+
+
+@dataclass
+class _Running:
+    """A growing episode (mutable while it runs; :meth:`finish` freezes it)."""
+
+    env: Environment
+    prompt: tuple[int, ...]
+    tokens: list[int] = field(default_factory=list)
+    action: list[bool] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    versions: list[int] = field(default_factory=list)
+    turn_ids: list[int] = field(default_factory=list)
+    rewards: list[float] = field(default_factory=list)
+    status: RewardStatus = RewardStatus.OK
+    tool_calls: int = 0
+    tool_errors: int = 0
+    turns: int = 0
+
+    @property
+    def context(self) -> tuple[int, ...]:
+        return self.prompt + tuple(self.tokens)
+
+    def add_turn(self, c: Completion) -> None:
+        n = len(c.response_ids)
+        self.tokens += c.response_ids
+        self.action += [True] * n
+        self.logprobs += c.logprobs
+        self.versions += [c.version] * n
+        self.turn_ids += [self.turns] * n
+        self.turns += 1
+
+    def add_step(self, s: EnvStep) -> None:
+        self.rewards.append(s.reward)
+        self.tool_calls += s.tool_call
+        self.tool_errors += s.tool_error
+        if self.status == RewardStatus.OK:
+            self.status = s.status
+
+    def add_observation(self, ids: Sequence[int]) -> None:
+        n = len(ids)
+        self.tokens += ids
+        self.action += [False] * n
+        self.logprobs += [0.0] * n
+        self.versions += [0] * n
+        self.turn_ids += [-1] * n
+
+    def finish(self, end: End, eos: bool) -> Episode:
+        status = RewardStatus.INFRA_ERROR if end == End.ABORTED else self.status
+        return Episode(prompt_ids=self.prompt, response_ids=tuple(self.tokens),
+                       action=tuple(self.action), logprobs=tuple(self.logprobs),
+                       versions=tuple(self.versions), turn_ids=tuple(self.turn_ids), end=end,
+                       eos=eos, rewards=tuple(self.rewards), status=status,
+                       tool_calls=self.tool_calls, tool_errors=self.tool_errors)  # fmt: skip
+
+
+def run_episodes(
+    engine: RolloutEngine,
+    envs: Sequence[Environment],
+    *,
+    max_new_tokens: int,
+    temperature: float,
+    top_p: float,
+) -> list[Episode]:
+    """Run one episode in each environment, all running ones batched into each ``generate``.
+
+    Each round samples one turn of every running episode (``max_new_tokens`` per turn),
+    then steps its environment. An episode ends *terminal* when the environment says
+    ``terminated``, *truncated* when it says ``truncated`` or when the turn hit the
+    length limit (the policy was cut off, whatever the environment made of the cut
+    turn), and *aborted* (status ``infra_error``) when ``reset`` or ``step`` raised.
+    Observations after a truncating step are kept: they are part of the final state
+    the critic bootstraps from. The environments of one call share their stop tokens.
+    """
+    stops = tuple(dict.fromkeys(t for env in envs for t in env.stop_token_ids))
+    done: dict[int, Episode] = {}
+    running: dict[int, _Running] = {}
+    for i, env in enumerate(envs):
+        try:
+            running[i] = _Running(env, tuple(env.reset()))
+        except Exception:  # an environment failure is infrastructure, never a terminal state
+            done[i] = _Running(env, ()).finish(End.ABORTED, eos=False)
+    while running:
+        batch = engine.generate([r.context for r in running.values()], n=1,
+                                max_new_tokens=max_new_tokens, temperature=temperature,
+                                top_p=top_p, stop_token_ids=stops)  # fmt: skip
+        for (i, r), (c,) in zip(list(running.items()), batch, strict=True):
+            r.add_turn(c)
+            try:
+                s = r.env.step(c.response_ids)
+            except Exception:  # as above: aborted, excluded from training and counted
+                done[i] = running.pop(i).finish(End.ABORTED, eos=c.stopped)
+                continue
+            r.add_step(s)
+            if c.stopped and not (s.terminated or s.truncated):
+                r.add_observation(s.observation)
+                continue
+            if s.truncated and c.stopped:
+                r.add_observation(s.observation)
+            end = End.TERMINAL if c.stopped and s.terminated else End.TRUNCATED
+            done[i] = running.pop(i).finish(end, eos=c.stopped)
+    return [done[i] for i in range(len(envs))]
+
+
+def episode_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
+    """Multi-turn statistics of some episodes (the caller prefixes ``env/`` or ``eval/``).
+
+    ``turns``: mean policy turns per episode; ``tool_call_rate``: fraction of episodes
+    with at least one tool call; ``tool_calls``: mean calls per episode;
+    ``tool_error_frac``: fraction of calls that failed (0 without calls);
+    ``turn_budget_frac``: fraction truncated after a completed turn (the turn budget);
+    ``aborted_frac``: fraction aborted by an environment failure.
+    """
+    n = max(len(episodes), 1)
+    calls = sum(e.tool_calls for e in episodes)
+    return {
+        "turns": sum(e.turns for e in episodes) / n,
+        "tool_call_rate": sum(e.tool_calls > 0 for e in episodes) / n,
+        "tool_calls": calls / n,
+        "tool_error_frac": sum(e.tool_errors for e in episodes) / max(calls, 1),
+        "turn_budget_frac": sum(e.end == End.TRUNCATED and e.eos for e in episodes) / n,
+        "aborted_frac": sum(e.end == End.ABORTED for e in episodes) / n,
+    }
 
 
 @dataclass(frozen=True)
 class Scored:
-    """A completion with its verdict."""
+    """An episode with its reward and its group."""
 
-    completion: Completion
+    episode: Episode
     group: int
     """Index of the prompt it answers (its group)."""
     outcome: float
-    """The verifier's reward before any shaping (what "correct" means in metrics)."""
+    """The environment's return before any shaping (what "correct" means in metrics)."""
     reward: float
-    """The reward trained on: outcome + shaping (e.g. DAPO soft overlong punishment)."""
+    """The return trained on: outcome + shaping (e.g. DAPO soft overlong punishment)."""
     status: RewardStatus
 
 
-def score_completion(
-    verify: Callable[[str, str], float], response: str, reference: str
-) -> tuple[float, RewardStatus]:
-    """The verifier's reward, isolating failures: a crash is an infra error, not a zero."""
-    try:
-        return float(verify(response, reference)), RewardStatus.OK
-    except Exception:  # any verifier failure is infrastructure, counted apart
-        return 0.0, RewardStatus.INFRA_ERROR
-
-
 def to_batch(scored: Sequence[Scored], *, pad_token_id: int) -> Batch:
-    """The batch record of a list of scored completions (one row each)."""
-    prompt_len = max(len(s.completion.prompt_ids) for s in scored)
-    response_len = max(max(len(s.completion.response_ids) for s in scored), 1)
+    """The batch record of a list of scored episodes (one row each).
+
+    Rewards: when every turn but the last has reward 0 (outcome tasks), ``rewards`` is the
+    return and ``token_rewards`` stays None (R at the last action token). Otherwise each
+    turn's reward sits at its last action token, the shaping on the last one, in
+    ``token_rewards``. ``turn_id`` is filled only when some episode has several turns.
+    """
+    prompt_len = max(len(s.episode.prompt_ids) for s in scored)
+    response_len = max(max(len(s.episode.response_ids) for s in scored), 1)
     b, t = len(scored), prompt_len + response_len
     tokens = torch.full((b, t), pad_token_id, dtype=torch.long)
     attention = torch.zeros((b, t), dtype=torch.bool)
     action = torch.zeros((b, t), dtype=torch.bool)
     behaviour = torch.zeros((b, t))
     version = torch.zeros((b, t), dtype=torch.long)
+    turn = torch.full((b, t), -1, dtype=torch.long)
     for i, s in enumerate(scored):
-        c = s.completion
-        p, r = len(c.prompt_ids), len(c.response_ids)
-        tokens[i, prompt_len - p : prompt_len] = torch.tensor(c.prompt_ids, dtype=torch.long)
-        tokens[i, prompt_len : prompt_len + r] = torch.tensor(c.response_ids, dtype=torch.long)
+        e = s.episode
+        p, r = len(e.prompt_ids), len(e.response_ids)
+        response = slice(prompt_len, prompt_len + r)
+        tokens[i, prompt_len - p : prompt_len] = torch.tensor(e.prompt_ids, dtype=torch.long)
+        tokens[i, response] = torch.tensor(e.response_ids, dtype=torch.long)
         attention[i, prompt_len - p : prompt_len + r] = True
-        action[i, prompt_len : prompt_len + r] = True
-        behaviour[i, prompt_len : prompt_len + r] = torch.tensor(c.logprobs)
-        version[i, prompt_len : prompt_len + r] = c.version
-    eos = torch.tensor([s.completion.eos for s in scored])
+        action[i, response] = torch.tensor(e.action, dtype=torch.bool)
+        behaviour[i, response] = torch.tensor(e.logprobs)
+        version[i, response] = torch.tensor(e.versions, dtype=torch.long)
+        turn[i, response] = torch.tensor(e.turn_ids, dtype=torch.long)
+    multi_turn = any(s.episode.turns > 1 for s in scored)
     return Batch(
         tokens=tokens,
         action_mask=action,
         behavior_logprobs=behaviour,
         rewards=torch.tensor([s.reward for s in scored], dtype=torch.float32),
         group_id=torch.tensor([s.group for s in scored], dtype=torch.long),
-        end=torch.where(eos, int(End.TERMINAL), int(End.TRUNCATED)),
+        end=torch.tensor([int(s.episode.end) for s in scored], dtype=torch.long),
         reward_status=torch.tensor([int(s.status) for s in scored], dtype=torch.long),
         attention_mask=attention,
-        eos=eos,
+        eos=torch.tensor([s.episode.eos for s in scored]),
+        turn_id=turn if multi_turn else None,
+        token_rewards=_turn_rewards(scored, action, turn) if _has_step_rewards(scored) else None,
         policy_version=version,
     )
+
+
+def _has_step_rewards(scored: Sequence[Scored]) -> bool:
+    return any(any(r != 0 for r in s.episode.rewards[:-1]) for s in scored)
+
+
+def _turn_rewards(
+    scored: Sequence[Scored], action: torch.Tensor, turn: torch.Tensor
+) -> torch.Tensor:
+    """(B, T): each turn's reward at its last action token; the shaping added on the last."""
+    out = torch.zeros(action.shape)
+    for i, s in enumerate(scored):
+        rewards = list(s.episode.rewards)
+        if rewards:
+            rewards[-1] += s.reward - s.outcome
+        for k, r in enumerate(rewards):
+            cols = ((turn[i] == k) & action[i]).nonzero()
+            if len(cols):
+                out[i, cols.max()] = r
+    return out

@@ -23,10 +23,13 @@ from rlmap.system.engine import RolloutEngine
 from rlmap.system.hf_engine import HFEngine
 from rlmap.system.learner import UpdateSettings
 from rlmap.tasks.arithmetic import Example, make_splits
+from rlmap.tasks.calculator import CalculatorEnv, marker_ids
+from rlmap.tasks.env import AnswerEnv, EnvFactory
 from rlmap.tasks.jsonl import load_examples
-from rlmap.tasks.warmstart import WarmStartSpec, warm_start
+from rlmap.tasks.warmstart import TOOL_DEMOS, WarmStartSpec, warm_start
 
 EMBEDDED = "embedded:tiny"
+BUILT_IN_TASKS = ("arithmetic", "calculator")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
@@ -43,7 +46,8 @@ class Parts:
     scheduler: Any
     train: list[Example]
     heldout: list[Example]
-    verify: Callable[[str, str], float]
+    environment: EnvFactory
+    """Makes the environment of one episode (:mod:`rlmap.tasks.env`) for a prompt."""
     settings: UpdateSettings
     critic: torch.nn.Module | None = None
     """The value model (its own Hugging Face model), None when ``critic.enabled`` is false."""
@@ -56,8 +60,9 @@ class Parts:
 def warm_start_spec(cfg: RecipeConfig) -> WarmStartSpec:
     """The warm start of the embedded default, on the run's own train split."""
     d = cfg.data
-    return WarmStartSpec(split_seed=d.split_seed, eval_size=d.eval_size, train_size=d.train_size,
-                         max_digits=d.max_digits, ops=d.ops)  # fmt: skip
+    return WarmStartSpec(task=d.task, split_seed=d.split_seed, eval_size=d.eval_size,
+                         train_size=d.train_size, max_digits=d.max_digits, ops=d.resolved_ops,
+                         tool_demos=TOOL_DEMOS if d.task == "calculator" else 0.0)  # fmt: skip
 
 
 def model_path(
@@ -77,7 +82,9 @@ def check_inputs(cfg: RecipeConfig) -> None:
     refuse_unavailable(cfg)
     load_data(cfg)
     if cfg.model.path != EMBEDDED:
-        model_path(cfg)
+        path = model_path(cfg)
+        if cfg.data.task == "calculator":
+            marker_ids(AutoTokenizer.from_pretrained(path))
     critic = cfg.model.critic_path
     if cfg.critic.enabled and critic is not None and not (Path(critic) / "config.json").exists():
         raise ConfigError(
@@ -110,15 +117,28 @@ def refuse_unavailable(cfg: RecipeConfig) -> None:
 def load_data(cfg: RecipeConfig) -> tuple[list[Example], list[Example]]:
     """(train, held-out) examples: the built-in task's split, or JSONL files."""
     d = cfg.data
-    if d.task == "arithmetic":
+    if d.task in BUILT_IN_TASKS:
         return make_splits(d.split_seed, d.train_size, d.eval_size, max_digits=d.max_digits,
-                           ops=d.ops)  # fmt: skip
+                           ops=d.resolved_ops)  # fmt: skip
     train = load_examples(Path(d.task))
     if d.eval_path is not None:
         return train, load_examples(Path(d.eval_path))
     if len(train) <= d.eval_size:
         raise ConfigError(f"data.eval_size: {d.eval_size} held out leaves no training prompts")
     return train[d.eval_size :], train[: d.eval_size]
+
+
+def environment_factory(cfg: RecipeConfig, tokenizer: PreTrainedTokenizerBase) -> EnvFactory:
+    """The task's environment maker: the calculator tool task, or one answer per prompt.
+
+    Raises ConfigError when the tokenizer cannot serve the task (checked once, here).
+    """
+    verify = feedback.registry.get(cfg.feedback.verifier).fn
+    if cfg.data.task == "calculator":
+        marker_ids(tokenizer)
+        turns = cfg.data.max_turns
+        return lambda e: CalculatorEnv(tokenizer, e, verify, max_turns=turns)
+    return lambda e: AnswerEnv(tokenizer, e, verify)
 
 
 def update_settings(cfg: RecipeConfig) -> UpdateSettings:
@@ -187,7 +207,7 @@ def build(cfg: RecipeConfig, start: Path, resume_from: Path | None = None) -> Pa
     optimizer, scheduler = make_optimizer(policy, cfg)
     train, heldout = load_data(cfg)
     return Parts(cfg, tokenizer, policy, reference, engine, optimizer, scheduler, train, heldout,
-                 feedback.registry.get(cfg.feedback.verifier).fn, update_settings(cfg),
+                 environment_factory(cfg, tokenizer), update_settings(cfg),
                  *build_critic(cfg, start, resume_from))  # fmt: skip
 
 

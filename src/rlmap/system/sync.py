@@ -28,17 +28,16 @@ from dataclasses import dataclass, replace
 import torch
 
 from rlmap import estimators, sampling
-from rlmap.core.batch import Batch
+from rlmap.core.batch import Batch, End, RewardStatus
 from rlmap.correction import kl_in_reward
 from rlmap.estimators import Credit, CreditParams
 from rlmap.feedback.shaping import overlong_penalty
 from rlmap.sampling.refill import first_groups, sample_more
 from rlmap.system.critic import compute_values, update_critic
 from rlmap.system.learner import prepare_batch, update_policy
-from rlmap.system.rollout import Scored, score_completion, to_batch
+from rlmap.system.rollout import Scored, episode_metrics, run_episodes, to_batch
 from rlmap.system.setup import Parts, critic_settings
 from rlmap.tasks.arithmetic import Example
-from rlmap.tasks.prompts import decode_response, encode_prompt
 
 
 @dataclass(frozen=True)
@@ -90,23 +89,21 @@ def next_prompts(train: list[Example], cursor: int, n: int, seed: int) -> list[E
 
 
 def rollout_round(p: Parts, examples: list[Example], first_group: int) -> list[Scored]:
-    """G samples per prompt from the engine, each scored and shaped."""
-    g = p.cfg.generation
-    groups = p.engine.generate([encode_prompt(p.tokenizer, e.prompt) for e in examples],
-                               n=p.cfg.sampling.group_size, max_new_tokens=g.max_new_tokens,
-                               temperature=g.temperature, top_p=g.top_p)  # fmt: skip
+    """G episodes per prompt, each with its return and shaping."""
+    g, group_size = p.cfg.generation, p.cfg.sampling.group_size
+    envs = [p.environment(e) for e in examples for _ in range(group_size)]
+    episodes = run_episodes(p.engine, envs, max_new_tokens=g.max_new_tokens,
+                            temperature=g.temperature, top_p=g.top_p)  # fmt: skip
     cache = p.cfg.feedback.overlong_cache
+    limit = g.max_new_tokens * p.cfg.data.turn_budget
     scored = []
-    for k, (example, group) in enumerate(zip(examples, groups, strict=True)):
-        for c in group:
-            outcome, status = score_completion(
-                p.verify, decode_response(p.tokenizer, c.response_ids), example.answer
-            )
-            shaping = 0.0
-            if cache is not None:
-                length = torch.tensor([len(c.response_ids)])
-                shaping = float(overlong_penalty(length, g.max_new_tokens, cache)[0])
-            scored.append(Scored(c, first_group + k, outcome, outcome + shaping, status))
+    for k, e in enumerate(episodes):
+        shaping = 0.0
+        if cache is not None:
+            length = torch.tensor([e.action_tokens])  # all turns: the episode's length limit
+            shaping = float(overlong_penalty(length, limit, cache)[0])
+        scored.append(Scored(e, first_group + k // group_size, e.outcome, e.outcome + shaping,
+                             e.status))  # fmt: skip
     return scored
 
 
@@ -125,19 +122,25 @@ def collect(p: Parts, state: LoopState) -> tuple[list[Scored], LoopState, dict[s
         examples = next_prompts(p.train, cursor, s.prompts_per_step, p.cfg.seed)
         generated += rollout_round(p, examples, first_group=cursor)
         cursor, rounds = cursor + len(examples), rounds + 1
-        batch = to_batch(generated, pad_token_id=int(p.tokenizer.pad_token_id))
-        keep = keep_fn(torch.tensor([x.outcome for x in generated]), batch.group_id, batch.valid)
+        keep = keep_fn(torch.tensor([x.outcome for x in generated]),
+                       torch.tensor([x.group for x in generated]),
+                       torch.tensor([_valid(x) for x in generated]))  # fmt: skip
     group_id = torch.tensor([x.group for x in generated])
     keep = first_groups(group_id, keep, s.prompts_per_step)
-    kept = [x for x, k in zip(generated, keep.tolist(), strict=True) if k]
+    kept = [x for x, k in zip(generated, keep.tolist(), strict=True) if k and x.episode.prompt_ids]
     stats = {
         "sampling/rounds": float(rounds),
         "sampling/kept_frac": len(kept) / len(generated),
         "sampling/generated": float(len(generated)),
-        "sampling/generated_tokens": float(sum(len(x.completion.response_ids) for x in generated)),
+        "sampling/generated_tokens": float(sum(x.episode.action_tokens for x in generated)),
         "sampling/rejected": float(sum(x.status != 0 for x in generated)),
     }
     return kept, replace(state, cursor=cursor), stats | rollout_metrics(generated)
+
+
+def _valid(x: Scored) -> bool:
+    """The episode trains: its reward can be trusted and it was not aborted (``Batch.valid``)."""
+    return x.status == RewardStatus.OK and x.episode.end != End.ABORTED
 
 
 def _groups(generated: list[Scored], keep: torch.Tensor) -> int:
@@ -145,23 +148,35 @@ def _groups(generated: list[Scored], keep: torch.Tensor) -> int:
 
 
 def rollout_metrics(scored: list[Scored]) -> dict[str, float]:
-    """reward/*, length/* over every generated trajectory of the step."""
+    """reward/*, length/* and env/* over every generated episode of the step."""
+    episodes = [x.episode for x in scored]
+    lengths = torch.tensor([e.action_tokens for e in episodes], dtype=torch.float32)
+    env = {f"env/{k}": v for k, v in episode_metrics(episodes).items()}
+    return (
+        reward_metrics(scored)
+        | env
+        | {
+            "length/mean": float(lengths.mean()),
+            "length/p95": float(lengths.quantile(0.95)),
+            "length/truncated_frac": sum(not e.eos for e in episodes) / len(episodes),
+        }
+    )
+
+
+def reward_metrics(scored: list[Scored]) -> dict[str, float]:
+    """reward/*: the shaped return's mean and spread, and the environment's outcome."""
     rewards = torch.tensor([x.reward for x in scored])
     outcome = torch.tensor([x.outcome for x in scored])
-    lengths = torch.tensor([len(x.completion.response_ids) for x in scored], dtype=torch.float32)
     return {
         "reward/mean": float(rewards.mean()),
         "reward/std": float(rewards.std()) if len(scored) > 1 else 0.0,
         "reward/outcome_mean": float(outcome.mean()),
-        "length/mean": float(lengths.mean()),
-        "length/p95": float(lengths.quantile(0.95)),
-        "length/truncated_frac": sum(not x.completion.eos for x in scored) / len(scored),
     }
 
 
 def learn(p: Parts, batch: Batch, state: LoopState) -> dict[str, float]:
     """π_old / π_ref, (KL in the reward), critic values, advantages, critic and policy steps."""
-    batch = prepare_batch(batch, p.policy, p.reference, p.settings)
+    batch, timings = prepare_batch(batch, p.policy, p.reference, p.settings)
     if p.cfg.kl.placement == "reward" and batch.ref_logprobs is not None:
         current = batch.behavior_logprobs if batch.old_logprobs is None else batch.old_logprobs
         penalised = kl_in_reward(
@@ -169,7 +184,7 @@ def learn(p: Parts, batch: Batch, state: LoopState) -> dict[str, float]:
         )
         batch = batch.replace(token_rewards=penalised)
     warming = critic_warming_up(p, state)
-    metrics: dict[str, float] = {}
+    metrics: dict[str, float] = dict(timings)
     if p.critic is not None:
         started = time.perf_counter()
         values, bootstrap = compute_values(p.critic, batch, p.settings.micro_batch_size)

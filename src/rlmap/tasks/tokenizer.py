@@ -7,19 +7,30 @@ nothing of rlmap installed.
 
 from __future__ import annotations
 
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+from collections.abc import Sequence
+
+from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
 SPECIALS = ("<pad>", "<bos>", "<eos>", "<unk>")
 CHARACTERS = "0123456789+-*=() abcdefghijklmnopqrstuvwxyz.,:?"
 
 
-def build_tokenizer(characters: str = CHARACTERS) -> PreTrainedTokenizerFast:
-    """One token per character, plus pad/bos/eos/unk (ids 0..3)."""
-    vocab = {token: i for i, token in enumerate((*SPECIALS, *dict.fromkeys(characters)))}
+def build_tokenizer(
+    characters: str = CHARACTERS, extra_tokens: Sequence[str] = ()
+) -> PreTrainedTokenizerFast:
+    """One token per character, plus pad/bos/eos/unk (ids 0..3).
+
+    ``extra_tokens`` (e.g. a tool task's ``<calc>``) get one id each after the characters.
+    They are ordinary, not special, tokens: decoding keeps them, so a response that
+    contains a tool marker never reads as a bare answer.
+    """
+    tokens = (*SPECIALS, *dict.fromkeys(characters), *dict.fromkeys(extra_tokens))
+    vocab = {token: i for i, token in enumerate(tokens)}
     core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     core.pre_tokenizer = pre_tokenizers.Split(pattern="", behavior="isolated")
     core.decoder = decoders.Fuse()
+    core.add_tokens([AddedToken(t, special=False, normalized=False) for t in extra_tokens])
     return PreTrainedTokenizerFast(
         tokenizer_object=core,
         pad_token="<pad>",

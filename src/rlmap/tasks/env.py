@@ -1,0 +1,112 @@
+"""The environment interface every task implements, and the single-turn environment.
+
+An episode alternates the policy's turns and the environment's observations::
+
+    ids = env.reset()                          # the prompt, as token ids
+    loop:
+        turn = policy samples after ids         # ends at EOS, at one of env.stop_token_ids
+                                                # (e.g. the end of a tool call) or at the
+                                                # length limit
+        s = env.step(turn)                      # EnvStep
+        if s.terminated or s.truncated: stop
+        ids = ids + turn + s.observation         # observation tokens: action mask 0
+
+``terminated`` and ``truncated`` follow Gymnasium's meaning. *Terminated*: the
+episode reached a terminal state (an answer was given); its value is 0, nothing is
+bootstrapped. *Truncated*: the episode was stopped from outside (the turn budget ran
+out) in a state that has a future; credit bootstraps from the critic's value of that
+final state, which includes ``observation`` (so a truncating step still returns
+it). A turn cut by the length limit ends the episode truncated whatever the
+environment says (:func:`rlmap.system.rollout.run_episodes`).
+
+Failures: an exception raised by ``reset`` or ``step`` is an infrastructure failure:
+the runner records the episode as ``aborted`` with reward status ``infra_error``,
+never as a terminal state. A reward the environment could not compute (its verifier
+crashed) is reported as ``status=INFRA_ERROR`` on the step.
+
+One environment object runs one episode; a task makes one per prompt and sample.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from transformers import PreTrainedTokenizerBase
+
+from rlmap.core.batch import RewardStatus
+from rlmap.tasks.arithmetic import Example
+from rlmap.tasks.prompts import decode_response, encode_prompt
+
+Verifier = Callable[[str, str], float]
+"""(response text, reference answer) → reward."""
+
+
+@dataclass(frozen=True)
+class EnvStep:
+    """What the environment returns after one policy turn."""
+
+    observation: tuple[int, ...] = ()
+    """Tokens appended after the turn (tool output); never trained on (action mask 0)."""
+    reward: float = 0.0
+    """Reward of this step (the outcome on the answering step; 0 on tool calls)."""
+    terminated: bool = False
+    """The episode reached a terminal state: no bootstrap."""
+    truncated: bool = False
+    """The episode stops in a non-terminal state (turn budget): bootstrap from its value."""
+    status: RewardStatus = RewardStatus.OK
+    """Whether ``reward`` can be trusted (a crashed verifier is ``INFRA_ERROR``)."""
+    tool_call: bool = False
+    """The turn was a tool call."""
+    tool_error: bool = False
+    """The tool call could not be executed (malformed input); the episode goes on."""
+
+
+@runtime_checkable
+class Environment(Protocol):
+    """One episode's environment (see the module docstring)."""
+
+    @property
+    def stop_token_ids(self) -> tuple[int, ...]:
+        """Tokens besides EOS that end a policy turn and hand over to ``step``."""
+        ...
+
+    def reset(self) -> list[int]:
+        """The prompt's token ids; called once, before the first turn."""
+        ...
+
+    def step(self, action_ids: Sequence[int]) -> EnvStep:
+        """React to one policy turn (its tokens, the stop token included)."""
+        ...
+
+
+EnvFactory = Callable[[Example], Environment]
+"""Makes the environment of one episode on one prompt."""
+
+
+def verify_safely(verify: Verifier, response: str, reference: str) -> tuple[float, RewardStatus]:
+    """The verifier's reward, isolating failures: a crash is an infra error, not a zero."""
+    try:
+        return float(verify(response, reference)), RewardStatus.OK
+    except Exception:  # any verifier failure is infrastructure, counted apart
+        return 0.0, RewardStatus.INFRA_ERROR
+
+
+class AnswerEnv:
+    """Single turn: the prompt, one response, its verdict; every episode ends terminated."""
+
+    stop_token_ids: tuple[int, ...] = ()
+
+    def __init__(
+        self, tokenizer: PreTrainedTokenizerBase, example: Example, verify: Verifier
+    ) -> None:
+        self.tokenizer, self.example, self.verify = tokenizer, example, verify
+
+    def reset(self) -> list[int]:
+        return encode_prompt(self.tokenizer, self.example.prompt)
+
+    def step(self, action_ids: Sequence[int]) -> EnvStep:
+        text = decode_response(self.tokenizer, tuple(action_ids))
+        reward, status = verify_safely(self.verify, text, self.example.answer)
+        return EnvStep(reward=reward, terminated=True, status=status)

@@ -1,0 +1,352 @@
+"""Multi-turn episodes: the runner, the batch layout, and where gradient may flow.
+
+A scripted engine stands in for the model where the test is about bookkeeping; the
+tiny Hugging Face model (and critic) where it is about gradients and values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from rlmap.core.batch import End, RewardStatus
+from rlmap.correction import BehaviourParams, KLParams
+from rlmap.estimators import CreditParams, registry
+from rlmap.feedback.verifiers import exact_match
+from rlmap.reduction import ReductionParams
+from rlmap.system.critic import (
+    CriticSettings,
+    compute_values,
+    critic_outputs,
+    load_critic,
+    update_critic,
+)
+from rlmap.system.engine import Completion
+from rlmap.system.learner import UpdateSettings, update_policy
+from rlmap.system.rollout import Episode, Scored, episode_metrics, run_episodes, to_batch
+from rlmap.tasks.arithmetic import make_problem
+from rlmap.tasks.calculator import TOOL_TOKENS, CalculatorEnv
+from rlmap.tasks.env import AnswerEnv, EnvStep
+from rlmap.tasks.tokenizer import build_tokenizer
+
+TOKENIZER = build_tokenizer(extra_tokens=TOOL_TOKENS)
+EOS = int(TOKENIZER.eos_token_id)
+LOGPROB = -0.25
+VERSION = 7
+
+
+def ids(text: str) -> list[int]:
+    return [int(i) for i in TOKENIZER.encode(text, add_special_tokens=False)]
+
+
+class Scripted:
+    """A rollout engine whose next turn is ``script(context text)``, cut like a real one."""
+
+    def __init__(self, script: Callable[[str], str]) -> None:
+        self.script = script
+        self.contexts: list[str] = []
+
+    @property
+    def version(self) -> int:
+        return VERSION
+
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]],
+        *,
+        n: int,
+        max_new_tokens: int,
+        temperature: float,
+        top_p: float,
+        stop_token_ids: Sequence[int] = (),
+    ) -> list[list[Completion]]:
+        out = []
+        for p in prompts:
+            context = TOKENIZER.decode(list(p))
+            self.contexts.append(context)
+            want = ids(self.script(context).replace("<eos>", "")) + (
+                [EOS] if self.script(context).endswith("<eos>") else []
+            )
+            stops = {EOS, *stop_token_ids}
+            cut = next((k + 1 for k, t in enumerate(want) if t in stops), len(want))
+            response = tuple(want[: min(cut, max_new_tokens)])
+            stopped = cut <= max_new_tokens and response[-1] in stops
+            out.append(
+                [Completion(tuple(p), response, (LOGPROB,) * len(response), stopped, VERSION)]
+            )
+        return out
+
+    def update_weights(self, model: torch.nn.Module, version: int) -> None:
+        raise NotImplementedError
+
+
+def calc_env(a: int, b: int, max_turns: int = 3) -> CalculatorEnv:
+    return CalculatorEnv(TOKENIZER, make_problem(a, "*", b), exact_match, max_turns=max_turns)
+
+
+def run(script: Callable[[str], str], envs: list, max_new_tokens: int = 16) -> list[Episode]:  # type: ignore[type-arg]
+    return run_episodes(Scripted(script), envs, max_new_tokens=max_new_tokens, temperature=1.0,
+                        top_p=1.0)  # fmt: skip
+
+
+def tool_then_answer(context: str) -> str:
+    """Call the tool once, then copy its result."""
+    if "<result>" not in context:
+        return f"<calc>{context.removeprefix('<bos>').removesuffix('=')}</calc>"
+    return context.split("<result>")[-1].split("</result>")[0] + "<eos>"
+
+
+# --- the runner --------------------------------------------------------------------------
+
+
+def test_tool_episode_layout_actions_observations_turns_and_reward() -> None:
+    (e,) = run(tool_then_answer, [calc_env(37, 85)])
+    text = TOKENIZER.decode(list(e.response_ids))
+    assert text == "<calc>37*85</calc><result>3145</result>3145<eos>"
+    call, obs, answer = len(ids("<calc>37*85</calc>")), len(ids("<result>3145</result>")), 5
+    assert e.action == (True,) * call + (False,) * obs + (True,) * answer
+    assert e.turn_ids == (0,) * call + (-1,) * obs + (1,) * answer
+    assert e.logprobs == (LOGPROB,) * call + (0.0,) * obs + (LOGPROB,) * answer
+    assert e.versions == (VERSION,) * call + (0,) * obs + (VERSION,) * answer
+    assert e.end == End.TERMINAL and e.eos and e.rewards == (0.0, 1.0) and e.outcome == 1.0
+    assert (e.turns, e.tool_calls, e.tool_errors, e.action_tokens) == (2, 1, 0, call + answer)
+
+
+def test_the_engine_sees_the_observation_in_the_next_turns_context() -> None:
+    engine = Scripted(tool_then_answer)
+    run_episodes(engine, [calc_env(3, 4)], max_new_tokens=16, temperature=1.0, top_p=1.0)
+    assert engine.contexts == ["<bos>3*4=", "<bos>3*4=<calc>3*4</calc><result>12</result>"]
+
+
+def test_turn_budget_truncates_and_keeps_the_final_observation() -> None:
+    (e,) = run(lambda c: "<calc>1+1</calc>", [calc_env(2, 2, max_turns=2)])
+    assert e.end == End.TRUNCATED and e.eos  # stopped by the budget, not the length limit
+    assert TOKENIZER.decode(list(e.response_ids)).endswith("<result>2</result>")
+    assert not e.action[-1] and e.turns == 2 and e.tool_calls == 2 and e.outcome == 0.0
+
+
+def test_a_turn_cut_by_the_length_limit_truncates_the_episode() -> None:
+    (e,) = run(lambda c: "<calc>11111111*2</calc>", [calc_env(2, 2)], max_new_tokens=4)
+    assert e.end == End.TRUNCATED and not e.eos and e.turns == 1 and e.action_tokens == 4
+    assert e.tool_calls == 0  # the call never closed: the environment saw an (unfinished) answer
+
+
+def test_episodes_of_one_call_run_independently_and_keep_their_order() -> None:
+    envs = [calc_env(2, 3), AnswerEnv(TOKENIZER, make_problem(2, "+", 2), exact_match)]
+
+    def script(context: str) -> str:
+        return "4<eos>" if "+" in context else tool_then_answer(context)
+
+    tool, answer = run(script, envs)
+    assert tool.turns == 2 and tool.outcome == 1.0
+    assert answer.turns == 1 and answer.outcome == 1.0 and answer.end == End.TERMINAL
+
+
+class Exploding:
+    """An environment that fails at a chosen moment."""
+
+    stop_token_ids: tuple[int, ...] = ()
+
+    def __init__(self, at: str) -> None:
+        self.at = at
+
+    def reset(self) -> list[int]:
+        if self.at == "reset":
+            raise ConnectionError("sandbox unreachable")
+        return ids("1+1=")
+
+    def step(self, action_ids: Sequence[int]) -> EnvStep:
+        raise TimeoutError("tool hung")
+
+
+@pytest.mark.parametrize("at", ["reset", "step"])
+def test_an_environment_failure_aborts_the_episode_as_infra_error(at: str) -> None:
+    envs = [Exploding(at), AnswerEnv(TOKENIZER, make_problem(1, "+", 1), exact_match)]
+    failed, fine = run(lambda c: "2<eos>", envs)
+    assert failed.end == End.ABORTED and failed.status == RewardStatus.INFRA_ERROR
+    assert fine.end == End.TERMINAL and fine.outcome == 1.0  # the others carry on
+    metrics = episode_metrics([failed, fine])
+    assert metrics["aborted_frac"] == 0.5
+
+
+def test_episode_metrics_by_hand() -> None:
+    eps = run(
+        lambda c: "<calc>1*</calc>" if "<result>" not in c else "0<eos>",
+        [calc_env(1, 1), calc_env(1, 2, max_turns=1)],
+    )
+    # episode 0: error call, then answer "0" (wrong) -> 2 turns, 1 call, 1 error, terminal
+    # episode 1: error call, budget of 1 turn spent -> 1 turn, 1 call, 1 error, truncated
+    m = episode_metrics(eps)
+    assert m == {
+        "turns": 1.5,  # (2 + 1) / 2
+        "tool_call_rate": 1.0,
+        "tool_calls": 1.0,  # 2 calls / 2 episodes
+        "tool_error_frac": 1.0,  # 2 errors / 2 calls
+        "turn_budget_frac": 0.5,
+        "aborted_frac": 0.0,
+    }
+
+
+# --- the batch ---------------------------------------------------------------------------
+
+
+def _scored(episodes: list[Episode]) -> list[Scored]:
+    return [Scored(e, i, e.outcome, e.outcome, e.status) for i, e in enumerate(episodes)]
+
+
+def test_to_batch_places_observations_off_the_action_mask_with_turn_ids() -> None:
+    eps = run(tool_then_answer, [calc_env(37, 85), calc_env(2, 3)])
+    batch = to_batch(_scored(eps), pad_token_id=int(TOKENIZER.pad_token_id))
+    assert batch.turn_id is not None and batch.attention_mask is not None
+    for i, e in enumerate(eps):
+        row = batch.attention_mask[i]
+        real = batch.tokens[i][row].tolist()
+        assert real == [*e.prompt_ids, *e.response_ids]
+        response = slice(len(real) - len(e.response_ids), len(real))
+        on_row = torch.nonzero(row).squeeze(-1)[response]
+        assert batch.action_mask[i, on_row].tolist() == list(e.action)
+        assert batch.turn_id[i, on_row].tolist() == list(e.turn_ids)
+    observation = batch.attention_mask & ~batch.action_mask & (batch.turn_id == -1)
+    assert batch.behavior_logprobs[observation].abs().sum() == 0  # observations carry no μ
+    assert batch.token_rewards is None  # outcome reward only: R at the last action token
+
+
+def test_intermediate_rewards_go_to_each_turns_last_action_token() -> None:
+    e = Episode(prompt_ids=(1, 5), response_ids=(6, 7, 8, 9, 10),
+                action=(True, True, False, True, True), logprobs=(0.0,) * 5, versions=(0,) * 5,
+                turn_ids=(0, 0, -1, 1, 1), end=End.TERMINAL, eos=True, rewards=(0.5, 1.0),
+                status=RewardStatus.OK)  # fmt: skip
+    # shaped return 1.5 - 0.25: the shaping (-0.25) lands on the last turn
+    batch = to_batch([Scored(e, 0, 1.5, 1.25, RewardStatus.OK)], pad_token_id=0)
+    assert batch.token_rewards is not None
+    assert batch.token_rewards[0].tolist() == [0, 0, 0, 0.5, 0, 0, 0.75]
+    assert batch.rewards.tolist() == [1.25]
+
+
+# --- gradients and values on a real (tiny) model ------------------------------------------
+
+
+def _tool_batch(model_dir: Path) -> tuple[list[Episode], object]:
+    # one terminal episode (call, answer) and one truncated by a one-turn budget (call only)
+    terminal = run(tool_then_answer, [calc_env(3, 4)])[0]
+    truncated = run(tool_then_answer, [calc_env(5, 6, max_turns=1)])[0]
+    assert terminal.end == End.TERMINAL and truncated.end == End.TRUNCATED
+    return [terminal, truncated], to_batch(_scored([terminal, truncated]), pad_token_id=0)
+
+
+def _observations(eps: list[Episode], batch) -> torch.Tensor:  # type: ignore[no-untyped-def]
+    """(B, T) bool: observation tokens, located from the episodes (not from the batch's mask)."""
+    out = torch.zeros_like(batch.action_mask)
+    for i, e in enumerate(eps):
+        cols = torch.nonzero(batch.attention_mask[i]).squeeze(-1)[len(e.prompt_ids) :]
+        out[i, cols] = ~torch.tensor(e.action)
+    return out
+
+
+def test_observation_tokens_get_no_policy_gradient(tiny_calc_model_dir: Path) -> None:
+    eps, batch = _tool_batch(tiny_calc_model_dir)
+    policy = AutoModelForCausalLM.from_pretrained(tiny_calc_model_dir)
+    captured: list[torch.Tensor] = []
+
+    def keep_logits(module, args, kwargs, output):  # type: ignore[no-untyped-def]
+        output.logits.retain_grad()
+        captured.append(output.logits)
+
+    policy.register_forward_hook(keep_logits, with_kwargs=True)
+    # Advantages set everywhere — on observation, prompt and padding positions too: the
+    # action mask, not the advantage, must keep them out of the loss.
+    adv = torch.randn(batch.tokens.shape, generator=torch.Generator().manual_seed(0))
+    s = UpdateSettings(behaviour=BehaviourParams(), kl=KLParams(), reduction=ReductionParams(),
+                       epochs=1, minibatches=1, micro_batch_size=2, max_grad_norm=1.0,
+                       temperature=1.0)  # fmt: skip
+    sgd = torch.optim.SGD(policy.parameters(), lr=0.0)
+    update_policy(policy, sgd, torch.optim.lr_scheduler.LambdaLR(sgd, lambda _: 1.0), batch,
+                  adv, s, learner_version=VERSION, generator=torch.Generator())  # fmt: skip
+    (logits,) = captured
+    grad = logits.grad.abs().sum(-1)  # (B, T): gradient reaching the prediction at p
+    predicts_obs = _next_is(_observations(eps, batch))
+    predicts_action = _next_is(batch.action_mask)
+    assert predicts_obs.any(-1).all()  # both rows have observation tokens
+    assert grad[predicts_obs].max() == 0.0
+    assert (grad[predicts_action] > 0).all()
+
+
+def _next_is(mask: torch.Tensor) -> torch.Tensor:
+    """(B, T): position p predicts a token where ``mask`` is set (mask at p + 1)."""
+    out = torch.zeros_like(mask)
+    out[:, :-1] = mask[:, 1:]
+    return out
+
+
+def _critic(model_dir: Path) -> torch.nn.Module:
+    return load_critic(model_dir, dtype=torch.float32, seed=0)
+
+
+def test_observation_tokens_get_no_value_gradient(tiny_calc_model_dir: Path) -> None:
+    eps, batch = _tool_batch(tiny_calc_model_dir)
+    critic = _critic(tiny_calc_model_dir)
+    values, bootstrap = compute_values(critic, batch, micro_batch_size=2)
+    batch = batch.replace(values=values, bootstrap_values=bootstrap)
+    captured: list[torch.Tensor] = []
+
+    def keep_logits(module, args, kwargs, output):  # type: ignore[no-untyped-def]
+        output.logits.retain_grad()
+        captured.append(output.logits)
+
+    critic.register_forward_hook(keep_logits, with_kwargs=True)
+    returns = torch.randn(batch.tokens.shape, generator=torch.Generator().manual_seed(1))
+    settings = CriticSettings(value_clip=100.0, updates=1, epochs=1, minibatches=1,
+                              micro_batch_size=2, max_grad_norm=1.0)  # fmt: skip
+    sgd = torch.optim.SGD(critic.parameters(), lr=0.0)
+    update_critic(critic, sgd, torch.optim.lr_scheduler.LambdaLR(sgd, lambda _: 1.0), batch,
+                  returns, settings, generator=torch.Generator())  # fmt: skip
+    (outputs,) = captured
+    grad = outputs.grad[..., 0].abs()  # (B, T): gradient reaching V(state after token p)
+    # no state before an observation token is a value target ...
+    predicts_obs = _next_is(_observations(eps, batch))
+    assert predicts_obs.any(-1).all()
+    assert grad[predicts_obs].max() == 0.0
+    # ... only states an action is taken in: p with an action token at p + 1
+    assert grad[~_next_is(batch.action_mask)].max() == 0.0
+    assert (grad[_next_is(batch.action_mask)] > 0).all()
+
+
+@pytest.mark.parametrize("time_unit", ["token", "turn"])
+def test_turn_budget_truncation_bootstraps_from_the_state_after_the_observation(
+    tiny_calc_model_dir: Path, time_unit: str
+) -> None:
+    # γ = 1, λ = 1: the last turn's advantage is  r + V(s_final) − V(s_last)  when truncated
+    # (V(s_final) = critic output at the last real token: after the tool's observation) and
+    # r − V(s_last) when terminal. For turns, V(s_last) is V at the turn's first token.
+    eps, batch = _tool_batch(tiny_calc_model_dir)
+    critic = _critic(tiny_calc_model_dir)
+    values, bootstrap = compute_values(critic, batch, micro_batch_size=2)
+    batch = batch.replace(values=values, bootstrap_values=bootstrap)
+    params = CreditParams(estimator="gae", gamma=1.0, lam=1.0, time_unit=time_unit)
+    credit = registry.get("gae").fn(batch, params)
+    for i, e in enumerate(eps):
+        full = torch.tensor([[*e.prompt_ids, *e.response_ids]])
+        with torch.no_grad():
+            out = critic_outputs(critic, full, torch.ones_like(full, dtype=torch.bool))[0]
+        p = len(e.prompt_ids)
+        last_turn = max(e.turn_ids)
+        cols = [p + k for k, t in enumerate(e.turn_ids) if t == last_turn]
+        start = cols[-1] if time_unit == "token" else cols[0]
+        v_last = out[start - 1]  # V of the state the (last) action was taken in
+        row_cols = torch.nonzero(batch.attention_mask[i]).squeeze(-1)
+        adv = credit.advantages[i, row_cols[cols[-1]]]
+        if e.end == End.TRUNCATED:
+            assert abs(float(out[-1])) > 1e-4  # the bootstrap term is visible
+            assert float(bootstrap[i]) == pytest.approx(float(out[-1]), abs=1e-5)
+            torch.testing.assert_close(adv, e.outcome + out[-1] - v_last, atol=1e-5, rtol=0)
+        else:
+            torch.testing.assert_close(adv, e.outcome - v_last, atol=1e-5, rtol=0)
+
+
+def test_the_tokenizer_fixture_has_the_markers(tiny_calc_model_dir: Path) -> None:
+    tok = AutoTokenizer.from_pretrained(tiny_calc_model_dir)
+    assert tok.encode("</calc>", add_special_tokens=False) == ids("</calc>")
