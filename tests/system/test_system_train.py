@@ -41,6 +41,7 @@ def test_each_critic_free_preset_runs(
     assert (summary["compute_share"]["reference"] > 0) == (cfg.kl.placement != "none" and learned)
     assert records[-1]["budget/generated_tokens"] > 0
     assert "loss/policy" in records[-1] or records[-1]["sampling/kept_frac"] == 0
+    assert not any(k.startswith(("env/", "eval/tool")) for r in records for k in r)  # one turn
     assert summary["before"]["eval/pass@1"] is not None
     assert (run / "config.yaml").read_text().startswith("# ")
     for name in ("ledger.json", "summary.json"):
@@ -248,6 +249,7 @@ def test_the_calculator_tool_task_trains_and_records_tool_use(
     assert all("eval/tool_call_rate" in r and "eval/turns" in r for r in (records[0], records[-1]))
     assert summary["after"]["eval/pass@1"] is not None
     assert "loss/policy" in records[-1] or records[-1]["sampling/kept_frac"] == 0
+    assert (tmp_path / "run" / "plots" / "tools.png").exists()
 
 
 def test_the_calculator_task_refuses_a_tokenizer_without_the_markers(

@@ -69,7 +69,8 @@ class Batch:
     attention_mask: Tensor | None = None
     """(B, T) bool: True on real tokens (prompt, action, observation); None means all real."""
     eos: Tensor | None = None
-    """(B,) bool: the last assistant turn ended with the EOS token (not the length limit)."""
+    """(B,) bool: the last assistant turn ended with a stop token — EOS, or a tool call's end
+    marker before a turn-budget truncation — and not by the length limit."""
     turn_id: Tensor | None = None
     """(B, T) long: index of the assistant turn of each action token, -1 off the action mask;
     None means one turn per trajectory."""

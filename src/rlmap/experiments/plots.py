@@ -95,6 +95,17 @@ PLOTS: tuple[PlotSpec, ...] = (
         ),
     ),
     PlotSpec(
+        "tools.png",
+        "Multi-turn episodes: training rollouts (env/*) and held-out (eval/*)",
+        "step",
+        "step",
+        (
+            Panel("tool-call rate", (r"(env|eval)/tool_call_rate",)),
+            Panel("turns per episode", (r"(env|eval)/turns",)),
+            Panel("fraction", (r"(env|eval)/(tool_error_frac|turn_budget_frac)",)),
+        ),
+    ),
+    PlotSpec(
         "system.png", "System", "step", "step", (Panel("", (r"system/.+",)),), panel_per_key=True
     ),
 )

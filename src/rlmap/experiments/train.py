@@ -140,7 +140,8 @@ def _evaluate(parts: setup.Parts) -> dict[str, float]:
     g = parts.cfg.generation
     return evaluate(parts.engine, parts.environment, parts.tokenizer, parts.heldout,
                     samples=g.eval_samples, max_new_tokens=g.max_new_tokens,
-                    temperature=g.temperature, top_p=g.top_p, seed=EVAL_SEED)  # fmt: skip
+                    temperature=g.temperature, top_p=g.top_p, seed=EVAL_SEED,
+                    multi_turn=parts.cfg.data.multi_turn)  # fmt: skip
 
 
 def _initial_ledger(cfg: RecipeConfig) -> Ledger:

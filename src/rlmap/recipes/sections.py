@@ -45,9 +45,14 @@ class DataConfig:
     tool calls ends truncated (bootstrapped, not terminal)."""
 
     @property
+    def multi_turn(self) -> bool:
+        """Episodes may have several policy turns (the tool task)."""
+        return self.task == "calculator"
+
+    @property
     def turn_budget(self) -> int:
         """Policy turns an episode may take: ``max_turns`` for the tool task, else 1."""
-        return self.max_turns if self.task == "calculator" else 1
+        return self.max_turns if self.multi_turn else 1
 
     @property
     def resolved_ops(self) -> str:

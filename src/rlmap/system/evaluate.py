@@ -35,10 +35,11 @@ def evaluate(
     temperature: float,
     top_p: float,
     seed: int,
+    multi_turn: bool = False,
 ) -> dict[str, float]:
     """``eval/pass@1``, ``eval/pass@k`` (k = ``eval/k`` = samples), ``eval/length`` (mean
-    generated tokens), ``eval/diversity`` (mean distinct final answers per prompt) and the
-    multi-turn statistics (``eval/turns``, ``eval/tool_call_rate``, …) of the held-out set.
+    generated tokens), ``eval/diversity`` (mean distinct final answers per prompt) and, with
+    ``multi_turn``, the turn and tool statistics (``eval/turns``, ``eval/tool_call_rate``, …).
 
     A sample is correct when its episode's return is positive with an OK status: a
     crashing verifier or environment counts as wrong here, and never stops evaluation.
@@ -61,7 +62,7 @@ def evaluate(
         "eval/k": float(samples),
         "eval/length": sum(e.action_tokens for e in episodes) / max(len(episodes), 1),
         "eval/diversity": sum(distinct) / max(len(distinct), 1),
-    } | {f"eval/{k}": v for k, v in episode_metrics(episodes).items()}
+    } | ({f"eval/{k}": v for k, v in episode_metrics(episodes).items()} if multi_turn else {})
 
 
 def final_answer(tokenizer: PreTrainedTokenizerBase, episode: Episode) -> str:
@@ -91,4 +92,5 @@ def evaluate_checkpoint(
     g = cfg.generation
     return evaluate(engine, setup.environment_factory(cfg, tokenizer), tokenizer, heldout,
                     samples=samples or g.eval_samples, max_new_tokens=g.max_new_tokens,
-                    temperature=g.temperature, top_p=g.top_p, seed=0)  # fmt: skip
+                    temperature=g.temperature, top_p=g.top_p, seed=0,
+                    multi_turn=cfg.data.multi_turn)  # fmt: skip

@@ -135,7 +135,8 @@ def collect(p: Parts, state: LoopState) -> tuple[list[Scored], LoopState, dict[s
         "sampling/generated_tokens": float(sum(x.episode.action_tokens for x in generated)),
         "sampling/rejected": float(sum(x.status != 0 for x in generated)),
     }
-    return kept, replace(state, cursor=cursor), stats | rollout_metrics(generated)
+    metrics = rollout_metrics(generated, multi_turn=p.cfg.data.multi_turn)
+    return kept, replace(state, cursor=cursor), stats | metrics
 
 
 def _valid(x: Scored) -> bool:
@@ -147,11 +148,12 @@ def _groups(generated: list[Scored], keep: torch.Tensor) -> int:
     return len({x.group for x, k in zip(generated, keep.tolist(), strict=True) if k})
 
 
-def rollout_metrics(scored: list[Scored]) -> dict[str, float]:
-    """reward/*, length/* and env/* over every generated episode of the step."""
+def rollout_metrics(scored: list[Scored], *, multi_turn: bool) -> dict[str, float]:
+    """reward/*, length/* (generated tokens) and, for multi-turn tasks, env/* (turns, tool
+    calls: :func:`rlmap.system.rollout.episode_metrics`) over every generated episode."""
     episodes = [x.episode for x in scored]
     lengths = torch.tensor([e.action_tokens for e in episodes], dtype=torch.float32)
-    env = {f"env/{k}": v for k, v in episode_metrics(episodes).items()}
+    env = {f"env/{k}": v for k, v in episode_metrics(episodes).items()} if multi_turn else {}
     return (
         reward_metrics(scored)
         | env
