@@ -80,3 +80,13 @@ def test_system_figure_has_one_panel_per_metric() -> None:
     xs = plots._x_values(metrics, "step")
     panels = plots._panels(spec, metrics, xs)
     assert panels == [(k, [k]) for k in ("system/tokens_per_s", "system/rollout_p95_s")]
+
+
+def test_phase_spans_join_consecutive_steps_and_skip_the_rest() -> None:
+    from rlmap.experiments.plots import phase_spans
+
+    records = [{"step": s, "critic/pretraining": float(s in (1, 2, 3, 6))} for s in range(1, 9)]
+    xs = [float(r["step"]) for r in records]
+    # steps 1-3 form one run, step 6 another (half a step of margin each side)
+    assert phase_spans(records, xs, "critic/pretraining") == [(0.5, 3.5), (5.5, 6.5)]
+    assert phase_spans(records, xs, "missing") == []

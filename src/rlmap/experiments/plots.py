@@ -51,6 +51,8 @@ class PlotSpec:
     """Stacked panels sharing the x axis; empty ones are dropped."""
     panel_per_key: bool = False
     """Split every panel into one per matching metric (metrics of unrelated scales)."""
+    shade_key: str | None = None
+    """Shade, on every panel, the x ranges of records where this metric is 1 (a phase)."""
 
 
 PLOTS: tuple[PlotSpec, ...] = (
@@ -85,7 +87,7 @@ PLOTS: tuple[PlotSpec, ...] = (
     ),
     PlotSpec(
         "critic.png",
-        "Value critic (value pre-training steps: critic/pretraining = 1)",
+        "Value critic (shaded: warm-up / value pre-training, no policy update)",
         "step",
         "step",
         (
@@ -93,6 +95,7 @@ PLOTS: tuple[PlotSpec, ...] = (
             Panel("value loss", ("critic/value_loss",)),
             Panel("|V − return|", (r"critic/value_error_(first|last)",)),
         ),
+        shade_key="critic/pretraining",
     ),
     PlotSpec(
         "tools.png",
@@ -160,6 +163,25 @@ def _panels(
     return panels
 
 
+def phase_spans(
+    metrics: Sequence[Mapping[str, Any]], xs: Sequence[float | None], key: str
+) -> list[tuple[float, float]]:
+    """Maximal runs of consecutive points where ``key`` is 1, as (first x − ½, last x + ½).
+
+    The half-step margins make a one-point phase visible and adjacent steps join up.
+    """
+    x, y = _series(metrics, xs, key)
+    spans: list[tuple[float, float]] = []
+    for xi, yi in zip(x, y, strict=True):
+        if yi != 1:
+            continue
+        if spans and xi - 0.5 <= spans[-1][1]:
+            spans[-1] = (spans[-1][0], xi + 0.5)
+        else:
+            spans.append((xi - 0.5, xi + 0.5))
+    return spans
+
+
 def _render(spec: PlotSpec, metrics: Sequence[Mapping[str, Any]]) -> bytes | None:
     """The PNG bytes of one figure, or None when none of its metrics has a point."""
     xs = _x_values(metrics, spec.x_key)
@@ -173,10 +195,13 @@ def _render(spec: PlotSpec, metrics: Sequence[Mapping[str, Any]]) -> bytes | Non
     fig = Figure(figsize=(6.5 * ncols, 1.0 + 2.4 * nrows), layout="constrained")
     axes = fig.subplots(nrows, ncols, squeeze=False).flatten()
     fig.suptitle(spec.title)
+    shaded = [] if spec.shade_key is None else phase_spans(metrics, xs, spec.shade_key)
     for ax, (ylabel, keys) in zip(axes, panels, strict=False):  # spare axes are hidden below
         for key in keys:
             x, y = _series(metrics, xs, key)
             ax.plot(x, y, marker="o" if len(x) <= 40 else None, markersize=3, label=key)
+        for lo, hi in shaded:
+            ax.axvspan(lo, hi, color="tab:gray", alpha=0.2, linewidth=0)
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
         ax.legend(fontsize="small")
