@@ -5,8 +5,12 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from rlmap.core.errors import ConfigError
+
+if TYPE_CHECKING:
+    from rlmap.recipes.config import RecipeConfig
 
 
 def _cmd_recipes(args: argparse.Namespace) -> None:
@@ -45,7 +49,49 @@ def _quiet_transformers() -> None:
     hf_logging.disable_progress_bar()  # rlmap's own progress bar says what matters
 
 
-def _cmd_train(args: argparse.Namespace) -> None:
+def _train_seeds(cfg: RecipeConfig, args: argparse.Namespace) -> int:
+    """``--seeds N``: the config over seeds seed, seed+1, … into sibling directories."""
+    from pathlib import Path
+
+    from rlmap.experiments.rundir import create_run_dir
+    from rlmap.experiments.train import run_seeds
+
+    if args.seeds < 1:
+        raise ConfigError(f"--seeds: must be >= 1, got {args.seeds}")
+    root = create_run_dir(out=Path(args.out) if args.out else None)
+    print(f"sweep directory: {root}", flush=True)
+    seeds = [cfg.seed + k for k in range(args.seeds)]
+    results = run_seeds(cfg, root, seeds)
+    for seed, summary in results.items():
+        if summary is None:
+            print(f"seed {seed}: FAILED (see {root / f'seed{seed}' / 'FAILED'})")
+        else:
+            b, a = summary["before"]["eval/pass@1"], summary["after"]["eval/pass@1"]
+            tokens, seconds = summary["generated_tokens"], summary["wall_clock_s"]
+            print(
+                f"seed {seed}: held-out pass@1 {b:.3f} -> {a:.3f}, {tokens} tokens, {seconds:.0f} s"
+            )
+    print(root)
+    failed = [s for s, v in results.items() if v is None]
+    if failed:
+        print(f"rlmap: {len(failed)} of {len(seeds)} runs failed: seeds {failed}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _cmd_compare(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from rlmap.experiments.compare import compare
+    from rlmap.experiments.rundir import create_run_dir
+
+    out = create_run_dir(root=Path("reports"), out=Path(args.out) if args.out else None)
+    print(compare([Path(p) for p in args.runs], out))
+    print(f"report: {out / 'report.md'}")
+    return 0
+
+
+def _cmd_train(args: argparse.Namespace) -> int | None:
     from pathlib import Path
 
     from rlmap.experiments.rundir import create_run_dir
@@ -56,6 +102,8 @@ def _cmd_train(args: argparse.Namespace) -> None:
 
     _quiet_transformers()
     if args.resume is not None:
+        if args.seeds is not None:
+            raise ConfigError("--seeds: resume each seed's run directory with --resume instead")
         run_dir = Path(args.resume)
         cfg = resume_config(run_dir, args.overrides)
     else:
@@ -65,6 +113,8 @@ def _cmd_train(args: argparse.Namespace) -> None:
         file_data = read_yaml(args.config) if args.config else None
         cfg = build_config(args.recipe, file_data, overrides)
         check_inputs(cfg)
+        if args.seeds is not None:
+            return _train_seeds(cfg, args)
         run_dir = create_run_dir(out=Path(args.out) if args.out else None)
     print(f"run directory: {run_dir}", flush=True)
     summary = run_training(cfg, run_dir, resume=args.resume is not None)
@@ -77,6 +127,7 @@ def _cmd_train(args: argparse.Namespace) -> None:
           f"reference {share['reference']:.0%}; sampling {share['rollout_of_total']:.0%} "
           "of sampling + learner")  # fmt: skip
     print(run_dir)
+    return 0
 
 
 def _cmd_eval(args: argparse.Namespace) -> None:
@@ -107,8 +158,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="run directory to create (default: runs/<time>)")
     p.add_argument("--resume", default=None, help="continue the run in this directory")
     p.add_argument("--seed", type=int, default=None, help="seed of the run")
+    p.add_argument(
+        "--seeds",
+        type=int,
+        default=None,
+        help="train N runs, seeds seed..seed+N-1, into --out/seed<S> (for compare)",
+    )
     p.add_argument("overrides", nargs="*", help="dotted.key=value overrides")
     p.set_defaults(func=_cmd_train)
+    p = sub.add_parser(
+        "compare",
+        help="runs side by side on equal budgets; flags unfair "
+        "differences; writes a report with plots",
+    )
+    p.add_argument("runs", nargs="+", help="run directories, or directories of runs (a sweep)")
+    p.add_argument("--out", default=None, help="report directory (default: reports/<time>)")
+    p.set_defaults(func=_cmd_compare)
     p = sub.add_parser("eval", help="held-out pass@1, pass@k, length and diversity of a checkpoint")
     p.add_argument("checkpoint", help="a checkpoint directory (Hugging Face format)")
     p.add_argument("--samples", type=int, default=None, help="samples per prompt (k of pass@k)")
@@ -127,11 +192,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        args.func(args)
+        status = args.func(args)
     except ConfigError as exc:
         print(f"rlmap: error: {exc}", file=sys.stderr)
         return 2
-    return 0
+    return int(status or 0)
 
 
 if __name__ == "__main__":

@@ -78,6 +78,19 @@ class Ledger:
     precision: str = ""
     """Learner / rollout precision (e.g. ``fp32``, ``bf16/bf16``)."""
 
+    base_model: str = ""
+    """``model.path`` the policy started from (``embedded:tiny`` or a directory)."""
+    base_fingerprint: str = ""
+    """Content hash of the start checkpoint (:mod:`rlmap.experiments.fingerprint`)."""
+    tokenizer_fingerprint: str = ""
+    """Hash of the tokenizer's vocabulary, special tokens and chat template."""
+    data_fingerprint: str = ""
+    """Hash of the training prompts and the held-out set."""
+    verifier: str = ""
+    """The verifier that scored training rollouts and the held-out set."""
+    task: str = ""
+    """``data.task``: the built-in task or the data file."""
+
     def add(
         self,
         *,

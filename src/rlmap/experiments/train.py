@@ -35,11 +35,22 @@ from rlmap.experiments.checkpoint import (
     restore_rng,
     save_checkpoint,
 )
+from rlmap.experiments.compare import FAILED_FILE
+from rlmap.experiments.fingerprint import (
+    checkpoint_fingerprint,
+    data_fingerprint,
+    tokenizer_fingerprint,
+)
 from rlmap.experiments.ledger import Ledger, measure_peak_memory
 from rlmap.experiments.plots import write_plots
 from rlmap.experiments.progress import ProgressView
 from rlmap.experiments.records import StepRecords
-from rlmap.experiments.rundir import MetricsLog, write_json_atomic, write_text_atomic
+from rlmap.experiments.rundir import (
+    MetricsLog,
+    create_run_dir,
+    write_json_atomic,
+    write_text_atomic,
+)
 from rlmap.recipes import composition, load_config
 from rlmap.recipes.config import RecipeConfig
 from rlmap.system import setup
@@ -56,7 +67,7 @@ def run_training(cfg: RecipeConfig, run_dir: Path, *, resume: bool = False) -> d
     start = setup.model_path(cfg, progress=view.warm_start)
     ckpt = latest_checkpoint(run_dir) if resume else None
     parts = setup.build(cfg, start, resume_from=ckpt)
-    state, ledger = LoopState(), _initial_ledger(cfg)
+    state, ledger = LoopState(), _initial_ledger(cfg, parts, start)
     if ckpt is not None:
         state, ledger, before = _restore(parts, ckpt)
         MetricsLog.truncate_after(run_dir / "metrics.jsonl", state.step)  # drop what is redone
@@ -72,6 +83,24 @@ def run_training(cfg: RecipeConfig, run_dir: Path, *, resume: bool = False) -> d
         while state.step < cfg.optim.steps:
             state, ledger = _one_step(parts, state, ledger, log, view, run_dir)
     return _finish(run_dir, before, MetricsLog.read(run_dir / "metrics.jsonl"), ledger, cfg)
+
+
+def run_seeds(cfg: RecipeConfig, root: Path, seeds: list[int]) -> dict[int, dict[str, Any] | None]:
+    """Train ``cfg`` once per seed into ``root/seed<S>``; a run that raises is kept, not hidden.
+
+    A failed run's directory keeps whatever it wrote, plus a ``FAILED`` file with the
+    error (``rlmap compare`` lists it); the other seeds still run. Returns each seed's
+    summary, None for a failed one. Ctrl-C stops the sweep.
+    """
+    out: dict[int, dict[str, Any] | None] = {}
+    for seed in seeds:
+        run_dir = create_run_dir(out=root / f"seed{seed}")
+        try:
+            out[seed] = run_training(cfg.model_copy(update={"seed": seed}), run_dir)
+        except Exception as exc:  # kept and reported: a sweep must not hide its failures
+            write_text_atomic(run_dir / FAILED_FILE, f"{type(exc).__name__}: {exc}\n")
+            out[seed] = None
+    return out
 
 
 def seed_everything(seed: int) -> None:
@@ -144,7 +173,7 @@ def _evaluate(parts: setup.Parts) -> dict[str, float]:
                     multi_turn=parts.cfg.data.multi_turn)  # fmt: skip
 
 
-def _initial_ledger(cfg: RecipeConfig) -> Ledger:
+def _initial_ledger(cfg: RecipeConfig, parts: setup.Parts, start: Path) -> Ledger:
     r = cfg.reduction
     summary = reduction.registry.get(r.name).summary
     denominator = summary if r.max_len is None else f"{summary}; L_max={r.max_len}"
@@ -157,6 +186,12 @@ def _initial_ledger(cfg: RecipeConfig) -> Ledger:
         denominator=denominator,
         engine=cfg.system.engine,
         precision=f"train {cfg.system.train_dtype} / rollout {cfg.system.rollout_dtype}",
+        base_model=cfg.model.path,
+        base_fingerprint=checkpoint_fingerprint(start),
+        tokenizer_fingerprint=tokenizer_fingerprint(parts.tokenizer),
+        data_fingerprint=data_fingerprint(parts.train, parts.heldout),
+        verifier=cfg.feedback.verifier,
+        task=cfg.data.task,
     )
 
 

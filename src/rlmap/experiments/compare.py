@@ -1,0 +1,412 @@
+"""Fair comparison of runs: ledgers side by side, unfair differences flagged, curves on budgets.
+
+``rlmap compare RUN...`` takes run directories, or directories of runs (a ``--seeds``
+sweep). Runs whose configs are equal up to the seed form one *group* (one method,
+several seeds). Every line of the comparison is one of four kinds:
+
+- **setup** — what must be equal for the comparison to mean anything: base weights,
+  tokenizer and chat template, prompts, verifier, sampling settings, evaluation,
+  engine and precision. Any difference is flagged *unfair*.
+- **budget** — what the runs spent: generated tokens, wall-clock, learner compute,
+  prompts. Runs that differ by more than ``BUDGET_TOLERANCE`` are flagged: at equal
+  steps they are not at equal cost, so compare them on the plots, which put the
+  held-out score against generated tokens and against wall-clock, never steps.
+- **method** — what the recipes choose (estimator, reduction and its denominator,
+  epochs per batch, optimiser steps, …): expected to differ, listed so that a reader
+  sees what a step means in each run.
+- **result** — held-out pass@1 / pass@k / diversity after training, peak memory.
+
+A group with several seeds shows the mean and the spread (min–max) of each number;
+its curves are the mean over seeds with a min–max band, each seed interpolated onto
+a common grid over the budget range all its seeds reached. Failed runs (no
+``summary.json``, or a ``FAILED`` file) are listed, never dropped silently.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rlmap.core.errors import ConfigError
+from rlmap.experiments.rundir import MetricsLog, write_bytes_atomic, write_text_atomic
+from rlmap.recipes.config import read_yaml
+
+BUDGET_TOLERANCE = 0.10
+"""Budgets (tokens, wall-clock, compute) further apart than this fraction are flagged."""
+FAILED_FILE = "FAILED"
+"""Written into a run directory by ``rlmap train --seeds`` when that run raised."""
+GRID_POINTS = 50
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run directory, read."""
+
+    path: Path
+    config: dict[str, Any]
+    """``config.yaml`` as a mapping (the resolved config)."""
+    composition: str
+    """The first line of ``config.yaml``: the recipe's full composition."""
+    ledger: dict[str, Any]
+    summary: dict[str, Any] | None
+    records: list[dict[str, Any]]
+    failure: str | None
+    """Why the run has no result (the ``FAILED`` file, or a missing ``summary.json``)."""
+
+    @property
+    def seed(self) -> int:
+        return int(self.config.get("seed", 0))
+
+    @property
+    def recipe(self) -> str:
+        return str(self.config.get("recipe", "?"))
+
+
+def find_runs(paths: Sequence[Path]) -> list[Path]:
+    """Run directories among ``paths``: each one itself, or the runs directly inside it."""
+    found: list[Path] = []
+    for path in map(Path, paths):
+        if (path / "config.yaml").exists():
+            found.append(path)
+            continue
+        inner = (
+            sorted(p for p in path.iterdir() if (p / "config.yaml").exists())
+            if path.is_dir()
+            else []
+        )
+        if not inner:
+            raise ConfigError(
+                f"{path}: not a run directory (no config.yaml), nor a directory of runs"
+            )
+        found += inner
+    return found
+
+
+def load_run(path: Path) -> Run:
+    """Read a run directory; a run that did not finish is returned with its ``failure``."""
+    text = (path / "config.yaml").read_text()
+    first = text.splitlines()[0] if text else ""
+    config = read_yaml(path / "config.yaml")
+    ledger_file, summary_file = path / "ledger.json", path / "summary.json"
+    ledger = json.loads(ledger_file.read_text()) if ledger_file.exists() else {}
+    summary = json.loads(summary_file.read_text()) if summary_file.exists() else None
+    metrics = path / "metrics.jsonl"
+    records = MetricsLog.read(metrics) if metrics.exists() else []
+    failure = None
+    if (path / FAILED_FILE).exists():
+        failure = (path / FAILED_FILE).read_text().strip() or "failed"
+    elif summary is None:
+        failure = "no summary.json: the run did not finish"
+    return Run(path, config, first.removeprefix("# ").strip(), ledger, summary, records, failure)
+
+
+def group_key(config: Mapping[str, Any]) -> str:
+    """The config without what does not define the method: the seed and the ``run`` section."""
+    rest = {k: v for k, v in config.items() if k not in ("seed", "run")}
+    return json.dumps(rest, sort_keys=True, default=str)
+
+
+def group_runs(runs: Sequence[Run]) -> dict[str, list[Run]]:
+    """Runs grouped by config up to the seed, labelled by recipe (numbered when repeated)."""
+    by_key: dict[str, list[Run]] = {}
+    for run in runs:
+        by_key.setdefault(group_key(run.config), []).append(run)
+    labels: dict[str, list[Run]] = {}
+    for members in by_key.values():
+        label = members[0].recipe
+        n = 2
+        while label in labels:
+            label, n = f"{members[0].recipe} ({n})", n + 1
+        labels[label] = sorted(members, key=lambda r: r.seed)
+    return labels
+
+
+# --- the lines of the comparison ---------------------------------------------------------
+
+
+def _cfg(*keys: str) -> Callable[[Run], Any]:
+    def get(run: Run) -> Any:
+        node: Any = run.config
+        for key in keys:
+            node = node.get(key) if isinstance(node, Mapping) else None
+        return node
+
+    return get
+
+
+def _ledger(key: str) -> Callable[[Run], Any]:
+    return lambda run: run.ledger.get(key)
+
+
+def _after(key: str) -> Callable[[Run], Any]:
+    return lambda run: None if run.summary is None else run.summary.get("after", {}).get(key)
+
+
+def _last(key: str) -> Callable[[Run], Any]:
+    def get(run: Run) -> Any:
+        values = [r[key] for r in run.records if r.get(key) is not None]
+        return values[-1] if values else None
+
+    return get
+
+
+def _learner_s(run: Run) -> Any:
+    parts = [run.ledger.get(k) for k in ("actor_s", "critic_s", "reference_s")]
+    return None if any(p is None for p in parts) else sum(parts)
+
+
+def _share(part: str) -> Callable[[Run], Any]:
+    def get(run: Run) -> Any:
+        total = _learner_s(run)
+        return None if not total else run.ledger.get(f"{part}_s", 0.0) / total
+
+    return get
+
+
+@dataclass(frozen=True)
+class Line:
+    """One line of the comparison table."""
+
+    label: str
+    kind: str
+    """``setup``, ``budget``, ``method`` or ``result`` (see the module docstring)."""
+    get: Callable[[Run], Any]
+
+
+LINES: tuple[Line, ...] = (
+    Line("base checkpoint", "setup", _ledger("base_fingerprint")),
+    Line("base model path", "setup", _ledger("base_model")),
+    Line("tokenizer + chat template", "setup", _ledger("tokenizer_fingerprint")),
+    Line("prompts (train + held-out)", "setup", _ledger("data_fingerprint")),
+    Line("task", "setup", _cfg("data", "task")),
+    Line("verifier", "setup", _ledger("verifier")),
+    Line("temperature", "setup", _cfg("generation", "temperature")),
+    Line("top-p", "setup", _cfg("generation", "top_p")),
+    Line("max new tokens", "setup", _cfg("generation", "max_new_tokens")),
+    Line("eval samples per prompt", "setup", _cfg("generation", "eval_samples")),
+    Line("engine", "setup", _ledger("engine")),
+    Line("precision", "setup", _ledger("precision")),
+    Line("generated tokens", "budget", _ledger("generated_tokens")),
+    Line("wall-clock s", "budget", _ledger("wall_clock_s")),
+    Line("learner compute s", "budget", _learner_s),
+    Line("prompts sampled", "budget", _ledger("prompts")),
+    Line("composition", "method", lambda run: run.composition),
+    Line("optimiser steps (policy)", "method", _ledger("learner_steps")),
+    Line("optimiser steps (critic)", "method", _ledger("critic_steps")),
+    Line("epochs per batch", "method", _ledger("epochs_per_batch")),
+    Line("effective batch", "method", _ledger("effective_batch")),
+    Line("reduction", "method", _ledger("reduction")),
+    Line("denominator", "method", _ledger("denominator")),
+    Line("filtered rollouts", "method", _ledger("filtered_rollouts")),
+    Line("rejected rollouts", "method", _ledger("rejected_rollouts")),
+    Line("actor share of learner", "method", _share("actor")),
+    Line("critic share of learner", "method", _share("critic")),
+    Line("reference share of learner", "method", _share("reference")),
+    Line("held-out pass@1", "result", _after("eval/pass@1")),
+    Line("held-out pass@k", "result", _after("eval/pass@k")),
+    Line("held-out diversity", "result", _last("eval/diversity")),
+    Line("peak host memory KiB", "result", _ledger("peak_host_memory_kib")),
+    Line("seeds", "result", lambda run: str(run.seed)),  # listed, not averaged
+)
+
+
+def _number(x: Any) -> float | None:
+    if isinstance(x, bool) or not isinstance(x, int | float):
+        return None
+    return float(x) if math.isfinite(x) else None
+
+
+def summarize(values: Sequence[Any]) -> str:
+    """A group's values: one value, mean [min–max] for numbers, or the distinct values."""
+    present = [v for v in values if v is not None]
+    if not present:
+        return "–"
+    numbers = [_number(v) for v in present]
+    if all(n is not None for n in numbers) and len(set(numbers)) > 1:
+        nums = [n for n in numbers if n is not None]
+        return f"{_fmt(sum(nums) / len(nums))} [{_fmt(min(nums))}–{_fmt(max(nums))}]"
+    distinct = list(dict.fromkeys(_fmt(v) for v in present))
+    return distinct[0] if len(distinct) == 1 else " / ".join(distinct)
+
+
+def _fmt(v: Any) -> str:
+    n = _number(v)
+    if n is None:
+        return str(v)
+    if n == int(n) and abs(n) >= 1:
+        return f"{int(n)}"
+    return f"{n:.4g}"
+
+
+def _group_mean(runs: Sequence[Run], line: Line) -> float | None:
+    nums = [n for n in (_number(line.get(r)) for r in runs if r.failure is None) if n is not None]
+    return sum(nums) / len(nums) if nums else None
+
+
+def flags(groups: Mapping[str, Sequence[Run]]) -> list[str]:
+    """Every difference that makes the comparison unfair, one line each."""
+    out: list[str] = []
+    for label, runs in groups.items():
+        for run in runs:
+            if run.failure is not None:
+                out.append(f"FAILED run {run.path} ({label}, seed {run.seed}): {run.failure}")
+    finished = {k: [r for r in v if r.failure is None] for k, v in groups.items()}
+    finished = {k: v for k, v in finished.items() if v}
+    for line in LINES:
+        if line.kind == "setup":
+            seen = {label: {_fmt(line.get(r)) for r in runs} for label, runs in finished.items()}
+            values = set().union(*seen.values()) if seen else set()
+            if len(values) > 1:
+                detail = ", ".join(f"{k}: {' / '.join(sorted(v))}" for k, v in seen.items())
+                out.append(f"UNFAIR setup: {line.label} differs ({detail})")
+        elif line.kind == "budget":
+            means = {label: _group_mean(runs, line) for label, runs in finished.items()}
+            known = {k: v for k, v in means.items() if v is not None}
+            if len(known) > 1 and min(known.values()) > 0:
+                low, high = min(known.values()), max(known.values())
+                if high / low > 1 + BUDGET_TOLERANCE:
+                    detail = ", ".join(f"{k}: {_fmt(v)}" for k, v in known.items())
+                    out.append(
+                        f"UNFAIR budget: {line.label} differs {high / low:.2f}x ({detail}); "
+                        "equal steps are not equal cost — read the curves against budget"
+                    )
+    return out
+
+
+def table(groups: Mapping[str, Sequence[Run]], kinds: Sequence[str] | None = None) -> str:
+    """The comparison as a Markdown table, one column per group."""
+    labels = list(groups)
+    rows = ["| kind | line | " + " | ".join(labels) + " |", "|---|---|" + "---|" * len(labels)]
+    for line in LINES:
+        if kinds is not None and line.kind not in kinds:
+            continue
+        cells = [summarize([line.get(r) for r in groups[k] if r.failure is None]) for k in labels]
+        cells = [c.replace("|", "\\|") for c in cells]
+        rows.append(f"| {line.kind} | {line.label} | " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
+# --- curves on budgets ----------------------------------------------------------------------
+
+CURVES = (
+    ("heldout_vs_tokens.png", "budget/generated_tokens", "generated tokens"),
+    ("heldout_vs_wallclock.png", "budget/wall_clock_s", "wall-clock (s)"),
+)
+SCORE = "eval/pass@1"
+
+
+def curve(run: Run, x_key: str, y_key: str = SCORE) -> tuple[list[float], list[float]]:
+    """(x, y) of a run's evaluations: the held-out score against a budget counter."""
+    points = sorted(
+        (x, y)
+        for r in run.records
+        if (x := _number(r.get(x_key))) is not None and (y := _number(r.get(y_key))) is not None
+    )
+    return [p[0] for p in points], [p[1] for p in points]
+
+
+def interpolate(xs: Sequence[float], ys: Sequence[float], grid: Sequence[float]) -> list[float]:
+    """Piecewise-linear y at each grid point (``grid`` within [xs[0], xs[-1]])."""
+    out, j = [], 0
+    for g in grid:
+        while j + 1 < len(xs) - 1 and xs[j + 1] < g:
+            j += 1
+        if len(xs) == 1 or xs[j + 1] == xs[j]:
+            out.append(ys[j])
+            continue
+        t = min(max((g - xs[j]) / (xs[j + 1] - xs[j]), 0.0), 1.0)
+        out.append(ys[j] + t * (ys[j + 1] - ys[j]))
+    return out
+
+
+def band(
+    runs: Sequence[Run], x_key: str
+) -> tuple[list[float], list[float], list[float], list[float]]:
+    """(grid, mean, min, max) of the seeds' curves over the budget range all of them reached."""
+    curves = [c for c in (curve(r, x_key) for r in runs) if len(c[0]) >= 1]
+    if not curves:
+        return [], [], [], []
+    lo, hi = max(c[0][0] for c in curves), min(c[0][-1] for c in curves)
+    if hi <= lo:
+        return [], [], [], []
+    grid = [lo + (hi - lo) * k / (GRID_POINTS - 1) for k in range(GRID_POINTS)]
+    ys = [interpolate(x, y, grid) for x, y in curves]
+    mean = [sum(col) / len(col) for col in zip(*ys, strict=True)]
+    return (
+        grid,
+        mean,
+        [min(col) for col in zip(*ys, strict=True)],
+        [max(col) for col in zip(*ys, strict=True)],
+    )
+
+
+def plot(groups: Mapping[str, Sequence[Run]], x_key: str, x_label: str) -> bytes:
+    """PNG: held-out pass@1 against a budget, mean over seeds with a min–max band."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(7, 4.2), layout="constrained")
+    ax = fig.subplots()
+    for k, (label, runs) in enumerate(groups.items()):
+        color = f"C{k % 10}"
+        finished = [r for r in runs if r.records]
+        for run in finished:
+            x, y = curve(run, x_key)
+            ax.plot(x, y, color=color, alpha=0.3, linewidth=0.8, marker=".", markersize=3)
+        grid, mean, low, high = band(finished, x_key)
+        if grid:
+            ax.plot(grid, mean, color=color, linewidth=2, label=f"{label} (n={len(finished)})")
+            ax.fill_between(grid, low, high, color=color, alpha=0.15, linewidth=0)
+    ax.set_xlabel(x_label)
+    ax.set_ylabel(f"held-out {SCORE.removeprefix('eval/')}")
+    ax.set_title(f"Held-out score against {x_label}: mean over seeds, min–max band")
+    ax.grid(alpha=0.3)
+    if groups:
+        ax.legend(fontsize="small")
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=100)
+    return buffer.getvalue()
+
+
+# --- the report ---------------------------------------------------------------------------
+
+
+def compare(paths: Sequence[Path], out: Path) -> str:
+    """Write ``report.md`` and the plots into ``out``; return the report's text."""
+    runs = [load_run(p) for p in find_runs(paths)]
+    groups = group_runs(runs)
+    found = flags(groups)
+    out.mkdir(parents=True, exist_ok=True)
+    for filename, x_key, x_label in CURVES:
+        write_bytes_atomic(out / filename, plot(groups, x_key, x_label))
+    lines = [
+        "# rlmap compare",
+        "",
+        "Runs: " + ", ".join(f"`{r.path}`" for r in runs),
+        "",
+        "## Flags",
+        "",
+        *(
+            [f"- {f}" for f in found]
+            or [f"- none: same setup, budgets within {BUDGET_TOLERANCE:.0%}"]
+        ),
+        "",
+        "## Side by side",
+        "",
+        "Groups are runs with the same config up to the seed; numbers over seeds read "
+        "mean [min–max].",
+        "",
+        table(groups),
+        "",
+        "## Held-out score against budget (not steps)",
+        "",
+        *[f"![{x_label}]({filename})" for filename, _, x_label in CURVES],
+        "",
+    ]
+    text = "\n".join(lines)
+    write_text_atomic(out / "report.md", text)
+    return text

@@ -1,0 +1,212 @@
+"""rlmap compare: grouping by seed, unfairness flags, curves on budgets, the report."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rlmap.cli import main
+from rlmap.core.errors import ConfigError
+from rlmap.experiments import train as train_module
+from rlmap.experiments.compare import (
+    band,
+    compare,
+    find_runs,
+    flags,
+    group_runs,
+    interpolate,
+    load_run,
+    summarize,
+)
+
+SETUP = {
+    "base_fingerprint": "aaaa",
+    "base_model": "embedded:tiny",
+    "tokenizer_fingerprint": "tttt",
+    "data_fingerprint": "dddd",
+    "verifier": "exact_match",
+    "engine": "hf",
+    "precision": "train float32 / rollout float32",
+}
+
+
+def fake_run(
+    path: Path,
+    recipe: str,
+    seed: int,
+    evals: list[tuple[float, float, float]],
+    *,
+    ledger: dict[str, Any] | None = None,
+    config: dict[str, Any] | None = None,
+    failed: str | None = None,
+) -> Path:
+    """A run directory by hand: evals are (generated tokens, wall-clock s, pass@1)."""
+    path.mkdir(parents=True)
+    cfg = {"recipe": recipe, "seed": seed, "generation": {"temperature": 1.0, "top_p": 1.0,
+           "max_new_tokens": 16, "eval_samples": 8}, "data": {"task": "arithmetic"},
+           "run": {"progress": seed % 2 == 0}} | (config or {})  # fmt: skip
+    import yaml
+
+    (path / "config.yaml").write_text(f"# {recipe}: composition\n" + yaml.safe_dump(cfg))
+    tokens, wall, _ = evals[-1]
+    full = SETUP | {"generated_tokens": tokens, "wall_clock_s": wall, "actor_s": 1.0,
+                    "critic_s": 0.0, "reference_s": 1.0, "prompts": 100,
+                    "learner_steps": 10} | (ledger or {})  # fmt: skip
+    (path / "ledger.json").write_text(json.dumps(full))
+    records = [
+        {"step": k, "budget/generated_tokens": t, "budget/wall_clock_s": w, "eval/pass@1": p}
+        for k, (t, w, p) in enumerate(evals)
+    ]
+    (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    if failed is not None:
+        (path / "FAILED").write_text(failed)
+    else:
+        summary = {"before": {"eval/pass@1": evals[0][2]}, "after": {"eval/pass@1": evals[-1][2]}}
+        (path / "summary.json").write_text(json.dumps(summary))
+    return path
+
+
+def two_methods(tmp: Path, dapo_tokens: float = 2000.0) -> list[Path]:
+    # grpo: 2 seeds, 1000 tokens each; dapo: 2 seeds, `dapo_tokens` each
+    return [
+        fake_run(tmp / "grpo" / "seed0", "grpo", 0, [(0, 0, 0.4), (1000, 10, 0.6)]),
+        fake_run(tmp / "grpo" / "seed1", "grpo", 1, [(0, 0, 0.4), (1000, 10, 0.8)]),
+        fake_run(tmp / "dapo" / "seed0", "dapo", 0, [(0, 0, 0.4), (dapo_tokens, 10, 0.7)]),
+        fake_run(tmp / "dapo" / "seed1", "dapo", 1, [(0, 0, 0.4), (dapo_tokens, 10, 0.9)]),
+    ]
+
+
+def test_runs_group_by_config_up_to_the_seed(tmp_path: Path) -> None:
+    two_methods(tmp_path)
+    runs = [load_run(p) for p in find_runs([tmp_path / "grpo", tmp_path / "dapo"])]
+    groups = group_runs(runs)
+    # the run section (progress differs by seed here) does not split a group either
+    assert {k: [r.seed for r in v] for k, v in groups.items()} == {"grpo": [0, 1], "dapo": [0, 1]}
+
+
+def test_a_dynamic_sampling_run_with_twice_the_tokens_is_flagged(tmp_path: Path) -> None:
+    paths = two_methods(tmp_path)
+    found = flags(group_runs([load_run(p) for p in paths]))
+    budget = [f for f in found if f.startswith("UNFAIR budget: generated tokens")]
+    assert len(budget) == 1 and "2.00x" in budget[0]
+    assert not any(f.startswith("UNFAIR setup") for f in found)
+
+
+def test_budgets_within_the_tolerance_are_not_flagged(tmp_path: Path) -> None:
+    paths = two_methods(tmp_path, dapo_tokens=1050.0)  # 5 % apart
+    found = flags(group_runs([load_run(p) for p in paths]))
+    assert not any("generated tokens" in f for f in found)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "label"),
+    [
+        ("base_fingerprint", "bbbb", "base checkpoint"),
+        ("tokenizer_fingerprint", "uuuu", "tokenizer + chat template"),
+        ("data_fingerprint", "eeee", "prompts"),
+        ("verifier", "last_number", "verifier"),
+    ],
+)
+def test_setup_differences_are_unfair(tmp_path: Path, field: str, value: str, label: str) -> None:
+    a = fake_run(tmp_path / "a", "grpo", 0, [(0, 0, 0.4), (1000, 10, 0.6)])
+    b = fake_run(tmp_path / "b", "dapo", 0, [(0, 0, 0.4), (1000, 10, 0.6)], ledger={field: value})
+    found = flags(group_runs([load_run(a), load_run(b)]))
+    assert any(f.startswith(f"UNFAIR setup: {label}") for f in found), found
+
+
+def test_a_sampling_temperature_difference_is_unfair(tmp_path: Path) -> None:
+    a = fake_run(tmp_path / "a", "grpo", 0, [(0, 0, 0.4), (1000, 10, 0.6)])
+    hot = {
+        "generation": {"temperature": 1.2, "top_p": 1.0, "max_new_tokens": 16, "eval_samples": 8}
+    }
+    b = fake_run(tmp_path / "b", "grpo", 0, [(0, 0, 0.4), (1000, 10, 0.6)], config=hot)
+    found = flags(group_runs([load_run(a), load_run(b)]))
+    assert any(f.startswith("UNFAIR setup: temperature") for f in found)
+
+
+def test_failed_runs_are_reported_not_hidden(tmp_path: Path) -> None:
+    ok = fake_run(tmp_path / "s0", "grpo", 0, [(0, 0, 0.4), (1000, 10, 0.6)])
+    bad = fake_run(tmp_path / "s1", "grpo", 1, [(0, 0, 0.4)], failed="RuntimeError: boom")
+    found = flags(group_runs([load_run(ok), load_run(bad)]))
+    assert any("FAILED run" in f and "boom" in f and "seed 1" in f for f in found)
+
+
+def test_summaries_of_several_seeds_read_mean_min_max() -> None:
+    assert summarize([0.6, 0.8]) == "0.7 [0.6–0.8]"  # (0.6 + 0.8) / 2
+    assert summarize([16, 16]) == "16"
+    assert summarize(["a", "b"]) == "a / b"
+    assert summarize([None]) == "–"
+
+
+def test_interpolation_by_hand() -> None:
+    # between (0, 0) and (10, 1): 0.25 at 2.5; between (10, 1) and (20, 3): 2 at 15
+    assert interpolate([0, 10, 20], [0, 1, 3], [0, 2.5, 10, 15, 20]) == [0, 0.25, 1, 2, 3]
+
+
+def test_band_is_mean_min_max_over_the_range_all_seeds_reached(tmp_path: Path) -> None:
+    a = load_run(fake_run(tmp_path / "a", "grpo", 0, [(0, 0, 0.0), (100, 1, 1.0)]))
+    b = load_run(fake_run(tmp_path / "b", "grpo", 1, [(0, 0, 0.2), (50, 1, 0.2), (200, 2, 0.2)]))
+    grid, mean, low, high = band([a, b], "budget/generated_tokens")
+    assert grid[0] == 0 and grid[-1] == 100  # b went further; the band stops where a stopped
+    # at x = 100: a = 1.0, b = 0.2 -> mean 0.6, min 0.2, max 1.0
+    assert mean[-1] == pytest.approx(0.6) and low[-1] == 0.2 and high[-1] == 1.0
+
+
+def test_compare_writes_the_report_with_both_plots(tmp_path: Path) -> None:
+    two_methods(tmp_path / "runs")
+    text = compare([tmp_path / "runs" / "grpo", tmp_path / "runs" / "dapo"], tmp_path / "report")
+    for name in ("report.md", "heldout_vs_tokens.png", "heldout_vs_wallclock.png"):
+        assert (tmp_path / "report" / name).stat().st_size > 0
+    assert "UNFAIR budget: generated tokens" in text
+    assert "| result | held-out pass@1 | 0.7 [0.6–0.8] | 0.8 [0.7–0.9] |" in text
+
+
+def test_not_a_run_directory_is_a_one_line_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="not a run directory"):
+        find_runs([tmp_path])
+
+
+# --- end to end: --seeds, then compare ------------------------------------------------------
+
+Toy = Callable[..., list[str]]
+
+
+def test_seeds_then_compare_from_the_command_line(
+    tiny_model_dir: Path, tmp_path: Path, toy: Toy, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for recipe in ("grpo", "dapo"):
+        extra = ["feedback.overlong_cache=2"] if recipe == "dapo" else []
+        args = ["train", "--recipe", recipe, "--seeds", "2", "--out", str(tmp_path / recipe)]
+        assert main([*args, *toy(tiny_model_dir), *extra]) == 0
+    for recipe in ("grpo", "dapo"):
+        assert sorted(p.name for p in (tmp_path / recipe).iterdir()) == ["seed0", "seed1"]
+    out = tmp_path / "report"
+    assert main(["compare", str(tmp_path / "grpo"), str(tmp_path / "dapo"), "--out", str(out)]) == 0
+    report = (out / "report.md").read_text()
+    tokens = {r: [json.loads((tmp_path / r / s / "ledger.json").read_text())["generated_tokens"]
+                  for s in ("seed0", "seed1")] for r in ("grpo", "dapo")}  # fmt: skip
+    ratio = max(sum(v) for v in tokens.values()) / min(sum(v) for v in tokens.values())
+    assert ("UNFAIR budget: generated tokens" in report) == (ratio > 1.1)
+    assert "seeds | 0 / 1 | 0 / 1" in report
+    assert "UNFAIR setup" not in report  # same base, tokenizer, prompts, verifier, sampling
+
+
+def test_a_failing_seed_is_kept_and_the_sweep_goes_on(
+    tiny_model_dir: Path, tmp_path: Path, toy: Toy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = train_module.run_training
+
+    def flaky(cfg: Any, run_dir: Path, **kw: Any) -> dict[str, Any]:
+        if cfg.seed == 1:
+            raise RuntimeError("disk full")
+        return real(cfg, run_dir, **kw)
+
+    monkeypatch.setattr(train_module, "run_training", flaky)
+    args = ["train", "--seeds", "2", "--out", str(tmp_path / "sweep"), *toy(tiny_model_dir)]
+    assert main(args) == 1
+    assert (tmp_path / "sweep" / "seed0" / "summary.json").exists()
+    assert "disk full" in (tmp_path / "sweep" / "seed1" / "FAILED").read_text()
