@@ -40,14 +40,6 @@ def train_mask(batch: Batch) -> Tensor:
     return batch.action_mask & batch.valid.unsqueeze(-1)
 
 
-def _require_groups(batch: Batch, name: str) -> None:
-    if torch.unique(batch.group_id).numel() == batch.size:
-        raise ConfigError(
-            f"sampling.group_size: estimator '{name}' needs a group of G >= 2, got 1 "
-            "(every trajectory of the batch is alone in its group)"
-        )
-
-
 def _token_credit(batch: Batch, adv_BT: Tensor, *, group: bool) -> Credit:
     mask_BT = train_mask(batch)
     diagnostics = advantage_diagnostics(adv_BT, mask_BT)
@@ -65,19 +57,16 @@ def _reinforce(batch: Batch, p: CreditParams) -> Credit:
 
 
 def _rloo(batch: Batch, p: CreditParams) -> Credit:
-    _require_groups(batch, "rloo")
     adv_B = rloo_advantages(batch.rewards, batch.group_id, batch.valid)
     return _outcome_credit(batch, adv_B, group=True)
 
 
 def _grpo(batch: Batch, p: CreditParams) -> Credit:
-    _require_groups(batch, "grpo")
     adv_B = grpo_advantages(batch.rewards, batch.group_id, batch.valid, eps=p.std_eps)
     return _outcome_credit(batch, adv_B, group=True)
 
 
 def _dr_grpo(batch: Batch, p: CreditParams) -> Credit:
-    _require_groups(batch, "dr_grpo")
     adv_B = dr_grpo_advantages(batch.rewards, batch.group_id, batch.valid)
     return _outcome_credit(batch, adv_B, group=True)
 
@@ -89,7 +78,6 @@ def _reinforce_pp(batch: Batch, p: CreditParams) -> Credit:
 
 
 def _reinforce_pp_baseline(batch: Batch, p: CreditParams) -> Credit:
-    _require_groups(batch, "reinforce_pp_baseline")
     adv_BT = reinforce_pp_baseline_advantages(
         batch.rewards, batch.group_id, batch.valid, train_mask(batch), eps=p.std_eps
     )

@@ -4,9 +4,10 @@ Notation (FORMULAS.md §2): a group g is the trajectories sampled from one promp
 identified by ``group_id``; R_i is trajectory i's outcome reward. Statistics use only
 the group's *valid* members (``valid_B``); invalid rows neither enter them nor receive
 an advantage. A group with fewer than two valid members has no baseline, so its
-members get advantage 0. G = 1 itself is a configuration error: the recipe checks
-``Estimator.needs_group``, and a registry entry raises ``ConfigError`` on a batch whose
-every trajectory is alone in its group.
+members get advantage 0 — with G >= 2 that happens when failed members were excluded
+(their reward is not a zero, so they cannot serve as a baseline either). G = 1 itself is
+a configuration error, caught before any work: the recipe checks
+``Estimator.needs_group``.
 Shapes: ``(B,)`` in, ``(B,)`` out; the caller broadcasts to the action tokens.
 """
 

@@ -51,6 +51,11 @@ class Ledger:
     """Trajectories sampled and then dropped by the sampling axis (e.g. uniform groups)."""
     rejected_rollouts: int = 0
     """Trajectories excluded by ``reward_status != ok`` or a behaviour gate."""
+    infra_error_rollouts: int = 0
+    """Of those, trajectories whose reward infrastructure failed (verifier crash, environment
+    failure): excluded, never scored 0."""
+    timeout_rollouts: int = 0
+    """Of those, trajectories whose verifier outlived ``feedback.timeout_s``."""
     wall_clock_s: float = 0.0
     """Seconds spent running, summed over resumes (time while stopped is not counted)."""
     rollout_s: float = 0.0
@@ -101,6 +106,8 @@ class Ledger:
         critic_steps: int = 0,
         filtered_rollouts: int = 0,
         rejected_rollouts: int = 0,
+        infra_error_rollouts: int = 0,
+        timeout_rollouts: int = 0,
         wall_clock_s: float = 0.0,
         rollout_s: float = 0.0,
         actor_s: float = 0.0,
@@ -116,6 +123,8 @@ class Ledger:
             "critic_steps": critic_steps,
             "filtered_rollouts": filtered_rollouts,
             "rejected_rollouts": rejected_rollouts,
+            "infra_error_rollouts": infra_error_rollouts,
+            "timeout_rollouts": timeout_rollouts,
             "wall_clock_s": wall_clock_s,
             "rollout_s": rollout_s,
             "actor_s": actor_s,

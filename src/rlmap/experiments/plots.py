@@ -56,7 +56,17 @@ class PlotSpec:
 
 
 PLOTS: tuple[PlotSpec, ...] = (
-    PlotSpec("reward.png", "Training reward", "step", "step", (Panel("reward", ("reward/mean",)),)),
+    PlotSpec(
+        "reward.png",
+        "Training reward vs held-out score (reward hacking shows as a gap)",
+        "step",
+        "step",
+        (
+            Panel("training reward", ("reward/mean", "reward/outcome_mean")),
+            Panel("held-out pass@1", ("eval/pass@1", "eval/train_verifier_pass@1")),
+            Panel("failed rewards (fraction)", (r"reward/(invalid|infra_error|timeout)_frac",)),
+        ),
+    ),
     PlotSpec(
         "heldout.png",
         "Held-out score vs generated tokens",

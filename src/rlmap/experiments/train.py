@@ -131,6 +131,8 @@ def _one_step(
         filtered_rollouts=int(metrics["sampling/generated"] * (1 - metrics["sampling/kept_frac"]))
         - int(metrics["sampling/rejected"]),
         rejected_rollouts=int(metrics["sampling/rejected"]),
+        infra_error_rollouts=int(metrics["sampling/infra_errors"]),
+        timeout_rollouts=int(metrics["sampling/timeouts"]),
         wall_clock_s=time.perf_counter() - started,
         rollout_s=_seconds(metrics, "system/rollout_s"),
         actor_s=_seconds(metrics, "system/old_logprobs_s", "system/policy_update_s"),
@@ -167,10 +169,11 @@ def _optimizers(parts: setup.Parts) -> tuple[dict[str, Any], dict[str, Any]]:
 
 def _evaluate(parts: setup.Parts) -> dict[str, float]:
     g = parts.cfg.generation
-    return evaluate(parts.engine, parts.environment, parts.tokenizer, parts.heldout,
+    environment = parts.eval_environment or parts.environment
+    return evaluate(parts.engine, environment, parts.tokenizer, parts.heldout,
                     samples=g.eval_samples, max_new_tokens=g.max_new_tokens,
                     temperature=g.temperature, top_p=g.top_p, seed=EVAL_SEED,
-                    multi_turn=parts.cfg.data.multi_turn)  # fmt: skip
+                    multi_turn=parts.cfg.data.multi_turn, rescore=parts.eval_rescore)  # fmt: skip
 
 
 def _initial_ledger(cfg: RecipeConfig, parts: setup.Parts, start: Path) -> Ledger:

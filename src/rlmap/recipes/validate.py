@@ -39,6 +39,8 @@ def _known_components(cfg: RecipeConfig) -> None:
         names.append(("behaviour.corrections", correction.corrections, name))
     if cfg.feedback.source == "verifier":
         names.append(("feedback.verifier", feedback.registry, cfg.feedback.verifier))
+    if cfg.feedback.eval_verifier is not None:
+        names.append(("feedback.eval_verifier", feedback.registry, cfg.feedback.eval_verifier))
     for field, registry, name in names:
         if name not in registry:
             known = ", ".join(registry.names())
@@ -144,6 +146,9 @@ def _reduction(cfg: RecipeConfig) -> Iterator[str]:
 
 
 def _feedback(cfg: RecipeConfig) -> Iterator[str]:
+    timeout = cfg.feedback.timeout_s
+    if timeout is not None and timeout <= 0:
+        yield f"feedback.timeout_s: must be > 0 (or null: in-process), got {timeout}"
     cache = cfg.feedback.overlong_cache
     if cache is not None and not 0 < cache < cfg.generation.max_new_tokens:
         yield (

@@ -20,7 +20,7 @@ from rlmap.system.engine import RolloutEngine
 from rlmap.system.hf_engine import HFEngine
 from rlmap.system.rollout import Episode, episode_metrics, run_episodes
 from rlmap.tasks.arithmetic import Example
-from rlmap.tasks.env import EnvFactory
+from rlmap.tasks.env import EnvFactory, Verifier, verify_safely
 from rlmap.tasks.prompts import decode_response
 
 
@@ -36,6 +36,7 @@ def evaluate(
     top_p: float,
     seed: int,
     multi_turn: bool = False,
+    rescore: Verifier | None = None,
 ) -> dict[str, float]:
     """``eval/pass@1``, ``eval/pass@k`` (k = ``eval/k`` = samples), ``eval/length`` (mean
     generated tokens), ``eval/diversity`` (mean distinct final answers per prompt) and, with
@@ -43,26 +44,43 @@ def evaluate(
 
     A sample is correct when its episode's return is positive with an OK status: a
     crashing verifier or environment counts as wrong here, and never stops evaluation.
+    With ``rescore`` (the training verifier, when evaluation uses a stricter one), the
+    same samples' final answers are also scored by it: ``eval/train_verifier_pass@1``.
     """
     envs = [environment(e) for e in examples for _ in range(samples)]
     with torch.random.fork_rng():
         torch.manual_seed(seed)
         episodes = run_episodes(engine, envs, max_new_tokens=max_new_tokens,
                                 temperature=temperature, top_p=top_p)  # fmt: skip
-    correct, distinct = [], []
-    for k in range(len(examples)):
+    correct, distinct, loose = [], [], []
+    for k, example in enumerate(examples):
         group = episodes[k * samples : (k + 1) * samples]
         correct.append(sum(e.outcome > 0 and e.status == RewardStatus.OK for e in group))
-        distinct.append(len({final_answer(tokenizer, e) for e in group}))
+        answers = [final_answer(tokenizer, e) for e in group]
+        distinct.append(len(set(answers)))
+        if rescore is not None:
+            loose.append(sum(verify_safely(rescore, a, example.answer)[0] > 0 for a in answers))
     n = torch.full((len(examples),), samples)
     c = torch.tensor(correct)
-    return {
-        "eval/pass@1": float(pass_at_k_tensor(n, c, 1).mean()),
-        "eval/pass@k": float(pass_at_k_tensor(n, c, samples).mean()),
-        "eval/k": float(samples),
-        "eval/length": sum(e.action_tokens for e in episodes) / max(len(episodes), 1),
-        "eval/diversity": sum(distinct) / max(len(distinct), 1),
-    } | ({f"eval/{k}": v for k, v in episode_metrics(episodes).items()} if multi_turn else {})
+    return (
+        {
+            "eval/pass@1": float(pass_at_k_tensor(n, c, 1).mean()),
+            "eval/pass@k": float(pass_at_k_tensor(n, c, samples).mean()),
+            "eval/k": float(samples),
+            "eval/length": sum(e.action_tokens for e in episodes) / max(len(episodes), 1),
+            "eval/diversity": sum(distinct) / max(len(distinct), 1),
+        }
+        | ({f"eval/{k}": v for k, v in episode_metrics(episodes).items()} if multi_turn else {})
+        | (
+            {
+                "eval/train_verifier_pass@1": float(
+                    pass_at_k_tensor(n, torch.tensor(loose), 1).mean()
+                )
+            }
+            if rescore is not None
+            else {}
+        )
+    )
 
 
 def final_answer(tokenizer: PreTrainedTokenizerBase, episode: Episode) -> str:
@@ -90,7 +108,12 @@ def evaluate_checkpoint(
                       eos_token_id=int(tokenizer.eos_token_id))  # fmt: skip
     _, heldout = setup.load_data(cfg)
     g = cfg.generation
-    return evaluate(engine, setup.environment_factory(cfg, tokenizer), tokenizer, heldout,
+    f = cfg.feedback
+    rescore = (
+        setup.make_verifier(cfg, f.verifier) if f.eval_verifier not in (None, f.verifier) else None
+    )
+    environment = setup.environment_factory(cfg, tokenizer, verifier=f.eval_verifier)
+    return evaluate(engine, environment, tokenizer, heldout,
                     samples=samples or g.eval_samples, max_new_tokens=g.max_new_tokens,
                     temperature=g.temperature, top_p=g.top_p, seed=0,
-                    multi_turn=cfg.data.multi_turn)  # fmt: skip
+                    multi_turn=cfg.data.multi_turn, rescore=rescore)  # fmt: skip

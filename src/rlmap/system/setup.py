@@ -17,6 +17,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenize
 
 from rlmap import feedback
 from rlmap.core.errors import ConfigError
+from rlmap.feedback.isolation import IsolatedVerifier, Verify
 from rlmap.recipes.config import RecipeConfig
 from rlmap.system.critic import CRITIC_DIR, CriticSettings, load_critic
 from rlmap.system.engine import RolloutEngine
@@ -55,6 +56,10 @@ class Parts:
     """The critic's own AdamW (``optim.critic_lr``); None without a critic."""
     critic_scheduler: Any = None
     """The critic's learning-rate schedule; None without a critic."""
+    eval_environment: EnvFactory | None = None
+    """Environments of the held-out evaluation (``feedback.eval_verifier``); None: as training."""
+    eval_rescore: Verify | None = None
+    """The training verifier, to rescore held-out samples when evaluation uses another one."""
 
 
 def warm_start_spec(cfg: RecipeConfig) -> WarmStartSpec:
@@ -128,12 +133,23 @@ def load_data(cfg: RecipeConfig) -> tuple[list[Example], list[Example]]:
     return train[d.eval_size :], train[: d.eval_size]
 
 
-def environment_factory(cfg: RecipeConfig, tokenizer: PreTrainedTokenizerBase) -> EnvFactory:
+def make_verifier(cfg: RecipeConfig, name: str) -> Verify:
+    """The named verifier, in its own process when ``feedback.timeout_s`` is set."""
+    verify = feedback.registry.get(name).fn
+    timeout = cfg.feedback.timeout_s
+    return verify if timeout is None else IsolatedVerifier(verify, timeout)
+
+
+def environment_factory(
+    cfg: RecipeConfig, tokenizer: PreTrainedTokenizerBase, *, verifier: str | None = None
+) -> EnvFactory:
     """The task's environment maker: the calculator tool task, or one answer per prompt.
 
-    Raises ConfigError when the tokenizer cannot serve the task (checked once, here).
+    ``verifier`` names the verifier (default ``feedback.verifier``; evaluation passes
+    ``feedback.eval_verifier``). Raises ConfigError when the tokenizer cannot serve the
+    task (checked once, here).
     """
-    verify = feedback.registry.get(cfg.feedback.verifier).fn
+    verify = make_verifier(cfg, verifier or cfg.feedback.verifier)
     if cfg.data.task == "calculator":
         marker_ids(tokenizer)
         turns = cfg.data.max_turns
@@ -206,9 +222,13 @@ def build(cfg: RecipeConfig, start: Path, resume_from: Path | None = None) -> Pa
                       dtype=DTYPES[cfg.system.rollout_dtype])  # fmt: skip
     optimizer, scheduler = make_optimizer(policy, cfg)
     train, heldout = load_data(cfg)
+    f = cfg.feedback
+    other = f.eval_verifier is not None and f.eval_verifier != f.verifier
     return Parts(cfg, tokenizer, policy, reference, engine, optimizer, scheduler, train, heldout,
                  environment_factory(cfg, tokenizer), update_settings(cfg),
-                 *build_critic(cfg, start, resume_from))  # fmt: skip
+                 *build_critic(cfg, start, resume_from),
+                 eval_environment=environment_factory(cfg, tokenizer, verifier=f.eval_verifier),
+                 eval_rescore=make_verifier(cfg, f.verifier) if other else None)  # fmt: skip
 
 
 def make_optimizer(

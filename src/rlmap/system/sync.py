@@ -134,6 +134,10 @@ def collect(p: Parts, state: LoopState) -> tuple[list[Scored], LoopState, dict[s
         "sampling/generated": float(len(generated)),
         "sampling/generated_tokens": float(sum(x.episode.action_tokens for x in generated)),
         "sampling/rejected": float(sum(x.status != 0 for x in generated)),
+        "sampling/infra_errors": float(
+            sum(x.status == RewardStatus.INFRA_ERROR for x in generated)
+        ),
+        "sampling/timeouts": float(sum(x.status == RewardStatus.TIMEOUT for x in generated)),
     }
     metrics = rollout_metrics(generated, multi_turn=p.cfg.data.multi_turn)
     return kept, replace(state, cursor=cursor), stats | metrics
@@ -166,13 +170,22 @@ def rollout_metrics(scored: list[Scored], *, multi_turn: bool) -> dict[str, floa
 
 
 def reward_metrics(scored: list[Scored]) -> dict[str, float]:
-    """reward/*: the shaped return's mean and spread, and the environment's outcome."""
-    rewards = torch.tensor([x.reward for x in scored])
-    outcome = torch.tensor([x.outcome for x in scored])
-    return {
+    """reward/*: the shaped return's mean and spread and the outcome's mean over the episodes
+    whose reward can be trusted (a failed verifier's 0 never enters them), and the fraction
+    of episodes per failure status."""
+    ok = [x for x in scored if _valid(x)]
+    rewards = torch.tensor([x.reward for x in ok])
+    n = max(len(scored), 1)
+    status = {
+        f"reward/{s.name.lower()}_frac": sum(x.status == s for x in scored) / n
+        for s in (RewardStatus.INVALID, RewardStatus.INFRA_ERROR, RewardStatus.TIMEOUT)
+    }
+    if not ok:
+        return status
+    return status | {
         "reward/mean": float(rewards.mean()),
-        "reward/std": float(rewards.std()) if len(scored) > 1 else 0.0,
-        "reward/outcome_mean": float(outcome.mean()),
+        "reward/std": float(rewards.std()) if len(ok) > 1 else 0.0,
+        "reward/outcome_mean": sum(x.outcome for x in ok) / len(ok),
     }
 
 

@@ -86,10 +86,17 @@ EnvFactory = Callable[[Example], Environment]
 
 
 def verify_safely(verify: Verifier, response: str, reference: str) -> tuple[float, RewardStatus]:
-    """The verifier's reward, isolating failures: a crash is an infra error, not a zero."""
+    """The verifier's reward, isolating failures: a crash or a timeout is not a zero.
+
+    ``TimeoutError`` (an isolated verifier that outlived its time,
+    :mod:`rlmap.feedback.isolation`) is status ``timeout``; any other exception is
+    ``infra_error``. Either way the sample is excluded and counted, its 0.0 never used.
+    """
     try:
         return float(verify(response, reference)), RewardStatus.OK
-    except Exception:  # any verifier failure is infrastructure, counted apart
+    except TimeoutError:
+        return 0.0, RewardStatus.TIMEOUT
+    except Exception:  # any other verifier failure is infrastructure, counted apart
         return 0.0, RewardStatus.INFRA_ERROR
 
 
