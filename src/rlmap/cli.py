@@ -142,6 +142,33 @@ def _cmd_eval(args: argparse.Namespace) -> None:
         print(f"{key:<16} {value:.4f}")
 
 
+def _cmd_advise(args: argparse.Namespace) -> None:
+    from pathlib import Path
+
+    from rlmap.recipes import advise
+    from rlmap.recipes.selection import FLAG_FIELDS, TaskProfile
+
+    flags = {name: getattr(args, name) for name in FLAG_FIELDS}
+    if sys.stdin.isatty() and all(value is None for value in flags.values()):
+        profile = advise.ask_profile()
+    else:
+        profile = TaskProfile.from_flags(flags)
+    result = advise.advise(profile)
+    print(advise.render(result), end="")
+    if args.emit_config is not None:
+        Path(args.emit_config).write_text(advise.config_yaml(result))
+        print(f"config written to {args.emit_config}: rlmap train --config {args.emit_config}")
+
+
+def _cmd_diagnose(args: argparse.Namespace) -> None:
+    from pathlib import Path
+
+    from rlmap.diagnostics.report import diagnose, render_json, render_text
+
+    report = diagnose(Path(args.run_dir))
+    print(render_json(report) if args.json else render_text(report), end="\n" if args.json else "")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="rlmap", description="RL post-training of language models, one choice per axis."
@@ -186,6 +213,34 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", default=None, help="YAML file with a config")
     p.add_argument("overrides", nargs="*", help="dotted.key=value overrides")
     p.set_defaults(func=_cmd_config)
+    p = sub.add_parser("advise", help="the six questions and the selection table's answer")
+    p.add_argument("--multi-turn", action="store_true", default=None,
+                   help="episodes have several turns (tool calls, an environment)")  # fmt: skip
+    p.add_argument("--verifier", choices=["exact", "math", "code", "reward-model", "none"],
+                   default=None, help="what checks a response (default: exact)")  # fmt: skip
+    p.add_argument("--cheap-samples", action=argparse.BooleanOptionalAction, default=None,
+                   help="many samples per prompt are cheap (default: yes)")  # fmt: skip
+    p.add_argument("--response-length", type=int, default=None, metavar="N",
+                   help="typical response length in tokens")  # fmt: skip
+    p.add_argument("--critic-unstable", action="store_true", default=None,
+                   help="a value critic has been clearly unstable")  # fmt: skip
+    p.add_argument("--rare-correct", action="store_true", default=None,
+                   help="correct samples are extremely rare")  # fmt: skip
+    p.add_argument("--moe-routing-mismatch", action="store_true", default=None,
+                   help="MoE whose routing differs between training and rollout")  # fmt: skip
+    p.add_argument("--separate-rollout", action="store_true", default=None,
+                   help="rollout and learner are separate processes")  # fmt: skip
+    p.add_argument("--barrier", choices=["mild", "severe"], default=None,
+                   help="how much the group barrier costs (default: mild)")  # fmt: skip
+    p.add_argument("--long-context", action="store_true", default=None,
+                   help="contexts exceed the model's window")  # fmt: skip
+    p.add_argument("--emit-config", default=None, metavar="FILE",
+                   help="write the baseline's config for `rlmap train --config FILE`")  # fmt: skip
+    p.set_defaults(func=_cmd_advise)
+    p = sub.add_parser("diagnose", help="check a run for the map's failure symptoms")
+    p.add_argument("run_dir", help="a run directory (reads metrics.jsonl, ledger.json)")
+    p.add_argument("--json", action="store_true", help="the report as JSON")
+    p.set_defaults(func=_cmd_diagnose)
     return parser
 
 

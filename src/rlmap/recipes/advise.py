@@ -1,0 +1,505 @@
+"""``rlmap advise``: the six questions, then the selection table's answer for a task.
+
+The recipe map's selection table (一张选择表) gives seven task conditions, each with
+the baseline to establish first, the next change to try and what must not be
+ignored; :mod:`rlmap.recipes.selection` holds it as data. :func:`advise` answers the
+six questions in order and composes one config:
+
+1. the base: the most specific matching row that names a recipe
+   (``BASE_PRECEDENCE``), or, when no such row applies, a fallback decided by the
+   first two questions (``FALLBACKS``, marked as not from the table);
+2. the task's own settings: multi-turn → the calculator tool task, and the verifier;
+3. the overrides of the rows that qualify any recipe (rows 4 and 5: they say how
+   to run, not which recipe).
+
+"First" is the easiest baseline to establish and interpret, not a verdict (the
+table's own footnote). Everything here is pure except :func:`ask_profile`, the
+interactive prompt; the CLI prints :func:`render` and writes :func:`config_yaml`.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, get_args
+
+import yaml
+
+from rlmap import correction, estimators, reduction
+from rlmap.core.errors import ConfigError
+from rlmap.recipes.config import RecipeConfig, apply_overrides, build_config
+from rlmap.recipes.explain import composition
+from rlmap.recipes.selection import (
+    BASE_PRECEDENCE,
+    FALLBACKS,
+    TABLE,
+    Barrier,
+    Row,
+    TaskProfile,
+    Verifier,
+)
+from rlmap.system.setup import refuse_unavailable
+
+DISCLAIMER = (
+    '"First" means the baseline that is easiest to establish and to interpret; it is not a '
+    "verdict and does not spare the experimental comparison (compare at equal generated "
+    "tokens, budget/generated_tokens, over several seeds)."
+)
+
+
+@dataclass(frozen=True)
+class Feedback:
+    """What a verifier kind means for question 1, and how rlmap is set up for it."""
+
+    answer: str
+    reason: str
+    overrides: tuple[str, ...]
+    note: str = ""
+    """What rlmap lacks for this kind, if anything."""
+
+
+FEEDBACK: dict[str, Feedback] = {
+    "exact": Feedback(
+        "a deterministic outcome verifier (exact match)",
+        "reliable as far as its spec and parser are: an incomplete spec or a parser error is "
+        "learned as faithfully as the task",
+        ("feedback.verifier=exact_match",),
+    ),
+    "math": Feedback(
+        "a deterministic outcome verifier (math answer)",
+        "parser errors and equivalent forms are the risk; rlmap's closest verifier compares "
+        "the last number (last_number)",
+        ("feedback.verifier=last_number",),
+    ),
+    "code": Feedback(
+        "a deterministic outcome verifier (code tests in a sandbox)",
+        "test loopholes and sandbox failures are the risk; an infrastructure failure is not "
+        "a zero reward",
+        (),
+        note="rlmap has no code-test verifier yet: register one in rlmap.feedback.registry "
+        "and set feedback.verifier (the emitted config keeps exact_match)",
+    ),
+    "reward-model": Feedback(
+        "a learned reward model",
+        "distribution shift and reward hacking are the risk: keep a held-out verifier or "
+        "human review beside it",
+        ("feedback.source=reward_model",),
+    ),
+    "none": Feedback(
+        "no verifier: the reward is an environment's return",
+        "with an unreliable reward any optimiser only exploits its loopholes faster: first "
+        "build held-out checks, human review, an error taxonomy, isolated infrastructure "
+        "failures",
+        ("feedback.source=environment",),
+    ),
+}
+
+MULTI_TURN_TASK = ("data.task=calculator",)
+"""rlmap's built-in multi-turn task (a calculator tool); replace it with your own."""
+
+_TRAINABLE_SIBLING = {"classic-rlhf": "ppo", "sao": "ppo"}
+"""The nearest preset rlmap trains today, for presets it defines but cannot train."""
+_UNAVAILABLE_FIELDS = ("feedback.source",)
+"""Fields the advisor may set to values rlmap cannot train yet (dropped for the fallback)."""
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One of the six questions, answered for a task."""
+
+    question: str
+    answer: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Advice:
+    """The six answers, the table rows that apply and the baseline's config."""
+
+    profile: TaskProfile
+    answers: tuple[Answer, ...]
+    """The six questions, in order."""
+    rows: tuple[Row, ...]
+    """The table rows whose condition holds, in table order."""
+    base: Row
+    """The row (or fallback) whose baseline the config sets up."""
+    recipe: str
+    overrides: tuple[str, ...]
+    config: RecipeConfig
+    """The validated config of the baseline."""
+    refused: str | None
+    """Why rlmap cannot train the baseline yet; None when it can."""
+    closest: tuple[str, tuple[str, ...]] | None
+    """(recipe, overrides) of the closest trainable baseline when ``refused``."""
+    notes: tuple[str, ...] = ()
+
+
+def advise(profile: TaskProfile) -> Advice:
+    """Walk the six questions and the selection table for ``profile``."""
+    rows = tuple(row for row in TABLE if row.applies(profile))
+    base = _base_row(rows, profile)
+    assert base.preset is not None
+    feedback = FEEDBACK[profile.verifier]
+    overrides = _last_wins(
+        base.overrides,
+        MULTI_TURN_TASK if profile.multi_turn else (),
+        feedback.overrides,
+        *(row.overrides for row in rows if row.preset is None),
+    )
+    config = build_config(base.preset, None, overrides)
+    refused = _refusal(config)
+    closest = None if refused is None else _closest_trainable(base.preset, overrides)
+    answers = tuple(Answer(q.text, *q.answer(profile, config)) for q in QUESTIONS)
+    notes = (feedback.note,) if feedback.note else ()
+    return Advice(profile, answers, rows, base, base.preset, overrides, config, refused,
+                  closest, notes)  # fmt: skip
+
+
+def _base_row(rows: tuple[Row, ...], profile: TaskProfile) -> Row:
+    by_number = {row.number: row for row in rows}
+    for number in BASE_PRECEDENCE:
+        if number in by_number:
+            return by_number[number]
+    return next(row for row in FALLBACKS if row.applies(profile))
+
+
+def _last_wins(*groups: Iterable[str]) -> tuple[str, ...]:
+    """Dotted overrides with one entry per key: the last value, at the first position."""
+    merged: dict[str, str] = {}
+    for group in groups:
+        for item in group:
+            merged[item.partition("=")[0]] = item
+    return tuple(merged.values())
+
+
+def _refusal(config: RecipeConfig) -> str | None:
+    """The one-line reason ``rlmap train`` would refuse ``config`` (same check), or None."""
+    try:
+        refuse_unavailable(config)
+    except ConfigError as exc:
+        return str(exc)
+    return None
+
+
+def _closest_trainable(recipe: str, overrides: tuple[str, ...]) -> tuple[str, tuple[str, ...]]:
+    kept = tuple(o for o in overrides if o.partition("=")[0] not in _UNAVAILABLE_FIELDS)
+    return _TRAINABLE_SIBLING.get(recipe, recipe), kept
+
+
+def emit_config(profile: TaskProfile) -> dict[str, Any]:
+    """The baseline as a config mapping: its preset under ``recipe`` and the overrides
+    as nested sections (what ``build_config``/``load_config`` read)."""
+    return _config_mapping(advise(profile))
+
+
+def _config_mapping(advice: Advice) -> dict[str, Any]:
+    return {"recipe": advice.recipe, **apply_overrides({}, advice.overrides)}
+
+
+def config_yaml(advice: Advice) -> str:
+    """The emitted config file: a commented header, then ``recipe:`` and its overrides."""
+    base = advice.base
+    where = f"row {base.number} of the selection table" if base.number else (
+        "a fallback (no table row names a recipe)")  # fmt: skip
+    lines = [
+        f"rlmap advise: the baseline to establish first, from {where} "
+        f"({base.condition}): {base.baseline}.",
+        f"Next change to try: {base.next_change}.",
+    ]
+    if advice.refused is not None and advice.closest is not None:
+        lines += [f"Not trainable in rlmap yet: {advice.refused}.",
+                  f"Closest trainable baseline: {_train_command(*advice.closest)}"]  # fmt: skip
+    lines += [*advice.notes, DISCLAIMER]
+    wrapped = [part for line in lines for part in textwrap.wrap(line, 86, break_on_hyphens=False)]
+    header = "".join(f"# {line}\n" for line in wrapped)
+    return header + yaml.safe_dump(_config_mapping(advice), sort_keys=False, allow_unicode=True)
+
+
+def _train_command(recipe: str, overrides: Iterable[str]) -> str:
+    return " ".join(["rlmap train --recipe", recipe, *overrides])
+
+
+# --------------------------------------------------------------------------- the six questions
+
+AnswerFn = Callable[[TaskProfile, RecipeConfig], tuple[str, str]]
+
+
+@dataclass(frozen=True)
+class Question:
+    """One of the six questions and how a profile (and the chosen config) answers it."""
+
+    text: str
+    answer: AnswerFn
+
+
+def _q_feedback(p: TaskProfile, cfg: RecipeConfig) -> tuple[str, str]:
+    f = FEEDBACK[p.verifier]
+    return f.answer, f.reason
+
+
+def _q_sampling(p: TaskProfile, cfg: RecipeConfig) -> tuple[str, str]:
+    g = cfg.sampling.group_size
+    if g > 1:
+        if p.rare_correct:
+            why = "correct samples are rare: a larger group more often holds one to compare with"
+        else:
+            why = "samples are cheap: a group baseline needs no critic, at the price of G "
+            why += "rollouts per prompt and a wait for the whole group"
+        if p.multi_turn:
+            why += "; a group compares episodes of one prompt, the same state only if the "
+            why += "environment replays"
+        return f"G = {g} per prompt, a group baseline", why
+    why = "a learned critic shares statistics across states and bootstraps mid-trajectory, "
+    why += "at the price of value bias and extra compute"
+    if not p.cheap_samples:
+        why = "samples are expensive: " + why
+    elif p.multi_turn and p.barrier == "severe":
+        why = "waiting for a group of agent episodes is the bottleneck: " + why
+    return "one trajectory per state, a value critic as the baseline", why
+
+
+def _q_credit(p: TaskProfile, cfg: RecipeConfig) -> tuple[str, str]:
+    c = cfg.credit
+    entry = estimators.registry.get(c.estimator)
+    if not entry.needs_critic:
+        scope = "every action token of the episode" if p.multi_turn else "the response"
+        answer = f"{c.estimator}: one advantage per trajectory, broadcast over {scope}"
+        why = "a terminal reward broadcast is acceptable here; check length weighting and "
+        return answer, why + "reward variance"
+    answer = f"{c.estimator} per {c.time_unit} with a value critic (γ = {c.gamma}, λ = {c.lam})"
+    if p.long_context:
+        why = "contexts exceed the window: credit crosses tools and segments, so one step per "
+        return answer, why + "turn; check the observation mask and segment boundaries"
+    if p.multi_turn:
+        why = "a multi-step trajectory: a true terminal stops bootstrap and trace, a truncation "
+        why += "with a final observation still bootstraps"
+    else:
+        why = "a single sequence: the critic gives a per-token baseline and bootstraps mid-way"
+    if p.long_responses:
+        why += "; a length-adaptive λ (vapo) means what it says only when length is counted "
+        why += "in the GAE's time step"
+    return answer, why
+
+
+def _q_behaviour(p: TaskProfile, cfg: RecipeConfig) -> tuple[str, str]:
+    objective = correction.registry.get(cfg.behaviour.objective)
+    sources = []
+    if p.separate_rollout:
+        sources.append("a separate rollout engine (μ), not the learner's π_old")
+    if p.moe_routing_mismatch:
+        sources.append("an engine whose expert routing differs from training")
+    if sources:
+        why = "measure κ = π_old/μ before correcting it (ratio/kappa/*): PPO's clip fraction "
+        return "; ".join(sources), why + "cannot reveal an engine mismatch, nor TIS limit reuse"
+    name = cfg.behaviour.objective
+    if objective.uses_ratio:
+        why = f"{name} bounds how far π_θ moves from π_old (ρ)"
+    else:
+        why = f"{name} is on-policy: one update per batch, no ratio"
+    answer = "the learner's own weights, in the same process (μ = π_old up to numerics)"
+    return answer, why + "; rlmap still records μ and reports κ"
+
+
+def _q_reduction(p: TaskProfile, cfg: RecipeConfig) -> tuple[str, str]:
+    name = cfg.reduction.name
+    why = "pin the denominator and report reward together with response length"
+    if p.long_responses:
+        why += "; with long responses the unit moves the weight most (compare token_mean)"
+    return f"{name}: {reduction.registry.get(name).summary}", why
+
+
+def _q_system(p: TaskProfile, cfg: RecipeConfig) -> tuple[str, str]:
+    waits = "the learner waits for every trajectory of the batch"
+    answer = f"{cfg.system.mode}: " + (waits if cfg.system.mode == "sync" else "a queue, no wait")
+    if p.barrier == "severe":
+        why = "the barrier is severe: profile it first (rollout duration p50/p95/p99, "
+        why += "system/rollout_s, system/tokens_per_s); asynchrony trades idle time for "
+        why += "staleness, queue selection bias and version bookkeeping, it is not free"
+    else:
+        why = "the wait for the slowest trajectory is affordable: keep the barrier, no drift"
+    if p.separate_rollout:
+        why += "; separate processes drift anyway: record policy versions "
+        why += "(system/max_version_lag)"
+    return answer, why
+
+
+QUESTIONS: tuple[Question, ...] = (
+    Question("Is the feedback reliable?", _q_feedback),
+    Question("How many trajectories can each state afford?", _q_sampling),
+    Question("How far must credit travel?", _q_credit),
+    Question("Which distribution really produces the data?", _q_behaviour),
+    Question("In what unit is the loss reduced?", _q_reduction),
+    Question("Can the system afford a synchronous barrier, or must it drift?", _q_system),
+)
+
+
+# --------------------------------------------------------------------------------- rendering
+
+
+def _wrap(text: str, indent: str, hang: int = 2) -> list[str]:
+    """``text`` wrapped at 96 columns; continuation lines indented ``hang`` further."""
+    following = " " * (len(indent) + hang)
+    return textwrap.wrap(
+        text, 96, initial_indent=indent, subsequent_indent=following, break_on_hyphens=False
+    )
+
+
+def _field(label: str, text: str) -> list[str]:
+    """``label`` in a column of its own, ``text`` wrapped beside it."""
+    lines = _wrap(text, " " * 21, hang=0)
+    return [f"    {label:<17}{lines[0][21:]}", *lines[1:]]
+
+
+def render(advice: Advice) -> str:
+    """The advice as text: the six answers, the table rows that apply, the baseline."""
+    lines = [f"Task: {_describe(advice.profile)}", "", "The six questions, in order:"]
+    for i, a in enumerate(advice.answers, 1):
+        lines += [f"  {i}. {a.question}", *_wrap(f"→ {a.answer}", "     ")]
+        lines += _wrap(f"why: {a.reason}", "       ")
+    shown = advice.rows if advice.base in advice.rows else (*advice.rows, advice.base)
+    lines += ["", "The selection table:"]
+    for row in shown:
+        lines += _render_row(row)
+    lines += ["", *_render_baseline(advice), "", *_wrap(DISCLAIMER, "", hang=0)]
+    return "\n".join(lines) + "\n"
+
+
+def _render_row(row: Row) -> list[str]:
+    label = f"row {row.number}" if row.number else "no row names a recipe (fallback, not the table)"
+    lines = _wrap(f"{label}: {row.condition}", "  ")
+    lines += _field("first:", row.baseline)
+    if row.baseline_in_rlmap:
+        lines += _field("", f"in rlmap: {row.baseline_in_rlmap}")
+    lines += _field("next change:", row.next_change)
+    if row.next_in_rlmap:
+        lines += _field("", f"in rlmap: {row.next_in_rlmap}")
+    for i, watch in enumerate(row.must_not_ignore):
+        lines += _field("must not ignore:" if i == 0 else "", f"{watch.item} — {watch.how}")
+    return lines
+
+
+def _render_baseline(advice: Advice) -> list[str]:
+    where = f"row {advice.base.number}" if advice.base.number else "the fallback"
+    lines = [f"Baseline to establish first ({where}): {advice.recipe}"]
+    lines += _wrap(composition(advice.config), "  ", hang=4)
+    lines += _wrap(_train_command(advice.recipe, advice.overrides), "  ", hang=4)
+    if advice.refused is not None and advice.closest is not None:
+        lines += _wrap(f"Not trainable in rlmap yet: {advice.refused}.", "  ")
+        lines += _wrap(f"Closest trainable baseline: {_train_command(*advice.closest)}", "  ")
+    lines += [line for note in advice.notes for line in _wrap(f"Note: {note}.", "  ")]
+    return lines
+
+
+_FLAG_WORDS = {
+    "critic_unstable": "critic unstable",
+    "rare_correct": "rare correct samples",
+    "moe_routing_mismatch": "MoE routing mismatch",
+    "separate_rollout": "separate rollout",
+    "long_context": "contexts past the window",
+}
+
+
+def _describe(p: TaskProfile) -> str:
+    parts = [
+        "multi-turn" if p.multi_turn else "single-turn",
+        f"verifier {p.verifier}",
+        "cheap samples" if p.cheap_samples else "expensive samples",
+        f"responses ~{p.response_length} tokens" if p.response_length else "length unknown",
+        f"{p.barrier} barrier",
+    ]
+    parts += [text for name, text in _FLAG_WORDS.items() if getattr(p, name)]
+    return ", ".join(parts)
+
+
+# ------------------------------------------------------------------------- interactive mode
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """One interactive question about the task."""
+
+    question: int
+    """Which of the six questions it informs."""
+    field: str
+    """The :class:`TaskProfile` field it sets."""
+    text: str
+    parse: Callable[[str], Any]
+    """Reads an answer; raises ValueError on a bad one (the prompt is asked again)."""
+
+
+def _yes_no(raw: str) -> bool:
+    if raw.lower() in ("y", "yes"):
+        return True
+    if raw.lower() in ("n", "no"):
+        return False
+    raise ValueError("answer y or n")
+
+
+def _one_of(options: tuple[str, ...]) -> Callable[[str], str]:
+    def parse(raw: str) -> str:
+        if raw not in options:
+            raise ValueError(f"answer one of: {', '.join(options)}")
+        return raw
+
+    return parse
+
+
+def _tokens(raw: str) -> int | None:
+    if raw.lower() in ("?", "unknown"):
+        return None
+    if not raw.isdigit() or int(raw) < 1:
+        raise ValueError("answer a number of tokens (or 'unknown')")
+    return int(raw)
+
+
+PROMPTS: tuple[Prompt, ...] = (
+    Prompt(
+        1,
+        "verifier",
+        f"What checks a response? ({'/'.join(get_args(Verifier))})",
+        _one_of(get_args(Verifier)),
+    ),
+    Prompt(2, "cheap_samples", "Are many samples of the same prompt cheap?", _yes_no),
+    Prompt(2, "rare_correct", "Are correct samples extremely rare?", _yes_no),
+    Prompt(3, "multi_turn", "Several turns per episode (tools, an environment)?", _yes_no),
+    Prompt(3, "response_length", "Typical response length in tokens?", _tokens),
+    Prompt(3, "long_context", "Do contexts exceed the model's window?", _yes_no),
+    Prompt(3, "critic_unstable", "Has a value critic been clearly unstable?", _yes_no),
+    Prompt(4, "separate_rollout", "Are rollout and learner separate processes?", _yes_no),
+    Prompt(4, "moe_routing_mismatch", "MoE with routing that differs train/rollout?", _yes_no),
+    Prompt(
+        6, "barrier", "How severe is the group barrier? (mild/severe)", _one_of(get_args(Barrier))
+    ),
+)
+
+
+def _shown(default: Any) -> str:
+    if isinstance(default, bool):
+        return "Y/n" if default else "y/N"
+    return "unknown" if default is None else str(default)
+
+
+def ask_profile(ask: Callable[[str], str] | None = None) -> TaskProfile:
+    """Ask for the task, question by question (``ask`` defaults to :func:`input`); Enter
+    keeps the default shown, end of input keeps the defaults of the remaining questions."""
+    ask = ask or input  # looked up at call time, so a test can stand in for the terminal
+    values: dict[str, Any] = {}
+    try:
+        for prompt in PROMPTS:
+            values[prompt.field] = _ask_one(prompt, ask)
+    except EOFError:
+        pass
+    return TaskProfile(**values)
+
+
+def _ask_one(prompt: Prompt, ask: Callable[[str], str]) -> Any:
+    default = getattr(TaskProfile(), prompt.field)
+    while True:
+        raw = ask(f"[{prompt.question}] {prompt.text} [{_shown(default)}] ").strip()
+        if not raw:
+            return default
+        try:
+            return prompt.parse(raw)
+        except ValueError as exc:
+            print(f"    {exc}")  # and ask again
