@@ -1,0 +1,82 @@
+"""``rlmap diagnose RUN_DIR``: every symptom rule on one run, as text or JSON."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from rlmap.diagnostics.rules import check_all
+from rlmap.diagnostics.run import RunData, load_run
+from rlmap.diagnostics.symptoms import Finding
+from rlmap.experiments.rundir import to_jsonable
+
+
+@dataclass(frozen=True)
+class Report:
+    """The verdict of every symptom rule on one run."""
+
+    run_dir: str
+    composition: str
+    steps: tuple[int, int]
+    records: int
+    findings: tuple[Finding, ...]
+
+    @property
+    def detected(self) -> tuple[Finding, ...]:
+        return tuple(f for f in self.findings if f.status == "detected")
+
+
+def diagnose_run(run: RunData, run_dir: str = "") -> Report:
+    """Every rule on an already loaded run."""
+    return Report(run_dir, run.composition, run.steps, len(run.records), check_all(run))
+
+
+def diagnose(run_dir: Path) -> Report:
+    """Every rule on the run in ``run_dir`` (ConfigError if its metrics cannot be read)."""
+    return diagnose_run(load_run(Path(run_dir)), str(run_dir))
+
+
+def render_json(report: Report) -> str:
+    """The report as strict JSON (non-finite numbers become null)."""
+    data = to_jsonable(dataclasses.asdict(report))
+    return json.dumps(data, indent=2, allow_nan=False, ensure_ascii=False)
+
+
+def render_text(report: Report) -> str:
+    """Detected symptoms in full (evidence, interfaces in order with readings, not first),
+    then one line for each quiet or unchecked rule."""
+    first, last = report.steps
+    lines = [f"rlmap diagnose {report.run_dir}: {report.records} records, steps {first}–{last}"]
+    if report.composition:
+        lines.append(f"  {report.composition}")
+    counts = {s: sum(f.status == s for f in report.findings)
+              for s in ("detected", "quiet", "not checked")}  # fmt: skip
+    lines.append(", ".join(f"{n} {s}" for s, n in counts.items()))
+    for finding in report.detected:
+        lines += ["", *_detected_lines(finding)]
+    rest = [f for f in report.findings if f.status != "detected"]
+    if rest:
+        lines.append("")
+    for finding in rest:
+        if finding.status == "quiet":
+            lines.append(f"quiet        {finding.title}")
+            lines += [f"               {e.text}" for e in finding.evidence]
+        else:
+            lines.append(f"not checked  {finding.title} — needs {'; '.join(finding.needs)}")
+    return "\n".join(lines) + "\n"
+
+
+def _detected_lines(finding: Finding) -> list[str]:
+    lines = [f"DETECTED  {finding.title} [{finding.symptom}] ({finding.source})", "  evidence:"]
+    lines += [f"    - {e.text}" for e in finding.evidence]
+    lines.append("  check, in this order:")
+    for number, item in enumerate(finding.checks, start=1):
+        lines.append(f"    {number}. {item.interface}")
+        lines += [f"       {r.text}" for r in item.readings]
+        if not item.readings:
+            lines.append(f"       (nothing logged{': ' + item.hint if item.hint else ''})")
+    lines.append("  not first:")
+    lines += [f"    - {text}" for text in finding.not_first]
+    return lines
