@@ -1,7 +1,9 @@
 """Feedback axis: is the reward reliable, and what does it mean?
 
-``registry`` holds the deterministic verifiers by name; ``shaping`` holds reward
-shaping (DAPO soft overlong punishment).
+``registry`` holds the deterministic verifiers by name (``verifiers``,
+``math_equiv``; model-written code runs in ``sandbox``); ``shaping`` holds reward
+shaping (DAPO soft overlong punishment). docs/verifiers.md says what each
+verifier's reference is.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from dataclasses import dataclass
 
 from rlmap.core.registry import Registry
 from rlmap.feedback import verifiers
+from rlmap.feedback.math_equiv import MathEquiv
 from rlmap.feedback.params import FeedbackParams, RewardSource
 
 
@@ -25,5 +28,9 @@ class Verifier:
 registry: Registry[Verifier] = Registry("verifier")
 registry.add("exact_match", Verifier(verifiers.exact_match, "1 if the answer equals the reference"))
 registry.add("last_number", Verifier(verifiers.last_number, "1 if the last number equals it"))
+registry.add("math_equiv", Verifier(MathEquiv(), "1 if math-verify finds the answer equal to it"))
+registry.add("code_tests", Verifier(verifiers.code_tests, "1 if the code passes its unit tests"))
+registry.add("json_schema", Verifier(verifiers.json_schema, "1 if the JSON validates against it"))
+registry.add("regex", Verifier(verifiers.regex_format, "1 if the response fully matches it"))
 
 __all__ = ["FeedbackParams", "RewardSource", "Verifier", "registry"]
