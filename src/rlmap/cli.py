@@ -169,6 +169,12 @@ def _cmd_diagnose(args: argparse.Namespace) -> None:
     print(render_json(report) if args.json else render_text(report), end="\n" if args.json else "")
 
 
+def _cmd_simulate(args: argparse.Namespace) -> None:
+    from rlmap.system.sim_report import command, simulate_args
+
+    print(command(simulate_args(vars(args))), end="")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="rlmap", description="RL post-training of language models, one choice per axis."
@@ -241,6 +247,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_dir", help="a run directory (reads metrics.jsonl, ledger.json)")
     p.add_argument("--json", action="store_true", help="the report as JSON")
     p.set_defaults(func=_cmd_diagnose)
+    p = sub.add_parser("simulate", help="discrete-event model of sync, async and partial rollout")
+    p.add_argument("--mode", default="sync", help="sync | async | partial (default: sync)")
+    p.add_argument("--workers", type=int, default=None, help="rollout workers W (default: 8)")
+    p.add_argument("--batch", type=int, default=None, help="trajectories per step B (default: 64)")
+    p.add_argument("--learner-step-s", default=None, metavar="S",
+                   help="learner step seconds, or a --duration spec (default: 1)")  # fmt: skip
+    p.add_argument("--duration", default=None, metavar="DIST",
+                   help="lognormal:mu,sigma | pareto:alpha,scale | exponential:mean | "
+                   "fixed:v | empirical:v1,v2,... (default: lognormal:0,1)")  # fmt: skip
+    p.add_argument("--eta", type=int, default=1, help="async: max staleness η (default: 1)")
+    p.add_argument("--budget-s", type=float, default=None, metavar="L",
+                   help="partial: longest segment per iteration, s (default: none)")  # fmt: skip
+    p.add_argument("--steps", type=int, default=200, help="learner steps (default: 200)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the draws (default: 0)")
+    p.add_argument("--from-run", default=None, metavar="DIR",
+                   help="durations (and learner step) from a run's metrics.jsonl")  # fmt: skip
+    p.add_argument("--json", action="store_true", help="the result as JSON")
+    p.add_argument("--sweep-workers", default=None, metavar="W1,W2,...",
+                   help="sync, async and partial at each worker count: a table")  # fmt: skip
+    p.add_argument("--plot", default=None, metavar="DIR", help="with --sweep-workers: PNGs here")
+    p.set_defaults(func=_cmd_simulate)
     return parser
 
 
