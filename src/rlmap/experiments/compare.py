@@ -238,8 +238,8 @@ def _fmt(v: Any) -> str:
     n = _number(v)
     if n is None:
         return str(v)
-    if n == int(n) and abs(n) >= 1:
-        return f"{int(n)}"
+    if (n == int(n) and abs(n) >= 1) or abs(n) >= 1000:
+        return f"{n:.0f}"
     return f"{n:.4g}"
 
 
