@@ -175,6 +175,59 @@ def _cmd_simulate(args: argparse.Namespace) -> None:
     print(command(simulate_args(vars(args))), end="")
 
 
+def _cmd_reward_pairs(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from rlmap.feedback.reward_model import write_pairs
+    from rlmap.recipes import build_config
+    from rlmap.system.setup import warm_start_spec
+    from rlmap.tasks.preferences import PreferenceSpec, embedded_pairs
+
+    spec = PreferenceSpec(pairs=args.n, heldout_pairs=args.heldout, noise=args.noise,
+                          seed=args.seed)  # fmt: skip
+    train, heldout = embedded_pairs(warm_start_spec(build_config(None, None, args.overrides)), spec)
+    out = Path(args.out)
+    side = out.with_name(out.stem + ".heldout" + out.suffix)
+    write_pairs(out, train)
+    write_pairs(side, heldout)
+    print(f"{len(train)} pairs (label noise {args.noise}) -> {out}; "
+          f"{len(heldout)} noise-free held-out pairs -> {side}")  # fmt: skip
+    return 0
+
+
+def _cmd_reward_train(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from rlmap.experiments.progress import ProgressView
+    from rlmap.experiments.rundir import create_run_dir
+    from rlmap.feedback.reward_model import (
+        RewardModelSpec,
+        load_pairs,
+        save_reward_model,
+        train_reward_model,
+    )
+    from rlmap.recipes import build_config
+    from rlmap.system.setup import model_path
+
+    _quiet_transformers()
+    train = load_pairs(Path(args.pairs))
+    heldout = load_pairs(Path(args.eval_pairs)) if args.eval_pairs else []
+    view = ProgressView(enabled=True)
+    overrides = [f"model.path={args.base}"] if args.base else []
+    base = model_path(build_config(None, None, overrides), progress=view.warm_start)
+    out = create_run_dir(root=Path("reward_models"), out=Path(args.out) if args.out else None)
+    given = {"steps": args.steps, "batch_size": args.batch_size, "lr": args.lr}
+    spec = RewardModelSpec(seed=args.seed, **{k: v for k, v in given.items() if v is not None})
+    model, tokenizer, metrics = train_reward_model(base, train, heldout, spec,
+                                                   progress=view.phase("reward model"))  # fmt: skip
+    info = {"base": str(base), "pairs": args.pairs, "eval_pairs": args.eval_pairs, **metrics}
+    save_reward_model(out, model, tokenizer, info)
+    for key, value in metrics.items():
+        print(f"{key:<28} {value:.4f}")
+    print(out)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="rlmap", description="RL post-training of language models, one choice per axis."
@@ -268,6 +321,28 @@ def build_parser() -> argparse.ArgumentParser:
                    help="sync, async and partial at each worker count: a table")  # fmt: skip
     p.add_argument("--plot", default=None, metavar="DIR", help="with --sweep-workers: PNGs here")
     p.set_defaults(func=_cmd_simulate)
+    p = sub.add_parser("reward-model", help="learned reward models: preference pairs, training")
+    rm = p.add_subparsers(dest="reward_command", required=True)
+    q = rm.add_parser("train", help="train a reward model (Bradley-Terry) from preference pairs")
+    q.add_argument("--pairs", required=True, help="JSONL: prompt, chosen, rejected per line")
+    q.add_argument("--eval-pairs", default=None, help="held-out pairs for pairwise accuracy")
+    q.add_argument(
+        "--base", default=None, help="trunk checkpoint (default: the embedded warm start)"
+    )
+    q.add_argument("--out", default=None, help="output directory (default: reward_models/<time>)")
+    q.add_argument("--steps", type=int, default=None, help="optimiser steps (default 1000)")
+    q.add_argument("--batch-size", type=int, default=None, help="pairs per step (default 64)")
+    q.add_argument("--lr", type=float, default=None, help="AdamW learning rate")
+    q.add_argument("--seed", type=int, default=0)
+    q.set_defaults(func=_cmd_reward_train)
+    q = rm.add_parser("pairs", help="write the embedded task's preference pairs as JSONL")
+    q.add_argument("--out", required=True, help="pairs file (held-out pairs go beside it)")
+    q.add_argument("--n", type=int, default=4000, help="training pairs")
+    q.add_argument("--heldout", type=int, default=512, help="noise-free held-out pairs")
+    q.add_argument("--noise", type=float, default=0.1, help="probability of a flipped label")
+    q.add_argument("--seed", type=int, default=0)
+    q.add_argument("overrides", nargs="*", help="dotted overrides of the data config")
+    q.set_defaults(func=_cmd_reward_pairs)
     return parser
 
 

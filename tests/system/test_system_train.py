@@ -123,9 +123,7 @@ def test_vapo_pretrains_the_critic_before_any_policy_update(
     assert (tmp_path / "run" / "plots" / "critic.png").exists()
 
 
-@pytest.mark.parametrize(
-    ("recipe", "field"), [("sao", "system.mode:"), ("classic-rlhf", "feedback.source:")]
-)
+@pytest.mark.parametrize(("recipe", "field"), [("sao", "system.mode:")])
 def test_recipes_rlmap_cannot_run_yet_are_refused_in_one_line(
     recipe: str, field: str, tiny_model_dir: Path, tmp_path: Path, toy: Toy
 ) -> None:
@@ -258,3 +256,42 @@ def test_the_calculator_task_refuses_a_tokenizer_without_the_markers(
     cfg = build_config("grpo", None, [*toy(tiny_model_dir), "data.task=calculator"])
     with pytest.raises(ConfigError, match=r"data\.task: calculator needs '<calc>'"):
         setup.check_inputs(cfg)
+
+
+def _reward_model_dir(model_dir: Path, out: Path) -> Path:
+    """A (randomly initialised) reward model on the tiny model's trunk, saved."""
+    from rlmap.feedback.reward_model import new_reward_model, save_reward_model
+
+    save_reward_model(out, new_reward_model(model_dir), AutoTokenizer.from_pretrained(model_dir),
+                      {"test": True})  # fmt: skip
+    return out
+
+
+def test_classic_rlhf_trains_on_a_learned_reward_with_the_kl_in_the_reward(
+    tiny_model_dir: Path, tmp_path: Path, toy: Toy
+) -> None:
+    rm = _reward_model_dir(tiny_model_dir, tmp_path / "rm")
+    cfg = build_config("classic-rlhf", None, [*toy(tiny_model_dir), f"model.reward_path={rm}"])
+    setup.check_inputs(cfg)
+    run_training(cfg, tmp_path / "run")
+    records = _records(tmp_path / "run")[1:]
+    for key in ("reward/verifier_mean", "kl/mean", "critic/value_loss", "loss/policy"):
+        assert all(key in r for r in records), key
+    # the learned reward is what trains: a real-valued score, not the verifier's 0/1
+    assert any(r["reward/mean"] not in (0.0, 1.0) for r in records)
+
+
+def test_a_learned_reward_needs_a_model_with_the_policys_tokenizer(
+    tiny_model_dir: Path, tiny_calc_model_dir: Path, tmp_path: Path, toy: Toy
+) -> None:
+    other = _reward_model_dir(tiny_calc_model_dir, tmp_path / "rm")  # vocabulary + markers
+    cfg = build_config("classic-rlhf", None, [*toy(tiny_model_dir), f"model.reward_path={other}"])
+    with pytest.raises(ConfigError, match=r"^model\.reward_path: .* different tokenizer"):
+        setup.build(cfg, tiny_model_dir, reward_path=other)
+    nowhere = f"model.reward_path={tmp_path / 'none'}"
+    missing = build_config("classic-rlhf", None, [*toy(tiny_model_dir), nowhere])
+    with pytest.raises(ConfigError, match=r"^model\.reward_path: .* not a local"):
+        setup.check_inputs(missing)
+    real = build_config("classic-rlhf", None, toy(tiny_model_dir))  # a real model, no RM given
+    with pytest.raises(ConfigError, match=r"^model\.reward_path: .*needs a trained reward"):
+        setup.check_inputs(real)

@@ -62,7 +62,9 @@ PLOTS: tuple[PlotSpec, ...] = (
         "step",
         "step",
         (
-            Panel("training reward", ("reward/mean", "reward/outcome_mean")),
+            Panel(
+                "training reward", ("reward/mean", "reward/outcome_mean", "reward/verifier_mean")
+            ),
             Panel("held-out pass@1", ("eval/pass@1", "eval/train_verifier_pass@1")),
             Panel("failed rewards (fraction)", (r"reward/(invalid|infra_error|timeout)_frac",)),
         ),

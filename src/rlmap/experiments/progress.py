@@ -6,7 +6,7 @@ Elsewhere (CI, a log file): one plain line per evaluation, so logs stay readable
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -44,22 +44,30 @@ class ProgressView:
             transient=False,
         )
 
+    def phase(self, label: str) -> Callable[[int, int, float], None]:
+        """A progress callback ``(step, total, loss)`` for a set-up phase (warm start, RM)."""
+
+        def show(step: int, total: int, loss: float) -> None:
+            if not self.enabled:
+                return
+            if not self.console.is_terminal:
+                if step == 1 or step == total or step % 100 == 0:
+                    self.console.print(f"{label} {step}/{total} loss {loss:.3f}")
+                return
+            if self._bar is None:
+                self._bar = self._progress()
+                self._bar.start()
+                self._task = self._bar.add_task(label, total=total, info="")
+            self._bar.update(self._task, completed=step, info=f"loss {loss:.3f}")
+            if step == total:
+                self._bar.stop()
+                self._bar = None
+
+        return show
+
     def warm_start(self, step: int, total: int, loss: float) -> None:
         """Progress callback of the warm start (SFT), called after each of its steps."""
-        if not self.enabled:
-            return
-        if not self.console.is_terminal:
-            if step == 1 or step == total or step % 100 == 0:
-                self.console.print(f"warm start {step}/{total} loss {loss:.3f}")
-            return
-        if self._bar is None:
-            self._bar = self._progress()
-            self._bar.start()
-            self._task = self._bar.add_task("warm start (SFT)", total=total, info="")
-        self._bar.update(self._task, completed=step, info=f"loss {loss:.3f}")
-        if step == total:
-            self._bar.stop()
-            self._bar = None
+        self.phase("warm start")(step, total, loss)
 
     @contextmanager
     def training(self, total: int, start: int) -> Iterator[None]:

@@ -65,8 +65,9 @@ def run_training(cfg: RecipeConfig, run_dir: Path, *, resume: bool = False) -> d
     """Train into ``run_dir`` (fresh, or continued from its newest checkpoint)."""
     view = ProgressView(enabled=cfg.run.progress)
     start = setup.model_path(cfg, progress=view.warm_start)
+    reward_path = setup.reward_model_path(cfg, progress=view.phase("reward model"))
     ckpt = latest_checkpoint(run_dir) if resume else None
-    parts = setup.build(cfg, start, resume_from=ckpt)
+    parts = setup.build(cfg, start, resume_from=ckpt, reward_path=reward_path)
     state, ledger = LoopState(), _initial_ledger(cfg, parts, start)
     if ckpt is not None:
         state, ledger, before = _restore(parts, ckpt)

@@ -67,18 +67,15 @@ FEEDBACK: dict[str, Feedback] = {
         ("feedback.verifier=exact_match",),
     ),
     "math": Feedback(
-        "a deterministic outcome verifier (math answer)",
-        "parser errors and equivalent forms are the risk; rlmap's closest verifier compares "
-        "the last number (last_number)",
-        ("feedback.verifier=last_number",),
+        "a deterministic outcome verifier (math answer equivalence, math-verify)",
+        "parser errors and equivalent forms are the risk: check rewarded samples by hand",
+        ("feedback.verifier=math_equiv",),
     ),
     "code": Feedback(
         "a deterministic outcome verifier (code tests in a sandbox)",
         "test loopholes and sandbox failures are the risk; an infrastructure failure is not "
         "a zero reward",
-        (),
-        note="rlmap has no code-test verifier yet: register one in rlmap.feedback.registry "
-        "and set feedback.verifier (the emitted config keeps exact_match)",
+        ("feedback.verifier=code_tests",),
     ),
     "reward-model": Feedback(
         "a learned reward model",

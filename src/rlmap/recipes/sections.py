@@ -13,6 +13,10 @@ class ModelConfig:
     path: str = "embedded:tiny"
     """A local directory of any Hugging Face causal LM, or ``embedded:tiny`` for the built-in
     character-level model (built and warm-started on first use, cached by content hash)."""
+    reward_path: str | None = None
+    """A trained reward model (``feedback.source=reward_model``): a local Hugging Face
+    sequence-classification directory, e.g. from ``rlmap reward-model train``. None on the
+    embedded default trains one from the task's preference pairs first (cached)."""
     critic_path: str | None = None
     """Where the value critic starts: a local Hugging Face directory (a causal LM, whose trunk
     gets a new value head, or a saved critic); None starts from the policy's checkpoint."""

@@ -40,10 +40,7 @@ change the gradient. One critic *update* is one pass of the policy's schedule
 
 from __future__ import annotations
 
-import contextlib
-import logging
 from collections import defaultdict
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -53,6 +50,7 @@ from torch import Tensor, nn
 from transformers import AutoConfig, AutoModelForTokenClassification, PreTrainedModel
 
 from rlmap.core.batch import Batch
+from rlmap.core.hf import quiet_new_head
 from rlmap.core.ops import at_least_float32
 from rlmap.estimators import train_mask, value_loss
 from rlmap.reduction import ReductionParams, reduce, token_weights
@@ -86,23 +84,6 @@ class CriticSettings:
         return self.updates * self.epochs * self.minibatches
 
 
-def _errors_only(record: logging.LogRecord) -> bool:
-    return record.levelno >= logging.ERROR
-
-
-@contextlib.contextmanager
-def _quiet_load_report() -> Iterator[None]:
-    # A causal-LM checkpoint has no ``score`` head, so transformers warns that it is
-    # newly initialised; that is expected here and checked in :func:`load_critic` instead.
-    # A filter, not a level: transformers runs extra checks when its logger's level is set.
-    logger = logging.getLogger("transformers.modeling_utils")
-    logger.addFilter(_errors_only)
-    try:
-        yield
-    finally:
-        logger.removeFilter(_errors_only)
-
-
 def load_critic(path: Path, *, dtype: torch.dtype, seed: int) -> PreTrainedModel:
     """The value model from ``path``: a causal LM's trunk + a new head, or a saved critic.
 
@@ -114,7 +95,7 @@ def load_critic(path: Path, *, dtype: torch.dtype, seed: int) -> PreTrainedModel
     """
     config = AutoConfig.from_pretrained(path, num_labels=1)
     config.classifier_dropout = 0.0
-    with torch.random.fork_rng(devices=[]), _quiet_load_report():
+    with torch.random.fork_rng(devices=[]), quiet_new_head():
         torch.manual_seed(seed)
         critic, info = AutoModelForTokenClassification.from_pretrained(
             path, config=config, dtype=dtype, output_loading_info=True

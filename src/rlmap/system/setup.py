@@ -18,6 +18,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenize
 from rlmap import feedback
 from rlmap.core.errors import ConfigError
 from rlmap.feedback.isolation import IsolatedVerifier, Verify
+from rlmap.feedback.reward_model import load_reward_model
 from rlmap.recipes.config import RecipeConfig
 from rlmap.system.critic import CRITIC_DIR, CriticSettings, load_critic
 from rlmap.system.engine import RolloutEngine
@@ -27,6 +28,7 @@ from rlmap.tasks.arithmetic import Example, make_splits
 from rlmap.tasks.calculator import CalculatorEnv, marker_ids
 from rlmap.tasks.env import AnswerEnv, EnvFactory
 from rlmap.tasks.jsonl import load_examples
+from rlmap.tasks.preferences import PreferenceSpec, embedded_reward_model
 from rlmap.tasks.warmstart import TOOL_DEMOS, WarmStartSpec, warm_start
 
 EMBEDDED = "embedded:tiny"
@@ -60,6 +62,8 @@ class Parts:
     """Environments of the held-out evaluation (``feedback.eval_verifier``); None: as training."""
     eval_rescore: Verify | None = None
     """The training verifier, to rescore held-out samples when evaluation uses another one."""
+    reward_model: torch.nn.Module | None = None
+    """The learned reward model scoring rollouts (``feedback.source=reward_model``)."""
 
 
 def warm_start_spec(cfg: RecipeConfig) -> WarmStartSpec:
@@ -82,6 +86,31 @@ def model_path(
     return path
 
 
+def reward_model_path(
+    cfg: RecipeConfig, progress: Callable[[int, int, float], None] | None = None
+) -> Path | None:
+    """The reward model of a ``feedback.source=reward_model`` run (None for other sources).
+
+    ``model.reward_path`` when given; on the embedded default without one, the cached
+    model trained on the task's preference pairs (:mod:`rlmap.tasks.preferences`).
+    """
+    if cfg.feedback.source != "reward_model":
+        return None
+    if cfg.model.reward_path is not None:
+        path = Path(cfg.model.reward_path)
+        if not (path / "config.json").exists():
+            raise ConfigError(
+                f"model.reward_path: {path} is not a local Hugging Face model directory"
+            )
+        return path
+    if cfg.model.path != EMBEDDED or cfg.data.task not in BUILT_IN_TASKS:
+        raise ConfigError(
+            "model.reward_path: feedback.source=reward_model needs a trained reward model "
+            "(rlmap reward-model train --pairs FILE.jsonl); only the embedded default has one"
+        )
+    return embedded_reward_model(warm_start_spec(cfg), PreferenceSpec(), progress=progress)
+
+
 def check_inputs(cfg: RecipeConfig) -> None:
     """Fail on what rlmap cannot run yet, bad data files or a missing model, before any work."""
     refuse_unavailable(cfg)
@@ -90,6 +119,10 @@ def check_inputs(cfg: RecipeConfig) -> None:
         path = model_path(cfg)
         if cfg.data.task == "calculator":
             marker_ids(AutoTokenizer.from_pretrained(path))
+    if cfg.feedback.source == "reward_model" and (
+        cfg.model.reward_path is not None or cfg.model.path != EMBEDDED
+    ):
+        reward_model_path(cfg)  # a given path must exist; a real model must have one
     critic = cfg.model.critic_path
     if cfg.critic.enabled and critic is not None and not (Path(critic) / "config.json").exists():
         raise ConfigError(
@@ -99,7 +132,7 @@ def check_inputs(cfg: RecipeConfig) -> None:
 
 def refuse_unavailable(cfg: RecipeConfig) -> None:
     """One-line ConfigError, naming the field, for parts of a recipe rlmap does not have yet."""
-    for source in ("reward_model", "process_reward", "environment", "comparison"):
+    for source in ("process_reward", "environment", "comparison"):
         if cfg.feedback.source == source:
             raise ConfigError(f"feedback.source: '{source}' is not available in rlmap yet")
     if cfg.system.mode == "async":
@@ -202,7 +235,12 @@ def build_critic(
     return critic, optimizer, scheduler
 
 
-def build(cfg: RecipeConfig, start: Path, resume_from: Path | None = None) -> Parts:
+def build(
+    cfg: RecipeConfig,
+    start: Path,
+    resume_from: Path | None = None,
+    reward_path: Path | None = None,
+) -> Parts:
     """All live objects of a run that started from checkpoint ``start``.
 
     The policy (and critic) load ``resume_from`` when given (a checkpoint of this run);
@@ -228,7 +266,24 @@ def build(cfg: RecipeConfig, start: Path, resume_from: Path | None = None) -> Pa
                  environment_factory(cfg, tokenizer), update_settings(cfg),
                  *build_critic(cfg, start, resume_from),
                  eval_environment=environment_factory(cfg, tokenizer, verifier=f.eval_verifier),
-                 eval_rescore=make_verifier(cfg, f.verifier) if other else None)  # fmt: skip
+                 eval_rescore=make_verifier(cfg, f.verifier) if other else None,
+                 reward_model=_reward_model(cfg, tokenizer, reward_path))  # fmt: skip
+
+
+def _reward_model(
+    cfg: RecipeConfig, tokenizer: PreTrainedTokenizerBase, path: Path | None
+) -> torch.nn.Module | None:
+    """The frozen reward model at ``path``; its tokenizer must be the policy's."""
+    if path is None:
+        if cfg.feedback.source == "reward_model":
+            raise ConfigError("model.reward_path: no reward model for feedback.source=reward_model")
+        return None
+    if AutoTokenizer.from_pretrained(path).get_vocab() != tokenizer.get_vocab():
+        raise ConfigError(
+            f"model.reward_path: {path} has a different tokenizer from the policy's; the reward "
+            "model must read the policy's tokens"
+        )
+    return load_reward_model(path, dtype=DTYPES[cfg.system.train_dtype])
 
 
 def make_optimizer(

@@ -29,13 +29,15 @@ import torch
 
 from rlmap import estimators, sampling
 from rlmap.core.batch import Batch, End, RewardStatus
+from rlmap.core.ops import masked_mean
 from rlmap.correction import kl_in_reward
 from rlmap.estimators import Credit, CreditParams
+from rlmap.feedback.reward_model import score_batch
 from rlmap.feedback.shaping import overlong_penalty
 from rlmap.sampling.refill import first_groups, sample_more
 from rlmap.system.critic import compute_values, update_critic
 from rlmap.system.learner import prepare_batch, update_policy
-from rlmap.system.rollout import Scored, episode_metrics, run_episodes, to_batch
+from rlmap.system.rollout import Episode, Scored, episode_metrics, run_episodes, to_batch
 from rlmap.system.setup import Parts, critic_settings
 from rlmap.tasks.arithmetic import Example
 
@@ -94,17 +96,30 @@ def rollout_round(p: Parts, examples: list[Example], first_group: int) -> list[S
     envs = [p.environment(e) for e in examples for _ in range(group_size)]
     episodes = run_episodes(p.engine, envs, max_new_tokens=g.max_new_tokens,
                             temperature=g.temperature, top_p=g.top_p)  # fmt: skip
+    outcomes = [e.outcome for e in episodes]
+    if p.reward_model is not None:  # the learned reward replaces the environment's
+        outcomes = learned_rewards(p, episodes)
     cache = p.cfg.feedback.overlong_cache
     limit = g.max_new_tokens * p.cfg.data.turn_budget
     scored = []
-    for k, e in enumerate(episodes):
+    for k, (e, outcome) in enumerate(zip(episodes, outcomes, strict=True)):
         shaping = 0.0
         if cache is not None:
             length = torch.tensor([e.action_tokens])  # all turns: the episode's length limit
             shaping = float(overlong_penalty(length, limit, cache)[0])
-        scored.append(Scored(e, first_group + k // group_size, e.outcome, e.outcome + shaping,
+        scored.append(Scored(e, first_group + k // group_size, outcome, outcome + shaping,
                              e.status))  # fmt: skip
     return scored
+
+
+def learned_rewards(p: Parts, episodes: list[Episode]) -> list[float]:
+    """The reward model's score of each episode's tokens (prompt, turns, observations),
+    batched; 0.0 for an episode without tokens (aborted at reset: excluded anyway)."""
+    assert p.reward_model is not None
+    rows = [list(e.prompt_ids + e.response_ids) for e in episodes if e.prompt_ids]
+    scores = iter(score_batch(p.reward_model, rows, int(p.tokenizer.pad_token_id),
+                              p.cfg.optim.micro_batch_size).tolist())  # fmt: skip
+    return [next(scores) if e.prompt_ids else 0.0 for e in episodes]
 
 
 def collect(p: Parts, state: LoopState) -> tuple[list[Scored], LoopState, dict[str, float]]:
@@ -140,6 +155,9 @@ def collect(p: Parts, state: LoopState) -> tuple[list[Scored], LoopState, dict[s
         "sampling/timeouts": float(sum(x.status == RewardStatus.TIMEOUT for x in generated)),
     }
     metrics = rollout_metrics(generated, multi_turn=p.cfg.data.multi_turn)
+    if p.reward_model is not None:  # what the verifier says of the same rollouts
+        ok = [x.episode.outcome for x in generated if _valid(x)]
+        metrics["reward/verifier_mean"] = sum(ok) / len(ok) if ok else math.nan
     return kept, replace(state, cursor=cursor), stats | metrics
 
 
@@ -192,14 +210,16 @@ def reward_metrics(scored: list[Scored]) -> dict[str, float]:
 def learn(p: Parts, batch: Batch, state: LoopState) -> dict[str, float]:
     """π_old / π_ref, (KL in the reward), critic values, advantages, critic and policy steps."""
     batch, timings = prepare_batch(batch, p.policy, p.reference, p.settings)
-    if p.cfg.kl.placement == "reward" and batch.ref_logprobs is not None:
-        current = batch.behavior_logprobs if batch.old_logprobs is None else batch.old_logprobs
-        penalised = kl_in_reward(
-            batch.step_rewards, current, batch.ref_logprobs, batch.action_mask, p.cfg.kl.beta
-        )
-        batch = batch.replace(token_rewards=penalised)
-    warming = critic_warming_up(p, state)
     metrics: dict[str, float] = dict(timings)
+    ref = batch.ref_logprobs
+    if p.cfg.kl.placement == "reward" and ref is not None:
+        current = batch.behavior_logprobs if batch.old_logprobs is None else batch.old_logprobs
+        penalised = kl_in_reward(batch.step_rewards, current, ref, batch.action_mask,
+                                 p.cfg.kl.beta)  # fmt: skip
+        batch = batch.replace(token_rewards=penalised)
+        k1 = (current - ref).float()  # the penalty's KL estimate, per token
+        metrics["kl/mean"] = float(masked_mean(k1, batch.action_mask))
+    warming = critic_warming_up(p, state)
     if p.critic is not None:
         started = time.perf_counter()
         values, bootstrap = compute_values(p.critic, batch, p.settings.micro_batch_size)
