@@ -40,7 +40,7 @@ def _error(recipe: str, *overrides: str) -> str:
         ("grpo", ["behaviour.corrections=[tiss]"], "behaviour.corrections:", "tis"),
         ("grpo", ["reduction.name=mean"], "reduction.name:", "token_mean"),
         ("grpo", ["sampling.filter=dynamic"], "sampling.filter:", "mixed"),
-        ("grpo", ["feedback.verifier=regex"], "feedback.verifier:", "exact_match"),
+        ("grpo", ["feedback.verifier=no_such_verifier"], "feedback.verifier:", "exact_match"),
         ("rloo", ["optim.epochs_per_batch=2"], "behaviour.objective:", "off-policy"),
         ("grpo", ["behaviour.dual_clip=0.5"], "behaviour.dual_clip:", "> 1"),
         ("grpo", ["kl.beta=0"], "kl.beta:", "> 0"),

@@ -32,5 +32,9 @@ registry.add("math_equiv", Verifier(MathEquiv(), "1 if math-verify finds the ans
 registry.add("code_tests", Verifier(verifiers.code_tests, "1 if the code passes its unit tests"))
 registry.add("json_schema", Verifier(verifiers.json_schema, "1 if the JSON validates against it"))
 registry.add("regex", Verifier(verifiers.regex_format, "1 if the response fully matches it"))
+registry.add(
+    "contains_answer",
+    Verifier(verifiers.contains_answer, "LOOSE on purpose (hacking demo): its digits anywhere"),
+)
 
 __all__ = ["FeedbackParams", "RewardSource", "Verifier", "registry"]
