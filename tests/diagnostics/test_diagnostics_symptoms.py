@@ -135,6 +135,29 @@ def test_reward_up_heldout_down_near_misses(why: str, held: Curve, reward: Curve
     ), why
 
 
+def test_a_growing_gap_between_the_training_and_held_out_verifiers_is_reward_hacking() -> None:
+    # strict held-out pass@1 stalls at 0.55 while the training verifier's score of the same
+    # samples climbs to 0.70: over the last third of evaluations (steps 70, 80, 90, 100) the
+    # gap is 0.15 on average, 0 at step 0
+    def strict(s: int) -> float:
+        return min(0.3 + 0.01 * s, 0.55)
+
+    held = {"eval/pass@1": strict,
+            "eval/train_verifier_pass@1": lambda s: strict(s) + 0.15 * (s >= 40)}  # fmt: skip
+    finding = verdict(make_run(held=held), "reward_up_heldout_down")
+    assert finding.status == "detected"
+    gap = finding.evidence[-1]
+    assert gap.metric == "eval/train_verifier_pass@1"
+    assert gap.values["gap_end"] == pytest.approx(0.15) and gap.values["gap_start"] == 0
+
+
+@pytest.mark.parametrize("gap", [0.0, 0.03])
+def test_a_small_or_constant_verifier_gap_is_quiet(gap: float) -> None:
+    held = {"eval/pass@1": lambda s: 0.1 + 0.007 * s,
+            "eval/train_verifier_pass@1": lambda s: 0.1 + 0.007 * s + gap}  # fmt: skip
+    assert verdict(make_run(held=held), "reward_up_heldout_down").status == "quiet"
+
+
 def test_reward_up_heldout_down_needs_evaluations() -> None:
     finding = verdict(make_run(held={}), "reward_up_heldout_down")
     assert finding.status == "not checked" and "eval/pass@1" in finding.needs[0]

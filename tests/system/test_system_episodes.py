@@ -220,8 +220,9 @@ def test_intermediate_rewards_go_to_each_turns_last_action_token() -> None:
                 action=(True, True, False, True, True), logprobs=(0.0,) * 5, versions=(0,) * 5,
                 turn_ids=(0, 0, -1, 1, 1), end=End.TERMINAL, eos=True, rewards=(0.5, 1.0),
                 status=RewardStatus.OK)  # fmt: skip
-    # shaped return 1.5 - 0.25: the shaping (-0.25) lands on the last turn
-    batch = to_batch([Scored(e, 0, 1.5, 1.25, RewardStatus.OK)], pad_token_id=0)
+    # shaped return 1.5 - 0.25: the shaping (-0.25) is in the last turn's reward
+    scored = Scored(e, 0, 1.5, 1.25, RewardStatus.OK, per_turn=(0.5, 0.75))
+    batch = to_batch([scored], pad_token_id=0)
     assert batch.token_rewards is not None
     assert batch.token_rewards[0].tolist() == [0, 0, 0, 0.5, 0, 0, 0.75]
     assert batch.rewards.tolist() == [1.25]

@@ -53,6 +53,11 @@ Between evaluations of one run it moves by ~0.01-0.02 on the embedded held-out s
 (256 prompts × 8 samples, the same sampling seed each time)."""
 HELDOUT_DROP_REL = 0.1
 """... and at least this fraction of its best value (from a best of 0.9 it must fall 0.09)."""
+HACK_GAP = 0.05
+"""With a stricter held-out verifier (``feedback.eval_verifier``): the training verifier's
+held-out pass@1 (``eval/train_verifier_pass@1``) exceeds the held-out verifier's by at least
+this much, on average over the last third of the evaluations, and by this much more than
+at the first evaluation: the training verifier accepts what the held-out one rejects."""
 
 ENTROPY_COLLAPSE_FRAC = 0.1
 """Entropy has collapsed when its rolling mean is at or below this fraction of its start
@@ -158,6 +163,11 @@ def reward_up_heldout_down(run: RunData) -> Outcome:
     )
     values = {"best": best, "best_step": best_step, "last": last, "drop": drop}
     evidence = [Evidence("eval/pass@1", _span(held), text, values)]
+    gap = _verifier_gap(run, held)
+    if gap is not None:
+        evidence += gap.evidence
+        if gap.detected:
+            return Outcome(True, tuple(evidence), window=gap.window)
     after = [p for p in reward if p[0] >= best_step]
     if drop < needed or len(after) < MIN_POINTS:
         return Outcome(False, tuple(evidence))
@@ -165,6 +175,27 @@ def reward_up_heldout_down(run: RunData) -> Outcome:
     text = f"trained reward from the best evaluation to the end: {rise.describe()}"
     evidence.append(Evidence("reward/mean", _span(after), text, _shift_values(rise)))
     return Outcome(rise.t >= TREND_T, tuple(evidence), window=(best_step, last_step))
+
+
+def _verifier_gap(run: RunData, held: list[Point]) -> Outcome | None:
+    """The training verifier's held-out score against the held-out verifier's (HACK_GAP);
+    None when the run has no separate held-out verifier."""
+    loose = dict(trace(run.records, "eval/train_verifier_pass@1"))
+    gaps = [(step, loose[step] - strict) for step, strict in held if step in loose]
+    if len(gaps) < MIN_EVALS:
+        return None
+    tail = gaps[-max(1, len(gaps) // 3) :]
+    end = mean([g for _, g in tail])
+    start = gaps[0][1]
+    text = (
+        f"the training verifier accepts {_fmt(end)} more of the held-out samples than the "
+        f"held-out verifier over the last evaluations (steps {tail[0][0]}-{tail[-1][0]}), "
+        f"{_fmt(start)} at step {gaps[0][0]} (reward hacking shows as >= {_fmt(HACK_GAP)})"
+    )
+    values = {"gap_start": start, "gap_end": end}
+    evidence = Evidence("eval/train_verifier_pass@1", _span(gaps), text, values)
+    detected = end >= HACK_GAP and end - start >= HACK_GAP
+    return Outcome(detected, (evidence,), window=(tail[0][0], tail[-1][0]))
 
 
 # --- 2. entropy collapses quickly ---------------------------------------------------

@@ -29,3 +29,14 @@ class FeedbackParams:
     overlong_cache: int | None = None
     """L_c of DAPO's soft overlong punishment (L_max is ``generation.max_new_tokens``);
     None turns the shaping off."""
+    format_pattern: str | None = None
+    """A regular expression the final answer must fully match for the format reward."""
+    format_weight: float = 0.0
+    """Weight of the format reward (1 on a match, else 0); non-zero with ``format_pattern``."""
+    length_target: int | None = None
+    """Generated-token target of the length reward −|L − target| / target."""
+    length_weight: float = 0.0
+    """Weight of the length reward; non-zero with ``length_target``."""
+    process_reward: str | None = None
+    """A per-turn scorer (``rlmap.feedback.process.registry``) for ``source=process_reward``:
+    its per-turn scores sit at each turn's last token (turn-level credit)."""

@@ -8,12 +8,14 @@ check here branches on a component's name.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from rlmap import correction, estimators, feedback, reduction, sampling
 from rlmap.core.errors import ConfigError
 from rlmap.core.registry import Registry
+from rlmap.feedback import process
 from rlmap.recipes.config import RecipeConfig
 
 Check = Callable[[RecipeConfig], Iterator[str]]
@@ -39,6 +41,8 @@ def _known_components(cfg: RecipeConfig) -> None:
         names.append(("behaviour.corrections", correction.corrections, name))
     if cfg.feedback.source == "verifier":
         names.append(("feedback.verifier", feedback.registry, cfg.feedback.verifier))
+    if cfg.feedback.source == "process_reward" and cfg.feedback.process_reward is not None:
+        names.append(("feedback.process_reward", process.registry, cfg.feedback.process_reward))
     if cfg.feedback.eval_verifier is not None:
         names.append(("feedback.eval_verifier", feedback.registry, cfg.feedback.eval_verifier))
     for field, registry, name in names:
@@ -146,6 +150,19 @@ def _reduction(cfg: RecipeConfig) -> Iterator[str]:
 
 
 def _feedback(cfg: RecipeConfig) -> Iterator[str]:
+    f = cfg.feedback
+    if f.source == "process_reward" and f.process_reward is None:
+        yield "feedback.process_reward: feedback.source=process_reward needs a scorer name"
+    for term, weight in (("format_pattern", "format_weight"), ("length_target", "length_weight")):
+        value, w = getattr(f, term), getattr(f, weight)
+        if (value is None) != (w == 0):
+            yield (f"feedback.{weight}: goes with feedback.{term} (a term needs a non-zero "
+                   f"weight), got {term}={value!r}, {weight}={w}")  # fmt: skip
+    if f.format_pattern is not None:
+        try:
+            re.compile(f.format_pattern)
+        except re.error as exc:
+            yield f"feedback.format_pattern: not a regular expression ({exc})"
     timeout = cfg.feedback.timeout_s
     if timeout is not None and timeout <= 0:
         yield f"feedback.timeout_s: must be > 0 (or null: in-process), got {timeout}"

@@ -207,6 +207,9 @@ class Scored:
     reward: float
     """The return trained on: outcome + shaping (e.g. DAPO soft overlong punishment)."""
     status: RewardStatus
+    per_turn: tuple[float, ...] | None = None
+    """Per-turn rewards summing to ``reward`` (environment step rewards, a process reward,
+    the shaping on the last turn); None: ``reward`` at the last action token."""
 
 
 def to_batch(scored: Sequence[Scored], *, pad_token_id: int) -> Batch:
@@ -214,8 +217,9 @@ def to_batch(scored: Sequence[Scored], *, pad_token_id: int) -> Batch:
 
     Rewards: when every turn but the last has reward 0 (outcome tasks), ``rewards`` is the
     return and ``token_rewards`` stays None (R at the last action token). Otherwise each
-    turn's reward sits at its last action token, the shaping on the last one, in
-    ``token_rewards``. ``turn_id`` is filled only when some episode has several turns.
+    turn's reward (``Scored.per_turn``, the shaping in the last one's) sits at that turn's
+    last action token, in ``token_rewards``. ``turn_id`` is filled only when some episode
+    has several turns.
     """
     prompt_len = max(len(s.episode.prompt_ids) for s in scored)
     response_len = max(max(len(s.episode.response_ids) for s in scored), 1)
@@ -255,19 +259,21 @@ def to_batch(scored: Sequence[Scored], *, pad_token_id: int) -> Batch:
 
 
 def _has_step_rewards(scored: Sequence[Scored]) -> bool:
-    return any(any(r != 0 for r in s.episode.rewards[:-1]) for s in scored)
+    return any(s.per_turn is not None and any(r != 0 for r in s.per_turn[:-1]) for s in scored)
 
 
 def _turn_rewards(
     scored: Sequence[Scored], action: torch.Tensor, turn: torch.Tensor
 ) -> torch.Tensor:
-    """(B, T): each turn's reward at its last action token; the shaping added on the last."""
+    """(B, T): each turn's reward (``Scored.per_turn``) at its last action token."""
     out = torch.zeros(action.shape)
     for i, s in enumerate(scored):
-        rewards = list(s.episode.rewards)
-        if rewards:
-            rewards[-1] += s.reward - s.outcome
-        for k, r in enumerate(rewards):
+        if s.per_turn is None:  # an outcome: the return at the last action token
+            cols = action[i].nonzero()
+            if len(cols):
+                out[i, cols.max()] = s.reward
+            continue
+        for k, r in enumerate(s.per_turn):
             cols = ((turn[i] == k) & action[i]).nonzero()
             if len(cols):
                 out[i, cols.max()] = r

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -18,12 +18,14 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenize
 from rlmap import feedback
 from rlmap.core.errors import ConfigError
 from rlmap.feedback.isolation import IsolatedVerifier, Verify
+from rlmap.feedback.reward import Reward
 from rlmap.feedback.reward_model import load_reward_model
 from rlmap.recipes.config import RecipeConfig
 from rlmap.system.critic import CRITIC_DIR, CriticSettings, load_critic
 from rlmap.system.engine import RolloutEngine
 from rlmap.system.hf_engine import HFEngine
 from rlmap.system.learner import UpdateSettings
+from rlmap.system.scoring import EpisodeReturn, base_reward, shaping_reward
 from rlmap.tasks.arithmetic import Example, make_splits
 from rlmap.tasks.calculator import CalculatorEnv, marker_ids
 from rlmap.tasks.env import AnswerEnv, EnvFactory
@@ -64,6 +66,10 @@ class Parts:
     """The training verifier, to rescore held-out samples when evaluation uses another one."""
     reward_model: torch.nn.Module | None = None
     """The learned reward model scoring rollouts (``feedback.source=reward_model``)."""
+    base_reward: Reward = field(default_factory=EpisodeReturn)
+    """The base term of the reward (:func:`rlmap.system.scoring.base_reward`)."""
+    shaping: Reward | None = None
+    """The shaping terms added to it, or None (:func:`rlmap.system.scoring.shaping_reward`)."""
 
 
 def warm_start_spec(cfg: RecipeConfig) -> WarmStartSpec:
@@ -132,7 +138,7 @@ def check_inputs(cfg: RecipeConfig) -> None:
 
 def refuse_unavailable(cfg: RecipeConfig) -> None:
     """One-line ConfigError, naming the field, for parts of a recipe rlmap does not have yet."""
-    for source in ("process_reward", "environment", "comparison"):
+    for source in ("environment", "comparison"):
         if cfg.feedback.source == source:
             raise ConfigError(f"feedback.source: '{source}' is not available in rlmap yet")
     if cfg.system.mode == "async":
@@ -145,11 +151,9 @@ def refuse_unavailable(cfg: RecipeConfig) -> None:
         "system.backend": (cfg.system.backend, "inprocess"),
         "system.partial_rollout": (cfg.system.partial_rollout, False),
     }
-    for field, (value, available) in unavailable.items():
+    for name, (value, available) in unavailable.items():
         if value != available:
-            raise ConfigError(
-                f"{field}: {value!r} is not available in rlmap yet; use {available!r}"
-            )
+            raise ConfigError(f"{name}: {value!r} is not available in rlmap yet; use {available!r}")
 
 
 def load_data(cfg: RecipeConfig) -> tuple[list[Example], list[Example]]:
@@ -267,7 +271,8 @@ def build(
                  *build_critic(cfg, start, resume_from),
                  eval_environment=environment_factory(cfg, tokenizer, verifier=f.eval_verifier),
                  eval_rescore=make_verifier(cfg, f.verifier) if other else None,
-                 reward_model=_reward_model(cfg, tokenizer, reward_path))  # fmt: skip
+                 reward_model=_reward_model(cfg, tokenizer, reward_path),
+                 base_reward=base_reward(cfg), shaping=shaping_reward(cfg))  # fmt: skip
 
 
 def _reward_model(

@@ -33,11 +33,11 @@ from rlmap.core.ops import masked_mean
 from rlmap.correction import kl_in_reward
 from rlmap.estimators import Credit, CreditParams
 from rlmap.feedback.reward_model import score_batch
-from rlmap.feedback.shaping import overlong_penalty
 from rlmap.sampling.refill import first_groups, sample_more
 from rlmap.system.critic import compute_values, update_critic
 from rlmap.system.learner import prepare_batch, update_policy
 from rlmap.system.rollout import Episode, Scored, episode_metrics, run_episodes, to_batch
+from rlmap.system.scoring import score_episodes, trajectory
 from rlmap.system.setup import Parts, critic_settings
 from rlmap.tasks.arithmetic import Example
 
@@ -91,25 +91,23 @@ def next_prompts(train: list[Example], cursor: int, n: int, seed: int) -> list[E
 
 
 def rollout_round(p: Parts, examples: list[Example], first_group: int) -> list[Scored]:
-    """G episodes per prompt, each with its return and shaping."""
+    """G episodes per prompt, each scored: base reward + shaping (:mod:`rlmap.system.scoring`)."""
     g, group_size = p.cfg.generation, p.cfg.sampling.group_size
     envs = [p.environment(e) for e in examples for _ in range(group_size)]
     episodes = run_episodes(p.engine, envs, max_new_tokens=g.max_new_tokens,
                             temperature=g.temperature, top_p=g.top_p)  # fmt: skip
-    outcomes = [e.outcome for e in episodes]
-    if p.reward_model is not None:  # the learned reward replaces the environment's
-        outcomes = learned_rewards(p, episodes)
-    cache = p.cfg.feedback.overlong_cache
-    limit = g.max_new_tokens * p.cfg.data.turn_budget
-    scored = []
-    for k, (e, outcome) in enumerate(zip(episodes, outcomes, strict=True)):
-        shaping = 0.0
-        if cache is not None:
-            length = torch.tensor([e.action_tokens])  # all turns: the episode's length limit
-            shaping = float(overlong_penalty(length, limit, cache)[0])
-        scored.append(Scored(e, first_group + k // group_size, outcome, outcome + shaping,
-                             e.status))  # fmt: skip
-    return scored
+    learned = learned_rewards(p, episodes) if p.reward_model is not None else None
+    limit = g.max_new_tokens * p.cfg.data.turn_budget  # the episode's length limit, all turns
+    trajectories = [
+        trajectory(p.tokenizer, e, examples[k // group_size].answer, limit,
+                   None if learned is None else (*[0.0] * (len(e.rewards) - 1), learned[k]))
+        for k, e in enumerate(episodes)
+    ]  # fmt: skip
+    verdicts = score_episodes(p.base_reward, p.shaping, trajectories)
+    return [
+        Scored(e, first_group + k // group_size, v.outcome, v.reward, v.status, v.per_turn)
+        for k, (e, v) in enumerate(zip(episodes, verdicts, strict=True))
+    ]
 
 
 def learned_rewards(p: Parts, episodes: list[Episode]) -> list[float]:

@@ -1,0 +1,147 @@
+"""Scoring episodes: the base reward (environment return, learned or process reward) plus
+the configured shaping terms, through the one reward interface (:mod:`rlmap.feedback.reward`).
+
+- **base** — ``feedback.source``: ``verifier`` (the environment's return: its verifier
+  judged the answer), ``reward_model`` (the learned score, computed in a batch before
+  and passed in), ``process_reward`` (a per-turn scorer). Its value is the episode's
+  *outcome*: what "correct" means in metrics and for the group filter.
+- **shaping** — DAPO's soft overlong punishment (weight 1), the format reward and the
+  length reward, each present only when configured; placed on the last turn.
+
+The reward trained on is base + shaping; per-turn scores are kept when the base gives
+them (environment step rewards, process rewards), with the shaping on the last turn.
+A status other than OK from either part excludes the episode.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from transformers import PreTrainedTokenizerBase
+
+from rlmap.core.batch import End, RewardStatus
+from rlmap.feedback import process
+from rlmap.feedback.reward import (
+    FormatReward,
+    LengthReward,
+    OverlongPunishment,
+    ProcessReward,
+    Reward,
+    Score,
+    Trajectory,
+    Weighted,
+    score_batch,
+    worst,
+)
+from rlmap.recipes.config import RecipeConfig
+from rlmap.system.rollout import Episode
+from rlmap.tasks.prompts import decode_response
+
+
+@dataclass(frozen=True)
+class EpisodeReturn:
+    """The environment's per-turn rewards, as the trajectory's metadata carries them."""
+
+    name: str = "environment"
+
+    def __call__(self, batch: Sequence[Trajectory]) -> list[Score]:
+        out = []
+        for t in batch:
+            status = RewardStatus(t.metadata["status"])
+            rewards = tuple(t.metadata["rewards"])
+            if status != RewardStatus.OK:
+                out.append(Score.failed(status, "the environment's reward failed"))
+            elif len(rewards) != len(t.turns):
+                out.append(Score.failed(RewardStatus.INFRA_ERROR, "no reward for a turn"))
+            else:
+                out.append(Score(sum(rewards), per_turn=rewards))
+        return out
+
+
+def base_reward(cfg: RecipeConfig) -> Reward:
+    """The base term of ``feedback.source``."""
+    name = cfg.feedback.process_reward
+    if cfg.feedback.source == "process_reward" and name is not None:
+        return ProcessReward(process.registry.get(name).fn, name)
+    return EpisodeReturn()
+
+
+def shaping_reward(cfg: RecipeConfig) -> Reward | None:
+    """Σ of the configured shaping terms, or None when there is none."""
+    f = cfg.feedback
+    terms: list[tuple[float, Reward]] = []
+    if f.overlong_cache is not None:
+        terms.append((1.0, OverlongPunishment(f.overlong_cache)))
+    if f.format_pattern is not None:
+        terms.append((f.format_weight, FormatReward(f.format_pattern)))
+    if f.length_target is not None:
+        terms.append(
+            (f.length_weight, LengthReward(f.length_target, scale=max(f.length_target, 1)))
+        )
+    return Weighted(tuple(terms)) if terms else None
+
+
+def trajectory(
+    tokenizer: PreTrainedTokenizerBase,
+    e: Episode,
+    reference: str,
+    max_length: int,
+    rewards: Sequence[float] | None = None,
+) -> Trajectory:
+    """The reward interface's view of an episode: decoded turns and observations.
+
+    ``rewards`` replaces the environment's per-turn rewards (a learned reward's score).
+    """
+    turns: dict[int, list[int]] = {}
+    observations: list[list[int]] = []
+    last = None
+    for token, turn in zip(e.response_ids, e.turn_ids, strict=True):
+        if turn >= 0:
+            turns.setdefault(turn, []).append(token)
+        elif last is None or last >= 0:
+            observations.append([token])
+        else:
+            observations[-1].append(token)
+        last = turn
+    return Trajectory(
+        prompt=decode_response(tokenizer, e.prompt_ids),
+        turns=tuple(decode_response(tokenizer, ids) for _, ids in sorted(turns.items())),
+        observations=tuple(decode_response(tokenizer, ids) for ids in observations),
+        reference=reference,
+        metadata={
+            "rewards": tuple(e.rewards if rewards is None else rewards),
+            "status": int(e.status),
+        },
+        length=e.action_tokens,
+        max_length=max_length,
+        truncated=e.end == End.TRUNCATED,
+    )
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """An episode's scores: the outcome (base), the reward trained on, per turn, status."""
+
+    outcome: float
+    reward: float
+    per_turn: tuple[float, ...] | None
+    status: RewardStatus
+
+
+def score_episodes(
+    base: Reward, shaping: Reward | None, trajectories: Sequence[Trajectory]
+) -> list[Verdict]:
+    """Base and shaping scores of a batch of trajectories, combined (module docstring)."""
+    bases = score_batch(base, trajectories)
+    extras = score_batch(shaping, trajectories) if shaping is not None else [None] * len(bases)
+    out = []
+    for t, b, x in zip(trajectories, bases, extras, strict=True):
+        env = RewardStatus(t.metadata["status"])  # a process scorer does not see it
+        status = worst([env, b.status] + ([] if x is None else [x.status]))
+        extra = 0.0 if x is None else x.value
+        per_turn = None
+        if b.per_turn:
+            per_turn = (*b.per_turn[:-1], b.per_turn[-1] + extra)
+        out.append(Verdict(b.value, b.value + extra, per_turn, status))
+    return out

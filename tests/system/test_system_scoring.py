@@ -1,0 +1,184 @@
+"""Scoring episodes through the reward interface: base + shaping, per-turn, process rewards."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rlmap.core.batch import Batch, End, RewardStatus
+from rlmap.core.errors import ConfigError
+from rlmap.experiments.train import run_training
+from rlmap.feedback.process import TOOL_STEP_BONUS, calculator_steps
+from rlmap.feedback.reward import OverlongPunishment, Trajectory, Weighted
+from rlmap.recipes import build_config
+from rlmap.system import sync
+from rlmap.system.rollout import Episode
+from rlmap.system.scoring import EpisodeReturn, score_episodes, trajectory
+from rlmap.tasks.calculator import TOOL_TOKENS
+from rlmap.tasks.tokenizer import build_tokenizer
+
+TOKENIZER = build_tokenizer(extra_tokens=TOOL_TOKENS)
+Toy = Callable[..., list[str]]
+
+
+def ids(text: str) -> tuple[int, ...]:
+    return tuple(int(i) for i in TOKENIZER.encode(text, add_special_tokens=False))
+
+
+def tool_episode(answer: str = "12", *, status: RewardStatus = RewardStatus.OK) -> Episode:
+    call, obs, final = ids("<calc>3*4</calc>"), ids("<result>12</result>"), ids(answer)
+    n = len(call) + len(obs) + len(final)
+    return Episode(prompt_ids=ids("3*4="), response_ids=call + obs + final,
+                   action=(True,) * len(call) + (False,) * len(obs) + (True,) * len(final),
+                   logprobs=(0.0,) * n, versions=(0,) * n,
+                   turn_ids=(0,) * len(call) + (-1,) * len(obs) + (1,) * len(final),
+                   end=End.TERMINAL, eos=True, rewards=(0.0, float(answer == "12")),
+                   status=status, tool_calls=1)  # fmt: skip
+
+
+def test_an_episode_reads_as_decoded_turns_and_observations() -> None:
+    t = trajectory(TOKENIZER, tool_episode(), "12", max_length=32)
+    assert t.prompt == "3*4="
+    assert t.turns == ("<calc>3*4</calc>", "12") and t.observations == ("<result>12</result>",)
+    assert t.response == "12" and t.length == len(ids("<calc>3*4</calc>12"))
+    assert dict(t.metadata) == {"rewards": (0.0, 1.0), "status": 0}
+
+
+def test_base_plus_shaping_by_hand() -> None:
+    # 7 generated tokens (<calc> 3 * 4 </calc>, then 1 2) of L_max 9 with L_c 4:
+    # overlong = −(7 − (9 − 4)) / 4 = −0.5
+    e = tool_episode()
+    t = trajectory(TOKENIZER, e, "12", max_length=9)
+    assert t.length == 7
+    (v,) = score_episodes(EpisodeReturn(), Weighted(((1.0, OverlongPunishment(4)),)), [t])
+    assert v.outcome == 1.0 and v.reward == pytest.approx(0.5) and v.status == RewardStatus.OK
+    assert v.per_turn == pytest.approx((0.0, 0.5))  # the shaping in the last turn
+
+
+def test_a_failed_environment_status_survives_any_base() -> None:
+    t = trajectory(TOKENIZER, tool_episode(status=RewardStatus.TIMEOUT), "12", max_length=32)
+    from rlmap.feedback.reward import ProcessReward
+
+    (v,) = score_episodes(ProcessReward(calculator_steps), None, [t])
+    assert v.status == RewardStatus.TIMEOUT  # the process scorer cannot launder it
+
+
+def _traj(
+    turns: tuple[str, ...], observations: tuple[str, ...], truncated: bool = False
+) -> Trajectory:
+    return Trajectory(prompt="3*4=", turns=turns, observations=observations, reference="12",
+                      length=10, max_length=32, truncated=truncated)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("turns", "observations", "truncated", "expected"),
+    [
+        # a useful call, then the right answer: 0.1 + 1 on the turns where they happen
+        (("<calc>3*4</calc>", "12"), ("<result>12</result>",), False, [TOOL_STEP_BONUS, 1.0]),
+        # two useful calls: only the first earns the bonus
+        (("<calc>3*4</calc>", "<calc>4*3</calc>", "12"),
+         ("<result>12</result>", "<result>12</result>"), False, [TOOL_STEP_BONUS, 0.0, 1.0]),
+        # a useless call, then a wrong answer
+        (("<calc>3+4</calc>", "13"), ("<result>7</result>",), False, [0.0, 0.0]),
+        # answered directly
+        (("12",), (), False, [1.0]),
+        # truncated by the turn budget after a useful call: the bonus, no answer
+        (("<calc>3*4</calc>",), ("<result>12</result>",), True, [TOOL_STEP_BONUS]),
+    ],
+)  # fmt: skip
+def test_calculator_process_reward_by_hand(
+    turns: tuple[str, ...], observations: tuple[str, ...], truncated: bool, expected: list[float]
+) -> None:
+    assert calculator_steps(_traj(turns, observations, truncated)) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field"),
+    [
+        (["feedback.format_weight=0.5"], "feedback.format_weight:"),
+        (["feedback.length_target=8"], "feedback.length_weight:"),
+        (["feedback.format_pattern=[", "feedback.format_weight=1"], "feedback.format_pattern:"),
+        (["feedback.source=process_reward"], "feedback.process_reward:"),
+        (["feedback.source=process_reward", "feedback.process_reward=nope"],
+         "feedback.process_reward:"),
+    ],
+)  # fmt: skip
+def test_bad_reward_terms_are_one_line_errors(overrides: list[str], field: str) -> None:
+    with pytest.raises(ConfigError, match=f"^{field}") as info:
+        build_config("grpo", None, overrides)
+    assert "\n" not in str(info.value)
+
+
+def test_process_rewards_land_on_turn_ends_and_turn_gae_credits_each_turn() -> None:
+    import torch
+
+    from rlmap.estimators import CreditParams, registry
+    from rlmap.feedback.reward import ProcessReward
+    from rlmap.system.rollout import Scored, to_batch
+
+    e = tool_episode()
+    (v,) = score_episodes(ProcessReward(calculator_steps), None,
+                          [trajectory(TOKENIZER, e, "12", max_length=32)])  # fmt: skip
+    assert v.per_turn == pytest.approx((TOOL_STEP_BONUS, 1.0))
+    batch = to_batch([Scored(e, 0, v.outcome, v.reward, v.status, v.per_turn)], pad_token_id=0)
+    assert batch.token_rewards is not None and batch.turn_id is not None
+    ends = [int(torch.nonzero(batch.turn_id[0] == k).max()) for k in (0, 1)]
+    assert batch.token_rewards[0, ends].tolist() == pytest.approx([TOOL_STEP_BONUS, 1.0])
+    # zero values, γ = λ = 1 (Monte Carlo over turns): Â_turn0 = 0.1 + 1.0, Â_turn1 = 1.0
+    batch = batch.replace(values=torch.zeros(batch.tokens.shape), bootstrap_values=torch.zeros(1))
+    params = CreditParams(estimator="gae", gamma=1.0, lam=1.0, time_unit="turn")
+    adv = registry.get("gae").fn(batch, params).advantages[0]
+    assert adv[ends].tolist() == pytest.approx([TOOL_STEP_BONUS + 1.0, 1.0])
+
+
+def _spy(monkeypatch: pytest.MonkeyPatch) -> list[Batch]:
+    batches: list[Batch] = []
+    real = sync.learn
+
+    def spy(p: Any, batch: Batch, state: Any) -> dict[str, float]:
+        batches.append(batch)
+        return real(p, batch, state)
+
+    monkeypatch.setattr(sync, "learn", spy)
+    return batches
+
+
+def test_a_format_reward_adds_to_the_trained_reward(
+    tiny_model_dir: Path, tmp_path: Path, toy: Toy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    batches = _spy(monkeypatch)
+    # every response matches ".*": +0.5 on top of the verifier's 0/1 for each trajectory
+    overrides = [
+        *toy(tiny_model_dir),
+        "feedback.format_pattern=(?s).*",
+        "feedback.format_weight=0.5",
+    ]
+    run_training(build_config("grpo", None, overrides), tmp_path / "run")
+    records = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    for r in records[1:]:
+        assert r["reward/mean"] == pytest.approx(r["reward/outcome_mean"] + 0.5)
+    assert batches and all(b.token_rewards is None for b in batches)  # one turn: an outcome
+
+
+def test_a_process_reward_reaches_turn_level_credit_at_the_turn_boundaries(
+    tiny_calc_model_dir: Path, tmp_path: Path, toy: Toy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    batches = _spy(monkeypatch)
+    overrides = [*toy(tiny_calc_model_dir, steps=3), "data.task=calculator", "data.max_turns=2",
+                 "generation.max_new_tokens=6", "feedback.source=process_reward",
+                 "feedback.process_reward=calculator_steps", "credit.time_unit=turn"]  # fmt: skip
+    run_training(build_config("ppo", None, overrides), tmp_path / "run")
+    assert batches  # it trained; where a batch has step rewards they sit at turn ends:
+    for batch in batches:
+        if batch.token_rewards is None:  # no episode earned an intermediate reward
+            continue
+        turn = batch.turns
+        nxt = turn.roll(-1, dims=1)
+        nxt[:, -1] = -2
+        ends = batch.action_mask & (turn != nxt)
+        assert batch.token_rewards[~ends].abs().sum() == 0
+        assert batch.token_rewards.sum(-1).tolist() == pytest.approx(batch.rewards.tolist())
