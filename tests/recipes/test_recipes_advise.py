@@ -8,7 +8,7 @@ import json
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import get_args
+from typing import Any, get_args
 
 import pytest
 
@@ -201,8 +201,17 @@ def test_every_base_names_a_recipe_and_rows_4_and_5_do_not() -> None:
     ],
 )
 def test_an_untrainable_baseline_says_so_and_names_the_closest(
-    profile: TaskProfile, field: str
+    profile: TaskProfile, field: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # Every source trains today; a build without environment returns stands in for one
+    # that cannot (the advisor asks the same check `rlmap train` runs).
+    import rlmap.recipes.advise as advise_module
+
+    def refuse(cfg: Any) -> None:
+        if cfg.feedback.source == "environment":
+            raise ConfigError("feedback.source: 'environment' is not available in rlmap yet")
+
+    monkeypatch.setattr(advise_module, "refuse_unavailable", refuse)
     advice = advise(profile)
     assert advice.refused is not None and advice.refused.startswith(field)
     assert advice.closest is not None

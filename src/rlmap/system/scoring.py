@@ -1,8 +1,9 @@
 """Scoring episodes: the base reward (environment return, learned or process reward) plus
 the configured shaping terms, through the one reward interface (:mod:`rlmap.feedback.reward`).
 
-- **base** — ``feedback.source``: ``verifier`` (the environment's return: its verifier
-  judged the answer), ``reward_model`` (the learned score, computed in a batch before
+- **base** — ``feedback.source``: ``verifier`` or ``environment`` (the environment's
+  return; the built-in tasks' environments judge the answer with ``feedback.verifier``),
+  ``reward_model`` (the learned score, computed in a batch before
   and passed in), ``process_reward`` (a per-turn scorer). Its value is the episode's
   *outcome*: what "correct" means in metrics and for the group filter.
 - **shaping** — DAPO's soft overlong punishment (weight 1), the format reward and the

@@ -138,7 +138,7 @@ def check_inputs(cfg: RecipeConfig) -> None:
 
 def refuse_unavailable(cfg: RecipeConfig) -> None:
     """One-line ConfigError, naming the field, for parts of a recipe rlmap does not have yet."""
-    for source in ("environment", "comparison"):
+    for source in ("comparison",):
         if cfg.feedback.source == source:
             raise ConfigError(f"feedback.source: '{source}' is not available in rlmap yet")
     if cfg.system.mode == "async":
