@@ -40,7 +40,8 @@ needs_uid_drop = pytest.mark.skipif(ISOLATION.uid is None, reason="needs root (u
 
 
 def _sandbox_dirs() -> set[str]:
-    return {p.name for p in Path(tempfile.gettempdir()).glob("rlmap-sandbox-*")}
+    """This process's sandbox directories (another xdist worker's may exist meanwhile)."""
+    return {p.name for p in Path(tempfile.gettempdir()).glob(f"rlmap-sandbox-{os.getpid()}-*")}
 
 
 def _live_pids_of(uid: int) -> list[int]:

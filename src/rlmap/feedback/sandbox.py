@@ -192,7 +192,7 @@ def run_python(code: str, tests: str, limits: SandboxLimits | None = None) -> Sa
     compile(tests, "<tests>", "exec")  # a broken reference is a config error, not a 0
     host = _host()
     isolation = _isolation(host)
-    base = Path(tempfile.mkdtemp(prefix="rlmap-sandbox-"))
+    base = Path(tempfile.mkdtemp(prefix=f"rlmap-sandbox-{os.getpid()}-"))  # pid: whose it is
     try:
         return _run(code, tests, limits, host, isolation, base)
     finally:
