@@ -346,8 +346,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    """Arguments, with ``key=value`` overrides allowed after options too.
+
+    argparse stops filling a ``nargs="*"`` positional at the first option, so
+    ``rlmap train a=1 --out DIR b=2`` would reject ``b=2``; such leftovers join the
+    command's overrides. Anything else left over is an error, as usual.
+    """
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    overrides = [e for e in extra if "=" in e and not e.startswith("-")]
+    if extra and (overrides != extra or not hasattr(args, "overrides")):
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    if overrides:
+        args.overrides = [*args.overrides, *overrides]
+    return args
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse(argv)
     try:
         status = args.func(args)
     except ConfigError as exc:

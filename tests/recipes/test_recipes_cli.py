@@ -37,3 +37,14 @@ def test_config_prints_resolved_yaml(capsys: pytest.CaptureFixture[str]) -> None
 def test_config_rejects_invalid_combination(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["config", "--recipe", "grpo", "sampling.group_size=1"]) == 2
     assert capsys.readouterr().err.startswith("rlmap: error: sampling.group_size:")
+
+
+def test_overrides_may_follow_options() -> None:
+    from rlmap.cli import parse
+
+    args = parse(["train", "--recipe", "grpo", "optim.lr=1e-5", "--out", "x", "optim.steps=3"])
+    assert args.overrides == ["optim.lr=1e-5", "optim.steps=3"] and args.out == "x"
+    with pytest.raises(SystemExit):
+        parse(["train", "--out", "x", "--bogus"])
+    with pytest.raises(SystemExit):
+        parse(["recipes", "optim.lr=1"])  # a command without overrides takes none
