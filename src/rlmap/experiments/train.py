@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -54,9 +56,12 @@ from rlmap.experiments.rundir import (
 from rlmap.recipes import composition, load_config
 from rlmap.recipes.config import RecipeConfig
 from rlmap.system import setup
+from rlmap.system.async_loop import async_runner
 from rlmap.system.critic import CRITIC_DIR
 from rlmap.system.evaluate import evaluate
 from rlmap.system.sync import LoopState, sync_step
+
+Step = Callable[[setup.Parts, LoopState], tuple[LoopState, dict[str, float]]]
 
 EVAL_SEED = 12345
 
@@ -80,9 +85,9 @@ def run_training(cfg: RecipeConfig, run_dir: Path, *, resume: bool = False) -> d
         before = _evaluate(parts)
         log = StepRecords(run_dir, tensorboard=cfg.run.tensorboard)
         log.write(0, before | ledger.metrics())
-    with view.training(cfg.optim.steps, state.step):
+    with view.training(cfg.optim.steps, state.step), stepper(parts, state) as step:
         while state.step < cfg.optim.steps:
-            state, ledger = _one_step(parts, state, ledger, log, view, run_dir)
+            state, ledger = _one_step(parts, state, ledger, log, view, run_dir, step)
     return _finish(run_dir, before, MetricsLog.read(run_dir / "metrics.jsonl"), ledger, cfg)
 
 
@@ -104,6 +109,17 @@ def run_seeds(cfg: RecipeConfig, root: Path, seeds: list[int]) -> dict[int, dict
     return out
 
 
+@contextmanager
+def stepper(parts: setup.Parts, state: LoopState) -> Iterator[Step]:
+    """The loop's step: the synchronous barrier, or the asynchronous queue's learner step
+    (its worker threads live as long as the block)."""
+    if parts.cfg.system.mode == "sync":
+        yield lambda p, s: sync_step(p, s)  # looked up per call: tests replace sync_step
+        return
+    with async_runner(parts, state) as runner:
+        yield lambda p, s: runner.step(s)
+
+
 def seed_everything(seed: int) -> None:
     """Seed every random stream the run draws from (rollout sampling uses torch's)."""
     random.seed(seed)
@@ -117,9 +133,10 @@ def _one_step(
     log: StepRecords,
     view: ProgressView,
     run_dir: Path,
+    step: Step,
 ) -> tuple[LoopState, Ledger]:
     cfg, started = parts.cfg, time.perf_counter()
-    state, metrics = sync_step(parts, state)
+    state, metrics = step(parts, state)
     last = state.step == cfg.optim.steps
     if last or state.step % cfg.run.eval_every == 0:
         metrics |= _evaluate(parts)

@@ -182,6 +182,15 @@ def _data(cfg: RecipeConfig) -> Iterator[str]:
         yield f"data.max_digits: must be >= 1, got {d.max_digits}"
 
 
+def _system(cfg: RecipeConfig) -> Iterator[str]:
+    if cfg.system.partial_rollout and cfg.system.mode != "async":
+        yield ("system.partial_rollout: needs system.mode=async (the synchronous loop never "
+               "updates weights while a trajectory runs)")  # fmt: skip
+    for name in ("workers", "publish_every"):
+        if getattr(cfg.system, name) < 1:
+            yield f"system.{name}: must be >= 1, got {getattr(cfg.system, name)}"
+
+
 def _optim(cfg: RecipeConfig) -> Iterator[str]:
     o = cfg.optim
     for field in ("steps", "epochs_per_batch", "minibatches_per_epoch", "micro_batch_size"):
@@ -200,5 +209,6 @@ CHECKS: tuple[Check, ...] = (
     _reduction,
     _feedback,
     _data,
+    _system,
     _optim,
 )

@@ -53,11 +53,12 @@ else:
 class HFEngine:
     """Batched sampling with ``model.generate`` (KV cache on), left padding and an attention mask.
 
-    Precision: when ``dtype`` equals the policy's parameter dtype the engine *shares* the
-    policy module (no copy; generation runs under ``inference_mode`` in eval mode and the
-    previous training mode is restored after). Otherwise it keeps its own copy whose
-    parameters are cast to ``dtype`` (buffers such as rotary ``inv_freq`` stay as they are,
-    as in ``from_pretrained(dtype=...)``), and ``update_weights`` copies new weights into it.
+    Precision: when ``dtype`` equals the policy's parameter dtype (and ``own_copy`` is
+    False) the engine *shares* the policy module (no copy; generation runs under
+    ``inference_mode`` in eval mode and the previous training mode is restored after).
+    Otherwise it keeps its own copy whose parameters are cast to ``dtype`` (buffers such
+    as rotary ``inv_freq`` stay as they are, as in ``from_pretrained(dtype=...)``), and
+    ``update_weights`` / ``set_weights`` copy new weights into it.
     """
 
     def __init__(
@@ -68,6 +69,7 @@ class HFEngine:
         eos_token_id: int | Sequence[int],
         dtype: torch.dtype = torch.float32,
         max_batch: int = 256,
+        own_copy: bool = False,
     ) -> None:
         if max_batch < 1:
             raise ValueError(f"max_batch: must be >= 1, got {max_batch}")
@@ -77,7 +79,7 @@ class HFEngine:
         )
         self.dtype = dtype
         self.max_batch = max_batch
-        self.shares_policy = parameter_dtype(model) == dtype
+        self.shares_policy = parameter_dtype(model) == dtype and not own_copy
         self.model = (
             generative(model) if self.shares_policy else cast_copy(generative(model), dtype)
         )
@@ -104,6 +106,14 @@ class HFEngine:
         else:
             with torch.no_grad():
                 self.model.load_state_dict(model.state_dict())
+        self._version = version
+
+    def set_weights(self, state: dict[str, torch.Tensor], version: int) -> None:
+        """Load a state dict (a snapshot of the learner's weights) into the engine's own copy."""
+        if self.shares_policy:
+            raise ValueError("set_weights: this engine shares the policy; use update_weights")
+        with torch.no_grad():
+            self.model.load_state_dict(state)
         self._version = version
 
     def generate(

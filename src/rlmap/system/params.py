@@ -13,6 +13,13 @@ class SystemParams:
     mode: Literal["sync", "async"] = "sync"
     """sync: every group finishes before the learner steps (barrier); async: finished
     trajectories enter a queue and the learner does not wait for their group."""
+    workers: int = 2
+    """async: rollout worker threads, each with its own copy of the weights."""
+    worker_prompts: int | None = None
+    """async: prompts a worker rolls out together in one batched ``generate`` (their
+    trajectories enter the queue as that round finishes); None: prompts_per_step / workers."""
+    publish_every: int = 1
+    """async: learner steps between weight publications (a new policy version)."""
     partial_rollout: bool = False
     """Pause unfinished trajectories at a weight update and resume them later (Kimi k1.5)."""
     engine: Literal["hf", "vllm"] = "hf"

@@ -8,7 +8,7 @@ columns line up across the batch.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -133,6 +133,7 @@ def run_episodes(
     max_new_tokens: int,
     temperature: float,
     top_p: float,
+    before_turn: Callable[[], None] | None = None,
 ) -> list[Episode]:
     """Run one episode in each environment, all running ones batched into each ``generate``.
 
@@ -143,6 +144,8 @@ def run_episodes(
     turn), and *aborted* (status ``infra_error``) when ``reset`` or ``step`` raised.
     Observations after a truncating step are kept: they are part of the final state
     the critic bootstraps from. The environments of one call share their stop tokens.
+    ``before_turn`` runs before each round (partial rollout: new weights may arrive, and
+    the next turns' tokens carry their version).
     """
     stops = tuple(dict.fromkeys(t for env in envs for t in env.stop_token_ids))
     done: dict[int, Episode] = {}
@@ -153,6 +156,8 @@ def run_episodes(
         except Exception:  # an environment failure is infrastructure, never a terminal state
             done[i] = _Running(env, ()).finish(End.ABORTED, eos=False)
     while running:
+        if before_turn is not None:
+            before_turn()
         batch = engine.generate([r.context for r in running.values()], n=1,
                                 max_new_tokens=max_new_tokens, temperature=temperature,
                                 top_p=top_p, stop_token_ids=stops)  # fmt: skip

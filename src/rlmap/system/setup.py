@@ -141,15 +141,9 @@ def refuse_unavailable(cfg: RecipeConfig) -> None:
     for source in ("comparison",):
         if cfg.feedback.source == source:
             raise ConfigError(f"feedback.source: '{source}' is not available in rlmap yet")
-    if cfg.system.mode == "async":
-        raise ConfigError(
-            "system.mode: 'async' (the asynchronous queue, e.g. the sao preset) is not "
-            "available in rlmap yet; use system.mode=sync"
-        )
     unavailable = {
         "system.engine": (cfg.system.engine, "hf"),
         "system.backend": (cfg.system.backend, "inprocess"),
-        "system.partial_rollout": (cfg.system.partial_rollout, False),
     }
     for name, (value, available) in unavailable.items():
         if value != available:

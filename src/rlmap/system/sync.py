@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import torch
@@ -35,6 +36,7 @@ from rlmap.estimators import Credit, CreditParams
 from rlmap.feedback.reward_model import score_batch
 from rlmap.sampling.refill import first_groups, sample_more
 from rlmap.system.critic import compute_values, update_critic
+from rlmap.system.engine import RolloutEngine
 from rlmap.system.learner import prepare_batch, update_policy
 from rlmap.system.rollout import Episode, Scored, episode_metrics, run_episodes, to_batch
 from rlmap.system.scoring import score_episodes, trajectory
@@ -90,12 +92,24 @@ def next_prompts(train: list[Example], cursor: int, n: int, seed: int) -> list[E
     return out
 
 
-def rollout_round(p: Parts, examples: list[Example], first_group: int) -> list[Scored]:
-    """G episodes per prompt, each scored: base reward + shaping (:mod:`rlmap.system.scoring`)."""
+def rollout_round(
+    p: Parts,
+    examples: list[Example],
+    first_group: int,
+    *,
+    engine: RolloutEngine | None = None,
+    before_turn: Callable[[], None] | None = None,
+) -> list[Scored]:
+    """G episodes per prompt, each scored: base reward + shaping (:mod:`rlmap.system.scoring`).
+
+    ``engine`` defaults to the run's; an asynchronous worker passes its own, and
+    ``before_turn`` (partial rollout: pick up new weights between turns).
+    """
     g, group_size = p.cfg.generation, p.cfg.sampling.group_size
     envs = [p.environment(e) for e in examples for _ in range(group_size)]
-    episodes = run_episodes(p.engine, envs, max_new_tokens=g.max_new_tokens,
-                            temperature=g.temperature, top_p=g.top_p)  # fmt: skip
+    episodes = run_episodes(p.engine if engine is None else engine, envs,
+                            max_new_tokens=g.max_new_tokens, temperature=g.temperature,
+                            top_p=g.top_p, before_turn=before_turn)  # fmt: skip
     learned = learned_rewards(p, episodes) if p.reward_model is not None else None
     limit = g.max_new_tokens * p.cfg.data.turn_budget  # the episode's length limit, all turns
     trajectories = [

@@ -1,0 +1,297 @@
+"""The asynchronous loop (in-process): rollout workers feed a queue, the learner never waits
+for a group.
+
+    worker × W (threads)                      learner (the caller's thread)
+    ─────────────────────                      ─────────────────────────────
+    admit n prompts (staleness bound) ─┐       take B finished trajectories (arrival order)
+    load the newest weights            │       drop those more than η versions old (counted)
+    run their episodes, score them ────┴─►Q─►  learn (the synchronous loop's own step)
+    (partial rollout: new weights may          publish weights as version v + 1
+     arrive between turns)                     (every ``system.publish_every`` steps)
+
+It reuses the synchronous loop's step functions: :func:`~rlmap.system.sync.rollout_round`
+produces and scores the episodes (on the worker's own engine), and
+:func:`~rlmap.system.sync.learn` updates critic and policy.
+
+A worker rolls out ``system.worker_prompts`` prompts (default B / W) in one batched
+``generate`` per turn — Hugging Face ``generate`` has no continuous batching — and its
+trajectories enter the queue when that round finishes.
+
+Versions. Every action token carries the version of the weights that sampled it
+(``Completion.version``); a worker loads the newest published snapshot before each
+prompt and, with ``system.partial_rollout``, also between the turns of an episode, so one
+trajectory may mix versions. A trajectory's staleness when consumed is the learner's
+version minus its *oldest* token's version.
+
+The staleness bound η = ``behaviour.max_staleness`` holds twice:
+
+- at admission (AReaL's rule): a worker starts a prompt only while
+  ``started − dropped ≤ (v + η + 1)·B`` trajectories, v the learner's version — so
+  no more is in flight than the learner can consume within η versions;
+- at consumption: a trajectory older than η versions is dropped (``system/stale_dropped``),
+  and the ``staleness`` correction, when the recipe has it, masks it too.
+
+Weights travel as a snapshot (a cloned state dict) taken by the learner after its
+step, never read from the live model while it trains. Nothing here touches files.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+
+import torch
+
+from rlmap.system.hf_engine import HFEngine
+from rlmap.system.rollout import Scored, to_batch
+from rlmap.system.setup import DTYPES, Parts
+from rlmap.system.sync import (
+    LoopState,
+    learn,
+    next_prompts,
+    rollout_metrics,
+    rollout_round,
+)
+
+WAIT_S = 0.05
+"""How often blocked threads look at the stop flag."""
+
+
+@dataclass
+class Board:
+    """The newest published weights: a version and a snapshot of the state dict."""
+
+    version: int
+    state: dict[str, torch.Tensor]
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def publish(self, model: torch.nn.Module, version: int) -> None:
+        snapshot = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        with self.lock:
+            self.version, self.state = version, snapshot
+
+    def latest(self) -> tuple[int, dict[str, torch.Tensor]]:
+        with self.lock:
+            return self.version, self.state
+
+
+@dataclass
+class Admission:
+    """AReaL's staleness control: ``started − dropped ≤ (v + η + 1)·B`` (module docstring)."""
+
+    batch: int
+    eta: int
+    started: int = 0
+    dropped: int = 0
+    version: int = 0
+    cond: threading.Condition = field(default_factory=threading.Condition)
+
+    def admit(self, n: int, stop: threading.Event) -> bool:
+        """Wait until ``n`` more trajectories may start; False when stopping."""
+        with self.cond:
+            while self.started + n - self.dropped > (self.version + self.eta + 1) * self.batch:
+                if stop.is_set():
+                    return False
+                self.cond.wait(WAIT_S)
+            self.started += n
+            return not stop.is_set()
+
+    def advance(self, version: int, dropped: int) -> None:
+        with self.cond:
+            self.version, self.dropped = version, self.dropped + dropped
+            self.cond.notify_all()
+
+
+@dataclass(frozen=True)
+class Finished:
+    """A scored trajectory as it leaves a worker."""
+
+    scored: Scored
+    duration_s: float
+    """Wall seconds from the start of its prompt's rollout to its end."""
+
+
+@dataclass
+class Counts:
+    """What the workers did, for the ledger's balance (generated = consumed + dropped +
+    aborted + queued)."""
+
+    finished: int = 0
+    finished_tokens: int = 0
+    aborted_rounds: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class AsyncRunner:
+    """Worker threads around a run's parts; ``step`` is one learner step (module docstring)."""
+
+    def __init__(self, p: Parts, state: LoopState) -> None:
+        s = p.cfg.sampling
+        self.p = p
+        self.batch = s.prompts_per_step * s.group_size
+        workers = p.cfg.system.workers
+        self.prompts = p.cfg.system.worker_prompts or max(1, s.prompts_per_step // workers)
+        self.queue: queue.Queue[Finished] = queue.Queue()
+        self.board = Board(state.step, {})
+        self.board.publish(p.policy, state.step)
+        self.admission = Admission(self.batch, p.cfg.behaviour.max_staleness, version=state.step)
+        self.counts = Counts()
+        self.cursor, self.cursor_lock = state.cursor, threading.Lock()
+        self.stop = threading.Event()
+        self.errors: list[BaseException] = []
+        dtype = DTYPES[p.cfg.system.rollout_dtype]
+        pad, eos = int(p.tokenizer.pad_token_id), int(p.tokenizer.eos_token_id)
+        engines = [HFEngine(p.policy, pad_token_id=pad, eos_token_id=eos, dtype=dtype,
+                            own_copy=True) for _ in range(p.cfg.system.workers)]  # fmt: skip
+        self.threads = [
+            threading.Thread(target=self._work, args=(e,), name=f"rollout-{k}", daemon=True)
+            for k, e in enumerate(engines)
+        ]
+        for t in self.threads:
+            t.start()
+
+    # --- workers -----------------------------------------------------------------------
+
+    def _take_prompts(self, n: int) -> int:
+        """The cursor of the next ``n`` prompts (they are groups cursor .. cursor + n − 1)."""
+        with self.cursor_lock:
+            cursor = self.cursor
+            self.cursor += n
+        return cursor
+
+    def _refresh(self, engine: HFEngine) -> None:
+        version, state = self.board.latest()
+        if version != engine.version:
+            engine.set_weights(state, version)
+
+    def _work(self, engine: HFEngine) -> None:
+        p, n = self.p, self.prompts
+        size = n * p.cfg.sampling.group_size
+        partial = p.cfg.system.partial_rollout
+        try:
+            while self.admission.admit(size, self.stop):
+                cursor = self._take_prompts(n)
+                examples = next_prompts(p.train, cursor, n, p.cfg.seed)
+                self._refresh(engine)
+                started = time.perf_counter()
+                try:
+                    scored = rollout_round(p, examples, cursor, engine=engine,
+                                           before_turn=(lambda: self._refresh(engine))
+                                           if partial else None)  # fmt: skip
+                except Exception:  # an engine or environment fault costs this round only
+                    with self.counts.lock:
+                        self.counts.aborted_rounds += 1
+                    self.admission.advance(self.admission.version, size)  # slots free again
+                    continue
+                took = time.perf_counter() - started
+                with self.counts.lock:
+                    self.counts.finished += len(scored)
+                    self.counts.finished_tokens += sum(x.episode.action_tokens for x in scored)
+                for x in scored:
+                    self.queue.put(Finished(x, took))
+        except BaseException as exc:  # surfaced by the learner, never swallowed
+            self.errors.append(exc)
+
+    # --- the learner ---------------------------------------------------------------------
+
+    def _take(self, n: int) -> tuple[list[Finished], float]:
+        """``n`` finished trajectories in arrival order, and the seconds spent waiting."""
+        items: list[Finished] = []
+        started = time.perf_counter()
+        while len(items) < n:
+            if self.errors:
+                raise RuntimeError("a rollout worker failed") from self.errors[0]
+            try:
+                items.append(self.queue.get(timeout=WAIT_S))
+            except queue.Empty:
+                continue
+        return items, time.perf_counter() - started
+
+    def step(self, state: LoopState) -> tuple[LoopState, dict[str, float]]:
+        """One learner step: take B trajectories, drop the stale, learn, publish."""
+        started = time.perf_counter()
+        queued_before = self.queue.qsize()
+        items, waited = self._take(self.batch)
+        version = state.step
+        lags = [version - oldest_version(x.scored) for x in items]
+        eta = self.p.cfg.behaviour.max_staleness
+        kept = [x.scored for x, lag in zip(items, lags, strict=True) if lag <= eta]
+        metrics = self._metrics(items, kept, lags, waited, queued_before)
+        update_started = time.perf_counter()
+        if kept:
+            batch = to_batch(kept, pad_token_id=int(self.p.tokenizer.pad_token_id))
+            metrics |= learn(self.p, batch, state)
+        update_s = time.perf_counter() - update_started
+        state = replace(state, step=state.step + 1, cursor=self.cursor)
+        if state.step % self.p.cfg.system.publish_every == 0:
+            self.board.publish(self.p.policy, state.step)
+        self.admission.advance(state.step, len(items) - len(kept))
+        total = time.perf_counter() - started
+        return state, metrics | {
+            "system/update_s": update_s,
+            "system/rollout_s": waited,
+            "system/learner_utilisation": update_s / max(total, 1e-9),
+            "system/tokens_per_s": metrics["sampling/generated_tokens"] / max(total, 1e-9),
+        }
+
+    def _metrics(self, items: list[Finished], kept: list[Scored], lags: list[int],
+                 waited: float, queued: int) -> dict[str, float]:  # fmt: skip
+        scored = [x.scored for x in items]
+        tokens = [x.episode.action_tokens for x in scored]
+        kept_tokens = sum(x.episode.action_tokens for x in kept)
+        durations = torch.tensor([x.duration_s for x in items])
+        with self.counts.lock:
+            finished_mean = self.counts.finished_tokens / max(self.counts.finished, 1)
+        lag = torch.tensor(lags, dtype=torch.float32)
+        return rollout_metrics(scored, multi_turn=self.p.cfg.data.multi_turn) | {
+            "sampling/generated": float(len(items)),
+            "sampling/generated_tokens": float(sum(tokens)),
+            "sampling/kept_frac": len(kept) / len(items),
+            "sampling/rounds": 1.0,
+            "sampling/rejected": float(sum(x.status != 0 for x in scored)),
+            "sampling/infra_errors": float(sum(x.status == 2 for x in scored)),
+            "sampling/timeouts": float(sum(x.status == 3 for x in scored)),
+            "system/stale_dropped": float(len(items) - len(kept)),
+            "system/checkpoint_age_mean": float(lag.mean()),
+            "system/checkpoint_age_max": float(lag.max()),
+            "system/accepted_token_frac": kept_tokens / max(sum(tokens), 1),
+            "system/queue_length": float(queued),
+            "system/rollout_duration_p50": float(durations.quantile(0.5)),
+            "system/rollout_duration_p95": float(durations.quantile(0.95)),
+            "system/rollout_duration_p99": float(durations.quantile(0.99)),
+            "system/learner_wait_s": waited,
+            "system/consumed_length_mean": sum(tokens) / len(tokens),
+            "system/finished_length_mean": finished_mean,
+        }
+
+    def close(self) -> dict[str, int]:
+        """Stop the workers; the balance of what they produced (queued at the end included)."""
+        self.stop.set()
+        with self.admission.cond:
+            self.admission.cond.notify_all()
+        for t in self.threads:
+            t.join(timeout=60)
+        with self.counts.lock:
+            return {"finished": self.counts.finished, "queued_at_end": self.queue.qsize(),
+                    "aborted_rounds": self.counts.aborted_rounds}  # fmt: skip
+
+
+def oldest_version(x: Scored) -> int:
+    """The version of the oldest weights that sampled any of the trajectory's tokens."""
+    e = x.episode
+    versions = [v for v, a in zip(e.versions, e.action, strict=True) if a]
+    return min(versions) if versions else 0
+
+
+@contextmanager
+def async_runner(p: Parts, state: LoopState) -> Iterator[AsyncRunner]:
+    """An :class:`AsyncRunner` whose workers stop when the block ends, however it ends."""
+    runner = AsyncRunner(p, state)
+    try:
+        yield runner
+    finally:
+        runner.close()
