@@ -108,7 +108,8 @@ def test_budgets_within_the_tolerance_are_not_flagged(tmp_path: Path) -> None:
         ("base_fingerprint", "bbbb", "base checkpoint"),
         ("tokenizer_fingerprint", "uuuu", "tokenizer + chat template"),
         ("data_fingerprint", "eeee", "prompts"),
-        ("verifier", "last_number", "verifier"),
+        ("verifier", "last_number", "training verifier"),
+        ("eval_verifier", "last_number", "held-out verifier"),
     ],
 )
 def test_setup_differences_are_unfair(tmp_path: Path, field: str, value: str, label: str) -> None:

@@ -143,3 +143,18 @@ def test_a_ledger_written_before_compute_seconds_existed_reads_with_zeros() -> N
     assert (ledger.rollout_s, ledger.actor_s, ledger.critic_s, ledger.reference_s) == (0, 0, 0, 0)
     assert (ledger.generated_tokens, ledger.learner_steps, ledger.critic_steps) == (5, 2, 1)
     assert ledger.add(actor_s=1.0, critic_s=3.0).compute_share()["critic"] == 0.75  # 3 / (1 + 3)
+
+
+@pytest.mark.parametrize(("generated", "kept", "rejected"), [(24, 23, 1), (10, 9, 1), (48, 40, 3)])
+def test_filtered_rollouts_are_counted_not_rounded(
+    generated: int, kept: int, rejected: int
+) -> None:
+    # 24 generated, 23 kept, 1 rejected: nothing filtered — int(24 · (1 − 23/24)) would give
+    # 0 − 1 = −1 and break the ledger ("counters only grow")
+    from rlmap.experiments.train import filtered_rollouts
+
+    metrics = {"sampling/generated": float(generated), "sampling/kept": float(kept),
+               "sampling/rejected": float(rejected)}  # fmt: skip
+    n = filtered_rollouts(metrics)
+    assert n == generated - kept - rejected and n >= 0
+    Ledger().add(filtered_rollouts=n, rejected_rollouts=rejected)  # accepted

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from pathlib import Path
 
 import pytest
 
@@ -86,3 +87,53 @@ def test_close_leaves_no_process(verifier: IsolatedVerifier) -> None:
 def test_a_non_positive_timeout_is_refused() -> None:
     with pytest.raises(ValueError, match="timeout_s"):
         IsolatedVerifier(moody, timeout_s=0)
+
+
+def test_concurrent_callers_each_get_their_own_answer(verifier: IsolatedVerifier) -> None:
+    import threading
+
+    results: dict[int, float] = {}
+
+    def call(k: int) -> None:
+        results[k] = verifier(str(k % 3), "1")  # 1.0 exactly when k % 3 == 1
+
+    threads = [threading.Thread(target=call, args=(k,)) for k in range(12)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results == {k: float(k % 3 == 1) for k in range(12)}
+
+
+def test_the_worker_exits_when_the_trainer_is_killed(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    pid_file = tmp_path / "pid"
+    script = (
+        "import os, sys\n"
+        "from rlmap.feedback.isolation import IsolatedVerifier\n"
+        "v = IsolatedVerifier(lambda r, ref: 1.0, timeout_s=5)\n"
+        "v('a', 'b')\n"
+        f"open({str(pid_file)!r}, 'w').write(str(v._process.pid))\n"
+        "os._exit(0)  # no clean-up at all, as after SIGKILL\n"
+    )
+    # no pipes: a surviving worker holding one would make run() wait instead of failing
+    subprocess.run([sys.executable, "-c", script], stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL, check=True, timeout=60)  # fmt: skip
+    pid = int(pid_file.read_text())
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and _alive(pid):
+        time.sleep(0.1)
+    survived = _alive(pid)
+    if survived:
+        os.kill(pid, 9)
+    assert not survived, "the verifier worker outlived its trainer"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.split(")")[-1].split()[0] != "Z"  # a zombie has exited

@@ -351,3 +351,21 @@ def test_turn_budget_truncation_bootstraps_from_the_state_after_the_observation(
 def test_the_tokenizer_fixture_has_the_markers(tiny_calc_model_dir: Path) -> None:
     tok = AutoTokenizer.from_pretrained(tiny_calc_model_dir)
     assert tok.encode("</calc>", add_special_tokens=False) == ids("</calc>")
+
+
+class Endless:
+    """An environment that never ends an episode (a bug the runner must survive)."""
+
+    stop_token_ids: tuple[int, ...] = ()
+
+    def reset(self) -> list[int]:
+        return ids("1+1=")
+
+    def step(self, action_ids: Sequence[int]) -> EnvStep:
+        return EnvStep(observation=tuple(ids("?")))
+
+
+def test_the_runner_caps_turns_even_when_the_environment_never_ends() -> None:
+    (e,) = run_episodes(Scripted(lambda c: "1<eos>"), [Endless()], max_new_tokens=4,
+                        temperature=1.0, top_p=1.0, max_turns=3)  # fmt: skip
+    assert e.turns == 3 and e.end == End.TRUNCATED and not e.action[-1]  # ends on its observation

@@ -59,7 +59,7 @@ def test_a_faulty_verifier_costs_samples_not_the_run(
     timeouts = sum(r["sampling/timeouts"] for r in steps)
     assert infra > 0 and timeouts > 0  # both faults happened ...
     assert ledger["infra_error_rollouts"] == infra and ledger["timeout_rollouts"] == timeouts
-    assert ledger["rejected_rollouts"] >= infra + timeouts  # ... and were counted
+    assert ledger["rejected_rollouts"] == infra + timeouts  # ... and were counted
     for r in steps:
         n = r["sampling/generated"]
         assert r["reward/infra_error_frac"] == pytest.approx(r["sampling/infra_errors"] / n)

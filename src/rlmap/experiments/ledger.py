@@ -92,7 +92,9 @@ class Ledger:
     data_fingerprint: str = ""
     """Hash of the training prompts and the held-out set."""
     verifier: str = ""
-    """The verifier that scored training rollouts and the held-out set."""
+    """The verifier that scored training rollouts."""
+    eval_verifier: str = ""
+    """The verifier that scored the held-out set (``feedback.eval_verifier`` or ``verifier``)."""
     task: str = ""
     """``data.task``: the built-in task or the data file."""
 

@@ -146,8 +146,7 @@ def _one_step(
         rollouts=int(metrics["sampling/generated"]),
         learner_steps=int(metrics.get("optim/policy_steps", 0)),
         critic_steps=int(metrics.get("optim/critic_steps", 0)),
-        filtered_rollouts=int(metrics["sampling/generated"] * (1 - metrics["sampling/kept_frac"]))
-        - int(metrics["sampling/rejected"]),
+        filtered_rollouts=filtered_rollouts(metrics),
         rejected_rollouts=int(metrics["sampling/rejected"]),
         infra_error_rollouts=int(metrics["sampling/infra_errors"]),
         timeout_rollouts=int(metrics["sampling/timeouts"]),
@@ -175,6 +174,13 @@ def _seconds(metrics: dict[str, float], *names: str) -> float:
     return sum(metrics.get(name, 0.0) for name in names)
 
 
+def filtered_rollouts(metrics: dict[str, float]) -> int:
+    """Rollouts the sampling axis dropped this step: generated − kept − rejected, in counts
+    (a fraction times a count would round, and a count below 0 would break the ledger)."""
+    generated, kept = int(metrics["sampling/generated"]), int(metrics["sampling/kept"])
+    return generated - kept - int(metrics["sampling/rejected"])
+
+
 def _optimizers(parts: setup.Parts) -> tuple[dict[str, Any], dict[str, Any]]:
     """(optimisers, schedulers) by name, as checkpoints store them: policy, and critic if any."""
     optimizers: dict[str, Any] = {"policy": parts.optimizer}
@@ -191,7 +197,8 @@ def _evaluate(parts: setup.Parts) -> dict[str, float]:
     return evaluate(parts.engine, environment, parts.tokenizer, parts.heldout,
                     samples=g.eval_samples, max_new_tokens=g.max_new_tokens,
                     temperature=g.temperature, top_p=g.top_p, seed=EVAL_SEED,
-                    multi_turn=parts.cfg.data.multi_turn, rescore=parts.eval_rescore)  # fmt: skip
+                    multi_turn=parts.cfg.data.multi_turn, rescore=parts.eval_rescore,
+                    max_turns=parts.cfg.data.turn_budget)  # fmt: skip
 
 
 def _initial_ledger(cfg: RecipeConfig, parts: setup.Parts, start: Path) -> Ledger:
@@ -212,6 +219,7 @@ def _initial_ledger(cfg: RecipeConfig, parts: setup.Parts, start: Path) -> Ledge
         tokenizer_fingerprint=tokenizer_fingerprint(parts.tokenizer),
         data_fingerprint=data_fingerprint(parts.train, parts.heldout),
         verifier=cfg.feedback.verifier,
+        eval_verifier=cfg.feedback.eval_verifier or cfg.feedback.verifier,
         task=cfg.data.task,
     )
 

@@ -4,7 +4,8 @@
 in a long-lived worker process, one call at a time, each with a wall-clock timeout:
 
 - the call returns: its value;
-- the verifier raises: :class:`VerifierError` (the worker lives on);
+- the verifier raises: :class:`VerifierError` (the worker lives on); it raises
+  :class:`~rlmap.feedback.reward.InvalidOutput`: that again, in the caller (``invalid``);
 - the call outlives ``timeout_s``: the worker is killed and :class:`TimeoutError`
   raised; the next call starts a fresh worker;
 - the worker dies (killed, segfault, ``os._exit``): :class:`VerifierError`; the
@@ -15,7 +16,9 @@ reward status ``timeout`` and any other exception into ``infra_error``: the samp
 excluded from the loss and its group's statistics and counted, never scored 0.
 
 Start method: ``fork`` where the platform has it (the worker inherits the verifier as
-it is, no pickling, starts in milliseconds; it runs only the verifier, never torch),
+it is, no pickling, starts in milliseconds; it runs only the verifier, never torch; it
+closes the trainer's end of the pipe and checks its parent, so it exits when the trainer
+dies, even by SIGKILL),
 ``spawn`` elsewhere (the verifier must then be importable by name). A round trip
 costs tens of microseconds, so the isolation is cheap next to any verifier that needs
 it; the built-in pure-Python verifiers run in-process unless ``feedback.timeout_s``
@@ -26,27 +29,42 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing as mp
+import os
+import threading
 from collections.abc import Callable
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Any
 
+from rlmap.feedback.reward import InvalidOutput
+
 Verify = Callable[[str, str], float]
+PARENT_CHECK_S = 1.0
+"""How often an idle worker checks that the trainer is still alive."""
 
 
 class VerifierError(RuntimeError):
     """The verifier raised, or its process died: an infrastructure failure of one sample."""
 
 
-def _serve(conn: Connection, verify: Verify) -> None:
-    """The worker's loop: one (response, reference) in, ("ok", value) or ("error", text) out."""
+def _serve(conn: Connection, parent_end: Connection, verify: Verify) -> None:
+    """The worker's loop: one (response, reference) in, ("ok", value), ("invalid", text) or
+    ("error", text) out. It exits when the trainer closes the pipe or dies."""
+    parent_end.close()  # else the pipe never reports EOF when the trainer dies (fork)
+    parent = os.getppid()
     while True:
         try:
+            if not conn.poll(PARENT_CHECK_S):
+                if os.getppid() != parent:  # orphaned: the trainer is gone
+                    return
+                continue
             response, reference = conn.recv()
-        except EOFError:  # the parent closed the pipe: done
+        except (EOFError, OSError):  # the parent closed the pipe: done
             return
         try:
             conn.send(("ok", float(verify(response, reference))))
+        except InvalidOutput as exc:  # the output broke a promised form: a low reward
+            conn.send(("invalid", str(exc)))
         except Exception as exc:  # reported to the parent, the worker lives on
             conn.send(("error", f"{type(exc).__name__}: {exc}"))
 
@@ -63,12 +81,17 @@ class IsolatedVerifier:
         if timeout_s <= 0:
             raise ValueError(f"timeout_s: must be > 0, got {timeout_s}")
         self.verify, self.timeout_s = verify, timeout_s
+        self._lock = threading.Lock()
         self._process: BaseProcess | None = None
         self._conn: Connection | None = None
         self.restarts = 0
         """Workers started after the first (each one replaced a hung or dead worker)."""
 
     def __call__(self, response: str, reference: str) -> float:
+        with self._lock:  # one pipe, one call at a time (asynchronous workers share it)
+            return self._call(response, reference)
+
+    def _call(self, response: str, reference: str) -> float:
         conn = self._connection()
         try:
             conn.send((response, reference))
@@ -84,6 +107,8 @@ class IsolatedVerifier:
         except (EOFError, OSError):
             self._stop()
             raise VerifierError("verifier process died") from None
+        if kind == "invalid":
+            raise InvalidOutput(str(value))
         if kind == "error":
             raise VerifierError(str(value))
         return float(value)
@@ -96,7 +121,7 @@ class IsolatedVerifier:
             self.restarts += 1
         ctx = _context()
         parent, child = ctx.Pipe()
-        process = ctx.Process(target=_serve, args=(child, self.verify), daemon=True)
+        process = ctx.Process(target=_serve, args=(child, parent, self.verify), daemon=True)
         process.start()
         child.close()
         self._process, self._conn = process, parent

@@ -29,17 +29,20 @@ class ProcessScorer:
 
 def calculator_steps(t: Trajectory) -> list[float]:
     """Per turn of the calculator task: ``TOOL_STEP_BONUS`` for the first tool call whose
-    observation holds the correct result, 0 for the other calls, the exact match of the
-    answer on the last turn. Only the first useful call earns the bonus, so calling the
-    tool again and again earns nothing (an uncapped step reward would be hacked)."""
+    observation holds the correct result, 0 for the other calls, and on the last turn the
+    environment's verdict of the answer (its ``feedback.verifier``; exact match when the
+    trajectory carries none). A truncated episode gave no answer. Only the first useful
+    call earns the bonus, so calling the tool again and again earns nothing (an uncapped
+    step reward would be hacked)."""
     scores = [0.0] * len(t.turns)
     useful = f"<result>{t.reference}</result>"
     for k, observation in enumerate(t.observations[: len(t.turns)]):  # obs k follows turn k
         if observation.strip() == useful:
             scores[k] = TOOL_STEP_BONUS
             break
-    if t.turns:
-        scores[-1] += exact_match(t.response, t.reference) if not t.truncated else 0.0
+    if t.turns and not t.truncated:
+        env = tuple(t.metadata.get("rewards", ()))  # the environment's verdict, if it gave one
+        scores[-1] += env[-1] if len(env) == len(t.turns) else exact_match(t.response, t.reference)
     return scores
 
 

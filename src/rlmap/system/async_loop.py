@@ -250,6 +250,7 @@ class AsyncRunner:
         return rollout_metrics(scored, multi_turn=self.p.cfg.data.multi_turn) | {
             "sampling/generated": float(len(items)),
             "sampling/generated_tokens": float(sum(tokens)),
+            "sampling/kept": float(len(kept)),
             "sampling/kept_frac": len(kept) / len(items),
             "sampling/rounds": 1.0,
             "sampling/rejected": float(sum(x.status != 0 for x in scored)),

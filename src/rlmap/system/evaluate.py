@@ -37,6 +37,7 @@ def evaluate(
     seed: int,
     multi_turn: bool = False,
     rescore: Verifier | None = None,
+    max_turns: int | None = None,
 ) -> dict[str, float]:
     """``eval/pass@1``, ``eval/pass@k`` (k = ``eval/k`` = samples), ``eval/length`` (mean
     generated tokens), ``eval/diversity`` (mean distinct final answers per prompt) and, with
@@ -51,7 +52,8 @@ def evaluate(
     with torch.random.fork_rng():
         torch.manual_seed(seed)
         episodes = run_episodes(engine, envs, max_new_tokens=max_new_tokens,
-                                temperature=temperature, top_p=top_p)  # fmt: skip
+                                temperature=temperature, top_p=top_p,
+                                max_turns=max_turns)  # fmt: skip
     correct, distinct, loose = [], [], []
     for k, example in enumerate(examples):
         group = episodes[k * samples : (k + 1) * samples]
@@ -116,4 +118,5 @@ def evaluate_checkpoint(
     return evaluate(engine, environment, tokenizer, heldout,
                     samples=samples or g.eval_samples, max_new_tokens=g.max_new_tokens,
                     temperature=g.temperature, top_p=g.top_p, seed=0,
-                    multi_turn=cfg.data.multi_turn, rescore=rescore)  # fmt: skip
+                    multi_turn=cfg.data.multi_turn, rescore=rescore,
+                    max_turns=cfg.data.turn_budget)  # fmt: skip

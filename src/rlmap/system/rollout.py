@@ -9,11 +9,13 @@ columns line up across the batch.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import torch
 
 from rlmap.core.batch import Batch, End, RewardStatus
+from rlmap.feedback.reward import worst
 from rlmap.system.engine import Completion, RolloutEngine
 from rlmap.tasks.env import Environment, EnvStep
 
@@ -106,8 +108,7 @@ class _Running:
         self.rewards.append(s.reward)
         self.tool_calls += s.tool_call
         self.tool_errors += s.tool_error
-        if self.status == RewardStatus.OK:
-            self.status = s.status
+        self.status = worst((self.status, s.status))
 
     def add_observation(self, ids: Sequence[int]) -> None:
         n = len(ids)
@@ -134,6 +135,7 @@ def run_episodes(
     temperature: float,
     top_p: float,
     before_turn: Callable[[], None] | None = None,
+    max_turns: int | None = None,
 ) -> list[Episode]:
     """Run one episode in each environment, all running ones batched into each ``generate``.
 
@@ -144,6 +146,8 @@ def run_episodes(
     turn), and *aborted* (status ``infra_error``) when ``reset`` or ``step`` raised.
     Observations after a truncating step are kept: they are part of the final state
     the critic bootstraps from. The environments of one call share their stop tokens.
+    ``max_turns`` caps the turns whatever the environment does: an episode still running
+    after that many ends truncated (a guard against an environment that never ends).
     ``before_turn`` runs before each round (partial rollout: new weights may arrive, and
     the next turns' tokens carry their version).
     """
@@ -161,22 +165,50 @@ def run_episodes(
         batch = engine.generate([r.context for r in running.values()], n=1,
                                 max_new_tokens=max_new_tokens, temperature=temperature,
                                 top_p=top_p, stop_token_ids=stops)  # fmt: skip
-        for (i, r), (c,) in zip(list(running.items()), batch, strict=True):
+        items = list(running.items())
+        for (_, r), (c,) in zip(items, batch, strict=True):
             r.add_turn(c)
-            try:
-                s = r.env.step(c.response_ids)
-            except Exception:  # as above: aborted, excluded from training and counted
+        results = step_all([r.env for _, r in items], [c.response_ids for (c,) in batch])
+        for (i, r), (c,), s in zip(items, batch, results, strict=True):
+            if s is None:  # as above: aborted, excluded from training and counted
                 done[i] = running.pop(i).finish(End.ABORTED, eos=c.stopped)
                 continue
             r.add_step(s)
             if c.stopped and not (s.terminated or s.truncated):
                 r.add_observation(s.observation)
+                if max_turns is None or r.turns < max_turns:
+                    continue
+                done[i] = running.pop(i).finish(End.TRUNCATED, eos=True)  # the cap
                 continue
             if s.truncated and c.stopped:
                 r.add_observation(s.observation)
             end = End.TERMINAL if c.stopped and s.terminated else End.TRUNCATED
             done[i] = running.pop(i).finish(end, eos=c.stopped)
     return [done[i] for i in range(len(envs))]
+
+
+STEP_THREADS = 32
+"""Environments stepped at once: their steps may wait on tools or services (latency)."""
+
+
+def step_all(envs: Sequence[Environment], actions: Sequence[Sequence[int]]) -> list[EnvStep | None]:
+    """Every environment's step on its action, concurrently; None where ``step`` raised.
+
+    Environments are independent and a step may wait (a tool call, a remote service), so
+    the round waits for the slowest step, not for the sum of them — as a fleet of
+    environment servers would. Results keep the order of ``envs``.
+    """
+
+    def one(env: Environment, action: Sequence[int]) -> EnvStep | None:
+        try:
+            return env.step(action)
+        except Exception:  # an environment failure is infrastructure: the caller aborts
+            return None
+
+    if len(envs) <= 1:
+        return [one(e, a) for e, a in zip(envs, actions, strict=True)]
+    with ThreadPoolExecutor(max_workers=min(STEP_THREADS, len(envs))) as pool:
+        return list(pool.map(one, envs, actions))
 
 
 def episode_metrics(episodes: Sequence[Episode]) -> dict[str, float]:

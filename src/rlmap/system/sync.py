@@ -109,8 +109,14 @@ def rollout_round(
     envs = [p.environment(e) for e in examples for _ in range(group_size)]
     episodes = run_episodes(p.engine if engine is None else engine, envs,
                             max_new_tokens=g.max_new_tokens, temperature=g.temperature,
-                            top_p=g.top_p, before_turn=before_turn)  # fmt: skip
-    learned = learned_rewards(p, episodes) if p.reward_model is not None else None
+                            top_p=g.top_p, before_turn=before_turn,
+                            max_turns=p.cfg.data.turn_budget)  # fmt: skip
+    learned, rm_failed = None, False
+    if p.reward_model is not None:
+        try:
+            learned = learned_rewards(p, episodes)
+        except Exception:  # the reward model failed: this round's rewards cannot be trusted
+            learned, rm_failed = [0.0] * len(episodes), True
     limit = g.max_new_tokens * p.cfg.data.turn_budget  # the episode's length limit, all turns
     trajectories = [
         trajectory(p.tokenizer, e, examples[k // group_size].answer, limit,
@@ -118,6 +124,8 @@ def rollout_round(
         for k, e in enumerate(episodes)
     ]  # fmt: skip
     verdicts = score_episodes(p.base_reward, p.shaping, trajectories)
+    if rm_failed:
+        verdicts = [replace(v, status=RewardStatus.INFRA_ERROR) for v in verdicts]
     return [
         Scored(e, first_group + k // group_size, v.outcome, v.reward, v.status, v.per_turn)
         for k, (e, v) in enumerate(zip(episodes, verdicts, strict=True))
@@ -129,6 +137,8 @@ def learned_rewards(p: Parts, episodes: list[Episode]) -> list[float]:
     batched; 0.0 for an episode without tokens (aborted at reset: excluded anyway)."""
     assert p.reward_model is not None
     rows = [list(e.prompt_ids + e.response_ids) for e in episodes if e.prompt_ids]
+    if not rows:
+        return [0.0] * len(episodes)
     scores = iter(score_batch(p.reward_model, rows, int(p.tokenizer.pad_token_id),
                               p.cfg.optim.micro_batch_size).tolist())  # fmt: skip
     return [next(scores) if e.prompt_ids else 0.0 for e in episodes]
@@ -154,9 +164,10 @@ def collect(p: Parts, state: LoopState) -> tuple[list[Scored], LoopState, dict[s
                        torch.tensor([_valid(x) for x in generated]))  # fmt: skip
     group_id = torch.tensor([x.group for x in generated])
     keep = first_groups(group_id, keep, s.prompts_per_step)
-    kept = [x for x, k in zip(generated, keep.tolist(), strict=True) if k and x.episode.prompt_ids]
+    kept = [x for x, k in zip(generated, keep.tolist(), strict=True) if k]
     stats = {
         "sampling/rounds": float(rounds),
+        "sampling/kept": float(len(kept)),
         "sampling/kept_frac": len(kept) / len(generated),
         "sampling/generated": float(len(generated)),
         "sampling/generated_tokens": float(sum(x.episode.action_tokens for x in generated)),

@@ -36,6 +36,7 @@ from typing import Protocol, runtime_checkable
 from transformers import PreTrainedTokenizerBase
 
 from rlmap.core.batch import RewardStatus
+from rlmap.feedback.reward import verify_score
 from rlmap.tasks.arithmetic import Example
 from rlmap.tasks.prompts import decode_response, encode_prompt
 
@@ -88,16 +89,12 @@ EnvFactory = Callable[[Example], Environment]
 def verify_safely(verify: Verifier, response: str, reference: str) -> tuple[float, RewardStatus]:
     """The verifier's reward, isolating failures: a crash or a timeout is not a zero.
 
-    ``TimeoutError`` (an isolated verifier that outlived its time,
-    :mod:`rlmap.feedback.isolation`) is status ``timeout``; any other exception is
-    ``infra_error``. Either way the sample is excluded and counted, its 0.0 never used.
+    :func:`rlmap.feedback.reward.verify_score`'s mapping: ``TimeoutError`` → ``timeout``,
+    ``InvalidOutput`` → ``invalid``, any other exception → ``infra_error``. A failed
+    sample is excluded and counted, its 0.0 never used.
     """
-    try:
-        return float(verify(response, reference)), RewardStatus.OK
-    except TimeoutError:
-        return 0.0, RewardStatus.TIMEOUT
-    except Exception:  # any other verifier failure is infrastructure, counted apart
-        return 0.0, RewardStatus.INFRA_ERROR
+    score = verify_score(verify, response, reference)
+    return score.value, score.status
 
 
 class AnswerEnv:
