@@ -369,3 +369,17 @@ def test_the_runner_caps_turns_even_when_the_environment_never_ends() -> None:
     (e,) = run_episodes(Scripted(lambda c: "1<eos>"), [Endless()], max_new_tokens=4,
                         temperature=1.0, top_p=1.0, max_turns=3)  # fmt: skip
     assert e.turns == 3 and e.end == End.TRUNCATED and not e.action[-1]  # ends on its observation
+
+
+def test_environment_steps_of_a_round_wait_together_not_in_turn() -> None:
+    import time
+
+    # 8 episodes × 2 steps, each step waiting 0.3 s: one after another that is 4.8 s;
+    # stepped together each round waits for its slowest step: about 2 × 0.3 s
+    envs = [CalculatorEnv(TOKENIZER, make_problem(3, "*", 4), exact_match, max_turns=3,
+                          latency=lambda: 0.3) for _ in range(8)]  # fmt: skip
+    started = time.perf_counter()
+    episodes = run(tool_then_answer, envs)
+    took = time.perf_counter() - started
+    assert all(e.outcome == 1.0 and e.turns == 2 for e in episodes)
+    assert took < 2.4, f"{took:.2f} s: the steps did not overlap"

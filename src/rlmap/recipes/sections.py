@@ -48,6 +48,12 @@ class DataConfig:
     """Calculator: the turn budget — policy turns per episode; an episode that spends it on
     tool calls ends truncated (bootstrapped, not terminal)."""
 
+    env_latency: str | None = None
+    """Calculator: seconds each environment step waits, as a distribution —
+    ``lognormal:MU,SIGMA``, ``pareto:ALPHA,SCALE``, ``exponential:MEAN`` or ``fixed:S``
+    (:func:`rlmap.system.sim_inputs.parse_duration`); makes a tool's heavy tail real on one
+    machine. Training rollouts only; evaluation does not wait."""
+
     @property
     def multi_turn(self) -> bool:
         """Episodes may have several policy turns (the tool task)."""

@@ -17,6 +17,7 @@ from rlmap.core.errors import ConfigError
 from rlmap.core.registry import Registry
 from rlmap.feedback import process
 from rlmap.recipes.config import RecipeConfig
+from rlmap.system.sim_inputs import parse_duration
 
 Check = Callable[[RecipeConfig], Iterator[str]]
 
@@ -180,6 +181,11 @@ def _data(cfg: RecipeConfig) -> Iterator[str]:
         yield f"data.max_turns: must be >= 1, got {d.max_turns}"
     if d.max_digits < 1:
         yield f"data.max_digits: must be >= 1, got {d.max_digits}"
+    if d.env_latency is not None:
+        try:
+            parse_duration(d.env_latency, flag="data.env_latency")
+        except ConfigError as exc:
+            yield str(exc)
 
 
 def _system(cfg: RecipeConfig) -> Iterator[str]:

@@ -7,6 +7,8 @@ Everything here is start-up; the loops (:mod:`rlmap.system.sync`) only use what
 from __future__ import annotations
 
 import math
+import random
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +28,7 @@ from rlmap.system.engine import RolloutEngine
 from rlmap.system.hf_engine import HFEngine
 from rlmap.system.learner import UpdateSettings
 from rlmap.system.scoring import EpisodeReturn, base_reward, shaping_reward
+from rlmap.system.sim_inputs import parse_duration
 from rlmap.tasks.arithmetic import Example, make_splits
 from rlmap.tasks.calculator import CalculatorEnv, marker_ids
 from rlmap.tasks.env import AnswerEnv, EnvFactory
@@ -172,7 +175,11 @@ def make_verifier(cfg: RecipeConfig, name: str) -> Verify:
 
 
 def environment_factory(
-    cfg: RecipeConfig, tokenizer: PreTrainedTokenizerBase, *, verifier: str | None = None
+    cfg: RecipeConfig,
+    tokenizer: PreTrainedTokenizerBase,
+    *,
+    verifier: str | None = None,
+    latency: bool = False,
 ) -> EnvFactory:
     """The task's environment maker: the calculator tool task, or one answer per prompt.
 
@@ -183,9 +190,25 @@ def environment_factory(
     verify = make_verifier(cfg, verifier or cfg.feedback.verifier)
     if cfg.data.task == "calculator":
         marker_ids(tokenizer)
-        turns = cfg.data.max_turns
-        return lambda e: CalculatorEnv(tokenizer, e, verify, max_turns=turns)
+        turns, wait = cfg.data.max_turns, latency_source(cfg) if latency else None
+        return lambda e: CalculatorEnv(tokenizer, e, verify, max_turns=turns, latency=wait)
     return lambda e: AnswerEnv(tokenizer, e, verify)
+
+
+def latency_source(cfg: RecipeConfig) -> Callable[[], float] | None:
+    """Draws of ``data.env_latency`` (seeded by the run's seed, shared by all environments
+    of the run under a lock), or None."""
+    spec = cfg.data.env_latency
+    if spec is None:
+        return None
+    stream = parse_duration(spec, flag="data.env_latency").stream(random.Random(cfg.seed))
+    lock = threading.Lock()
+
+    def draw() -> float:
+        with lock:
+            return next(stream)
+
+    return draw
 
 
 def update_settings(cfg: RecipeConfig) -> UpdateSettings:
@@ -261,7 +284,7 @@ def build(
     f = cfg.feedback
     other = f.eval_verifier is not None and f.eval_verifier != f.verifier
     return Parts(cfg, tokenizer, policy, reference, engine, optimizer, scheduler, train, heldout,
-                 environment_factory(cfg, tokenizer), update_settings(cfg),
+                 environment_factory(cfg, tokenizer, latency=True), update_settings(cfg),
                  *build_critic(cfg, start, resume_from),
                  eval_environment=environment_factory(cfg, tokenizer, verifier=f.eval_verifier),
                  eval_rescore=make_verifier(cfg, f.verifier) if other else None,

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import ast
 import operator
+import time
 from collections.abc import Callable, Sequence
 
 from transformers import PreTrainedTokenizerBase
@@ -111,11 +112,14 @@ class CalculatorEnv:
         verify: Verifier,
         *,
         max_turns: int,
+        latency: Callable[[], float] | None = None,
     ) -> None:
         if max_turns < 1:
             raise ValueError(f"max_turns: must be >= 1, got {max_turns}")
         self.tokenizer, self.example, self.verify = tokenizer, example, verify
         self.max_turns = max_turns
+        self.latency = latency
+        """Seconds to wait in each step (a slow tool or service); None: no wait."""
         self.ids = marker_ids(tokenizer)
         self.turns = 0
 
@@ -128,6 +132,8 @@ class CalculatorEnv:
         return encode_prompt(self.tokenizer, self.example.prompt)
 
     def step(self, action_ids: Sequence[int]) -> EnvStep:
+        if self.latency is not None:
+            time.sleep(self.latency())
         self.turns += 1
         ids = list(action_ids)
         if ids and ids[-1] == self.ids[END_CALL]:
