@@ -72,3 +72,26 @@ def test_admission_keeps_in_flight_work_within_the_staleness_bound() -> None:
     assert gate.admit(2, stop) and gate.admit(2, stop) and gate.started == 12
     gate.advance(version=1, dropped=2)  # dropped trajectories free their slots
     assert gate.admit(2, stop) and gate.started == 14
+
+
+def test_the_trajectory_balance_holds_exactly_and_a_failing_round_costs_only_itself(
+    tiny_calc_model_dir: Path, tmp_path: Path, toy: Toy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = async_loop.rollout_round
+    calls = {"n": 0}
+
+    def flaky(*args: Any, **kwargs: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 2:  # a worker's engine or environment blows up once
+            raise RuntimeError("tool server down")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(async_loop, "rollout_round", flaky)
+    summary = run_training(build_config("sao", None, _calc(toy, tiny_calc_model_dir)),
+                           tmp_path / "run")  # fmt: skip
+    t = summary["trajectories"]
+    records = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    pulled = sum(r["sampling/generated"] for r in records[1:])
+    assert t["consumed"] + t["stale_dropped"] + t["rejected"] == pulled  # what the learner took
+    assert t["finished"] == pulled + t["queued_at_end"]  # nothing lost, nothing twice
+    assert t["aborted_rounds"] == 1 and t["aborted"] >= 1

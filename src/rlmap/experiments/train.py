@@ -85,10 +85,12 @@ def run_training(cfg: RecipeConfig, run_dir: Path, *, resume: bool = False) -> d
         before = _evaluate(parts)
         log = StepRecords(run_dir, tensorboard=cfg.run.tensorboard)
         log.write(0, before | ledger.metrics())
-    with view.training(cfg.optim.steps, state.step), stepper(parts, state) as step:
+    balance: dict[str, int] = {}
+    with view.training(cfg.optim.steps, state.step), stepper(parts, state, balance) as step:
         while state.step < cfg.optim.steps:
             state, ledger = _one_step(parts, state, ledger, log, view, run_dir, step)
-    return _finish(run_dir, before, MetricsLog.read(run_dir / "metrics.jsonl"), ledger, cfg)
+    records = MetricsLog.read(run_dir / "metrics.jsonl")
+    return _finish(run_dir, before, records, ledger, cfg, balance)
 
 
 def run_seeds(cfg: RecipeConfig, root: Path, seeds: list[int]) -> dict[int, dict[str, Any] | None]:
@@ -110,13 +112,13 @@ def run_seeds(cfg: RecipeConfig, root: Path, seeds: list[int]) -> dict[int, dict
 
 
 @contextmanager
-def stepper(parts: setup.Parts, state: LoopState) -> Iterator[Step]:
+def stepper(parts: setup.Parts, state: LoopState, report: dict[str, int]) -> Iterator[Step]:
     """The loop's step: the synchronous barrier, or the asynchronous queue's learner step
-    (its worker threads live as long as the block)."""
+    (its worker threads live as long as the block; their balance lands in ``report``)."""
     if parts.cfg.system.mode == "sync":
         yield lambda p, s: sync_step(p, s)  # looked up per call: tests replace sync_step
         return
-    with async_runner(parts, state) as runner:
+    with async_runner(parts, state, report) as runner:
         yield lambda p, s: runner.step(s)
 
 
@@ -242,6 +244,7 @@ def _finish(
     records: list[dict[str, Any]],
     ledger: Ledger,
     cfg: RecipeConfig,
+    balance: dict[str, int] | None = None,
 ) -> dict[str, Any]:
     after = records[-1]
     summary = {
@@ -252,6 +255,8 @@ def _finish(
         "learner_steps": ledger.learner_steps,
         "compute_share": ledger.compute_share(),
     }
+    if balance:  # the asynchronous loop's trajectories: finished = consumed + dropped + queued
+        summary["trajectories"] = balance
     if cfg.critic.enabled:
         summary["critic_steps"] = ledger.critic_steps
         summary["critic_explained_variance_before_policy"] = ev_before_policy(records)

@@ -46,6 +46,7 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
+from rlmap.core.batch import End, RewardStatus
 from rlmap.system.hf_engine import HFEngine
 from rlmap.system.rollout import Scored, to_batch
 from rlmap.system.setup import DTYPES, Parts
@@ -140,6 +141,7 @@ class AsyncRunner:
         self.board.publish(p.policy, state.step)
         self.admission = Admission(self.batch, p.cfg.behaviour.max_staleness, version=state.step)
         self.counts = Counts()
+        self.consumed = self.stale_dropped = self.rejected = 0
         self.cursor, self.cursor_lock = state.cursor, threading.Lock()
         self.stop = threading.Event()
         self.errors: list[BaseException] = []
@@ -219,8 +221,13 @@ class AsyncRunner:
         version = state.step
         lags = [version - oldest_version(x.scored) for x in items]
         eta = self.p.cfg.behaviour.max_staleness
-        kept = [x.scored for x, lag in zip(items, lags, strict=True) if lag <= eta]
+        fresh = [x.scored for x, lag in zip(items, lags, strict=True) if lag <= eta]
+        kept = [x for x in fresh if x.status == RewardStatus.OK and x.episode.end != End.ABORTED]
+        self.consumed += len(kept)
+        self.stale_dropped += len(items) - len(fresh)
+        self.rejected += len(fresh) - len(kept)
         metrics = self._metrics(items, kept, lags, waited, queued_before)
+        metrics["system/stale_dropped"] = float(len(items) - len(fresh))
         update_started = time.perf_counter()
         if kept:
             batch = to_batch(kept, pad_token_id=int(self.p.tokenizer.pad_token_id))
@@ -229,7 +236,7 @@ class AsyncRunner:
         state = replace(state, step=state.step + 1, cursor=self.cursor)
         if state.step % self.p.cfg.system.publish_every == 0:
             self.board.publish(self.p.policy, state.step)
-        self.admission.advance(state.step, len(items) - len(kept))
+        self.admission.advance(state.step, len(items) - len(fresh))
         total = time.perf_counter() - started
         return state, metrics | {
             "system/update_s": update_s,
@@ -254,9 +261,10 @@ class AsyncRunner:
             "sampling/kept_frac": len(kept) / len(items),
             "sampling/rounds": 1.0,
             "sampling/rejected": float(sum(x.status != 0 for x in scored)),
-            "sampling/infra_errors": float(sum(x.status == 2 for x in scored)),
-            "sampling/timeouts": float(sum(x.status == 3 for x in scored)),
-            "system/stale_dropped": float(len(items) - len(kept)),
+            "sampling/infra_errors": float(
+                sum(x.status == RewardStatus.INFRA_ERROR for x in scored)
+            ),
+            "sampling/timeouts": float(sum(x.status == RewardStatus.TIMEOUT for x in scored)),
             "system/checkpoint_age_mean": float(lag.mean()),
             "system/checkpoint_age_max": float(lag.max()),
             "system/accepted_token_frac": kept_tokens / max(sum(tokens), 1),
@@ -270,15 +278,23 @@ class AsyncRunner:
         }
 
     def close(self) -> dict[str, int]:
-        """Stop the workers; the balance of what they produced (queued at the end included)."""
+        """Stop the workers (a round under way finishes) and return the balance:
+        ``finished`` = ``consumed`` + ``stale_dropped`` + ``rejected`` (failed rewards) +
+        ``queued_at_end``, exactly;
+        ``aborted_rounds`` (rounds whose rollout raised) and ``aborted`` (their trajectories)
+        produced nothing to consume."""
         self.stop.set()
         with self.admission.cond:
             self.admission.cond.notify_all()
         for t in self.threads:
             t.join(timeout=60)
         with self.counts.lock:
-            return {"finished": self.counts.finished, "queued_at_end": self.queue.qsize(),
-                    "aborted_rounds": self.counts.aborted_rounds}  # fmt: skip
+            return {"finished": self.counts.finished, "consumed": self.consumed,
+                    "stale_dropped": self.stale_dropped, "rejected": self.rejected,
+                    "queued_at_end": self.queue.qsize(),
+                    "aborted_rounds": self.counts.aborted_rounds,
+                    "aborted": self.counts.aborted_rounds * self.prompts
+                    * self.p.cfg.sampling.group_size}  # fmt: skip
 
 
 def oldest_version(x: Scored) -> int:
@@ -289,10 +305,15 @@ def oldest_version(x: Scored) -> int:
 
 
 @contextmanager
-def async_runner(p: Parts, state: LoopState) -> Iterator[AsyncRunner]:
-    """An :class:`AsyncRunner` whose workers stop when the block ends, however it ends."""
+def async_runner(
+    p: Parts, state: LoopState, report: dict[str, int] | None = None
+) -> Iterator[AsyncRunner]:
+    """An :class:`AsyncRunner` whose workers stop when the block ends, however it ends;
+    its :meth:`AsyncRunner.close` balance is written into ``report``."""
     runner = AsyncRunner(p, state)
     try:
         yield runner
     finally:
-        runner.close()
+        balance = runner.close()
+        if report is not None:
+            report.update(balance)
