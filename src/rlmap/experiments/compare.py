@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from rlmap.core.errors import ConfigError
+from rlmap.experiments.ledger import Ledger
 from rlmap.experiments.rundir import MetricsLog, write_bytes_atomic, write_text_atomic
 from rlmap.recipes.config import read_yaml
 
@@ -155,15 +156,23 @@ def _last(key: str) -> Callable[[Run], Any]:
     return get
 
 
+def _ledger_of(run: Run) -> Ledger | None:
+    """The run's ledger as the trainer wrote it (None when missing or unreadable)."""
+    try:
+        return Ledger.from_dict(run.ledger) if run.ledger else None
+    except (TypeError, ValueError):
+        return None
+
+
 def _learner_s(run: Run) -> Any:
-    parts = [run.ledger.get(k) for k in ("actor_s", "critic_s", "reference_s")]
-    return None if any(p is None for p in parts) else sum(parts)
+    ledger = _ledger_of(run)
+    return None if ledger is None else ledger.learner_s
 
 
 def _share(part: str) -> Callable[[Run], Any]:
     def get(run: Run) -> Any:
-        total = _learner_s(run)
-        return None if not total else run.ledger.get(f"{part}_s", 0.0) / total
+        ledger = _ledger_of(run)
+        return None if ledger is None or not ledger.learner_s else ledger.compute_share()[part]
 
     return get
 

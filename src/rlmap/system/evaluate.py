@@ -110,11 +110,7 @@ def evaluate_checkpoint(
                       eos_token_id=int(tokenizer.eos_token_id))  # fmt: skip
     _, heldout = setup.load_data(cfg)
     g = cfg.generation
-    f = cfg.feedback
-    rescore = (
-        setup.make_verifier(cfg, f.verifier) if f.eval_verifier not in (None, f.verifier) else None
-    )
-    environment = setup.environment_factory(cfg, tokenizer, verifier=f.eval_verifier)
+    environment, rescore = setup.evaluation_scoring(cfg, tokenizer)
     return evaluate(engine, environment, tokenizer, heldout,
                     samples=samples or g.eval_samples, max_new_tokens=g.max_new_tokens,
                     temperature=g.temperature, top_p=g.top_p, seed=0,

@@ -195,6 +195,17 @@ def environment_factory(
     return lambda e: AnswerEnv(tokenizer, e, verify)
 
 
+def evaluation_scoring(
+    cfg: RecipeConfig, tokenizer: PreTrainedTokenizerBase
+) -> tuple[EnvFactory, Verify | None]:
+    """(held-out environments, the training verifier to rescore them with — only when
+    ``feedback.eval_verifier`` names another one). Evaluation never waits on latency."""
+    f = cfg.feedback
+    other = f.eval_verifier is not None and f.eval_verifier != f.verifier
+    environment = environment_factory(cfg, tokenizer, verifier=f.eval_verifier)
+    return environment, make_verifier(cfg, f.verifier) if other else None
+
+
 def latency_source(cfg: RecipeConfig) -> Callable[[], float] | None:
     """Draws of ``data.env_latency`` (seeded by the run's seed, shared by all environments
     of the run under a lock), or None."""
@@ -281,13 +292,11 @@ def build(
                       dtype=DTYPES[cfg.system.rollout_dtype])  # fmt: skip
     optimizer, scheduler = make_optimizer(policy, cfg)
     train, heldout = load_data(cfg)
-    f = cfg.feedback
-    other = f.eval_verifier is not None and f.eval_verifier != f.verifier
+    eval_environment, eval_rescore = evaluation_scoring(cfg, tokenizer)
     return Parts(cfg, tokenizer, policy, reference, engine, optimizer, scheduler, train, heldout,
                  environment_factory(cfg, tokenizer, latency=True), update_settings(cfg),
                  *build_critic(cfg, start, resume_from),
-                 eval_environment=environment_factory(cfg, tokenizer, verifier=f.eval_verifier),
-                 eval_rescore=make_verifier(cfg, f.verifier) if other else None,
+                 eval_environment=eval_environment, eval_rescore=eval_rescore,
                  reward_model=_reward_model(cfg, tokenizer, reward_path),
                  base_reward=base_reward(cfg), shaping=shaping_reward(cfg))  # fmt: skip
 
