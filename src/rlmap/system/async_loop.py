@@ -124,6 +124,9 @@ class Counts:
     finished: int = 0
     finished_tokens: int = 0
     aborted_rounds: int = 0
+    durations: list[float] = field(default_factory=list)
+    """Seconds of each trajectory finished since the learner last looked (drained per step):
+    every finished one, not only the consumed — those are biased toward the quick."""
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -193,6 +196,7 @@ class AsyncRunner:
                 with self.counts.lock:
                     self.counts.finished += len(scored)
                     self.counts.finished_tokens += sum(x.episode.action_tokens for x in scored)
+                    self.counts.durations += [took] * len(scored)
                 for x in scored:
                     self.queue.put(Finished(x, took))
         except BaseException as exc:  # surfaced by the learner, never swallowed
@@ -250,9 +254,10 @@ class AsyncRunner:
         scored = [x.scored for x in items]
         tokens = [x.episode.action_tokens for x in scored]
         kept_tokens = sum(x.episode.action_tokens for x in kept)
-        durations = torch.tensor([x.duration_s for x in items])
         with self.counts.lock:
             finished_mean = self.counts.finished_tokens / max(self.counts.finished, 1)
+            recent, self.counts.durations = self.counts.durations, []
+        durations = torch.tensor(recent or [x.duration_s for x in items])
         lag = torch.tensor(lags, dtype=torch.float32)
         return rollout_metrics(scored, multi_turn=self.p.cfg.data.multi_turn) | {
             "sampling/generated": float(len(items)),
