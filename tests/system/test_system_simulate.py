@@ -366,3 +366,15 @@ def test_cli_sweep_writes_plots(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert out.count("| 8 | ") == 3  # sync, async, partial at W = 8
     for name in ("throughput", "idle", "staleness", "cost"):
         assert (tmp_path / f"{name}.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_lognormal_through_median_and_mean_has_both() -> None:
+    import math
+
+    from rlmap.system.sim_inputs import lognormal_from_median_and_mean
+
+    # median 0.8, mean 1.2: mu = ln 0.8, sigma = √(2 ln 1.5) = 0.9005
+    d = lognormal_from_median_and_mean(0.8, 1.2)
+    assert d.mu == pytest.approx(math.log(0.8)) and d.sigma == pytest.approx(0.90052, abs=1e-4)
+    assert d.mean == pytest.approx(1.2)
+    assert lognormal_from_median_and_mean(0.8, 0.7).sigma == 0.0  # mean below the median

@@ -274,6 +274,7 @@ class AsyncRunner:
             "system/checkpoint_age_max": float(lag.max()),
             "system/accepted_token_frac": kept_tokens / max(sum(tokens), 1),
             "system/queue_length": float(queued),
+            "system/rollout_duration_mean": float(durations.mean()),
             "system/rollout_duration_p50": float(durations.quantile(0.5)),
             "system/rollout_duration_p95": float(durations.quantile(0.95)),
             "system/rollout_duration_p99": float(durations.quantile(0.99)),

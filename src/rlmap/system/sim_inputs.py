@@ -258,6 +258,17 @@ def parse_learner_step(text: str, flag: str = "--learner-step-s") -> Duration:
     return parse_duration(text, flag)
 
 
+def lognormal_from_median_and_mean(p50: float, mean: float) -> LogNormal:
+    """The lognormal with this median and mean: ``mu = ln p50``, ``sigma = √(2 ln(mean/p50))``
+    (mean = exp(mu + sigma²/2)); a mean at or below the median gives sigma = 0.
+
+    Throughput with independent workers goes as 1 / mean duration, so matching the mean
+    keeps a heavy tail's cost that a fit through p50 and p95 would miss."""
+    _positive("p50", "p50", p50)
+    _positive("mean", "mean", mean)
+    return LogNormal(math.log(p50), math.sqrt(2.0 * max(0.0, math.log(mean / p50))))
+
+
 def lognormal_from_percentiles(p50: float, p95: float) -> LogNormal:
     """The lognormal with this median and 95th percentile.
 
@@ -288,19 +299,22 @@ def profile_from_run(run_dir: Path) -> RunProfile:
 
     1. ``system/rollout_durations`` (a list of per-trajectory seconds in a step's record):
        all of them, pooled, as an ``empirical`` distribution.
-    2. ``system/rollout_duration_p50`` and ``_p95`` (per-step percentiles): the medians of
+    2. ``system/rollout_duration_p50`` and ``_mean`` (the asynchronous loop logs both): the
+       lognormal with the median of the p50s and the mean of the means
+       (:func:`lognormal_from_median_and_mean`), which keeps the tail's cost in throughput.
+    3. ``system/rollout_duration_p50`` and ``_p95`` (per-step percentiles): the medians of
        each over the steps, and the lognormal through them (:func:`lognormal_from_percentiles`).
        Pooling steps by the median of their percentiles ignores drift of the
        distribution during the run; a lognormal has a lighter tail than a Pareto, so
        a run whose p99/p95 is far above the lognormal's (exp(0.681·sigma)) is fitted
        too optimistically.
-    3. Only ``system/rollout_s`` (the synchronous embedded loop: one batched ``generate``
+    4. Only ``system/rollout_s`` (the synchronous embedded loop: one batched ``generate``
        call per step, so every trajectory of a step lasts that step's rollout time):
        a ``trace`` of the per-step rollout times, each repeated ``batch`` times, to be
        replayed with workers = batch in ``sync`` mode. Per-trajectory durations
        inside a batched call are not observable; this profile cannot predict async.
 
-    ``learner_step`` is a ``trace`` (case 3) or ``empirical`` (cases 1–2) of ``system/update_s``.
+    ``learner_step`` is a ``trace`` (case 4) or ``empirical`` (cases 1–3) of ``system/update_s``.
     """
     path = run_dir / "metrics.jsonl"
     if not path.is_file():
@@ -315,9 +329,13 @@ def profile_from_run(run_dir: Path) -> RunProfile:
         _series(steps, "system/rollout_duration_p50"),
         _series(steps, "system/rollout_duration_p95"),
     )
+    means = _series(steps, "system/rollout_duration_mean")
     if durations:
         duration: Duration = Empirical(_values("--from-run", durations))
         source = f"{len(durations)} per-trajectory durations (system/rollout_durations)"
+    elif p50 and means:
+        duration = lognormal_from_median_and_mean(statistics.median(p50), statistics.mean(means))
+        source = f"lognormal through the median p50 and the mean duration over {len(p50)} steps"
     elif p50 and p95:
         duration = lognormal_from_percentiles(statistics.median(p50), statistics.median(p95))
         source = f"lognormal fitted to the median over {len(p50)} steps of rollout p50 and p95"
