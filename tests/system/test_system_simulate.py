@@ -378,3 +378,22 @@ def test_a_lognormal_through_median_and_mean_has_both() -> None:
     assert d.mu == pytest.approx(math.log(0.8)) and d.sigma == pytest.approx(0.90052, abs=1e-4)
     assert d.mean == pytest.approx(1.2)
     assert lognormal_from_median_and_mean(0.8, 0.7).sigma == 0.0  # mean below the median
+
+
+def test_an_async_runs_worker_layout_comes_from_its_config(tmp_path: Path) -> None:
+    import yaml
+
+    from rlmap.system.sim_inputs import async_layout
+
+    run = tmp_path / "run"
+    run.mkdir()
+    cfg = {"system": {"mode": "async", "workers": 4, "worker_prompts": None},
+           "sampling": {"prompts_per_step": 64, "group_size": 2}}  # fmt: skip
+    (run / "config.yaml").write_text(yaml.safe_dump(cfg))
+    assert async_layout(run) == (4, 32)  # 64 prompts / 4 workers = 16 prompts × G = 2
+    cfg["system"] |= {"worker_prompts": 8}
+    (run / "config.yaml").write_text(yaml.safe_dump(cfg))
+    assert async_layout(run) == (4, 16)
+    cfg["system"] |= {"mode": "sync"}
+    (run / "config.yaml").write_text(yaml.safe_dump(cfg))
+    assert async_layout(run) is None

@@ -292,6 +292,11 @@ class RunProfile:
     """Trajectories per learner step (median ``sampling/generated``), when logged."""
     source: str
     """Which metrics were used, in words."""
+    workers: int | None = None
+    """Asynchronous runs: the run's rollout workers (``system.workers`` in its config)."""
+    round_size: int = 1
+    """Asynchronous runs: trajectories a worker rolls out together (one batched ``generate``
+    per turn); the simulator models such a round as one trajectory."""
 
 
 def profile_from_run(run_dir: Path) -> RunProfile:
@@ -349,7 +354,29 @@ def profile_from_run(run_dir: Path) -> RunProfile:
             f"--from-run: {path} logs no rollout durations (system/rollout_durations, "
             "system/rollout_duration_p50/p95 or system/rollout_s)"
         )
-    return RunProfile(duration, Empirical(tuple(update)) if update else None, batch, source)
+    learner = Empirical(tuple(update)) if update else None
+    layout = async_layout(run_dir)
+    if layout is not None and batch:
+        workers, size = layout
+        return RunProfile(duration, learner, max(1, batch // size), source, workers, size)
+    return RunProfile(duration, learner, batch, source)
+
+
+def async_layout(run_dir: Path) -> tuple[int, int] | None:
+    """(workers, trajectories per worker round) of an asynchronous run, from its
+    ``config.yaml``; None for a synchronous run or one without a config."""
+    import yaml
+
+    path = run_dir / "config.yaml"
+    if not path.is_file():
+        return None
+    cfg = yaml.safe_load(path.read_text()) or {}
+    system, sampling = cfg.get("system", {}), cfg.get("sampling", {})
+    if system.get("mode") != "async":
+        return None
+    workers = int(system.get("workers", 2))
+    prompts = system.get("worker_prompts") or max(1, int(sampling["prompts_per_step"]) // workers)
+    return workers, int(prompts) * int(sampling.get("group_size", 1))
 
 
 def _series(records: Sequence[dict[str, object]], key: str) -> list[float]:

@@ -64,6 +64,11 @@ def build_config(a: SimulateArgs) -> tuple[SimConfig, str | None]:
             batch = profile.batch
         if a.workers is None and profile.source.startswith("batched"):
             workers = batch  # one batched generate call: B trajectories in parallel
+        if profile.workers is not None:  # an asynchronous run: one round = one trajectory
+            workers = profile.workers if a.workers is None else workers
+            source = (f"{source}; each simulated trajectory is one worker round of "
+                      f"{profile.round_size} trajectories: multiply throughput by "
+                      f"{profile.round_size}")  # fmt: skip
     config = SimConfig(mode=a.mode, workers=workers, batch=batch, duration=duration,
                        learner_step=learner, steps=a.steps, eta=a.eta, budget_s=a.budget_s,
                        seed=a.seed)  # fmt: skip
