@@ -124,10 +124,10 @@ def test_vapo_pretrains_the_critic_before_any_policy_update(
 
 
 def test_what_rlmap_cannot_run_yet_is_refused_in_one_line(tiny_model_dir: Path, toy: Toy) -> None:
-    cfg = build_config("sao", None, [*toy(tiny_model_dir), "system.backend=ray"])
+    cfg = build_config("sao", None, [*toy(tiny_model_dir), "system.engine=vllm"])
     with pytest.raises(ConfigError) as info:
         setup.check_inputs(cfg)
-    assert str(info.value).startswith("system.backend:") and "\n" not in str(info.value)
+    assert str(info.value).startswith("system.engine:") and "\n" not in str(info.value)
 
 
 def test_run_directory_and_plain_transformers_checkpoint(

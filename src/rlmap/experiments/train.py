@@ -86,7 +86,8 @@ def run_training(cfg: RecipeConfig, run_dir: Path, *, resume: bool = False) -> d
         log = StepRecords(run_dir, tensorboard=cfg.run.tensorboard)
         log.write(0, before | ledger.metrics())
     balance: dict[str, int] = {}
-    with view.training(cfg.optim.steps, state.step), stepper(parts, state, balance) as step:
+    steps = stepper(parts, state, balance, start, reward_path)
+    with view.training(cfg.optim.steps, state.step), steps as step:
         while state.step < cfg.optim.steps:
             state, ledger = _one_step(parts, state, ledger, log, view, run_dir, step)
     records = MetricsLog.read(run_dir / "metrics.jsonl")
@@ -112,14 +113,31 @@ def run_seeds(cfg: RecipeConfig, root: Path, seeds: list[int]) -> dict[int, dict
 
 
 @contextmanager
-def stepper(parts: setup.Parts, state: LoopState, report: dict[str, int]) -> Iterator[Step]:
+def stepper(
+    parts: setup.Parts,
+    state: LoopState,
+    report: dict[str, int],
+    start: Path,
+    reward_path: Path | None,
+) -> Iterator[Step]:
     """The loop's step: the synchronous barrier, or the asynchronous queue's learner step
-    (its worker threads live as long as the block; their balance lands in ``report``)."""
+    (its workers — threads, or Ray actors with ``system.backend=ray`` — live as long as
+    the block; their balance lands in ``report``)."""
     if parts.cfg.system.mode == "sync":
         yield lambda p, s: sync_step(p, s)  # looked up per call: tests replace sync_step
         return
-    with async_runner(parts, state, report) as runner:
-        yield lambda p, s: runner.step(s)
+    if parts.cfg.system.backend == "inprocess":
+        with async_runner(parts, state, report) as runner:
+            yield lambda p, s: runner.step(s)
+        return
+    from rlmap.system.ray_workers import RayPool
+
+    pool = RayPool(start, reward_path)
+    try:
+        with async_runner(parts, state, report, pool) as runner:
+            yield lambda p, s: runner.step(s)
+    finally:
+        pool.shutdown()
 
 
 def seed_everything(seed: int) -> None:

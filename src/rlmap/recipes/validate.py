@@ -192,6 +192,9 @@ def _system(cfg: RecipeConfig) -> Iterator[str]:
     if cfg.system.partial_rollout and cfg.system.mode != "async":
         yield ("system.partial_rollout: needs system.mode=async (the synchronous loop never "
                "updates weights while a trajectory runs)")  # fmt: skip
+    if cfg.system.backend == "ray" and cfg.system.mode != "async":
+        yield ("system.backend: 'ray' runs the asynchronous loop's rollout workers; "
+               "set system.mode=async")  # fmt: skip
     for name in ("workers", "publish_every"):
         if getattr(cfg.system, name) < 1:
             yield f"system.{name}: must be >= 1, got {getattr(cfg.system, name)}"

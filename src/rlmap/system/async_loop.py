@@ -40,9 +40,10 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
+from typing import Protocol
 
 import torch
 
@@ -133,7 +134,9 @@ class Counts:
 class AsyncRunner:
     """Worker threads around a run's parts; ``step`` is one learner step (module docstring)."""
 
-    def __init__(self, p: Parts, state: LoopState) -> None:
+    def __init__(
+        self, p: Parts, state: LoopState, workers_of: Callable[[AsyncRunner], list[Worker]]
+    ) -> None:
         s = p.cfg.sampling
         self.p = p
         self.batch = s.prompts_per_step * s.group_size
@@ -148,13 +151,10 @@ class AsyncRunner:
         self.cursor, self.cursor_lock = state.cursor, threading.Lock()
         self.stop = threading.Event()
         self.errors: list[BaseException] = []
-        dtype = DTYPES[p.cfg.system.rollout_dtype]
-        pad, eos = int(p.tokenizer.pad_token_id), int(p.tokenizer.eos_token_id)
-        engines = [HFEngine(p.policy, pad_token_id=pad, eos_token_id=eos, dtype=dtype,
-                            own_copy=True) for _ in range(p.cfg.system.workers)]  # fmt: skip
+        self.workers = workers_of(self)
         self.threads = [
-            threading.Thread(target=self._work, args=(e,), name=f"rollout-{k}", daemon=True)
-            for k, e in enumerate(engines)
+            threading.Thread(target=self._work, args=(w,), name=f"rollout-{k}", daemon=True)
+            for k, w in enumerate(self.workers)
         ]
         for t in self.threads:
             t.start()
@@ -168,26 +168,15 @@ class AsyncRunner:
             self.cursor += n
         return cursor
 
-    def _refresh(self, engine: HFEngine) -> None:
-        version, state = self.board.latest()
-        if version != engine.version:
-            engine.set_weights(state, version)
-
-    def _work(self, engine: HFEngine) -> None:
-        p, n = self.p, self.prompts
-        size = n * p.cfg.sampling.group_size
-        partial = p.cfg.system.partial_rollout
+    def _work(self, worker: Worker) -> None:
+        size = self.prompts * self.p.cfg.sampling.group_size
         try:
             while self.admission.admit(size, self.stop):
-                cursor = self._take_prompts(n)
-                examples = next_prompts(p.train, cursor, n, p.cfg.seed)
-                self._refresh(engine)
+                cursor = self._take_prompts(self.prompts)
                 started = time.perf_counter()
                 try:
-                    scored = rollout_round(p, examples, cursor, engine=engine,
-                                           before_turn=(lambda: self._refresh(engine))
-                                           if partial else None)  # fmt: skip
-                except Exception:  # an engine or environment fault costs this round only
+                    scored = worker.roll(cursor, self.prompts)
+                except Exception:  # an engine, environment or worker fault costs this round
                     with self.counts.lock:
                         self.counts.aborted_rounds += 1
                     self.admission.advance(self.admission.version, size)  # slots free again
@@ -294,6 +283,10 @@ class AsyncRunner:
             self.admission.cond.notify_all()
         for t in self.threads:
             t.join(timeout=60)
+        for w in self.workers:
+            close = getattr(w, "close", None)
+            if close is not None:
+                close()
         with self.counts.lock:
             return {"finished": self.counts.finished, "consumed": self.consumed,
                     "stale_dropped": self.stale_dropped, "rejected": self.rejected,
@@ -301,6 +294,41 @@ class AsyncRunner:
                     "aborted_rounds": self.counts.aborted_rounds,
                     "aborted": self.counts.aborted_rounds * self.prompts
                     * self.p.cfg.sampling.group_size}  # fmt: skip
+
+
+class Worker(Protocol):
+    """One rollout worker: rolls out prompts ``cursor .. cursor + n − 1`` on the newest
+    published weights and returns them scored; raises on a fault (the round is lost)."""
+
+    def roll(self, cursor: int, n: int) -> list[Scored]: ...
+
+
+class ThreadWorker:
+    """A worker in this process: its own engine (a copy of the weights), on a thread."""
+
+    def __init__(self, runner: AsyncRunner) -> None:
+        p = self.p = runner.p
+        self.board = runner.board
+        self.engine = HFEngine(p.policy, pad_token_id=int(p.tokenizer.pad_token_id),
+                               eos_token_id=int(p.tokenizer.eos_token_id),
+                               dtype=DTYPES[p.cfg.system.rollout_dtype], own_copy=True)  # fmt: skip
+
+    def refresh(self) -> None:
+        version, state = self.board.latest()
+        if version != self.engine.version:
+            self.engine.set_weights(state, version)
+
+    def roll(self, cursor: int, n: int) -> list[Scored]:
+        p = self.p
+        self.refresh()
+        examples = next_prompts(p.train, cursor, n, p.cfg.seed)
+        partial = self.refresh if p.cfg.system.partial_rollout else None
+        return rollout_round(p, examples, cursor, engine=self.engine, before_turn=partial)
+
+
+def thread_workers(runner: AsyncRunner) -> list[Worker]:
+    """``system.workers`` in-process workers."""
+    return [ThreadWorker(runner) for _ in range(runner.p.cfg.system.workers)]
 
 
 def oldest_version(x: Scored) -> int:
@@ -312,11 +340,15 @@ def oldest_version(x: Scored) -> int:
 
 @contextmanager
 def async_runner(
-    p: Parts, state: LoopState, report: dict[str, int] | None = None
+    p: Parts,
+    state: LoopState,
+    report: dict[str, int] | None = None,
+    workers_of: Callable[[AsyncRunner], list[Worker]] = thread_workers,
 ) -> Iterator[AsyncRunner]:
     """An :class:`AsyncRunner` whose workers stop when the block ends, however it ends;
-    its :meth:`AsyncRunner.close` balance is written into ``report``."""
-    runner = AsyncRunner(p, state)
+    its :meth:`AsyncRunner.close` balance is written into ``report``. ``workers_of`` makes
+    the workers: threads here (default), Ray actors (:mod:`rlmap.system.ray_workers`)."""
+    runner = AsyncRunner(p, state, workers_of)
     try:
         yield runner
     finally:

@@ -146,7 +146,6 @@ def refuse_unavailable(cfg: RecipeConfig) -> None:
             raise ConfigError(f"feedback.source: '{source}' is not available in rlmap yet")
     unavailable = {
         "system.engine": (cfg.system.engine, "hf"),
-        "system.backend": (cfg.system.backend, "inprocess"),
     }
     for name, (value, available) in unavailable.items():
         if value != available:
