@@ -7,6 +7,7 @@ tiny Hugging Face model (and critic) where it is about gradients and values.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -383,3 +384,34 @@ def test_environment_steps_of_a_round_wait_together_not_in_turn() -> None:
     took = time.perf_counter() - started
     assert all(e.outcome == 1.0 and e.turns == 2 for e in episodes)
     assert took < 2.4, f"{took:.2f} s: the steps did not overlap"
+
+
+def test_a_trajectory_spanning_a_weight_update_carries_both_versions_and_goes_on() -> None:
+    # partial rollout: new weights (version 8) arrive between the call and the answer; the
+    # episode is not cut at the update, and each turn's tokens carry their own version
+    class Updating(Scripted):
+        def __init__(self) -> None:
+            super().__init__(tool_then_answer)
+            self.current = VERSION
+
+        @property
+        def version(self) -> int:
+            return self.current
+
+        def generate(self, prompts, **kw):  # type: ignore[no-untyped-def, override]
+            out = super().generate(prompts, **kw)
+            return [[replace(c, version=self.current) for c in g] for g in out]
+
+    engine = Updating()
+    turns = iter([VERSION, VERSION + 1])
+
+    def update() -> None:
+        engine.current = next(turns)
+
+    (e,) = run_episodes(engine, [calc_env(37, 85)], max_new_tokens=16, temperature=1.0,
+                        top_p=1.0, before_turn=update)  # fmt: skip
+    assert e.end == End.TERMINAL and e.outcome == 1.0  # finished, not cut by the update
+    versions = {v for v, a in zip(e.versions, e.action, strict=True) if a}
+    assert versions == {VERSION, VERSION + 1}
+    first, last = e.turn_ids.index(0), e.turn_ids.index(1)
+    assert e.versions[first] == VERSION and e.versions[last] == VERSION + 1
