@@ -290,3 +290,11 @@ def test_a_learned_reward_needs_a_model_with_the_policys_tokenizer(
     real = build_config("classic-rlhf", None, toy(tiny_model_dir))  # a real model, no RM given
     with pytest.raises(ConfigError, match=r"^model\.reward_path: .*needs a trained reward"):
         setup.check_inputs(real)
+
+
+def test_barrier_idle_by_hand() -> None:
+    from rlmap.system.sync import barrier_idle
+
+    # lengths 2, 4, 6: mean 4, max 6 -> 1 − 4/6 = 1/3 of the slots wait for the longest
+    assert barrier_idle([2, 4, 6]) == pytest.approx(1 / 3)
+    assert barrier_idle([5, 5]) == 0.0 and barrier_idle([]) == 0.0

@@ -172,6 +172,7 @@ def collect(p: Parts, state: LoopState) -> tuple[list[Scored], LoopState, dict[s
         "sampling/generated": float(len(generated)),
         "sampling/generated_tokens": float(sum(x.episode.action_tokens for x in generated)),
         "sampling/rejected": float(sum(x.status != 0 for x in generated)),
+        "system/group_idle_frac": barrier_idle([x.episode.action_tokens for x in generated]),
         "sampling/infra_errors": float(
             sum(x.status == RewardStatus.INFRA_ERROR for x in generated)
         ),
@@ -182,6 +183,16 @@ def collect(p: Parts, state: LoopState) -> tuple[list[Scored], LoopState, dict[s
         ok = [x.episode.outcome for x in generated if _valid(x)]
         metrics["reward/verifier_mean"] = sum(ok) / len(ok) if ok else math.nan
     return kept, replace(state, cursor=cursor), stats | metrics
+
+
+def barrier_idle(lengths: list[int]) -> float:
+    """Fraction of generation slots idle behind the barrier: 1 − mean / max generated tokens.
+
+    A batched round runs until its longest episode ends; every shorter one's slot waits
+    (``system/group_idle_frac``, the synchronous loop's cost that asynchrony avoids). 0 when
+    all episodes are equally long."""
+    longest = max(lengths, default=0)
+    return 1.0 - sum(lengths) / (len(lengths) * longest) if longest else 0.0
 
 
 def _valid(x: Scored) -> bool:
