@@ -95,3 +95,8 @@ def test_the_trajectory_balance_holds_exactly_and_a_failing_round_costs_only_its
     assert t["consumed"] + t["stale_dropped"] + t["rejected"] == pulled  # what the learner took
     assert t["finished"] == pulled + t["queued_at_end"]  # nothing lost, nothing twice
     assert t["aborted_rounds"] == 1 and t["aborted"] >= 1
+    ledger = json.loads((tmp_path / "run" / "ledger.json").read_text())
+    assert ledger["rollouts"] + ledger["queued_at_end"] == t["finished"]  # the ledger balances
+    assert ledger["rollouts"] == (ledger["filtered_rollouts"] + ledger["rejected_rollouts"]
+                                  + t["consumed"])  # fmt: skip
+    assert ledger["aborted_rollouts"] == t["aborted"]

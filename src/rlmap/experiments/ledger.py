@@ -56,6 +56,13 @@ class Ledger:
     failure): excluded, never scored 0."""
     timeout_rollouts: int = 0
     """Of those, trajectories whose verifier outlived ``feedback.timeout_s``."""
+    aborted_rollouts: int = 0
+    """Asynchronous runs: trajectories whose rollout round failed (an engine, environment or
+    worker fault); they produced nothing to consume."""
+    queued_at_end: int = 0
+    """Asynchronous runs: trajectories finished but still queued when the run ended. With
+    them the asynchronous ledger balances: finished = rollouts + queued_at_end, where
+    rollouts = consumed + filtered (stale) + rejected."""
     wall_clock_s: float = 0.0
     """Seconds spent running, summed over resumes (time while stopped is not counted)."""
     rollout_s: float = 0.0

@@ -18,6 +18,7 @@ same seed; timing metrics aside).
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import time
 from collections.abc import Callable, Iterator
@@ -275,6 +276,8 @@ def _finish(
     }
     if balance:  # the asynchronous loop's trajectories: finished = consumed + dropped + queued
         summary["trajectories"] = balance
+        ledger = dataclasses.replace(ledger, aborted_rollouts=balance["aborted"],
+                                     queued_at_end=balance["queued_at_end"])  # fmt: skip
     if cfg.critic.enabled:
         summary["critic_steps"] = ledger.critic_steps
         summary["critic_explained_variance_before_policy"] = ev_before_policy(records)
