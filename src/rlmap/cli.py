@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rlmap.core.errors import ConfigError
 
@@ -233,6 +233,14 @@ def build_parser() -> argparse.ArgumentParser:
         prog="rlmap", description="RL post-training of language models, one choice per axis."
     )
     sub = parser.add_subparsers(dest="command", required=True)
+    _add_run_commands(sub)
+    _add_map_commands(sub)
+    _add_reward_model_commands(sub)
+    return parser
+
+
+def _add_run_commands(sub: Any) -> None:
+    """Recipes, configs, training and evaluation."""
     p = sub.add_parser("recipes", help="list the presets, each with its full composition")
     p.set_defaults(func=_cmd_recipes)
     p = sub.add_parser("explain", help="a preset axis by axis: components, values, paper")
@@ -252,14 +260,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("overrides", nargs="*", help="dotted.key=value overrides")
     p.set_defaults(func=_cmd_train)
-    p = sub.add_parser(
-        "compare",
-        help="runs side by side on equal budgets; flags unfair "
-        "differences; writes a report with plots",
-    )
-    p.add_argument("runs", nargs="+", help="run directories, or directories of runs (a sweep)")
-    p.add_argument("--out", default=None, help="report directory (default: reports/<time>)")
-    p.set_defaults(func=_cmd_compare)
     p = sub.add_parser("eval", help="held-out pass@1, pass@k, length and diversity of a checkpoint")
     p.add_argument("checkpoint", help="a checkpoint directory (Hugging Face format)")
     p.add_argument("--samples", type=int, default=None, help="samples per prompt (k of pass@k)")
@@ -272,6 +272,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", default=None, help="YAML file with a config")
     p.add_argument("overrides", nargs="*", help="dotted.key=value overrides")
     p.set_defaults(func=_cmd_config)
+
+
+def _add_map_commands(sub: Any) -> None:
+    """The map: advise, diagnose, compare, simulate."""
+    p = sub.add_parser(
+        "compare",
+        help="runs side by side on equal budgets; flags unfair "
+        "differences; writes a report with plots",
+    )
+    p.add_argument("runs", nargs="+", help="run directories, or directories of runs (a sweep)")
+    p.add_argument("--out", default=None, help="report directory (default: reports/<time>)")
+    p.set_defaults(func=_cmd_compare)
     p = sub.add_parser("advise", help="the six questions and the selection table's answer")
     p.add_argument("--multi-turn", action="store_true", default=None,
                    help="episodes have several turns (tool calls, an environment)")  # fmt: skip
@@ -321,6 +333,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="sync, async and partial at each worker count: a table")  # fmt: skip
     p.add_argument("--plot", default=None, metavar="DIR", help="with --sweep-workers: PNGs here")
     p.set_defaults(func=_cmd_simulate)
+
+
+def _add_reward_model_commands(sub: Any) -> None:
+    """Learned reward models: preference pairs and training."""
     p = sub.add_parser("reward-model", help="learned reward models: preference pairs, training")
     rm = p.add_subparsers(dest="reward_command", required=True)
     q = rm.add_parser("train", help="train a reward model (Bradley-Terry) from preference pairs")
@@ -343,7 +359,6 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--seed", type=int, default=0)
     q.add_argument("overrides", nargs="*", help="dotted overrides of the data config")
     q.set_defaults(func=_cmd_reward_pairs)
-    return parser
 
 
 def parse(argv: Sequence[str] | None) -> argparse.Namespace:
