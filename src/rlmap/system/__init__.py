@@ -2,8 +2,15 @@
 
 - :mod:`~rlmap.system.engine`: the rollout-engine interface (``Completion``, ``RolloutEngine``);
 - :mod:`~rlmap.system.hf_engine`: Hugging Face ``generate`` engine (CPU/GPU);
+- :mod:`~rlmap.system.rollout`: episodes against environments, and the batch record;
+- :mod:`~rlmap.system.scoring`: base reward + shaping through the reward interface;
 - :mod:`~rlmap.system.learner`: policy updates with pinned reduction denominators;
+- :mod:`~rlmap.system.critic`: the value critic, its values and updates;
 - :mod:`~rlmap.system.sync`: the synchronous group-barrier loop as reusable step functions;
+- :mod:`~rlmap.system.async_loop`: the asynchronous queue (worker threads), reusing them;
+- :mod:`~rlmap.system.ray_workers`: the same loop's workers as Ray actors;
+- :mod:`~rlmap.system.simulate` (with ``sim_inputs``, ``sim_report``): the discrete-event
+  model behind ``rlmap simulate``;
 - :mod:`~rlmap.system.setup`: building a run's live objects from its config.
 """
 
