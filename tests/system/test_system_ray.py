@@ -53,3 +53,26 @@ def test_sao_runs_with_ray_actors_as_workers_and_a_killed_actor_costs_one_round(
     assert t["finished"] == pulled + t["queued_at_end"]
     assert t["consumed"] + t["stale_dropped"] + t["rejected"] == pulled
     assert not ray.is_initialized()  # the run stopped the cluster it started
+
+
+def test_partial_rollout_on_ray_keeps_the_staleness_bound(
+    tiny_calc_model_dir: Path, tmp_path: Path, toy: Toy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rlmap.system import async_loop
+
+    seen: list[tuple[Any, int]] = []
+    real = async_loop.learn
+
+    def spy(p: Any, batch: Any, state: Any) -> dict[str, float]:
+        seen.append((batch, state.step))
+        return real(p, batch, state)
+
+    monkeypatch.setattr(async_loop, "learn", spy)
+    overrides = [*_sao(toy, tiny_calc_model_dir), "system.partial_rollout=true",
+                 "behaviour.max_staleness=1"]  # fmt: skip
+    run_training(build_config("sao", None, overrides), tmp_path / "run")
+    assert seen
+    for batch, version in seen:
+        oldest = batch.policy_version.masked_fill(~batch.action_mask, 10**9).amin(-1)
+        assert int((version - oldest).max()) <= 1
+        assert int(batch.policy_version[batch.action_mask].max()) <= version

@@ -12,8 +12,9 @@ the round is counted as aborted, never silently lost or returned twice, and a fr
 actor takes its place. Ray is started here when no cluster is running — local, on the
 loopback address, with ``system.workers`` + 1 CPUs — and shut down when the run ends.
 
-Partial rollout (new weights between turns) needs a call back into the driver from
-inside an episode; with Ray it is refused for now.
+Partial rollout: a driver thread posts each new version to a small ``Newest`` actor;
+between the turns of an episode an actor looks there and loads newer weights, so the
+episode's later tokens carry the new version.
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ from rlmap.core.errors import ConfigError
 from rlmap.recipes.config import RecipeConfig
 from rlmap.system.async_loop import AsyncRunner, Worker
 from rlmap.system.rollout import Scored
+
+WATCH_S = 0.05
+"""How often the driver looks for a newly published version (partial rollout)."""
 
 
 def _ray() -> Any:
@@ -57,15 +61,45 @@ class RolloutActor:
         reward = None if reward_path is None else Path(reward_path)
         self.p = setup.build(rollout_config(cfg), Path(start), reward_path=reward)
 
-    def rollout(self, cursor: int, n: int, version: int, state: dict[str, Any]) -> list[Scored]:
+    def rollout(
+        self, cursor: int, n: int, version: int, state: dict[str, Any], newest: Any = None
+    ) -> list[Scored]:
+        """Prompts ``cursor .. cursor + n − 1`` on weights ``version``; with ``newest`` (partial
+        rollout: the driver's board of the newest weights) new weights between turns."""
         from rlmap.system.sync import next_prompts, rollout_round
 
+        self._load(version, state)
+        refresh = None if newest is None else (lambda: self._refresh(newest))
+        examples = next_prompts(self.p.train, cursor, n, self.p.cfg.seed)
+        return rollout_round(self.p, examples, cursor, before_turn=refresh)
+
+    def _load(self, version: int, state: dict[str, Any]) -> None:
         p = self.p
         if version != p.engine.version:
             with torch.no_grad():
                 p.policy.load_state_dict(state)
             p.engine.update_weights(p.policy, version)
-        return rollout_round(p, next_prompts(p.train, cursor, n, p.cfg.seed), cursor)
+
+    def _refresh(self, newest: Any) -> None:
+        import ray
+
+        version, box = ray.get(newest.get.remote())
+        if box[0] is not None and version != self.p.engine.version:
+            self._load(version, ray.get(box[0]))
+
+
+class Newest:
+    """The body of a tiny Ray actor: the newest weights' version and object (in a list, so
+    Ray hands the reference over rather than the weights)."""
+
+    def __init__(self) -> None:
+        self.version, self.box = -1, [None]
+
+    def set(self, version: int, box: list[Any]) -> None:
+        self.version, self.box = version, box
+
+    def get(self) -> tuple[int, list[Any]]:
+        return self.version, self.box
 
 
 class RayWorker:
@@ -83,8 +117,9 @@ class RayWorker:
 
     def roll(self, cursor: int, n: int) -> list[Scored]:
         version, ref = self.shared.latest()
+        call = self.actor.rollout.remote(cursor, n, version, ref, self.shared.newest)
         try:
-            result: list[Scored] = self.ray.get(self.actor.rollout.remote(cursor, n, version, ref))
+            result: list[Scored] = self.ray.get(call)
         except self.ray.exceptions.RayActorError:  # the actor died: a fresh one, round lost
             self.restarts += 1
             self.actor = self._start()
@@ -96,19 +131,33 @@ class RayWorker:
 
 
 class SharedWeights:
-    """The newest published weights as one object in Ray's store (put once per version)."""
+    """The newest published weights as one object in Ray's store (put once per version).
+
+    With partial rollout a driver thread also watches for new versions and posts each to
+    a :class:`Newest` actor, where actors look between the turns of an episode."""
 
     def __init__(self, runner: AsyncRunner) -> None:
         self.ray, self.board = _ray(), runner.board
         self.lock = threading.Lock()
         self.version, self.ref = -1, None
+        self.newest: Any = None
+        self.stop = runner.stop
+        if runner.p.cfg.system.partial_rollout:
+            self.newest = self.ray.remote(num_cpus=0)(Newest).remote()
+            threading.Thread(target=self._watch, name="weights-watch", daemon=True).start()
 
     def latest(self) -> tuple[int, Any]:
         version, state = self.board.latest()
         with self.lock:
             if version != self.version:
                 self.version, self.ref = version, self.ray.put(state)
+                if self.newest is not None:
+                    self.newest.set.remote(version, [self.ref])
             return self.version, self.ref
+
+    def _watch(self) -> None:
+        while not self.stop.wait(WATCH_S):
+            self.latest()
 
 
 class RayPool:
@@ -120,8 +169,6 @@ class RayPool:
 
     def __call__(self, runner: AsyncRunner) -> list[Worker]:
         ray = _ray()
-        if runner.p.cfg.system.partial_rollout:
-            raise ConfigError("system.partial_rollout: not available with system.backend=ray yet")
         if not ray.is_initialized():
             ray.init(num_cpus=runner.p.cfg.system.workers + 1, include_dashboard=False,
                      log_to_driver=False, _node_ip_address="127.0.0.1")  # fmt: skip
