@@ -402,14 +402,14 @@ class ProcessReward:
 
 
 def compose(
-    verifier: Reward,
+    verifier: Reward | None,
     *,
     format_pattern: str | None = None,
     format_weight: float = 0.0,
     overlong_cache: int | None = None,
     length_target: int | None = None,
     length_weight: float = 0.0,
-) -> Reward:
+) -> Reward | None:
     """The usual sum, from config values::
 
         R = R_verifier + format_weight · R_format + R_overlong + length_weight · R_length
@@ -418,17 +418,21 @@ def compose(
     weight 1 (DAPO). The length reward uses ``scale = target`` (relative deviation), so
     ``length_weight`` is the reward lost per 100 % off the budget. ``verifier`` alone is
     returned as it is. A weight without its term, or a term with weight 0, raises.
+    ``verifier=None`` gives the shaping terms alone (the trainer adds them to its base
+    reward), or None when none is configured.
     """
     _require_pair("format_pattern", format_pattern, "format_weight", format_weight)
     _require_pair("length_target", length_target, "length_weight", length_weight)
-    terms: list[tuple[float, Reward]] = [(1.0, verifier)]
+    terms: list[tuple[float, Reward]] = [] if verifier is None else [(1.0, verifier)]
     if format_pattern is not None:
         terms.append((format_weight, FormatReward(format_pattern)))
     if overlong_cache is not None:
         terms.append((1.0, OverlongPunishment(overlong_cache)))
     if length_target is not None:
         terms.append((length_weight, LengthReward(length_target, scale=max(length_target, 1))))
-    return verifier if len(terms) == 1 else Weighted(tuple(terms))
+    if not terms:
+        return None
+    return terms[0][1] if len(terms) == 1 and verifier is not None else Weighted(tuple(terms))
 
 
 def _require_pair(term: str, value: object, weight_name: str, weight: float) -> None:

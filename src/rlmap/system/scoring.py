@@ -24,14 +24,11 @@ from transformers import PreTrainedTokenizerBase
 from rlmap.core.batch import End, RewardStatus
 from rlmap.feedback import process
 from rlmap.feedback.reward import (
-    FormatReward,
-    LengthReward,
-    OverlongPunishment,
     ProcessReward,
     Reward,
     Score,
     Trajectory,
-    Weighted,
+    compose,
     score_batch,
     worst,
 )
@@ -69,18 +66,12 @@ def base_reward(cfg: RecipeConfig) -> Reward:
 
 
 def shaping_reward(cfg: RecipeConfig) -> Reward | None:
-    """Σ of the configured shaping terms, or None when there is none."""
+    """Σ of the configured shaping terms (:func:`rlmap.feedback.reward.compose` without a
+    verifier), or None when there is none."""
     f = cfg.feedback
-    terms: list[tuple[float, Reward]] = []
-    if f.overlong_cache is not None:
-        terms.append((1.0, OverlongPunishment(f.overlong_cache)))
-    if f.format_pattern is not None:
-        terms.append((f.format_weight, FormatReward(f.format_pattern)))
-    if f.length_target is not None:
-        terms.append(
-            (f.length_weight, LengthReward(f.length_target, scale=max(f.length_target, 1)))
-        )
-    return Weighted(tuple(terms)) if terms else None
+    return compose(None, format_pattern=f.format_pattern, format_weight=f.format_weight,
+                   overlong_cache=f.overlong_cache, length_target=f.length_target,
+                   length_weight=f.length_weight)  # fmt: skip
 
 
 def trajectory(
