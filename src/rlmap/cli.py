@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from rlmap.core.errors import ConfigError
+from rlmap.core.errors import ConfigError, InputError, TrainingError
 
 if TYPE_CHECKING:
     from rlmap.recipes.config import RecipeConfig
@@ -382,7 +382,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse(argv)
     try:
         status = args.func(args)
-    except ConfigError as exc:
+    except (ConfigError, InputError, TrainingError) as exc:
         print(f"rlmap: error: {exc}", file=sys.stderr)
         return 2
     return int(status or 0)

@@ -14,3 +14,18 @@ class UnknownComponentError(ConfigError, KeyError):
 
     def __str__(self) -> str:  # KeyError would otherwise quote the message
         return str(self.args[0]) if self.args else ""
+
+
+class InputError(ValueError):
+    """Bad input that is not a config field: a file, a row of a file, a path, a directory.
+
+    The message is one line and starts with what is at fault, e.g.
+    ``data/train.jsonl: row 17: 'answer' is missing`` or
+    ``runs/x: not a run directory (no metrics.jsonl)``.
+    """
+
+
+class TrainingError(RuntimeError):
+    """Training cannot go on without corrupting the run (a non-finite loss, gradient or
+    weight). One line naming the step; nothing non-finite is ever written as a checkpoint.
+    """
