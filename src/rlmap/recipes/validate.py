@@ -8,6 +8,8 @@ check here branches on a component's name.
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import re
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -50,6 +52,95 @@ def _known_components(cfg: RecipeConfig) -> None:
         if name not in registry:
             known = ", ".join(registry.names())
             raise ConfigError(f"{field}: unknown {registry.kind} '{name}'; known: {known}")
+
+
+_AT_LEAST_ONE = (
+    "generation.max_new_tokens",
+    "generation.eval_samples",
+    "data.train_size",
+    "data.eval_size",
+    "run.eval_every",
+    "run.checkpoint_every",
+    "run.keep_checkpoints",
+    "kl.horizon",
+    "system.worker_prompts",
+    "feedback.length_target",
+)
+"""Counts and intervals: 0 would divide by zero, loop for ever or produce nothing."""
+
+_AT_LEAST_ZERO = (
+    "behaviour.max_staleness",
+    "behaviour.positive_nll",
+    "optim.warmup_steps",
+    "optim.weight_decay",
+)
+"""Bounds and weights where 0 means "none" and a negative value means nothing (η < 0 would
+admit no trajectory ever: the asynchronous loop would wait for ever)."""
+
+_POSITIVE = (
+    "generation.temperature",
+    "optim.critic_lr",
+    "optim.max_grad_norm",
+    "behaviour.tis_cap",
+    "behaviour.decoupled_cap",
+    "behaviour.sapo_tau_pos",
+    "behaviour.sapo_tau_neg",
+    "credit.c_bar",
+    "credit.rho_bar_pg",
+)
+"""Scales and caps that are divided by or clip at their value, so 0 is meaningless.
+``generation.temperature`` is among them: the learner scores tokens under π_θ^{1/T}, which
+T = 0 makes undefined (logits / 0), and greedy samples are not draws from π: a group's
+G greedy samples are identical: nothing for a policy gradient to learn from."""
+
+
+_WHY = {
+    "generation.temperature": (
+        " (the learner scores tokens under softmax(z/T), undefined at T = 0, and greedy "
+        "samples are not draws from π: a group's G samples would all be the same)"
+    ),
+    "behaviour.max_staleness": " (η = 0 admits only trajectories of the current version)",
+}
+
+
+def _field(cfg: RecipeConfig, dotted: str) -> Any:
+    section, name = dotted.split(".")
+    return getattr(getattr(cfg, section), name)
+
+
+def _bounds(cfg: RecipeConfig) -> Iterator[str]:
+    """Every number finite; counts >= 1, bounds >= 0, scales > 0 (None means unset)."""
+    yield from _finite(cfg)
+    rules = (
+        (_AT_LEAST_ONE, lambda v: v >= 1, "must be >= 1"),
+        (_AT_LEAST_ZERO, lambda v: v >= 0, "must be >= 0"),
+        (_POSITIVE, lambda v: v > 0, "must be > 0"),
+    )
+    for fields, ok, rule in rules:
+        for dotted in fields:
+            value = _field(cfg, dotted)
+            if value is not None and not ok(value):
+                yield f"{dotted}: {rule}, got {value}{_WHY.get(dotted, '')}"
+    top_p = cfg.generation.top_p
+    if not 0 < top_p <= 1:
+        yield f"generation.top_p: must be in (0, 1], got {top_p}"
+    b = cfg.behaviour
+    for low, high in (("icepop_low", "icepop_high"), ("masked_is_low", "masked_is_high")):
+        lo, hi = getattr(b, low), getattr(b, high)
+        if not 0 <= lo < hi:
+            yield f"behaviour.{low}: needs 0 <= {low} < {high}, got {lo} and {hi}"
+
+
+def _finite(cfg: RecipeConfig) -> Iterator[str]:
+    """A NaN passes every comparison (``nan <= 0`` is False), so it is refused first."""
+    for section in type(cfg).model_fields:
+        values = getattr(cfg, section)
+        if not dataclasses.is_dataclass(values):
+            continue
+        for f in dataclasses.fields(values):
+            value = getattr(values, f.name)
+            if isinstance(value, float) and not math.isfinite(value):
+                yield f"{section}.{f.name}: must be a finite number, got {value}"
 
 
 def _group(cfg: RecipeConfig) -> Iterator[str]:
@@ -210,6 +301,7 @@ def _optim(cfg: RecipeConfig) -> Iterator[str]:
 
 
 CHECKS: tuple[Check, ...] = (
+    _bounds,
     _group,
     _critic,
     _credit,
