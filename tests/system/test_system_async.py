@@ -100,3 +100,17 @@ def test_the_trajectory_balance_holds_exactly_and_a_failing_round_costs_only_its
     assert ledger["rollouts"] == (ledger["filtered_rollouts"] + ledger["rejected_rollouts"]
                                   + t["consumed"])  # fmt: skip
     assert ledger["aborted_rollouts"] == t["aborted"]
+
+
+def test_a_broken_policy_in_a_worker_stops_the_run_instead_of_aborting_rounds_for_ever(
+    tiny_calc_model_dir: Path, tmp_path: Path, toy: Toy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rlmap.core.errors import TrainingError
+
+    def broken(*args: Any, **kwargs: Any) -> Any:  # what the engine raises on NaN scores
+        raise TrainingError("rollout: the policy's scores are NaN or infinite")
+
+    monkeypatch.setattr(async_loop, "rollout_round", broken)
+    cfg = build_config("sao", None, _calc(toy, tiny_calc_model_dir))
+    with pytest.raises(TrainingError, match=r"^step 1: rollout: the policy's scores"):
+        run_training(cfg, tmp_path / "run")  # before: every round aborted, the learner waited

@@ -32,7 +32,9 @@ from typing import Any
 
 import torch
 
+from rlmap.core.errors import TrainingError
 from rlmap.experiments.rundir import fsync_dir
+from rlmap.system.optim_step import all_finite
 
 CHECKPOINTS = "checkpoints"
 TRAINER_STATE = "trainer_state.pt"
@@ -186,13 +188,19 @@ def save_checkpoint(
     ``weights_only=True``. The RNG state is captured at call time: call this after
     the step's sampling and update, and a resumed run draws the same numbers next.
     After the new checkpoint is in place only the newest ``keep`` remain.
-    Raises FileExistsError if ``step_<step>`` already exists (nothing is overwritten).
+    Raises FileExistsError if ``step_<step>`` already exists (nothing is overwritten), and
+    :class:`~rlmap.core.errors.TrainingError` if any weight is NaN or infinite (nothing is
+    written: a checkpoint that loads but answers nothing is worse than none).
     """
     if keep < 1:
         raise ValueError(f"checkpoint keep must be >= 1, got {keep}")
     for name in extra_models or {}:
         if not name or name.startswith(".") or "/" in name or name == TRAINER_STATE:
             raise ValueError(f"checkpoint extra_models: {name!r} is not a plain directory name")
+    for name, part in {"policy": model, **(extra_models or {})}.items():
+        if not all_finite(part.state_dict().values()):
+            raise TrainingError(f"step {step}: {name} weights are not finite; checkpoint "
+                                "not written")  # fmt: skip
     root = Path(run_dir) / CHECKPOINTS
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step_{step}"

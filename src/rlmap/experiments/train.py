@@ -30,7 +30,7 @@ from typing import Any
 import torch
 
 from rlmap import reduction
-from rlmap.core.errors import ConfigError
+from rlmap.core.errors import ConfigError, TrainingError
 from rlmap.experiments.checkpoint import (
     latest_checkpoint,
     load_trainer_state,
@@ -157,10 +157,14 @@ def _one_step(
     step: Step,
 ) -> tuple[LoopState, Ledger]:
     cfg, started = parts.cfg, time.perf_counter()
-    state, metrics = step(parts, state)
-    last = state.step == cfg.optim.steps
-    if last or state.step % cfg.run.eval_every == 0:
-        metrics |= _evaluate(parts)
+    try:
+        new_state, metrics = step(parts, state)
+        last = new_state.step == cfg.optim.steps
+        if last or new_state.step % cfg.run.eval_every == 0:
+            metrics |= _evaluate(parts)
+    except TrainingError as exc:  # the run directory keeps every step before this one
+        raise TrainingError(f"step {state.step + 1}: {exc}") from None
+    state = new_state
     ledger = ledger.add(
         generated_tokens=int(metrics["sampling/generated_tokens"]),
         prompts=int(metrics["sampling/rounds"]) * cfg.sampling.prompts_per_step,

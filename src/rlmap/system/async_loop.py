@@ -48,6 +48,7 @@ from typing import Protocol
 import torch
 
 from rlmap.core.batch import End, RewardStatus
+from rlmap.core.errors import TrainingError
 from rlmap.system.hf_engine import HFEngine
 from rlmap.system.rollout import Scored, to_batch
 from rlmap.system.setup import DTYPES, Parts
@@ -176,6 +177,8 @@ class AsyncRunner:
                 started = time.perf_counter()
                 try:
                     scored = worker.roll(cursor, self.prompts)
+                except TrainingError:  # the policy itself is broken: every round would fail
+                    raise
                 except Exception:  # an engine, environment or worker fault costs this round
                     with self.counts.lock:
                         self.counts.aborted_rounds += 1
@@ -199,6 +202,8 @@ class AsyncRunner:
         started = time.perf_counter()
         while len(items) < n:
             if self.errors:
+                if isinstance(self.errors[0], TrainingError):  # one line at the CLI
+                    raise TrainingError(str(self.errors[0]))
                 raise RuntimeError("a rollout worker failed") from self.errors[0]
             try:
                 items.append(self.queue.get(timeout=WAIT_S))

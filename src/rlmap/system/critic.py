@@ -55,6 +55,7 @@ from rlmap.core.ops import at_least_float32
 from rlmap.estimators import train_mask, value_loss
 from rlmap.reduction import ReductionParams, reduce, token_weights
 from rlmap.system.logprobs import attention_of, position_ids
+from rlmap.system.optim_step import guarded_step
 
 CRITIC_DIR = "critic"
 """Name of the critic's directory inside a checkpoint (``extra_models``)."""
@@ -207,13 +208,11 @@ def update_critic(
             if rows.numel() == 0:
                 continue
             loss = _minibatch_backward(critic, batch.select(rows), returns_BT[rows], s)
-            grad_norm = nn.utils.clip_grad_norm_(critic.parameters(), s.max_grad_norm)
-            history["critic/value_loss"].append(loss)
-            history["critic/grad_norm"].append(float(grad_norm))
             history["critic/lr"].append(float(optimizer.param_groups[0]["lr"]))
-            optimizer.step()
-            scheduler.step()
-            optimizer.zero_grad(set_to_none=True)
+            grad_norm = guarded_step(critic, optimizer, scheduler, loss=loss,
+                                     max_grad_norm=s.max_grad_norm, what="critic")  # fmt: skip
+            history["critic/value_loss"].append(loss)
+            history["critic/grad_norm"].append(grad_norm)
     metrics = {k: sum(v) / len(v) for k, v in history.items()}
     return metrics | {"optim/critic_steps": float(len(history["critic/value_loss"]))}
 

@@ -37,8 +37,9 @@ from typing import TYPE_CHECKING, cast
 
 import torch
 from torch import Tensor
-from transformers import GenerationConfig, GenerationMixin, PreTrainedModel
+from transformers import GenerationConfig, GenerationMixin, LogitsProcessor, PreTrainedModel
 
+from rlmap.core.errors import TrainingError
 from rlmap.system.engine import Completion
 
 if TYPE_CHECKING:
@@ -156,9 +157,9 @@ class HFEngine:
         """One ``generate`` call on at most ``max_batch`` prompts."""
         device = next(self.model.parameters()).device
         input_ids, attention_mask = left_pad(prompts, self.pad_token_id, device)  # (B, P)
-        out = self.model.generate(
-            input_ids=input_ids, attention_mask=attention_mask, generation_config=config
-        )
+        out = self.model.generate(input_ids=input_ids, attention_mask=attention_mask,
+                                  generation_config=config,
+                                  logits_processor=[FiniteScores()])  # fmt: skip
         tokens = out.sequences[:, input_ids.shape[1] :]  # (B, T)
         logprobs = sampled_logprobs(out.scores, tokens)  # (B, T)
         lengths, ended = response_lengths(tokens, stops)  # (B,), (B,)
@@ -173,6 +174,21 @@ class HFEngine:
             )
             for prompt, row, lp in zip(prompts, packed, logprobs.tolist(), strict=True)
         ]
+
+
+class FiniteScores(LogitsProcessor):
+    """Stops generation at the first NaN or +inf score, as a one-line error.
+
+    It runs last, after the temperature and top-p warpers (whose filtered tokens are −inf,
+    which is fine). Without it, weights that overflow in the forward pass (finite but huge,
+    e.g. after a step at an absurd learning rate) end in ``torch.multinomial``'s traceback.
+    """
+
+    def __call__(self, input_ids: Tensor, scores: Tensor) -> Tensor:
+        if bool((torch.isnan(scores) | torch.isposinf(scores)).any()):
+            raise TrainingError("rollout: the policy's scores are NaN or infinite (the "
+                                "weights overflow in the forward pass); stopped")  # fmt: skip
+        return scores
 
 
 def sampling_config(

@@ -27,6 +27,7 @@ from rlmap.core.batch import Batch
 from rlmap.correction import BehaviourParams, KLParams, PolicyTerms, policy_loss, positive_nll
 from rlmap.reduction import ReductionParams, reduce, token_weights
 from rlmap.system.logprobs import attention_of, batched_logprobs, token_logprobs
+from rlmap.system.optim_step import guarded_step
 
 
 @dataclass(frozen=True)
@@ -99,13 +100,11 @@ def update_policy(
             stats = _minibatch_step(
                 policy, batch.select(rows), advantages_BT[rows], s, learner_version
             )
-            stats["optim/grad_norm"] = float(
-                nn.utils.clip_grad_norm_(policy.parameters(), s.max_grad_norm)
-            )
             stats["optim/lr"] = float(optimizer.param_groups[0]["lr"])
-            optimizer.step()
-            scheduler.step()
-            optimizer.zero_grad(set_to_none=True)
+            stats["optim/grad_norm"] = guarded_step(policy, optimizer, scheduler,
+                                                    loss=stats["loss/total"],
+                                                    max_grad_norm=s.max_grad_norm,
+                                                    what="policy")  # fmt: skip
             for key, value in stats.items():
                 history[key].append(value)
     return {k: max(v) if "max" in k else sum(v) / len(v) for k, v in history.items()}
