@@ -21,18 +21,21 @@ are deleted, so a crash mid-delete cannot leave a partial ``step_*`` behind.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import random
 import re
 import shutil
 import sys
-from collections.abc import Mapping
+import zipfile
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import SafetensorError, safe_open
 
-from rlmap.core.errors import TrainingError
+from rlmap.core.errors import InputError, TrainingError
 from rlmap.experiments.rundir import fsync_dir
 from rlmap.system.optim_step import all_finite
 
@@ -55,6 +58,66 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
     """The checkpoint with the highest step, or None when the run has none."""
     checkpoints = list_checkpoints(run_dir)
     return checkpoints[-1] if checkpoints else None
+
+
+def checkpoint_problem(ckpt: Path, models: Sequence[str] = ()) -> str | None:
+    """What makes ``ckpt`` unusable for a resume, naming the file; None when it is intact.
+
+    Checks that the model's (and each of ``models``' subdirectories') ``config.json``
+    parses, that every safetensors file's header covers the file (a truncated file
+    fails here), and that ``trainer_state.pt``'s zip directory is whole. It reads headers
+    and directories, not weights or optimiser state.
+    """
+    for where in (ckpt, *(ckpt / name for name in models)):
+        config = where / "config.json"
+        try:
+            json.loads(config.read_text())
+        except FileNotFoundError:
+            return f"{config}: missing"
+        except (OSError, ValueError):
+            return f"{config}: not valid JSON (truncated?)"
+        weights = sorted(where.glob("*.safetensors"))
+        if not weights:
+            return f"{where}: no *.safetensors weights"
+        for file in weights:
+            try:
+                with safe_open(str(file), "pt") as handle:
+                    handle.keys()
+            except (SafetensorError, OSError) as exc:
+                return f"{file}: damaged ({exc})"
+    state = ckpt / TRAINER_STATE
+    if not state.is_file():
+        return f"{state}: missing"
+    try:  # torch.save writes a zip whose directory is at the end: truncation loses it
+        with zipfile.ZipFile(state) as archive:
+            archive.namelist()
+    except (zipfile.BadZipFile, OSError):
+        return f"{state}: damaged (truncated?)"
+    return None
+
+
+def resume_point(run_dir: Path, models: Sequence[str] = ()) -> tuple[Path | None, list[str]]:
+    """The newest intact checkpoint of a run, and one line for each damaged newer one.
+
+    Damaged checkpoints newer than the one resumed from are renamed to
+    ``checkpoints/damaged-step_<N>-<pid>`` (kept for inspection, never deleted, and out of
+    the ``step_*`` namespace so the resumed run can write that step again). A run without
+    checkpoints resumes from None (it starts over); a run whose every checkpoint is damaged
+    raises :class:`~rlmap.core.errors.InputError` naming the newest one's fault and moves
+    nothing.
+    """
+    checkpoints = list_checkpoints(run_dir)
+    problems = [(ckpt, checkpoint_problem(ckpt, models)) for ckpt in reversed(checkpoints)]
+    intact = next((ckpt for ckpt, problem in problems if problem is None), None)
+    if checkpoints and intact is None:
+        raise InputError(f"{problems[0][1]}; no intact checkpoint to resume from")
+    notes = []
+    for ckpt, problem in problems:
+        if ckpt == intact:
+            break
+        os.replace(ckpt, ckpt.with_name(f"damaged-{ckpt.name}-{os.getpid()}"))
+        notes.append(f"{problem}; skipped (kept as damaged-{ckpt.name}-{os.getpid()})")
+    return intact, notes
 
 
 def capture_rng() -> dict[str, Any]:
@@ -104,12 +167,15 @@ def restore_optimizers(
 
 
 def load_trainer_state(ckpt_dir: Path) -> dict[str, Any]:
-    """The ``trainer_state.pt`` of a checkpoint (loaded with ``weights_only=True``)."""
-    state: dict[str, Any] = torch.load(
-        Path(ckpt_dir) / TRAINER_STATE, map_location="cpu", weights_only=True
-    )
+    """The ``trainer_state.pt`` of a checkpoint (loaded with ``weights_only=True``); a file
+    that does not load is an :class:`~rlmap.core.errors.InputError` naming it."""
+    path = Path(ckpt_dir) / TRAINER_STATE
+    try:
+        state: dict[str, Any] = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # missing, truncated, corrupt or foreign: named, one line
+        raise InputError(f"{path}: cannot be loaded ({type(exc).__name__})") from None
     if state.get("format") != STATE_FORMAT:
-        raise ValueError(f"{ckpt_dir}: trainer state format {state.get('format')!r} unknown")
+        raise InputError(f"{path}: trainer state format {state.get('format')!r} unknown")
     return state
 
 

@@ -10,18 +10,23 @@ Each step's timing metrics are charged to the ledger by who spent them: sampling
 the critic (``system/critic_values_s`` + ``system/critic_update_s``) and the reference
 (``system/reference_s``); ``summary.json`` reports the resulting ``compute_share``.
 
-Resume: the newest complete checkpoint restores weights, optimiser, scheduler,
+Resume: the newest intact checkpoint restores weights, optimiser, scheduler,
 RNG and loop state; ``metrics.jsonl`` is cut back to that step, so a run killed
 at any point and resumed logs exactly what an uninterrupted run logs (on CPU,
-same seed; timing metrics aside).
+same seed; timing metrics aside). A damaged newer checkpoint is skipped and kept
+aside; a run killed before its first checkpoint starts over from step 0; a config
+edited since the checkpoint is refused unless only ``optim.steps`` or
+``run.progress`` changed. Every resume leaves a line in ``resumes.jsonl``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import random
+import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
@@ -32,10 +37,10 @@ import torch
 from rlmap import reduction
 from rlmap.core.errors import ConfigError, TrainingError
 from rlmap.experiments.checkpoint import (
-    latest_checkpoint,
     load_trainer_state,
     restore_optimizers,
     restore_rng,
+    resume_point,
     save_checkpoint,
 )
 from rlmap.experiments.compare import FAILED_FILE
@@ -69,18 +74,19 @@ EVAL_SEED = 12345
 
 def run_training(cfg: RecipeConfig, run_dir: Path, *, resume: bool = False) -> dict[str, Any]:
     """Train into ``run_dir`` (fresh, or continued from its newest checkpoint)."""
+    ckpt, saved = _resume_point(cfg, run_dir) if resume else (None, None)
     view = ProgressView(enabled=cfg.run.progress)
     start = setup.model_path(cfg, progress=view.warm_start)
     reward_path = setup.reward_model_path(cfg, progress=view.phase("reward model"))
-    ckpt = latest_checkpoint(run_dir) if resume else None
     parts = setup.build(cfg, start, resume_from=ckpt, reward_path=reward_path)
     state, ledger = LoopState(), _initial_ledger(cfg, parts, start)
-    if ckpt is not None:
-        state, ledger, before = _restore(parts, ckpt)
+    if ckpt is not None and saved is not None:
+        state, ledger, before = _restore(parts, ckpt, saved)
         MetricsLog.truncate_after(run_dir / "metrics.jsonl", state.step)  # drop what is redone
         log = StepRecords(run_dir, tensorboard=cfg.run.tensorboard)
     else:
         run_dir.mkdir(parents=True, exist_ok=True)
+        MetricsLog.truncate_after(run_dir / "metrics.jsonl", -1)  # a resume that starts over
         write_text_atomic(run_dir / "config.yaml", f"# {composition(cfg)}\n{cfg.to_yaml()}")
         seed_everything(cfg.seed)
         before = _evaluate(parts)
@@ -188,7 +194,8 @@ def _one_step(
         extra_models = {} if parts.critic is None else {CRITIC_DIR: parts.critic}
         save_checkpoint(run_dir, state.step, model=parts.policy, tokenizer=parts.tokenizer,
                         optimizers=optimizers, schedulers=schedulers,
-                        extra={"loop": asdict(state), "ledger": ledger.to_dict()},
+                        extra={"loop": asdict(state), "ledger": ledger.to_dict(),
+                               "config": cfg.model_dump(mode="json")},
                         keep=cfg.run.keep_checkpoints, extra_models=extra_models)  # fmt: skip
         write_json_atomic(run_dir / "ledger.json", ledger.to_dict())
     return state, ledger
@@ -249,8 +256,80 @@ def _initial_ledger(cfg: RecipeConfig, parts: setup.Parts, start: Path) -> Ledge
     )
 
 
-def _restore(parts: setup.Parts, ckpt: Path) -> tuple[LoopState, Ledger, dict[str, float]]:
-    state = load_trainer_state(ckpt)
+RESUMABLE_CHANGES = ("optim.steps", "run.progress")
+"""Fields of ``config.yaml`` a resume accepts changed (extend or shorten a run, hide the bar);
+any other change is refused: the restored optimiser, scheduler and data would still follow
+the old value, and ``config.yaml`` would no longer describe the run."""
+
+RESUMES_FILE = "resumes.jsonl"
+
+
+def _resume_point(cfg: RecipeConfig, run_dir: Path) -> tuple[Path | None, dict[str, Any] | None]:
+    """The checkpoint to resume from and its trainer state, or (None, None) to start over.
+
+    Damaged checkpoints are skipped (and said so); a config changed since the checkpoint
+    is refused unless only :data:`RESUMABLE_CHANGES` differ, which are recorded in
+    ``resumes.jsonl`` with the step they apply from.
+    """
+    ckpt, notes = resume_point(run_dir, [CRITIC_DIR] if cfg.critic.enabled else [])
+    for note in notes:
+        print(f"rlmap: {note}", file=sys.stderr)
+    if ckpt is None:
+        print(f"rlmap: {run_dir}: no checkpoint yet; starting over from step 0", file=sys.stderr)
+        _record_resume(run_dir, None, {}, notes)
+        return None, None
+    saved = load_trainer_state(ckpt)
+    changes = config_changes(saved["extra"].get("config"), cfg)
+    refused = [c for c in changes if c[0] not in RESUMABLE_CHANGES]
+    if refused:
+        field, old, new = refused[0]
+        raise ConfigError(
+            f"{field}: changed in {run_dir / 'config.yaml'} since {ckpt.name} ({old!r} -> "
+            f"{new!r}); a resumed run keeps its config (only {', '.join(RESUMABLE_CHANGES)} "
+            "may change); put the config back, or start a new run from this one's checkpoint"
+        )
+    if cfg.optim.steps < saved["step"]:
+        raise ConfigError(f"optim.steps: {cfg.optim.steps} is below the step resumed from "
+                          f"({saved['step']})")  # fmt: skip
+    _record_resume(run_dir, ckpt, {f: [o, n] for f, o, n in changes}, notes)
+    return ckpt, saved
+
+
+def config_changes(
+    saved: Mapping[str, Any] | None, cfg: RecipeConfig
+) -> list[tuple[str, Any, Any]]:
+    """(dotted field, saved value, current value) for every field that differs; none when
+    the checkpoint predates saving its config."""
+    if saved is None:
+        return []
+    now, was = _flat(cfg.model_dump(mode="json")), _flat(saved)
+    return [(k, was.get(k), now.get(k)) for k in sorted(now.keys() | was.keys())
+            if was.get(k) != now.get(k)]  # fmt: skip
+
+
+def _flat(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, Mapping):
+            out |= _flat(value, f"{prefix}{key}.")
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def _record_resume(
+    run_dir: Path, ckpt: Path | None, changes: dict[str, Any], notes: list[str]
+) -> None:
+    """One line per resume in ``resumes.jsonl``: where from, what changed, what was skipped."""
+    record = {"from": None if ckpt is None else ckpt.name, "changes": changes, "skipped": notes,
+              "time": time.time()}  # fmt: skip
+    with open(run_dir / RESUMES_FILE, "a") as f:
+        f.write(json.dumps(record) + "\n")
+
+
+def _restore(
+    parts: setup.Parts, ckpt: Path, state: dict[str, Any]
+) -> tuple[LoopState, Ledger, dict[str, float]]:
     optimizers, schedulers = _optimizers(parts)
     restore_optimizers(state, optimizers=optimizers, schedulers=schedulers)
     restore_rng(state)
