@@ -33,9 +33,9 @@ Differences that remain (documented, not removable from outside either library):
 - TRL computes log-probs with its fused, tiled LM head, rlmap from full logits (numerics
   only: ``--check-gradients`` compares both gradients on one identical batch);
 - TRL shuffles the rollouts before cutting micro-batches (no effect on the gradient);
-- the prompt text TRL sees is ``"<bos>" + prompt`` (the tokenizer has no chat template
-  and adds no special tokens), which tokenizes to exactly rlmap's ``encode_prompt``
-  ids (checked at start-up).
+- the prompt text TRL sees is the prompt itself (the tokenizer has no chat template and
+  adds ``<bos>`` on its own), which tokenizes to exactly rlmap's ``encode_prompt`` ids
+  (checked at start-up).
 
 Same number of generated tokens: ``--steps N`` (default: the preset's ``optim.steps``)
 sets a budget of N × rollouts per step × the start checkpoint's mean response length;
@@ -160,8 +160,7 @@ def run_trl(cfg: RecipeConfig, start: Path, budget: int, max_steps: int) -> Run:
 
     tokenizer = AutoTokenizer.from_pretrained(start)
     train, _ = setup.load_data(cfg)
-    bos = tokenizer.bos_token or ""
-    data = Dataset.from_list([{"prompt": bos + e.prompt, "answer": e.answer} for e in train])
+    data = Dataset.from_list([{"prompt": e.prompt, "answer": e.answer} for e in train])
     verify = feedback.registry.get(cfg.feedback.verifier).fn
     generated = [0]
 
@@ -201,12 +200,12 @@ def check_prompt_tokens(cfg: RecipeConfig, start: Path) -> None:
     tokenizer = AutoTokenizer.from_pretrained(start)
     train, _ = setup.load_data(cfg)
     sample = train[:64]
-    texts = [(tokenizer.bos_token or "") + e.prompt for e in sample]
+    texts = [e.prompt for e in sample]
     trl_ids = tokenizer(text=texts)["input_ids"]
     ours = [encode_prompt(tokenizer, e.prompt) for e in sample]
     if [list(x) for x in trl_ids] != ours:
         raise SystemExit(f"prompt tokens differ: TRL {trl_ids[0]} vs rlmap {ours[0]}")
-    print(f"prompt tokens: TRL's tokenization of '<bos>'+prompt == rlmap's encode_prompt "
+    print(f"prompt tokens: TRL's tokenization of the prompt == rlmap's encode_prompt "
           f"(e.g. {sample[0].prompt!r} → {ours[0]})")  # fmt: skip
 
 
@@ -255,7 +254,7 @@ def check_gradients(cfg: RecipeConfig, start: Path) -> None:
               "completion_ids": batch.tokens[:, width:],
               "completion_mask": batch.action_mask[:, width:].long(),
               "advantages": adv_BT[:, width]}  # fmt: skip
-    data = Dataset.from_list([{"prompt": "<bos>", "answer": ""}])
+    data = Dataset.from_list([{"prompt": "", "answer": ""}])
     with tempfile.TemporaryDirectory() as out:
         trainer = GRPOTrainer(model=trl_model, reward_funcs=no_reward,
                               train_dataset=data, args=trl_args(cfg, out, 1),

@@ -16,6 +16,8 @@ from rlmap.core.errors import ConfigError
 from rlmap.experiments.train import run_training
 from rlmap.recipes import build_config
 from rlmap.system import setup
+from rlmap.system.hf_engine import HFEngine
+from rlmap.tasks.prompts import encode_prompt
 
 Toy = Callable[..., list[str]]
 CRITIC_FREE = ["grpo", "dr-grpo", "rloo", "reinforce", "dapo", "gspo", "cispo", "sapo"]
@@ -146,9 +148,21 @@ def test_run_directory_and_plain_transformers_checkpoint(
     ckpt = run / "checkpoints" / "step_3"
     model = AutoModelForCausalLM.from_pretrained(ckpt)
     tokenizer = AutoTokenizer.from_pretrained(ckpt)
-    ids = torch.tensor([[tokenizer.bos_token_id, *tokenizer.encode("1+2=")]])
+    # Plain transformers encodes a prompt exactly as training did: <bos> first (before, the
+    # saved tokenizer did not add it and a trained checkpoint answered "4" to "12+34=").
+    trained_on = AutoTokenizer.from_pretrained(tiny_model_dir)  # what the run's envs encode with
+    for example in setup.load_data(cfg)[0][:8]:
+        expected = encode_prompt(trained_on, example.prompt)
+        assert tokenizer(example.prompt)["input_ids"] == expected
+        assert expected[0] == tokenizer.bos_token_id
+    ids = tokenizer("1+2=", return_tensors="pt")["input_ids"]
     out = model.generate(ids, max_new_tokens=3, do_sample=False)
-    assert out.shape[1] > ids.shape[1]
+    engine = HFEngine(model, pad_token_id=int(tokenizer.pad_token_id),
+                      eos_token_id=int(tokenizer.eos_token_id))  # fmt: skip
+    ours = engine.generate([ids[0].tolist()], n=1, max_new_tokens=3, temperature=0, top_p=1.0)
+    assert out[0, ids.shape[1] :].tolist()[: len(ours[0][0].response_ids)] == list(
+        ours[0][0].response_ids
+    )  # the same greedy answer as rlmap's own engine gives on the same ids
 
 
 def test_bad_input_is_one_line_and_damages_nothing(

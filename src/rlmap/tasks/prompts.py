@@ -1,8 +1,10 @@
 """Turning task text into token ids, the same way for every model.
 
 A tokenizer with a chat template gets the prompt as one user turn with the
-generation prompt appended; one without (the embedded character-level model)
-gets ``<bos>`` + the raw text. Responses are the answer's tokens + ``<eos>``.
+generation prompt appended; one without gets the raw text with the tokenizer's own
+special tokens (the embedded character-level model's adds ``<bos>``), so that plain
+``tokenizer(prompt)`` from a checkpoint gives exactly the ids training used.
+Responses are the answer's tokens + ``<eos>``.
 """
 
 from __future__ import annotations
@@ -13,15 +15,15 @@ from transformers import PreTrainedTokenizerBase
 
 
 def encode_prompt(tokenizer: PreTrainedTokenizerBase, text: str) -> list[int]:
-    """Token ids of a prompt, chat-templated when the tokenizer has a template."""
+    """Token ids of a prompt, chat-templated when the tokenizer has a template, else as
+    ``tokenizer(text)`` encodes it (never a special token the tokenizer would not add)."""
     if getattr(tokenizer, "chat_template", None):
         out: Any = tokenizer.apply_chat_template(
             [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True
         )
         ids = out["input_ids"] if hasattr(out, "keys") else out  # a BatchEncoding in newer versions
         return [int(i) for i in ids]
-    bos = [] if tokenizer.bos_token_id is None else [int(tokenizer.bos_token_id)]
-    return bos + [int(i) for i in tokenizer.encode(text, add_special_tokens=False)]
+    return [int(i) for i in tokenizer(text, add_special_tokens=True)["input_ids"]]
 
 
 def encode_response(tokenizer: PreTrainedTokenizerBase, text: str) -> list[int]:

@@ -18,7 +18,7 @@ it starts able to call the tool sometimes and right mostly when it does: the
 regime where RL raises the tool-call rate and the success rate with it.
 
 The result is cached by a content hash of everything that determines it
-(task, model spec, SFT settings, the tokenizer's vocabulary and this module's
+(task, model spec, SFT settings, the whole tokenizer and this module's
 format version), under ``$RLMAP_CACHE`` (default ``~/.cache/rlmap``), written
 atomically, so a rerun or a second run reuses it.
 """
@@ -76,9 +76,10 @@ class WarmStartSpec:
     model: TinySpec = field(default_factory=TinySpec)
 
     def digest(self) -> str:
-        """Content hash of the spec, the vocabulary and the procedure's version."""
-        payload = {"spec": asdict(self), "vocab": task_tokenizer(self.task).get_vocab(),
-                   "format": FORMAT_VERSION}  # fmt: skip
+        """Content hash of the spec, the whole tokenizer (vocabulary, pre- and post-processing)
+        and the procedure's version."""
+        tokenizer = task_tokenizer(self.task).backend_tokenizer.to_str()  # vocab and rules
+        payload = {"spec": asdict(self), "tokenizer": tokenizer, "format": FORMAT_VERSION}
         return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
 
