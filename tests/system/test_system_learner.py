@@ -10,8 +10,8 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from rlmap.core.batch import RewardStatus
-from rlmap.correction import BehaviourParams, KLParams
-from rlmap.reduction import ReductionParams
+from rlmap.correction import BehaviourParams, KLParams, PolicyTerms, policy_loss
+from rlmap.reduction import ReductionParams, reduce, token_weights
 from rlmap.system.hf_engine import HFEngine
 from rlmap.system.learner import UpdateSettings, prepare_batch, update_policy
 from rlmap.system.logprobs import token_logprobs
@@ -119,3 +119,128 @@ def test_reference_time_is_reported_only_when_the_reference_runs(tiny_model_dir:
     both = UpdateSettings(**{**on.__dict__, "epochs": 2})
     _, timings = prepare_batch(batch, model, reference, both)
     assert set(timings) == {"system/old_logprobs_s", "system/reference_s"}
+
+
+@pytest.mark.parametrize("corrections", [(), ("tis",), ("icepop",)])
+def test_diagnostics_do_not_depend_on_micro_batch_size(
+    tiny_model_dir: Path, corrections: tuple[str, ...]
+) -> None:
+    # Before: each figure was averaged over micro-batches, so the same batch gave
+    # ratio/d/max_abs_log 0.707 with micro-batches of 12 and 0.436 with micro-batches of 1.
+    model, scored, pad = _rollouts(tiny_model_dir)
+    batch = to_batch(scored, pad_token_id=pad)
+    noise = torch.randn(batch.tokens.shape, generator=torch.Generator().manual_seed(3))
+    stale = batch.replace(behavior_logprobs=batch.behavior_logprobs + 0.5 * noise)  # μ ≠ π
+    advantages = torch.randn(batch.tokens.shape, generator=torch.Generator().manual_seed(2))
+    figures = []
+    for micro in (batch.size, 5, 1):
+        policy = copy.deepcopy(model).double()
+        optimizer = torch.optim.SGD(policy.parameters(), lr=0.1)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
+        s = UpdateSettings(**{**_settings("token_mean", micro, corrections=corrections).__dict__,
+                              "epochs": 2, "minibatches": 2})  # fmt: skip
+        prepared, _ = prepare_batch(stale, policy, None, s)
+        figures.append(update_policy(policy, optimizer, scheduler, prepared,
+                                     advantages.double() * batch.action_mask, s,
+                                     learner_version=0,
+                                     generator=torch.Generator().manual_seed(0)))  # fmt: skip
+    keys = [k for k in figures[0] if k.startswith(("ratio/", "entropy", "kl/"))]
+    assert {"ratio/d/max_abs_log", "ratio/d/p99_abs_log", "ratio/rho/clipped_frac",
+            "ratio/kappa/p99_abs_log", "entropy"} <= set(keys)  # fmt: skip
+    assert figures[0]["ratio/d/max_abs_log"] > 0.5  # the noise is there to be seen
+    for other in figures[1:]:
+        for key in keys:
+            assert other[key] == pytest.approx(figures[0][key], rel=1e-9, abs=1e-12), key
+
+
+def test_the_max_is_the_max_and_p99_the_quantile_of_every_token_of_every_update(
+    tiny_model_dir: Path,
+) -> None:
+    # A reference loop: the same two optimiser steps done by hand, |log d| collected over
+    # every action token of both steps, reduced once.
+    model, scored, pad = _rollouts(tiny_model_dir)
+    batch = to_batch(scored, pad_token_id=pad)
+    noise = torch.randn(batch.tokens.shape, generator=torch.Generator().manual_seed(3))
+    stale = batch.replace(behavior_logprobs=batch.behavior_logprobs + 0.5 * noise)
+    advantages = torch.randn(batch.tokens.shape, generator=torch.Generator().manual_seed(2))
+    advantages = advantages.double() * batch.action_mask
+    s = UpdateSettings(**{**_settings("token_mean", 4).__dict__, "minibatches": 2})
+    policy = copy.deepcopy(model).double()
+    optimizer = torch.optim.SGD(policy.parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
+    prepared, _ = prepare_batch(stale, policy, None, s)
+    reference = copy.deepcopy(policy)
+    got = update_policy(policy, optimizer, scheduler, prepared, advantages, s, learner_version=0,
+                        generator=torch.Generator().manual_seed(0))  # fmt: skip
+
+    values = []
+    ref_opt = torch.optim.SGD(reference.parameters(), lr=0.1)
+    order = torch.randperm(batch.size, generator=torch.Generator().manual_seed(0))
+    for rows in order.tensor_split(2):
+        mb = prepared.select(rows)
+        logprobs, _ = token_logprobs(reference, mb.tokens, mb.attention_mask)
+        values.append((logprobs.detach() - mb.behavior_logprobs)[mb.action_mask].abs())
+        terms = PolicyTerms(logprobs=logprobs, old_logprobs=logprobs.detach(),
+                            behavior_logprobs=mb.behavior_logprobs,
+                            advantages=advantages[rows], mask=mb.action_mask,
+                            policy_version=None, learner_version=0)  # fmt: skip
+        j, _ = policy_loss(terms, s.behaviour, s.kl, None)
+        reduce(j, token_weights(mb.action_mask, s.reduction)).backward()
+        ref_opt.step()
+        ref_opt.zero_grad()
+    every = torch.cat(values).double()
+    # float32 inside the ratio math: agreement to 1e-6, not to the last bit
+    assert got["ratio/d/max_abs_log"] == pytest.approx(float(every.max()), rel=1e-6)
+    assert got["ratio/d/p99_abs_log"] == pytest.approx(float(every.quantile(0.99)), rel=1e-6)
+    assert got["ratio/d/mean_abs_log"] == pytest.approx(float(every.mean()), rel=1e-6)
+
+
+def test_vtrace_reads_the_learners_policy_on_a_stale_batch_with_one_optimiser_step(
+    tiny_model_dir: Path,
+) -> None:
+    # Before: π_old was computed only for several optimiser steps, so with one step V-trace
+    # fell back to π := μ and every ratio was 1 — exactly the asynchronous, stale case.
+    from rlmap.estimators import CreditParams
+    from rlmap.estimators import registry as estimators
+
+    model, scored, pad = _rollouts(tiny_model_dir)
+    batch = to_batch(scored, pad_token_id=pad)
+    noise = torch.randn(batch.tokens.shape, generator=torch.Generator().manual_seed(3))
+    stale = batch.replace(behavior_logprobs=batch.behavior_logprobs + 0.5 * noise,
+                          values=torch.zeros(batch.tokens.shape),
+                          bootstrap_values=torch.zeros(batch.size))  # fmt: skip
+    entry, params = estimators.get("vtrace"), CreditParams(estimator="vtrace")
+    assert entry.needs_policy_logprobs
+    for mode in ("bypass", "decoupled"):
+        s = _settings("token_mean", 4, mode=mode)  # one optimiser step
+        skipped, _ = prepare_batch(stale, model, None, s)
+        assert skipped.old_logprobs is None
+        prepared, timings = prepare_batch(stale, model, None, s, policy_logprobs=True)
+        assert prepared.old_logprobs is not None and "system/old_logprobs_s" in timings
+        as_if_fresh = entry.fn(skipped, params).advantages
+        corrected = entry.fn(prepared, params).advantages
+        assert not torch.allclose(as_if_fresh, corrected)  # the ratios now differ from 1
+
+
+def test_the_synchronous_loop_hands_vtrace_the_policys_logprobs(
+    tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from conftest import _toy_overrides
+
+    from rlmap.experiments.train import run_training
+    from rlmap.recipes import build_config
+    from rlmap.system import sync
+
+    seen, real = [], sync.prepare_batch
+
+    def spy(*args: object, **kwargs: object):  # type: ignore[no-untyped-def]
+        batch, timings = real(*args, **kwargs)  # type: ignore[arg-type]
+        seen.append(batch.old_logprobs is not None)
+        return batch, timings
+
+    monkeypatch.setattr(sync, "prepare_batch", spy)
+    cfg = build_config("ppo", None, [*_toy_overrides(tiny_model_dir, steps=1),
+                                     "credit.estimator=vtrace"])  # fmt: skip
+    assert cfg.optim.epochs_per_batch * cfg.optim.minibatches_per_epoch == 1
+    run_training(cfg, tmp_path / "run")
+    assert seen == [True]

@@ -143,7 +143,8 @@ def _gae(batch: Batch, p: CreditParams) -> Credit:
 def _vtrace(batch: Batch, p: CreditParams) -> Credit:
     values_BT = _require_values(batch, "vtrace")
     truncated_B, bootstrap_B = _episode_ends(batch, "vtrace")
-    # Bypass mode has no separate π_old: π_old := μ, so every ratio is 1.
+    # π is the learner's policy before the update; the learner computes it for this entry
+    # (``needs_policy_logprobs``). A caller without it gets π := μ: every ratio 1.
     pi_BT = batch.behavior_logprobs if batch.old_logprobs is None else batch.old_logprobs
     mu_BT, rewards_BT, mask_BT = batch.behavior_logprobs, batch.step_rewards, train_mask(batch)
     kw: dict[str, Any] = {
@@ -241,6 +242,7 @@ ENTRIES: tuple[tuple[str, Estimator], ...] = (
             summary="v_s − V_s = δ_s + γ c_s (v_{s+1} − V_{s+1}); "
             "A_s = ρ_pg (r_s + γ v_{s+1} − V_s)",
             paper="Espeholt et al. 2018, IMPALA (V-trace)",
+            needs_policy_logprobs=True,
         ),
     ),
 )

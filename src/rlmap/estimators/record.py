@@ -41,3 +41,7 @@ class Estimator:
     """The formula in one line."""
     paper: str
     """Short citation of the paper that introduced it."""
+    needs_policy_logprobs: bool = False
+    """Reads the learner's log π_θ of the batch, before the update (``batch.old_logprobs``),
+    whatever the ratio mode and however many optimiser steps follow: V-trace's target
+    policy. Without it (μ in its place) every ratio would be 1 and nothing corrected."""

@@ -40,7 +40,6 @@ change the gradient. One critic *update* is one pass of the policy's schedule
 
 from __future__ import annotations
 
-from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,7 +54,7 @@ from rlmap.core.ops import at_least_float32
 from rlmap.estimators import train_mask, value_loss
 from rlmap.reduction import ReductionParams, reduce, token_weights
 from rlmap.system.logprobs import attention_of, position_ids
-from rlmap.system.optim_step import guarded_step
+from rlmap.system.update_loop import Kept, Schedule, Weights, optimise
 
 CRITIC_DIR = "critic"
 """Name of the critic's directory inside a checkpoint (``extra_models``)."""
@@ -200,35 +199,23 @@ def update_critic(
     *,
     generator: torch.Generator,
 ) -> dict[str, float]:
-    """All critic optimiser steps on one batch (V_old = ``batch.values``); mean diagnostics."""
-    history: defaultdict[str, list[float]] = defaultdict(list)
-    for _ in range(s.updates * s.epochs):
-        order = torch.randperm(batch.size, generator=generator)
-        for rows in order.tensor_split(s.minibatches):
-            if rows.numel() == 0:
-                continue
-            loss = _minibatch_backward(critic, batch.select(rows), returns_BT[rows], s)
-            history["critic/lr"].append(float(optimizer.param_groups[0]["lr"]))
-            grad_norm = guarded_step(critic, optimizer, scheduler, loss=loss,
-                                     max_grad_norm=s.max_grad_norm, what="critic")  # fmt: skip
-            history["critic/value_loss"].append(loss)
-            history["critic/grad_norm"].append(grad_norm)
-    metrics = {k: sum(v) / len(v) for k, v in history.items()}
-    return metrics | {"optim/critic_steps": float(len(history["critic/value_loss"]))}
+    """All critic optimiser steps on one batch (V_old = ``batch.values``), on the policy's
+    update loop (:func:`rlmap.system.update_loop.optimise`); means over the steps."""
 
+    def micro(mb: Batch, rows: Tensor, w: Weights) -> tuple[Tensor, dict[str, Tensor], Kept]:
+        outputs_BT = critic_outputs(critic, mb.tokens, attention_of(mb))
+        return critic_loss(outputs_BT, mb, returns_BT[rows], w[0], value_clip=s.value_clip), {}, {}
 
-def _minibatch_backward(
-    critic: nn.Module, mb: Batch, returns_BT: Tensor, s: CriticSettings
-) -> float:
-    """Forward/backward over micro-batches of one optimiser mini-batch; returns its loss."""
-    weights_BT = value_weights(mb)  # pinned once, before any micro-batch
-    attention_BT = attention_of(mb)
-    total = 0.0
-    for start in range(0, mb.size, s.micro_batch_size):
-        rows = torch.arange(start, min(start + s.micro_batch_size, mb.size))
-        outputs_BT = critic_outputs(critic, mb.tokens[rows], attention_BT[rows])
-        loss = critic_loss(outputs_BT, mb.select(rows), returns_BT[rows], weights_BT[rows],
-                           value_clip=s.value_clip)  # fmt: skip
-        loss.backward()
-        total += float(loss.detach())  # parts of one sum: they add up
-    return total
+    schedule = Schedule(
+        epochs=s.updates * s.epochs,
+        minibatches=s.minibatches,
+        micro_batch_size=s.micro_batch_size,
+        max_grad_norm=s.max_grad_norm,
+    )
+    out = optimise(critic, optimizer, scheduler, batch, schedule,
+                   weights_of=lambda mb: (value_weights(mb),), micro_loss=micro,
+                   generator=generator, what="critic")  # fmt: skip
+    steps = out.step_means()
+    return {"critic/value_loss": steps["loss"], "critic/grad_norm": steps["grad_norm"],
+            "critic/lr": steps["lr"],
+            "optim/critic_steps": float(len(out.steps["loss"]))}  # fmt: skip

@@ -10,13 +10,14 @@ not depend on ``micro_batch_size``.
 start the update. When the batch is used for exactly one optimiser step those
 are the current weights, so π_old = sg(π_θ) from the same forward pass and the
 extra forward pass is skipped; with more steps it is recomputed once up front.
-In bypass mode π_old := μ_old and nothing is recomputed.
+In bypass mode π_old := μ_old and nothing is recomputed — unless the advantage
+estimator itself reads π_θ before the update (V-trace's target policy), in which
+case the pass runs whatever the mode and the number of steps.
 """
 
 from __future__ import annotations
 
 import time
-from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,7 +28,7 @@ from rlmap.core.batch import Batch
 from rlmap.correction import BehaviourParams, KLParams, PolicyTerms, policy_loss, positive_nll
 from rlmap.reduction import ReductionParams, reduce, token_weights
 from rlmap.system.logprobs import attention_of, batched_logprobs, token_logprobs
-from rlmap.system.optim_step import guarded_step
+from rlmap.system.update_loop import Kept, Schedule, Updates, Weights, optimise
 
 
 @dataclass(frozen=True)
@@ -54,15 +55,18 @@ def prepare_batch(
     policy: nn.Module,
     reference: nn.Module | None,
     s: UpdateSettings,
+    *,
+    policy_logprobs: bool = False,
 ) -> tuple[Batch, dict[str, float]]:
-    """Add π_old (decoupled mode, when reused) and π_ref (KL active) to the batch.
+    """Add π_old (decoupled mode, when reused; or always with ``policy_logprobs``, for an
+    estimator that reads π_θ, such as V-trace) and π_ref (KL active) to the batch.
 
     Also returns the seconds each forward pass took, keyed as the step metrics
     ``system/old_logprobs_s`` (actor compute) and ``system/reference_s`` (reference
     compute); a key is present only when that pass ran, so the ledger can charge
     each model its own share.
     """
-    needs_old = s.behaviour.mode == "decoupled" and s.optimizer_steps > 1
+    needs_old = policy_logprobs or (s.behaviour.mode == "decoupled" and s.optimizer_steps > 1)
     attention = attention_of(batch)
     old = ref = None
     timings: dict[str, float] = {}
@@ -90,95 +94,97 @@ def update_policy(
     learner_version: int,
     generator: torch.Generator,
 ) -> dict[str, float]:
-    """All optimiser steps on one batch; returns the mean of each step's diagnostics."""
-    history: defaultdict[str, list[float]] = defaultdict(list)
-    for _ in range(s.epochs):
-        order = torch.randperm(batch.size, generator=generator)
-        for rows in order.tensor_split(s.minibatches):
-            if rows.numel() == 0:
-                continue
-            stats = _minibatch_step(
-                policy, batch.select(rows), advantages_BT[rows], s, learner_version
-            )
-            stats["optim/lr"] = float(optimizer.param_groups[0]["lr"])
-            stats["optim/grad_norm"] = guarded_step(policy, optimizer, scheduler,
-                                                    loss=stats["loss/total"],
-                                                    max_grad_norm=s.max_grad_norm,
-                                                    what="policy")  # fmt: skip
-            for key, value in stats.items():
-                history[key].append(value)
-    return {k: max(v) if "max" in k else sum(v) / len(v) for k, v in history.items()}
+    """All optimiser steps on one batch (:func:`rlmap.system.update_loop.optimise`).
+
+    Losses, grad norm and lr are means over the optimiser steps. The objective's
+    diagnostics (ratio tails, clip fractions, KL) and the entropy are computed once, over
+    every action token of every update — a max is the max, p99 the quantile of all of
+    them — so no figure depends on ``micro_batch_size``.
+    """
+
+    def micro(mb: Batch, rows: Tensor, w: Weights) -> tuple[Tensor, dict[str, Tensor], Kept]:
+        return _micro_loss(policy, mb, advantages_BT[rows], w, s, learner_version)
+
+    schedule = Schedule(
+        epochs=s.epochs,
+        minibatches=s.minibatches,
+        micro_batch_size=s.micro_batch_size,
+        max_grad_norm=s.max_grad_norm,
+    )
+    out = optimise(policy, optimizer, scheduler, batch, schedule,
+                   weights_of=lambda mb: _weights(mb, s), micro_loss=micro,
+                   generator=generator, what="policy")  # fmt: skip
+    steps = out.step_means()
+    metrics = {"loss/total": steps.pop("loss"), "optim/grad_norm": steps.pop("grad_norm"),
+               "optim/lr": steps.pop("lr"), **steps}  # fmt: skip
+    return metrics | _diagnostics(batch, advantages_BT, out, s, learner_version)
 
 
-def _minibatch_step(
-    policy: nn.Module, mb: Batch, adv_BT: Tensor, s: UpdateSettings, learner_version: int
-) -> dict[str, float]:
-    """Forward/backward over micro-batches of one optimiser mini-batch (no optimiser step)."""
-    mask = mb.action_mask
-    weights = token_weights(mask, s.reduction)  # pinned once for the whole mini-batch
-    nll_weights = None
-    if s.behaviour.positive_nll > 0:
-        keep = mask & (mb.rewards > 0).unsqueeze(-1)
-        nll_weights = token_weights(keep, ReductionParams(name="token_mean"))
-    sums: defaultdict[str, float] = defaultdict(float)
-    parts = 0
-    for start in range(0, mb.size, s.micro_batch_size):
-        rows = slice(start, start + s.micro_batch_size)
-        loss, diag = _micro_loss(policy, mb, rows, adv_BT[rows], weights[rows], s, learner_version)
-        if nll_weights is not None:
-            logprobs = diag.pop("_logprobs")
-            nll, keep = positive_nll(logprobs, mask[rows], mb.rewards[rows])
-            nll_loss = reduce(nll * keep, nll_weights[rows])
-            loss = loss + s.behaviour.positive_nll * nll_loss
-            sums["loss/nll"] += float(nll_loss.detach())
-        diag.pop("_logprobs", None)
-        loss.backward()
-        sums["loss/total"] += float(loss.detach())
-        for key, value in diag.items():
-            sums[key] += float(value)
-        parts += 1
-    # Losses add up across micro-batches (they are parts of one sum); diagnostics average.
-    return {k: v if k.startswith("loss/") else v / parts for k, v in sums.items()}
+def _weights(mb: Batch, s: UpdateSettings) -> Weights:
+    """The mini-batch's pinned weights: the objective's, and the positive NLL's when on."""
+    weights = token_weights(mb.action_mask, s.reduction)
+    if s.behaviour.positive_nll <= 0:
+        return (weights,)
+    keep = mb.action_mask & (mb.rewards > 0).unsqueeze(-1)
+    return weights, token_weights(keep, ReductionParams(name="token_mean"))
 
 
 def _micro_loss(
     policy: nn.Module,
     mb: Batch,
-    rows: slice,
     adv_BT: Tensor,
-    w_BT: Tensor,
+    w: Weights,
     s: UpdateSettings,
     learner_version: int,
-) -> tuple[Tensor, dict[str, Tensor]]:
-    tokens, mask = mb.tokens[rows], mb.action_mask[rows]
-    logprobs, entropy = token_logprobs(
-        policy, tokens, attention_of(mb)[rows], temperature=s.temperature, with_entropy=True
-    )
-    old = _old_logprobs(mb, rows, logprobs, s)
-    terms = PolicyTerms(
+) -> tuple[Tensor, dict[str, Tensor], Kept]:
+    """One micro-batch's loss Σ w·j (+ μ·NLL), its parts, and what diagnostics need."""
+    logprobs, entropy = token_logprobs(policy, mb.tokens, attention_of(mb),
+                                       temperature=s.temperature, with_entropy=True)  # fmt: skip
+    assert entropy is not None
+    old = _old_logprobs(mb, logprobs, s)
+    j_BT, _ = policy_loss(_terms(mb, logprobs, old, adv_BT, learner_version), s.behaviour,
+                          s.kl, mb.ref_logprobs)  # fmt: skip
+    loss = reduce(j_BT, w[0])
+    parts = {"loss/policy": loss.detach()}
+    if len(w) > 1:
+        nll, keep = positive_nll(logprobs, mb.action_mask, mb.rewards)
+        nll_loss = reduce(nll * keep, w[1])
+        loss = loss + s.behaviour.positive_nll * nll_loss
+        parts["loss/nll"] = nll_loss.detach()
+    return loss, parts, {"logprobs": logprobs, "old": old, "entropy": entropy}
+
+
+def _terms(
+    mb: Batch, logprobs: Tensor, old: Tensor, adv_BT: Tensor, learner_version: int
+) -> PolicyTerms:
+    return PolicyTerms(
         logprobs=logprobs,
         old_logprobs=old,
-        behavior_logprobs=mb.behavior_logprobs[rows],
+        behavior_logprobs=mb.behavior_logprobs,
         advantages=adv_BT.detach(),
-        mask=mask,
-        policy_version=None if mb.policy_version is None else mb.policy_version[rows],
+        mask=mb.action_mask,
+        policy_version=mb.policy_version,
         learner_version=learner_version,
     )
-    ref = None if mb.ref_logprobs is None else mb.ref_logprobs[rows]
-    j_BT, diag = policy_loss(terms, s.behaviour, s.kl, ref)
-    loss = reduce(j_BT, w_BT)
-    assert entropy is not None
-    count = mask.sum().clamp(min=1)
-    diag = dict(diag)
-    diag["entropy"] = (entropy * mask).sum() / count
-    diag["loss/policy"] = loss.detach()
-    diag["_logprobs"] = logprobs
-    return loss, diag
 
 
-def _old_logprobs(mb: Batch, rows: slice, logprobs: Tensor, s: UpdateSettings) -> Tensor:
+def _diagnostics(
+    batch: Batch, adv_BT: Tensor, out: Updates, s: UpdateSettings, learner_version: int
+) -> dict[str, float]:
+    """The objective's diagnostics and the entropy, once over every update's tokens."""
+    rows = out.all_rows
+    seen = batch.select(rows)
+    terms = _terms(seen, out.cat("logprobs"), out.cat("old"), adv_BT[rows], learner_version)
+    with torch.no_grad():
+        _, diag = policy_loss(terms, s.behaviour, s.kl, seen.ref_logprobs)
+    mask = seen.action_mask
+    entropy = (out.cat("entropy") * mask).sum() / mask.sum().clamp(min=1)
+    return {k: float(v) for k, v in diag.items()} | {"entropy": float(entropy)}
+
+
+def _old_logprobs(mb: Batch, logprobs: Tensor, s: UpdateSettings) -> Tensor:
     if s.behaviour.mode == "bypass":
-        return mb.behavior_logprobs[rows]
+        return mb.behavior_logprobs
     if mb.old_logprobs is not None:
-        return mb.old_logprobs[rows]
+        return mb.old_logprobs
     return logprobs.detach()  # one optimiser step per batch: π_old is the current policy

@@ -243,7 +243,9 @@ def reward_metrics(scored: list[Scored]) -> dict[str, float]:
 
 def learn(p: Parts, batch: Batch, state: LoopState) -> dict[str, float]:
     """π_old / π_ref, (KL in the reward), critic values, advantages, critic and policy steps."""
-    batch, timings = prepare_batch(batch, p.policy, p.reference, p.settings)
+    estimator = estimators.registry.get(p.cfg.credit.estimator)
+    batch, timings = prepare_batch(batch, p.policy, p.reference, p.settings,
+                                   policy_logprobs=estimator.needs_policy_logprobs)  # fmt: skip
     metrics: dict[str, float] = dict(timings)
     ref = batch.ref_logprobs
     if p.cfg.kl.placement == "reward" and ref is not None:
@@ -259,7 +261,7 @@ def learn(p: Parts, batch: Batch, state: LoopState) -> dict[str, float]:
         values, bootstrap = compute_values(p.critic, batch, p.settings.micro_batch_size)
         batch = batch.replace(values=values, bootstrap_values=bootstrap)
         metrics["system/critic_values_s"] = time.perf_counter() - started
-    credit = estimators.registry.get(p.cfg.credit.estimator).fn(batch, _credit_params(p, warming))
+    credit = estimator.fn(batch, _credit_params(p, warming))
     metrics |= {k: float(v) for k, v in credit.diagnostics.items()}
     seed = p.cfg.seed * 1_000_003 + state.step
     if p.critic is not None:

@@ -1,0 +1,120 @@
+"""The one update loop: epochs × optimiser mini-batches × micro-batches, for policy and critic.
+
+Per epoch the rows are permuted (the caller's generator) and cut into ``minibatches``
+optimiser mini-batches. Each mini-batch pins its reduction weights once, before any
+micro-batch runs (``weights_of``), so the summed micro-batch losses are the mini-batch's
+loss whatever ``micro_batch_size`` is; then one guarded optimiser step
+(:func:`rlmap.system.optim_step.guarded_step`).
+
+Diagnostics are not averaged over micro-batches (a mean of micro-batch maxima, p99s or
+per-micro-batch token means changes with the split). Instead each micro-batch hands back
+detached per-row tensors (``kept``: e.g. the log-probs it computed), which the loop
+concatenates with the rows they belong to over every update of the batch; the caller
+computes its diagnostics once on them, as if the whole batch had been one micro-batch.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from rlmap.core.batch import Batch
+from rlmap.reduction.microbatch import split_indices
+from rlmap.system.optim_step import guarded_step
+
+Weights = tuple[Tensor, ...]
+"""A mini-batch's pinned (B, T) weights: one tensor per reduced term (e.g. the objective's
+and the positive-NLL term's)."""
+
+Kept = dict[str, Tensor]
+"""Detached (b, T) tensors a micro-batch hands back for the caller's diagnostics."""
+
+MicroLoss = Callable[[Batch, Tensor, Weights], tuple[Tensor, dict[str, Tensor], Kept]]
+"""(micro-batch, its row indices in the whole batch, its rows of the weights) -> (loss to
+backpropagate, named parts of it that add up over micro-batches, (b, T) tensors to keep)."""
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """How one rollout batch is cut into optimiser steps."""
+
+    epochs: int
+    """Passes over the batch."""
+    minibatches: int
+    """Optimiser steps per pass."""
+    micro_batch_size: int
+    """Rows per forward/backward; never changes the gradient or a diagnostic."""
+    max_grad_norm: float
+    """Global gradient-norm clip."""
+
+
+@dataclass
+class Updates:
+    """What the optimiser steps of one batch leave for the caller's diagnostics."""
+
+    rows: list[Tensor] = field(default_factory=list)
+    """Row indices (into the batch) of each micro-batch, in the order they ran."""
+    kept: defaultdict[str, list[Tensor]] = field(default_factory=lambda: defaultdict(list))
+    """Each kept tensor's micro-batch parts, aligned with ``rows``."""
+    steps: defaultdict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    """Per optimiser step: ``loss`` (the mini-batch's, summed over its micro-batches), each
+    named part of it, ``grad_norm`` (before clipping) and ``lr``."""
+
+    def cat(self, name: str) -> Tensor:
+        """A kept tensor over every micro-batch of every update, rows stacked: (ΣB, T)."""
+        return torch.cat(self.kept[name])
+
+    @property
+    def all_rows(self) -> Tensor:
+        """The batch rows behind :meth:`cat`'s rows (a row repeats once per epoch)."""
+        return torch.cat(self.rows)
+
+    def step_means(self) -> dict[str, float]:
+        """The mean over optimiser steps of each per-step figure."""
+        return {k: sum(v) / len(v) for k, v in self.steps.items()}
+
+
+def optimise(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: Any,
+    batch: Batch,
+    schedule: Schedule,
+    *,
+    weights_of: Callable[[Batch], Weights],
+    micro_loss: MicroLoss,
+    generator: torch.Generator,
+    what: str,
+) -> Updates:
+    """Every optimiser step on ``batch``; see the module docstring."""
+    out = Updates()
+    for _ in range(schedule.epochs):
+        order = torch.randperm(batch.size, generator=generator)
+        for rows in order.tensor_split(schedule.minibatches):
+            if rows.numel() == 0:
+                continue
+            mb = batch.select(rows)
+            weights = weights_of(mb)  # pinned once for the whole mini-batch
+            parts: defaultdict[str, float] = defaultdict(float)
+            for index in split_indices(mb.size, schedule.micro_batch_size):
+                micro = tuple(w[index] for w in weights)
+                loss, sums, kept = micro_loss(mb.select(index), rows[index], micro)
+                loss.backward()
+                parts["loss"] += float(loss.detach())  # parts of one sum: they add up
+                for key, part in sums.items():
+                    parts[key] += float(part)
+                out.rows.append(rows[index])
+                for key, tensor in kept.items():
+                    out.kept[key].append(tensor.detach())
+            out.steps["lr"].append(float(optimizer.param_groups[0]["lr"]))
+            out.steps["grad_norm"].append(guarded_step(
+                model, optimizer, scheduler, loss=parts["loss"],
+                max_grad_norm=schedule.max_grad_norm, what=what))  # fmt: skip
+            for key, total in parts.items():
+                out.steps[key].append(total)
+    return out
