@@ -40,6 +40,7 @@ def _overrides(toy: Toy, model_dir: Path) -> list[str]:
     [
         ("grpo", 3, []),
         ("grpo", 5, []),
+        ("grpo", 5, ["kl.target=1e-9", "kl.horizon=16"]),  # the adaptive β comes back too
         ("ppo", 5, []),  # critic weights, optimiser and scheduler come back too
         ("vapo", 5, ["critic.warmup_steps=4"]),  # resumed in the middle of value pre-training
     ],

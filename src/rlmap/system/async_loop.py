@@ -54,6 +54,7 @@ from rlmap.system.rollout import Scored, to_batch
 from rlmap.system.setup import DTYPES, Parts
 from rlmap.system.sync import (
     LoopState,
+    adapt_kl,
     learn,
     next_prompts,
     rollout_metrics,
@@ -230,6 +231,7 @@ class AsyncRunner:
         if kept:
             batch = to_batch(kept, pad_token_id=int(self.p.tokenizer.pad_token_id))
             metrics |= learn(self.p, batch, state)
+            state = adapt_kl(self.p, state, metrics, batch.size)
         update_s = time.perf_counter() - update_started
         state = replace(state, step=state.step + 1, cursor=self.cursor)
         if state.step % self.p.cfg.system.publish_every == 0:

@@ -31,13 +31,13 @@ import torch
 from rlmap import estimators, sampling
 from rlmap.core.batch import Batch, End, RewardStatus
 from rlmap.core.ops import masked_mean
-from rlmap.correction import kl_in_reward
+from rlmap.correction import adaptive_beta, kl_in_reward
 from rlmap.estimators import Credit, CreditParams
 from rlmap.feedback.reward_model import score_batch
 from rlmap.sampling.refill import first_groups, sample_more
 from rlmap.system.critic import compute_values, update_critic
 from rlmap.system.engine import RolloutEngine
-from rlmap.system.learner import prepare_batch, update_policy
+from rlmap.system.learner import UpdateSettings, prepare_batch, update_policy
 from rlmap.system.rollout import Episode, Scored, episode_metrics, run_episodes, to_batch
 from rlmap.system.scoring import score_episodes, trajectory
 from rlmap.system.setup import Parts, critic_settings
@@ -58,6 +58,25 @@ class LoopState:
     """Best explained variance seen during value pre-training."""
     critic_ev_stale: int = 0
     """Consecutive pre-training steps whose explained variance did not beat the best."""
+    kl_beta: float | None = None
+    """β of the KL term as the adaptive controller left it (``kl.target`` set); None: the
+    configured ``kl.beta`` (fixed, or not adapted yet)."""
+
+
+def kl_beta(p: Parts, state: LoopState) -> float:
+    """The KL coefficient of this step: the adaptive controller's, else ``kl.beta``."""
+    return p.cfg.kl.beta if state.kl_beta is None else state.kl_beta
+
+
+def adapt_kl(p: Parts, state: LoopState, metrics: dict[str, float], samples: int) -> LoopState:
+    """Ziegler et al.'s controller after a step that measured ``kl/mean`` on ``samples``
+    trajectories (:func:`rlmap.correction.adaptive_beta`); unchanged without ``kl.target``
+    or on a step that measured no KL (critic warm-up, an empty batch)."""
+    k = p.cfg.kl
+    if k.target is None or k.placement == "none" or "kl/mean" not in metrics:
+        return state
+    beta = adaptive_beta(kl_beta(p, state), metrics["kl/mean"], k.target, samples, k.horizon)
+    return replace(state, kl_beta=beta)
 
 
 WARMUP_PATIENCE = 3
@@ -244,14 +263,18 @@ def reward_metrics(scored: list[Scored]) -> dict[str, float]:
 def learn(p: Parts, batch: Batch, state: LoopState) -> dict[str, float]:
     """π_old / π_ref, (KL in the reward), critic values, advantages, critic and policy steps."""
     estimator = estimators.registry.get(p.cfg.credit.estimator)
-    batch, timings = prepare_batch(batch, p.policy, p.reference, p.settings,
+    beta = kl_beta(p, state)
+    settings = replace(p.settings, kl=replace(p.settings.kl, beta=beta))
+    batch, timings = prepare_batch(batch, p.policy, p.reference, settings,
                                    policy_logprobs=estimator.needs_policy_logprobs)  # fmt: skip
     metrics: dict[str, float] = dict(timings)
+    if p.cfg.kl.placement != "none":
+        metrics["kl/beta"] = beta
     ref = batch.ref_logprobs
     if p.cfg.kl.placement == "reward" and ref is not None:
         current = batch.behavior_logprobs if batch.old_logprobs is None else batch.old_logprobs
         penalised = kl_in_reward(batch.step_rewards, current, ref, batch.action_mask,
-                                 p.cfg.kl.beta)  # fmt: skip
+                                 beta)  # fmt: skip
         batch = batch.replace(token_rewards=penalised)
         k1 = (current - ref).float()  # the penalty's KL estimate, per token
         metrics["kl/mean"] = float(masked_mean(k1, batch.action_mask))
@@ -267,7 +290,7 @@ def learn(p: Parts, batch: Batch, state: LoopState) -> dict[str, float]:
     if p.critic is not None:
         metrics |= _learn_critic(p, batch, credit, seed) | {"critic/pretraining": float(warming)}
     if not warming:
-        metrics |= _learn_policy(p, batch, credit, state, seed)
+        metrics |= _learn_policy(p, batch, credit, state, seed, settings)
     p.engine.update_weights(p.policy, state.step + 1)
     return metrics
 
@@ -292,12 +315,12 @@ def _learn_critic(p: Parts, batch: Batch, credit: Credit, seed: int) -> dict[str
 
 
 def _learn_policy(
-    p: Parts, batch: Batch, credit: Credit, state: LoopState, seed: int
+    p: Parts, batch: Batch, credit: Credit, state: LoopState, seed: int, s: UpdateSettings
 ) -> dict[str, float]:
     """The policy's optimiser steps on ``credit.advantages``."""
     started = time.perf_counter()
     metrics = update_policy(p.policy, p.optimizer, p.scheduler, batch, credit.advantages,
-                            p.settings, learner_version=state.step,
+                            s, learner_version=state.step,
                             generator=torch.Generator().manual_seed(seed))  # fmt: skip
     return metrics | {
         "optim/policy_steps": float(p.settings.optimizer_steps),
@@ -313,6 +336,7 @@ def sync_step(p: Parts, state: LoopState) -> tuple[LoopState, dict[str, float]]:
     if kept:
         batch = to_batch(kept, pad_token_id=int(p.tokenizer.pad_token_id))
         metrics |= learn(p, batch, state)
+        state = adapt_kl(p, state, metrics, batch.size)
     update_s = time.perf_counter() - start - rollout_s
     metrics |= {
         "system/rollout_s": rollout_s,
