@@ -6,6 +6,7 @@ Before: ``kl.target`` and ``kl.horizon`` were validated and documented, but noth
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -55,7 +56,7 @@ def test_a_run_follows_the_controller_step_by_step(
     steps = [r for r in rows if "kl/beta" in r]
     assert len(steps) == 4 and steps[0]["kl/beta"] == cfg.kl.beta
     batch = cfg.sampling.prompts_per_step * cfg.sampling.group_size
-    for before, after in zip(steps, steps[1:], strict=False):
+    for before, after in itertools.pairwise(steps):
         expected = adaptive_beta(before["kl/beta"], before["kl/mean"], 1e-9, batch, 16)
         assert after["kl/beta"] == pytest.approx(expected, rel=1e-12)
     assert steps[-1]["kl/beta"] != steps[0]["kl/beta"]  # β moved (it never did before)
