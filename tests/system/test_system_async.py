@@ -114,3 +114,82 @@ def test_a_broken_policy_in_a_worker_stops_the_run_instead_of_aborting_rounds_fo
     cfg = build_config("sao", None, _calc(toy, tiny_calc_model_dir))
     with pytest.raises(TrainingError, match=r"^step 1: rollout: the policy's scores"):
         run_training(cfg, tmp_path / "run")  # before: every round aborted, the learner waited
+
+
+def _scored(version: int, group: int) -> Any:
+    from rlmap.core.batch import RewardStatus
+    from rlmap.system.engine import Completion
+    from rlmap.system.rollout import Scored, single_turn
+
+    c = Completion(prompt_ids=(1, 5, 6), response_ids=(7, 2), logprobs=(-0.5, -0.25),
+                   stopped=True, version=version)  # fmt: skip
+    return Scored(single_turn(c), group, 1.0, 1.0, RewardStatus.OK)
+
+
+def test_the_learner_drops_what_is_older_than_eta_when_it_consumes(
+    tiny_calc_model_dir: Path, toy: Toy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Admission control keeps stale work rare, so deleting the consumption filter left every
+    # other test green; here the queue holds two trajectories older than η on purpose.
+    from rlmap.system import setup
+    from rlmap.system.sync import LoopState
+
+    cfg = build_config("sao", None, [*_calc(toy, tiny_calc_model_dir),
+                                     "behaviour.max_staleness=1", "sampling.prompts_per_step=1",
+                                     "sampling.group_size=4"])  # fmt: skip
+    parts = setup.build(cfg, tiny_calc_model_dir)
+    seen: list[Batch] = []
+    monkeypatch.setattr(async_loop, "learn", lambda p, batch, state: seen.append(batch) or {})
+    with async_loop.async_runner(parts, LoopState(step=3), workers_of=lambda r: []) as runner:
+        for version in (0, 3, 1, 2):  # lags 3, 0, 2, 1 at version 3; η = 1 keeps 2 of them
+            runner.queue.put(async_loop.Finished(_scored(version, 0), 0.0))
+        _, metrics = runner.step(LoopState(step=3))
+    assert metrics["system/stale_dropped"] == 2
+    assert len(seen) == 1 and seen[0].size == 2
+    kept = seen[0].policy_version
+    assert kept is not None and sorted(int(v) for v in kept[seen[0].action_mask].unique()) == [2, 3]
+
+
+class _Board:
+    """A board that publishes a newer version every time it is read."""
+
+    def __init__(self) -> None:
+        self.version = 0
+
+    def latest(self) -> tuple[int, dict[str, Any]]:
+        self.version += 1
+        return self.version, {}
+
+
+class _Engine:
+    def __init__(self) -> None:
+        self.version, self.loaded = 0, []
+
+    def set_weights(self, state: dict[str, Any], version: int) -> None:
+        self.version = version
+        self.loaded.append(version)
+
+
+@pytest.mark.parametrize("partial", [True, False])
+def test_a_partial_rollout_worker_takes_new_weights_between_turns(
+    partial: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Switching partial rollout off inside the worker left every other test green.
+    from types import SimpleNamespace
+
+    from rlmap.tasks.arithmetic import Example
+
+    def two_turns(p: Any, examples: Any, cursor: int, *, engine: Any, before_turn: Any) -> list:
+        for _ in range(2):  # the runner calls before_turn before each turn of the round
+            if before_turn is not None:
+                before_turn()
+        return []
+
+    monkeypatch.setattr(async_loop, "rollout_round", two_turns)
+    cfg = build_config("sao", None, [f"system.partial_rollout={str(partial).lower()}"])
+    worker = object.__new__(async_loop.ThreadWorker)
+    worker.p = SimpleNamespace(cfg=cfg, train=[Example("1+1=", "2")] * 4)  # type: ignore[assignment]
+    worker.board, worker.engine = _Board(), _Engine()  # type: ignore[assignment]
+    worker.roll(0, 1)
+    loaded = worker.engine.loaded  # type: ignore[attr-defined]
+    assert loaded == ([1, 2, 3] if partial else [1])  # the round's start, then each turn
