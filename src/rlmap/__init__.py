@@ -2,7 +2,7 @@
 
 The six axes are packages: ``feedback``, ``sampling``, ``estimators`` (credit),
 ``correction`` (behaviour), ``reduction`` and ``system``. ``recipes`` wires them
-into named, fully written-out compositions. See DESIGN.md and FORMULAS.md.
+into named, fully written-out compositions. See DESIGN.md and docs/formulas.md.
 """
 
 __version__ = "0.1.0"

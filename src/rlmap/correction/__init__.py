@@ -6,7 +6,7 @@
   each ``fn(terms, p) -> (w_BT, diagnostics)``;
 - ``kl_estimators``: k1, k2, k3;
 - :func:`policy_loss` composes them; ratios, KL, VAPO NLL and routing replay are
-  plain functions in their modules (FORMULAS §1, §3, §4, §6).
+  plain functions in their modules (docs/formulas.md §1, §3, §4, §6).
 """
 
 from __future__ import annotations

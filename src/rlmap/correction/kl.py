@@ -1,4 +1,4 @@
-"""KL to the reference policy: per-token estimators, KL in the reward, adaptive β (FORMULAS §6).
+"""KL to the reference: per-token estimators, KL in the reward, adaptive β (docs/formulas.md §6).
 
 Notation: x_t = log π_ref(t) − log π_θ(t) for the sampled token t ~ π_θ (approximately:
 the samples come from μ_old). Schulman 2020, "Approximating KL divergence":
@@ -50,7 +50,7 @@ def k3(logprobs_BT: Tensor, ref_logprobs_BT: Tensor) -> Tensor:
     """k3 = exp(x) − x − 1, x = log π_ref − log π_θ, clamped to [−10, 10]; (B, T).
 
     Differs from the bare formula: x itself is clamped to [−20, 20] before exp (the
-    rule for every ratio, FORMULAS §1, and formed in at least float32), so exp cannot
+    rule for every ratio, docs/formulas.md §1, and formed in at least float32), so exp cannot
     overflow and the backward pass cannot produce 0·inf = NaN where the outer clamp is
     active. exp(x) − 1 is computed as expm1(x): for tiny |x|, float32 exp(x) rounds to 1
     and would give k3 = −x < 0.

@@ -45,7 +45,7 @@ def check_behaviour(p: BehaviourParams, kl: KLParams) -> None:
 
 
 def _check_levels(p: BehaviourParams) -> None:
-    """A sequence-level objective takes no token-level correction (FORMULAS §4).
+    """A sequence-level objective takes no token-level correction (docs/formulas.md §4).
 
     A sequence-level objective writes one sequence loss j_i on every token of i, and
     each copy carries the gradient of every token's log π_θ. A per-token weight w_t

@@ -1,4 +1,4 @@
-"""VAPO's positive-example NLL: imitate the trajectories that succeeded (FORMULAS §3)."""
+"""VAPO's positive-example NLL: imitate the trajectories that succeeded (docs/formulas.md §3)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
-"""Policy objectives: per-token losses j_{i,t} to minimise (FORMULAS §3).
+"""Policy objectives: per-token losses j_{i,t} to minimise (docs/formulas.md §3).
 
 Notation: Â = advantages (B, T), m = action mask, r = exp(log ρ) the ratio the
 mode selects (ρ in decoupled mode; d in bypass mode, where π_old := μ_old), sg =
 stop-gradient. Every objective returns the *unreduced* (B, T) loss, zero off the
-mask; averaging it is the reduction axis's job (FORMULAS §5).
+mask; averaging it is the reduction axis's job (docs/formulas.md §5).
 
 Each objective comes in two layers: a pure ``*_loss`` function (tensors and keyword
 hyper-parameters in, loss out) and a registered adapter ``fn(terms, p)`` that reads
@@ -45,7 +45,7 @@ class Objective:
     sequence_level: bool = False
     """True if j_{i,t} is one sequence loss j_i copied onto every action token of i, so
     each token's log π_θ gets gradient through every other token's copy. A per-token
-    correction weight then cannot stop a token's gradient (FORMULAS §4): combining
+    correction weight then cannot stop a token's gradient (docs/formulas.md §4): combining
     them is a configuration error (:func:`rlmap.correction.loss.check_behaviour`)."""
     token_switch: str | None = None
     """The boolean :class:`BehaviourParams` field that, when true, makes a sequence-level

@@ -16,7 +16,7 @@ KLEstimatorName = Literal["k1", "k2", "k3"]
 
 @dataclass(frozen=True)
 class BehaviourParams:
-    """Policy objective, ratio mode and behaviour corrections (FORMULAS §1, §3, §4)."""
+    """Policy objective, ratio mode and behaviour corrections (docs/formulas.md §1, §3, §4)."""
 
     objective: str = "ppo_clip"
     """Name in ``rlmap.correction.registry``: pg, ppo_clip, cispo, gspo, sapo, direct_gate."""
@@ -62,7 +62,7 @@ class BehaviourParams:
 
 @dataclass(frozen=True)
 class KLParams:
-    """KL to the reference policy (FORMULAS §6)."""
+    """KL to the reference policy (docs/formulas.md §6)."""
 
     placement: KLPlacement = "none"
     """none; reward: r_t ← r_t − β·k1_t (classic RLHF); loss: j ← j + β·k (GRPO)."""

@@ -1,4 +1,4 @@
-"""Routing replay (R3) for mixture-of-experts routers: the pure tensor part (FORMULAS §4).
+"""Routing replay (R3) for mixture-of-experts routers: the pure tensor part (docs/formulas.md §4).
 
 The rollout engine records its top-k expert choice per token and layer; in the
 training forward, each router's softmax is restricted to those experts. The logits

@@ -1,4 +1,4 @@
-"""The three ratios between π_θ, π_old and μ_old, and their tail diagnostics (FORMULAS §1).
+"""The three ratios between π_θ, π_old and μ_old, and their tail diagnostics (docs/formulas.md §1).
 
 Notation::
 

@@ -15,7 +15,7 @@ class PolicyTerms:
     """Log-probabilities, advantages and masks of one (micro-)batch, shapes (B, T).
 
     Components read the fields they need and ignore the rest. The three log-ratios
-    of FORMULAS §1 are derived properties, so every component forms them the same way.
+    of docs/formulas.md §1 are derived properties, so every component forms them the same way.
     """
 
     logprobs: Tensor

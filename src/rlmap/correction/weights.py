@@ -1,9 +1,9 @@
-"""Behaviour corrections: detached per-token weights that multiply the objective (FORMULAS §4).
+"""Behaviour corrections: detached per-token weights that scale the objective (docs/formulas.md §4).
 
 Notation: κ = π_old/μ_old (training vs rollout engine), m = action mask, |o_i| =
 Σ_t m_{i,t}. A correction returns w (B, T), detached: a weight, a 0/1 mask, or
 both. A mask never changes a denominator: dropped tokens contribute zero to the
-reduction's fixed denominator (FORMULAS §5). Values of w off the action mask are
+reduction's fixed denominator (docs/formulas.md §5). Values of w off the action mask are
 irrelevant (the loss is zero there).
 
 κ-based corrections (tis, icepop, masked_is, decoupled) need decoupled mode: in
@@ -121,7 +121,7 @@ def decoupled_weight(log_kappa_BT: Tensor, *, cap: float) -> Tensor:
     token-level TIS. Meant to be used with ``ppo_clip`` in decoupled mode.
     Differs from the public implementation: AReaL's code *drops* tokens whose weight
     exceeds the cap (``behav_imp_weight_cap``); rlmap truncates at the cap as
-    FORMULAS §4 writes it. Use ``icepop`` with α = 0 for the dropping variant.
+    docs/formulas.md §4 writes it. Use ``icepop`` with α = 0 for the dropping variant.
     """
     return log_kappa_BT.detach().exp().clamp(max=cap)
 

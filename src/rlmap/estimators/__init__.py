@@ -1,7 +1,7 @@
 """Axis 3, credit: how far must credit travel? Advantage estimators and the critic's loss.
 
 ``registry`` names every estimator; each entry's ``fn(batch, params) -> Credit`` is a
-thin adapter over a pure function exported here (FORMULAS.md §2).
+thin adapter over a pure function exported here (docs/formulas.md §2).
 """
 
 from rlmap.core.registry import Registry

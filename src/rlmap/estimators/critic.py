@@ -1,4 +1,4 @@
-"""The critic's clipped value loss and its diagnostics (FORMULAS.md §2)."""
+"""The critic's clipped value loss and its diagnostics (docs/formulas.md §2.1)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Generalised advantage estimation with terminal vs truncation, token or turn steps.
 
-Notation (FORMULAS.md §2, Schulman et al. 2016 "High-Dimensional Continuous Control
+Notation (docs/formulas.md §2.1, Schulman et al. 2016 "High-Dimensional Continuous Control
 Using Generalized Advantage Estimation"): per-step reward r_t, value V_t = V(s_t) of the
 state before step t, discount γ, trace parameter λ.
 

@@ -1,6 +1,6 @@
 """Group-baseline estimators: RLOO, GRPO, Dr. GRPO, and the group diagnostics.
 
-Notation (FORMULAS.md §2): a group g is the trajectories sampled from one prompt,
+Notation (docs/formulas.md §2): a group g is the trajectories sampled from one prompt,
 identified by ``group_id``; R_i is trajectory i's outcome reward. Statistics use only
 the group's *valid* members (``valid_B``); invalid rows neither enter them nor receive
 an advantage. A group with fewer than two valid members has no baseline, so its

@@ -8,7 +8,7 @@ from typing import Literal
 
 @dataclass(frozen=True)
 class CreditParams:
-    """Which advantage estimator runs and its hyper-parameters (FORMULAS.md §2).
+    """Which advantage estimator runs and its hyper-parameters (docs/formulas.md §2).
 
     Values and combinations are checked by ``rlmap.recipes.validate``, which names the field.
     """

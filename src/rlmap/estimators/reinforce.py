@@ -1,6 +1,6 @@
 """REINFORCE with a batch baseline, and REINFORCE++ (token returns, whitened).
 
-Notation (FORMULAS.md §2): R_i outcome reward, r_t per-step reward on action tokens
+Notation (docs/formulas.md §2): R_i outcome reward, r_t per-step reward on action tokens
 (R_i at the last action token, minus β·k1_t when the KL is in the reward), m_{i,t}
 the action mask. ``valid_B`` / the mask exclude invalid rows from every statistic.
 """

@@ -1,6 +1,6 @@
 """V-trace off-policy value targets and policy advantages (Espeholt et al. 2018, IMPALA).
 
-Notation (FORMULAS.md §2): π the learner's policy (π_old, the trainer's own forward
+Notation (docs/formulas.md §2.3): π the learner's policy (π_old, the trainer's own forward
 pass), μ the behaviour policy (the rollout engine's log-probs), V_s = V(s_s), ρ̄ ≥ c̄.
 
     ρ_s = min(ρ̄, π/μ),  c_s = min(c̄, π/μ)          (ratios formed in log space, clamped

@@ -64,7 +64,7 @@ registry.add(
             Quote("advantage R_i − mean_g R, no division by std"),
             Quote("loss normalised by a constant (max generation length), not |o_i|"),
         ),
-        note="Everything else as the grpo preset, KL term included (FORMULAS.md §9).",
+        note="Everything else as the grpo preset, KL term included (docs/formulas.md §9).",
     ),
 )
 registry.add(
@@ -135,7 +135,7 @@ registry.add(
             Quote("ε_low = 3e-4", "behaviour.clip_low", 3e-4),
             Quote("ε_high = 4e-4", "behaviour.clip_high", 4e-4),
         ),
-        note="Only the objective differs from the grpo preset (FORMULAS.md §9).",
+        note="Only the objective differs from the grpo preset (docs/formulas.md §9).",
     ),
 )
 registry.add(

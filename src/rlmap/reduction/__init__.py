@@ -1,4 +1,4 @@
-"""Reduction axis: in what unit is the loss averaged? (FORMULAS.md §5)
+"""Reduction axis: in what unit is the loss averaged? (docs/formulas.md §5)
 
 A reduction turns the whole optimiser mini-batch's action mask into per-token
 weights once (``token_weights``), with a denominator pinned over all

@@ -21,7 +21,7 @@ def check_params(p: ReductionParams) -> None:
 
 
 def token_weights(mask_BT: Tensor, p: ReductionParams, denom: Denominator | None = None) -> Tensor:
-    """Per-token weights w_{i,t} of reduction ``p.name`` (FORMULAS.md §5).
+    """Per-token weights w_{i,t} of reduction ``p.name`` (docs/formulas.md §5).
 
     ``denom`` is the whole optimiser mini-batch's counts; when None it is taken
     from ``mask_BT``, i.e. ``mask_BT`` must then be the whole mini-batch on one

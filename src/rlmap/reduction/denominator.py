@@ -2,7 +2,7 @@
 
 A reduction's denominator is fixed before any backward pass, over the whole
 optimiser mini-batch (every micro-batch, every data-parallel rank), so the
-gradient does not depend on how the batch is split (FORMULAS.md §5). Masking a
+gradient does not depend on how the batch is split (docs/formulas.md §5). Masking a
 token or a row afterwards (IcePop, staleness, ...) zeroes its contribution and
 never changes these counts.
 """

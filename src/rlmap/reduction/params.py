@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class ReductionParams:
-    """Which reduction turns per-token losses into one scalar (FORMULAS.md §5).
+    """Which reduction turns per-token losses into one scalar (docs/formulas.md §5).
 
     Plain data: values are checked by :func:`rlmap.reduction.check_params` (and the
     recipe validator), so a config loader can report every problem with its field name.

@@ -1,6 +1,6 @@
 """The three reductions as per-token weights, and the axis registry.
 
-Notation (FORMULAS.md §5): m_{i,t} the action mask, |o_i| = Σ_t m_{i,t}, j_{i,t}
+Notation (docs/formulas.md §5): m_{i,t} the action mask, |o_i| = Σ_t m_{i,t}, j_{i,t}
 the per-token loss of a policy objective, B and N = Σ_{i,t} m_{i,t} the counts
 of the whole optimiser mini-batch (:class:`~rlmap.reduction.denominator.Denominator`).
 

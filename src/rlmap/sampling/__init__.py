@@ -1,4 +1,4 @@
-"""Sampling axis: how many trajectories per prompt, and which groups are kept? (FORMULAS.md §7)
+"""Sampling axis: how many trajectories per prompt, and which groups are kept? (docs/formulas.md §7)
 
 ``SamplingParams`` sets G and the prompts per step; ``registry`` holds the group
 filters (``none``, ``mixed`` = DAPO dynamic sampling), each

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """How a rollout batch is drawn and filtered (FORMULAS.md §7).
+    """How a rollout batch is drawn and filtered (docs/formulas.md §7).
 
     Plain data: the recipe validator checks the values (G >= 1, a filter that needs
     a group has G >= 2, ...) and names the field at fault.

@@ -17,7 +17,7 @@ Notation (as ``rlmap simulate``'s flags):
   number of steps published so far, starting at 0).
 - staleness of a consumed trajectory = u − v, the learner's version when it takes
   the batch minus the version the trajectory's *first* token was generated under
-  (FORMULAS.md §4 ``staleness``: the oldest token counts).
+  (docs/formulas.md §4 ``staleness``: the oldest token counts).
 
 Modes:
 
