@@ -102,3 +102,20 @@ def test_scaling_is_reported_against_the_quoted_values() -> None:
 def test_paper_index_in_docs_is_up_to_date() -> None:
     docs = Path(__file__).resolve().parents[2] / "docs" / "papers.md"
     assert docs.read_text() == paper_index_markdown(), "regenerate: rlmap papers > docs/papers.md"
+
+
+def test_vapo_alpha_is_scaled_so_that_lambda_policy_is_never_clamped_on_embedded_lengths() -> None:
+    import torch
+
+    from rlmap.estimators.gae import adaptive_lambda
+    from rlmap.recipes import preset
+
+    cfg = preset("vapo")
+    alpha = cfg.credit.adaptive_alpha
+    assert alpha is not None
+    lengths = torch.arange(1, cfg.generation.max_new_tokens + 1)
+    lam = adaptive_lambda(lengths, alpha=alpha)
+    # With the paper's α = 0.05: 1 − 1/(0.05·l) < 0 for every l ≤ 16, clamped to 0 (pure TD).
+    assert float(lam.min()) >= 0.98
+    # α·l at the length limit equals the paper's: 0.05 · 20480 = 1024 = α · 16.
+    assert alpha * cfg.generation.max_new_tokens == pytest.approx(0.05 * 20480)

@@ -157,6 +157,9 @@ def adaptive_lambda(lengths_B: Tensor, *, alpha: float) -> Tensor:
     """Length-adaptive λ_policy = 1 − 1/(α · l), clamped to [0, 1] (VAPO; SAO). (B,) → (B,).
 
     l is the trajectory's length in GAE steps (action tokens or turns); l = 0 gives 0.
+    Differs from the paper: the clamp. The paper's lengths (thousands of tokens) keep α·l
+    far above 1; where α·l < 1 the formula gives λ < 0, which is clamped to 0 (pure TD(0)),
+    so α must be scaled to the task's lengths (the vapo preset scales it by the length limits).
     """
     lengths_B = lengths_B.to(torch.get_default_dtype())
     return (1.0 - 1.0 / (alpha * lengths_B)).clamp(0.0, 1.0)

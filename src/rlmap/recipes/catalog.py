@@ -123,6 +123,10 @@ registry.add(
             Quote("critic lr 2e-6", "optim.critic_lr", 2e-6),
             Quote("512 prompts × 16 samples per step", "sampling.group_size", 16),
         ),
+        note="α is scaled by the length limits (0.05 × 20,480 / 16 = 64) so that α·l at the "
+        "length limit is the paper's (1,024). λ_policy = 1 − 1/(α·l) is clamped to [0, 1]: "
+        "the paper's α = 0.05 on responses of a few tokens would give α·l < 1, a negative λ "
+        "clamped to 0 (pure TD(0)).",
     ),
 )
 registry.add(

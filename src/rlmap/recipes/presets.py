@@ -127,12 +127,19 @@ def dapo_config() -> RecipeConfig:
     )
 
 
+VAPO_ALPHA = 0.05 * 20480 / 16
+"""VAPO's α = 0.05 scaled by the length limits (20,480 tokens in the paper, 16 on the embedded
+default): α·l at the length limit is the paper's (1,024), and λ_policy = 1 − 1/(α·l) ≥ 0.98
+for every embedded length, never the clamp. Unscaled, 0.05 · l < 1 for every embedded
+response, so λ_policy = 1 − 1/(α·l) < 0 was clamped to 0 — pure TD(0), unlike the paper."""
+
+
 def vapo_config() -> RecipeConfig:
     return _config(
         "vapo",
         sampling=SamplingParams(group_size=_EMBEDDED_G),
         credit=CreditParams(
-            estimator="gae", gamma=1.0, lam_critic=1.0, adaptive_alpha=0.05, time_unit="token"
+            estimator="gae", gamma=1.0, lam_critic=1.0, adaptive_alpha=VAPO_ALPHA, time_unit="token"
         ),
         critic=CriticParams(enabled=True, pretrain_mc=True, warmup_steps=_EMBEDDED_VALUE_PRETRAIN),
         behaviour=BehaviourParams(
