@@ -244,3 +244,28 @@ def test_the_synchronous_loop_hands_vtrace_the_policys_logprobs(
     assert cfg.optim.epochs_per_batch * cfg.optim.minibatches_per_epoch == 1
     run_training(cfg, tmp_path / "run")
     assert seen == [True]
+
+
+def test_the_kl_in_the_reward_reads_the_trainers_policy_not_the_engines(
+    tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Before: with one optimiser step π_old was never computed and k1 used μ_old, the
+    # engine's log-probs, so a bf16 rollout's mismatch leaked into the KL penalty.
+    from conftest import _toy_overrides
+
+    from rlmap.experiments.train import run_training
+    from rlmap.recipes import build_config
+    from rlmap.system import sync
+
+    seen, real = [], sync.prepare_batch
+
+    def spy(*args: object, **kwargs: object):  # type: ignore[no-untyped-def]
+        batch, timings = real(*args, **kwargs)  # type: ignore[arg-type]
+        seen.append(batch.old_logprobs is not None)
+        return batch, timings
+
+    monkeypatch.setattr(sync, "prepare_batch", spy)
+    cfg = build_config("grpo", None, [*_toy_overrides(tiny_model_dir, steps=1),
+                                      "kl.placement=reward", "kl.beta=0.1"])  # fmt: skip
+    run_training(cfg, tmp_path / "run")
+    assert seen == [True]

@@ -29,7 +29,7 @@ Position ids are counted over real tokens only (:func:`rlmap.system.logprobs.pos
 as for the policy. Values are returned in at least float32.
 
 Update. The critic regresses the estimator's targets (``Credit.returns``) with the
-clipped value loss (FORMULAS.md §2) around the values the estimator saw (V_old),
+clipped value loss (docs/formulas.md §2.1) around the values the estimator saw (V_old),
 reduced with ``token_mean`` over the action tokens of valid rows of each optimiser
 mini-batch — every state weighs the same, whatever reduction the policy uses — with
 the denominator pinned before the micro-batches run, so micro-batching does not

@@ -265,8 +265,12 @@ def learn(p: Parts, batch: Batch, state: LoopState) -> dict[str, float]:
     estimator = estimators.registry.get(p.cfg.credit.estimator)
     beta = kl_beta(p, state)
     settings = replace(p.settings, kl=replace(p.settings.kl, beta=beta))
+    # The KL in the reward is k1 = log π_old − log π_ref on the sampled tokens: π_old is the
+    # trainer's (decoupled mode), not the engine's μ, or a train/rollout mismatch leaks in.
+    kl_reward = p.cfg.kl.placement == "reward" and p.cfg.behaviour.mode == "decoupled"
+    needs_pi = estimator.needs_policy_logprobs or kl_reward
     batch, timings = prepare_batch(batch, p.policy, p.reference, settings,
-                                   policy_logprobs=estimator.needs_policy_logprobs)  # fmt: skip
+                                   policy_logprobs=needs_pi)  # fmt: skip
     metrics: dict[str, float] = dict(timings)
     if p.cfg.kl.placement != "none":
         metrics["kl/beta"] = beta
