@@ -86,3 +86,10 @@ def test_top_p_is_a_probability_mass(top_p: str) -> None:
 def test_an_acceptance_interval_must_not_be_empty(low: str, high: str) -> None:
     assert _message("grpo", f"{low}=3", f"{high}=2").startswith(f"{low}: needs")
     assert _message("grpo", f"{low}=-1").startswith(f"{low}: needs")
+
+
+def test_dynamic_sampling_in_the_asynchronous_loop_is_refused_not_ignored() -> None:
+    # Before: the asynchronous loop never read sampling.filter; dapo with system.mode=async
+    # trained without dynamic sampling and said nothing.
+    message = _message("dapo", "system.mode=async")
+    assert message.startswith("sampling.filter: 'mixed' filters whole groups")

@@ -286,6 +286,10 @@ def _system(cfg: RecipeConfig) -> Iterator[str]:
     if cfg.system.backend == "ray" and cfg.system.mode != "async":
         yield ("system.backend: 'ray' runs the asynchronous loop's rollout workers; "
                "set system.mode=async")  # fmt: skip
+    if cfg.system.mode == "async" and sampling.registry.get(cfg.sampling.filter).needs_group:
+        yield (f"sampling.filter: '{cfg.sampling.filter}' filters whole groups, but the "
+               "asynchronous queue consumes trajectories as they finish, not groups; use "
+               "sampling.filter=none with system.mode=async")  # fmt: skip
     for name in ("workers", "publish_every"):
         if getattr(cfg.system, name) < 1:
             yield f"system.{name}: must be >= 1, got {getattr(cfg.system, name)}"
