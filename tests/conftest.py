@@ -46,6 +46,17 @@ def tiny_calc_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+@pytest.fixture(scope="session")
+def tiny_moe_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """As ``tiny_model_dir``, a Qwen3-MoE: 2 layers of 4 experts, top-2."""
+    path = tmp_path_factory.mktemp("tiny-moe-model")
+    tokenizer = build_tokenizer()
+    spec = TinySpec(**{**SMALL.__dict__, "num_hidden_layers": 2, "experts": 4})
+    build_tiny_model(tokenizer, spec, seed=0).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
 def _toy_overrides(model_dir: Path, steps: int = 2) -> list[str]:
     """Overrides that shrink any preset to a run of a second or two on ``model_dir``."""
     return [

@@ -88,12 +88,21 @@ class Batch:
     """(B, T) float: critic value V(s_t) of the state before each action token."""
     bootstrap_values: Tensor | None = None
     """(B,) float: V(s_final), the value of the state after the last step, used where TRUNCATED."""
+    routed_experts: Tensor | None = None
+    """(B, T, L, K) long: the experts the rollout engine routed each token column through, per
+    MoE layer (L) and top-k slot (K); -1 where nothing was routed (padding, the last sampled
+    token). Mixture-of-experts policies only (:mod:`rlmap.system.routing`)."""
 
     def __post_init__(self) -> None:
         b, t = self.tokens.shape
         for f in dataclasses.fields(self):
             x = getattr(self, f.name)
             if x is None:
+                continue
+            if f.name == "routed_experts":
+                if x.dim() != 4 or tuple(x.shape[:2]) != (b, t):
+                    raise ValueError(f"Batch.routed_experts: shape {tuple(x.shape)}, "
+                                     f"expected ({b}, {t}, L, K)")  # fmt: skip
                 continue
             per_token = x.dim() == 2
             want = (b, t) if per_token else (b,)

@@ -58,6 +58,10 @@ class BehaviourParams:
     """AReaL cap on the behaviour weight sg(π_prox/μ) of the decoupled correction."""
     positive_nll: float = 0.0
     """μ of VAPO's positive-example NLL term added to the loss (0 = off; VAPO: 0.1)."""
+    routing_replay: bool = False
+    """Mixture-of-experts policies: the learner's forward passes (π_θ, π_old) route every token
+    through the experts the rollout engine used, with the learner router's probabilities
+    renormalised over them (R3, Ma et al. 2025; :mod:`rlmap.system.routing`)."""
 
 
 @dataclass(frozen=True)

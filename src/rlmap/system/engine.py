@@ -34,6 +34,10 @@ class Completion:
     ``stop_token_ids`` (``response_ids[-1]`` says which); False when it hit ``max_new_tokens``."""
     version: int
     """Weight version of the engine that sampled it."""
+    routes: torch.Tensor | None = None
+    """Mixture-of-experts policies, when the engine records routing: (len(prompt_ids) +
+    len(response_ids), L, K) long, the experts each position was routed through (-1 where
+    none was: the last token of the longest responses of a call is never fed back)."""
 
 
 @runtime_checkable

@@ -41,6 +41,7 @@ from transformers import GenerationConfig, GenerationMixin, LogitsProcessor, Pre
 
 from rlmap.core.errors import TrainingError
 from rlmap.system.engine import Completion
+from rlmap.system.routing import NO_ROUTE, assemble, recording
 
 if TYPE_CHECKING:
 
@@ -157,13 +158,15 @@ class HFEngine:
         """One ``generate`` call on at most ``max_batch`` prompts."""
         device = next(self.model.parameters()).device
         input_ids, attention_mask = left_pad(prompts, self.pad_token_id, device)  # (B, P)
-        out = self.model.generate(input_ids=input_ids, attention_mask=attention_mask,
-                                  generation_config=config,
-                                  logits_processor=[FiniteScores()])  # fmt: skip
+        with recording(self.model) as calls:  # MoE routers only; nothing for a dense model
+            out = self.model.generate(input_ids=input_ids, attention_mask=attention_mask,
+                                      generation_config=config,
+                                      logits_processor=[FiniteScores()])  # fmt: skip
         tokens = out.sequences[:, input_ids.shape[1] :]  # (B, T)
         logprobs = sampled_logprobs(out.scores, tokens)  # (B, T)
         lengths, ended = response_lengths(tokens, stops)  # (B,), (B,)
         packed = torch.cat([lengths[:, None], ended[:, None].long(), tokens], dim=1).tolist()
+        routes = _sequence_routes(calls, prompts, lengths.tolist(), input_ids.shape[1])
         return [
             Completion(
                 prompt_ids=prompt,
@@ -171,9 +174,25 @@ class HFEngine:
                 logprobs=tuple(lp[: row[0]]),
                 stopped=bool(row[1]),
                 version=self._version,
+                routes=route,
             )
-            for prompt, row, lp in zip(prompts, packed, logprobs.tolist(), strict=True)
+            for prompt, row, lp, route in zip(
+                prompts, packed, logprobs.tolist(), routes, strict=True
+            )
         ]
+
+
+def _sequence_routes(
+    calls: list[list[Tensor]], prompts: list[tuple[int, ...]], lengths: list[int], width: int
+) -> list[Tensor | None]:
+    """Each sequence's (len(prompt) + len(response), L, K) routes; Nones for a dense model."""
+    if not calls or not calls[0]:
+        return [None] * len(prompts)
+    full = assemble(calls, len(prompts), width)  # (B, P + S − 1, L, K)
+    unrouted = torch.full_like(full[:, :1], NO_ROUTE)  # the last sampled token: never fed back
+    full = torch.cat([full, unrouted], dim=1)
+    return [full[i, width - len(p) : width + n].clone()
+            for i, (p, n) in enumerate(zip(prompts, lengths, strict=True))]  # fmt: skip
 
 
 class FiniteScores(LogitsProcessor):

@@ -28,6 +28,7 @@ from rlmap.core.batch import Batch
 from rlmap.correction import BehaviourParams, KLParams, PolicyTerms, policy_loss, positive_nll
 from rlmap.reduction import ReductionParams, reduce, token_weights
 from rlmap.system.logprobs import attention_of, batched_logprobs, token_logprobs
+from rlmap.system.routing import RouteStats, replaying
 from rlmap.system.update_loop import Kept, Schedule, Updates, Weights, optimise
 
 
@@ -72,8 +73,10 @@ def prepare_batch(
     timings: dict[str, float] = {}
     if needs_old:
         started = time.perf_counter()
+        replayed = batch.routed_experts if s.behaviour.routing_replay else None
         old = batched_logprobs(policy, batch.tokens, attention, temperature=s.temperature,
-                               micro_batch_size=s.micro_batch_size)  # fmt: skip
+                               micro_batch_size=s.micro_batch_size,
+                               routes_BTLK=replayed)  # fmt: skip
         timings["system/old_logprobs_s"] = time.perf_counter() - started
     if reference is not None and s.kl.placement != "none":
         started = time.perf_counter()
@@ -138,8 +141,11 @@ def _micro_loss(
     learner_version: int,
 ) -> tuple[Tensor, dict[str, Tensor], Kept]:
     """One micro-batch's loss Σ w·j (+ μ·NLL), its parts, and what diagnostics need."""
-    logprobs, entropy = token_logprobs(policy, mb.tokens, attention_of(mb),
-                                       temperature=s.temperature, with_entropy=True)  # fmt: skip
+    routes = RouteStats()
+    with replaying(policy, mb.routed_experts, replay=s.behaviour.routing_replay, stats=routes):
+        logprobs, entropy = token_logprobs(
+            policy, mb.tokens, attention_of(mb), temperature=s.temperature, with_entropy=True
+        )
     assert entropy is not None
     old = _old_logprobs(mb, logprobs, s)
     j_BT, _ = policy_loss(_terms(mb, logprobs, old, adv_BT, learner_version), s.behaviour,
@@ -151,7 +157,11 @@ def _micro_loss(
         nll_loss = reduce(nll * keep, w[1])
         loss = loss + s.behaviour.positive_nll * nll_loss
         parts["loss/nll"] = nll_loss.detach()
-    return loss, parts, {"logprobs": logprobs, "old": old, "entropy": entropy}
+    kept = {"logprobs": logprobs, "old": old, "entropy": entropy}
+    if mb.routed_experts is not None:  # counts of this micro-batch, (1,) each
+        kept["routes_compared"] = torch.tensor([routes.compared])
+        kept["routes_mismatched"] = torch.tensor([routes.mismatched])
+    return loss, parts, kept
 
 
 def _terms(
@@ -179,7 +189,12 @@ def _diagnostics(
         _, diag = policy_loss(terms, s.behaviour, s.kl, seen.ref_logprobs)
     mask = seen.action_mask
     entropy = (out.cat("entropy") * mask).sum() / mask.sum().clamp(min=1)
-    return {k: float(v) for k, v in diag.items()} | {"entropy": float(entropy)}
+    metrics = {k: float(v) for k, v in diag.items()} | {"entropy": float(entropy)}
+    if "routes_compared" in out.kept:  # the learner's own top-k against the rollout's
+        compared = int(out.cat("routes_compared").sum())
+        mismatched = int(out.cat("routes_mismatched").sum())
+        metrics["moe/route_mismatch_frac"] = mismatched / compared if compared else 0.0
+    return metrics
 
 
 def _old_logprobs(mb: Batch, logprobs: Tensor, s: UpdateSettings) -> Tensor:

@@ -17,6 +17,7 @@ import torch
 from torch import Tensor, nn
 
 from rlmap.core.batch import Batch
+from rlmap.system.routing import replaying
 
 
 def attention_of(batch: Batch) -> Tensor:
@@ -69,16 +70,20 @@ def batched_logprobs(
     *,
     temperature: float,
     micro_batch_size: int,
+    routes_BTLK: Tensor | None = None,
 ) -> Tensor:
-    """(B, T) detached log-probs in micro-batches (π_old recomputation, π_ref)."""
+    """(B, T) detached log-probs in micro-batches (π_old recomputation, π_ref); with
+    ``routes_BTLK`` a mixture-of-experts model replays the rollout's routing (R3)."""
     was_training = model.training
     model.eval()
+    parts = []
     try:
-        parts = [
-            token_logprobs(model, tokens_BT[i : i + micro_batch_size],
-                           attention_BT[i : i + micro_batch_size], temperature=temperature)[0]
-            for i in range(0, tokens_BT.shape[0], micro_batch_size)
-        ]  # fmt: skip
+        for i in range(0, tokens_BT.shape[0], micro_batch_size):
+            rows = slice(i, i + micro_batch_size)
+            routes = None if routes_BTLK is None else routes_BTLK[rows]
+            with replaying(model, routes, replay=True):
+                parts.append(token_logprobs(model, tokens_BT[rows], attention_BT[rows],
+                                            temperature=temperature)[0])  # fmt: skip
     finally:
         model.train(was_training)
     return torch.cat(parts) if parts else tokens_BT.new_zeros(tokens_BT.shape, dtype=torch.float32)

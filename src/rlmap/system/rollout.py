@@ -17,6 +17,7 @@ import torch
 from rlmap.core.batch import Batch, End, RewardStatus
 from rlmap.feedback.reward import worst
 from rlmap.system.engine import Completion, RolloutEngine
+from rlmap.system.routing import NO_ROUTE
 from rlmap.tasks.env import Environment, EnvStep
 
 
@@ -46,6 +47,10 @@ class Episode:
     """OK unless a reward could not be computed, or the environment failed (``INFRA_ERROR``)."""
     tool_calls: int = 0
     tool_errors: int = 0
+    routes: torch.Tensor | None = None
+    """MoE policies: (len(prompt_ids) + len(response_ids), L, K) experts per position, as the
+    engine recorded them (the last turn's call, which routed the whole context); rows past
+    its end (observations after the last turn) are missing and count as not routed."""
 
     @property
     def turns(self) -> int:
@@ -71,7 +76,7 @@ def single_turn(
     return Episode(prompt_ids=c.prompt_ids, response_ids=c.response_ids, action=(True,) * n,
                    logprobs=c.logprobs, versions=(c.version,) * n, turn_ids=(0,) * n,
                    end=End.TERMINAL if c.stopped else End.TRUNCATED, eos=c.stopped,
-                   rewards=(reward,), status=status)  # fmt: skip
+                   rewards=(reward,), status=status, routes=c.routes)  # fmt: skip
 
 
 @dataclass
@@ -90,6 +95,7 @@ class _Running:
     tool_calls: int = 0
     tool_errors: int = 0
     turns: int = 0
+    routes: torch.Tensor | None = None
 
     @property
     def context(self) -> tuple[int, ...]:
@@ -103,6 +109,7 @@ class _Running:
         self.versions += [c.version] * n
         self.turn_ids += [self.turns] * n
         self.turns += 1
+        self.routes = c.routes  # this call routed the whole context and the new turn
 
     def add_step(self, s: EnvStep) -> None:
         self.rewards.append(s.reward)
@@ -124,7 +131,8 @@ class _Running:
                        action=tuple(self.action), logprobs=tuple(self.logprobs),
                        versions=tuple(self.versions), turn_ids=tuple(self.turn_ids), end=end,
                        eos=eos, rewards=tuple(self.rewards), status=status,
-                       tool_calls=self.tool_calls, tool_errors=self.tool_errors)  # fmt: skip
+                       tool_calls=self.tool_calls, tool_errors=self.tool_errors,
+                       routes=self.routes)  # fmt: skip
 
 
 def run_episodes(
@@ -292,7 +300,25 @@ def to_batch(scored: Sequence[Scored], *, pad_token_id: int) -> Batch:
         turn_id=turn if multi_turn else None,
         token_rewards=_turn_rewards(scored, action, turn) if _has_step_rewards(scored) else None,
         policy_version=version,
+        routed_experts=_routes(scored, prompt_len, t),
     )
+
+
+def _routes(scored: Sequence[Scored], prompt_len: int, t: int) -> torch.Tensor | None:
+    """(B, T, L, K) routed experts in the batch's columns (-1 where none); None when no
+    episode carries routes (a dense policy, or an engine that does not record them)."""
+    known = [s.episode.routes for s in scored if s.episode.routes is not None]
+    if not known:
+        return None
+    out = torch.full((len(scored), t, *known[0].shape[1:]), NO_ROUTE, dtype=torch.long)
+    for i, s in enumerate(scored):
+        routes = s.episode.routes
+        if routes is None:
+            continue
+        start = prompt_len - len(s.episode.prompt_ids)
+        n = min(len(routes), t - start)
+        out[i, start : start + n] = routes[:n]
+    return out
 
 
 def _has_step_rewards(scored: Sequence[Scored]) -> bool:

@@ -1,0 +1,154 @@
+"""Routing replay (R3) on a real transformers MoE: recorded, laid out, replayed, compared."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from rlmap.core.batch import RewardStatus
+from rlmap.experiments.train import run_training
+from rlmap.recipes import build_config
+from rlmap.system.engine import Completion
+from rlmap.system.hf_engine import HFEngine
+from rlmap.system.logprobs import token_logprobs
+from rlmap.system.rollout import Scored, single_turn, to_batch
+from rlmap.system.routing import NO_ROUTE, RouteStats, moe_routers, recording, replaying
+from rlmap.tasks.prompts import encode_prompt
+
+Toy = Callable[..., list[str]]
+
+
+def _engine(model_dir: Path) -> tuple[torch.nn.Module, HFEngine, list[list[int]]]:
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    engine = HFEngine(model, pad_token_id=tokenizer.pad_token_id,
+                      eos_token_id=tokenizer.eos_token_id)  # fmt: skip
+    prompts = [encode_prompt(tokenizer, p) for p in ("1+2=", "37+85=")]  # uneven: left padding
+    return model, engine, prompts
+
+
+def test_the_engine_records_the_experts_each_position_was_routed_through(
+    tiny_moe_model_dir: Path,
+) -> None:
+    model, engine, prompts = _engine(tiny_moe_model_dir)
+    torch.manual_seed(0)
+    groups = engine.generate(prompts, n=2, max_new_tokens=6, temperature=1.0, top_p=1.0)
+    layers = len(moe_routers(model))
+    assert layers == 2
+    for completions in groups:
+        for c in completions:
+            routes = c.routes
+            n = len(c.prompt_ids) + len(c.response_ids)
+            assert routes is not None and tuple(routes.shape) == (n, layers, 2)
+            # the same weights, one full forward over the sequence, no cache, no padding:
+            with torch.no_grad(), recording(model) as calls:
+                model(torch.tensor([list(c.prompt_ids + c.response_ids)]))
+            for layer in range(layers):
+                full = calls[layer][0].sort(-1).values  # (n, K)
+                assert torch.equal(routes[:-1, layer].sort(-1).values, full[:-1])
+                # the last sampled token was fed back only if a longer row kept generating
+                last = routes[-1, layer]
+                assert (last == NO_ROUTE).all() or torch.equal(last.sort().values, full[-1])
+    longest = max(len(c.response_ids) for cs in groups for c in cs)
+    assert any((c.routes[-1] == NO_ROUTE).all() for cs in groups for c in cs
+               if c.routes is not None and len(c.response_ids) == longest)  # fmt: skip
+
+
+def _completion(prompt: tuple[int, ...], response: tuple[int, ...], seed: int) -> Completion:
+    g = torch.Generator().manual_seed(seed)
+    routes = torch.stack([torch.randperm(4, generator=g)[:2] for _ in range(2 * (len(prompt)
+                          + len(response)))]).view(-1, 2, 2)  # fmt: skip
+    routes[-1] = NO_ROUTE
+    return Completion(prompt_ids=prompt, response_ids=response, logprobs=(-0.5,) * len(response),
+                      stopped=True, version=0, routes=routes)  # fmt: skip
+
+
+def test_the_batch_layout_of_the_routes() -> None:
+    a = _completion((1, 5), (6, 7, 2), seed=0)  # P = 2, R = 3
+    b = _completion((1, 5, 6, 14), (2,), seed=1)  # P = 4, R = 1
+    batch = to_batch([Scored(single_turn(c), 0, 1.0, 1.0, RewardStatus.OK) for c in (a, b)],
+                     pad_token_id=0)  # fmt: skip
+    routed = batch.routed_experts
+    # columns: prompts right-aligned to the longest (4), responses after: T = 4 + 3 = 7
+    assert routed is not None and tuple(routed.shape) == (2, 7, 2, 2)
+    assert a.routes is not None and b.routes is not None
+    assert torch.equal(routed[0, 2:7], a.routes) and (routed[0, :2] == NO_ROUTE).all()
+    assert torch.equal(routed[1, 0:5], b.routes) and (routed[1, 5:] == NO_ROUTE).all()
+    assert torch.equal(batch.select(torch.tensor([1])).routed_experts, routed[1:])
+
+
+def test_replay_routes_through_exactly_the_recorded_experts_and_trains_the_router(
+    tiny_moe_model_dir: Path,
+) -> None:
+    model, _, _ = _engine(tiny_moe_model_dir)
+    tokens = torch.tensor([[1, 5, 6, 14, 7, 17, 8]])
+    g = torch.Generator().manual_seed(3)
+    recorded = torch.stack([torch.randperm(4, generator=g)[:2] for _ in range(7 * 2)])
+    recorded = recorded.view(1, 7, 2, 2)
+    recorded[0, -1] = NO_ROUTE  # an unrecorded position keeps the learner's own routing
+    stats = RouteStats()
+    with replaying(model, recorded, replay=True, stats=stats), recording(model) as seen:
+        logprobs, _ = token_logprobs(model, tokens, torch.ones_like(tokens, dtype=torch.bool))
+    for layer in range(2):
+        used = seen[layer][0]  # what the experts were handed, after the replay hook
+        assert torch.equal(used[:-1], recorded[0, :-1, layer])
+    assert stats.compared == 2 * 6 and stats.mismatched > 0  # random routes differ
+    logprobs[0, 1:].sum().backward()
+    router = moe_routers(model)[0]
+    assert router.weight.grad is not None and router.weight.grad.abs().sum() > 0
+
+
+def test_replayed_scores_are_the_router_softmax_renormalised_over_the_recorded_experts(
+    tiny_moe_model_dir: Path,
+) -> None:
+    model, _, _ = _engine(tiny_moe_model_dir)
+    router = moe_routers(model)[0]
+    hidden = torch.randn(3, router.weight.shape[1], generator=torch.Generator().manual_seed(0))
+    recorded = torch.tensor([[0, 3], [1, 2], [2, 0]])
+    routes = torch.full((1, 3, 2, 2), NO_ROUTE)
+    routes[0, :, 0] = recorded
+    with torch.no_grad(), replaying(model, routes, replay=True):
+        logits, scores, ids = router(hidden)
+    assert torch.equal(ids, recorded)
+    for i in range(3):  # p_j = exp(z_j) / Σ_{recorded} exp(z): a reference loop
+        z = logits[i].double()
+        kept = z[recorded[i]].exp()
+        torch.testing.assert_close(scores[i].double(), kept / kept.sum(), rtol=1e-6, atol=1e-7)
+
+
+def test_the_mismatch_is_zero_for_identical_routes_and_counted_for_others(
+    tiny_moe_model_dir: Path,
+) -> None:
+    model, _, _ = _engine(tiny_moe_model_dir)
+    tokens = torch.tensor([[1, 5, 6, 14, 7]])
+    with torch.no_grad(), recording(model) as own:
+        model(tokens)
+    routes = torch.stack([own[layer][0] for layer in range(2)], dim=1)[None]  # (1, 5, 2, 2)
+    same = RouteStats()
+    with torch.no_grad(), replaying(model, routes.flip(-1), replay=False, stats=same):
+        model(tokens)  # the same sets in another order
+    assert (same.compared, same.mismatched) == (10, 0)
+    other = routes.clone()
+    other[0, 2, 1] = torch.tensor([x for x in range(4) if x not in routes[0, 2, 1]][:2])
+    counted = RouteStats()
+    with torch.no_grad(), replaying(model, other, replay=False, stats=counted):
+        model(tokens)
+    assert (counted.compared, counted.mismatched) == (10, 1)  # one token, one layer
+
+
+@pytest.mark.parametrize("replay", [False, True])
+def test_a_moe_run_reports_route_mismatch_and_replays_when_asked(
+    replay: bool, tiny_moe_model_dir: Path, tmp_path: Path, toy: Toy
+) -> None:
+    flag = f"behaviour.routing_replay={str(replay).lower()}"
+    cfg = build_config("grpo", None, [*toy(tiny_moe_model_dir, steps=2),
+                                      "system.rollout_dtype=bfloat16", flag])  # fmt: skip
+    run_training(cfg, tmp_path / "run")
+    rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    mismatch = [r["moe/route_mismatch_frac"] for r in rows[1:]]
+    assert len(mismatch) == 2 and all(0.0 <= m <= 1.0 for m in mismatch)
