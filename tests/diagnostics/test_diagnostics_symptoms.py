@@ -82,12 +82,13 @@ def verdict(run: RunData, symptom: str) -> Finding:
 
 def test_rules_follow_the_map_in_order() -> None:
     assert registry.names() == ("reward_up_heldout_down", "entropy_collapse", "zero_group_loss",
-                                "length_drift", "late_collapse", "async_efficiency")  # fmt: skip
+                                "length_drift", "late_collapse", "async_efficiency",
+                                "moe_route_mismatch")  # fmt: skip
 
 
 def test_a_healthy_synthetic_run_is_quiet() -> None:
     findings = diagnose_run(make_run()).findings
-    assert [f.status for f in findings] == ["quiet"] * 5 + ["not checked"]
+    assert [f.status for f in findings] == ["quiet"] * 5 + ["not checked"] * 2
 
 
 @pytest.mark.parametrize("name", ["grpo", "ppo_turn", "vapo"])
@@ -398,7 +399,7 @@ def test_cli_text_names_the_symptom(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert main(["diagnose", str(run_dir)]) == 0
     out = capsys.readouterr().out
     assert out.startswith(f"rlmap diagnose {run_dir}: 101 records, steps 0–100\n  grpo: a comp")
-    assert "1 detected, 4 quiet, 1 not checked" in out
+    assert "1 detected, 4 quiet, 2 not checked" in out
     assert "DETECTED  entropy collapses quickly [entropy_collapse]" in out
     assert "check, in this order:\n    1. positive-advantage ratio" in out
     assert "not checked  async throughput up, sample efficiency down — needs" in out
@@ -435,3 +436,35 @@ def test_cli_missing_metrics_is_one_line(tmp_path: Path, capsys: pytest.CaptureF
     err = capsys.readouterr().err
     assert err.count("\n") == 1
     assert err.startswith(f"rlmap: error: {tmp_path / 'metrics.jsonl'}: no metrics")
+
+
+# --- 7. MoE routes disagree between training and rollout -------------------------------
+
+
+def _moe_run(mismatch: float, replay: bool) -> RunData:
+    noise = random.Random(0)
+    level = {s: mismatch * (1 + 0.5 * noise.random()) for s in range(101)}
+    train = healthy_train() | {
+        "moe/route_mismatch_frac": lambda s: level[s],
+        "ratio/kappa/p99_abs_log": lambda s: 0.01 + 2.0 * level[s],  # κ follows the routes
+    }
+    return make_run(train, config={"behaviour": {"routing_replay": replay}})
+
+
+def test_disagreeing_routes_without_replay_are_detected_with_the_kappa_evidence() -> None:
+    finding = verdict(_moe_run(0.05, replay=False), "moe_route_mismatch")
+    assert finding.status == "detected"
+    routes, kappa = finding.evidence
+    assert routes.values["mean"] == pytest.approx(0.05 * 1.25, rel=0.1)
+    assert kappa.values["correlation"] == pytest.approx(1.0)  # κ's tail moves with the routes
+    assert [c.interface for c in finding.checks][:2] == ["router metadata", "routing replay (R3)"]
+
+
+@pytest.mark.parametrize(("mismatch", "replay"), [(0.05, True), (0.001, False)])
+def test_replayed_or_rare_route_mismatch_is_quiet(mismatch: float, replay: bool) -> None:
+    assert verdict(_moe_run(mismatch, replay), "moe_route_mismatch").status == "quiet"
+
+
+def test_a_dense_run_is_not_checked_for_routes() -> None:
+    finding = verdict(make_run(), "moe_route_mismatch")
+    assert finding.status == "not checked" and "moe/route_mismatch_frac" in finding.needs[0]

@@ -401,6 +401,38 @@ def _gain_per_token(run: RunData) -> Evidence | None:
     return Evidence("eval/pass@1", (first[0], last[0]), text, values)
 
 
+# --- 7. MoE routes disagree between training and rollout -----------------------------
+
+ROUTE_MISMATCH = 0.01
+"""Mean share of (token, layer) pairs whose top-k experts differ between the learner's own
+routing and the rollout's (``moe/route_mismatch_frac``) from which the routes count as
+disagreeing: one routing decision in a hundred changes the function that produced a token."""
+
+
+def moe_route_mismatch(run: RunData) -> Outcome:
+    """An MoE run whose routes disagree (mean ``moe/route_mismatch_frac`` >= ROUTE_MISMATCH)
+    without routing replay; the κ tail and its correlation with the mismatch over the steps
+    are the evidence that the disagreement reaches the log-probs."""
+    why = " (logged by mixture-of-experts policies)"
+    (mismatch,), needs = _needs(run, ("moe/route_mismatch_frac", WINDOW), why=why)
+    if needs:
+        return Outcome(False, needs=needs)
+    average = mean(_values(mismatch))
+    replayed = bool(run.setting("behaviour.routing_replay"))
+    text = (f"moe/route_mismatch_frac: mean {_fmt(average)} (disagreeing at >= "
+            f"{ROUTE_MISMATCH}); routing replay {'on' if replayed else 'off'}")  # fmt: skip
+    evidence = [Evidence("moe/route_mismatch_frac", _span(mismatch), text,
+                         {"mean": average, "routing_replay": replayed})]  # fmt: skip
+    kappa = trace(run.records, "ratio/kappa/p99_abs_log")
+    if len(kappa) >= MIN_POINTS:
+        r, tail = correlation(mismatch, kappa), mean(_values(kappa))
+        evidence.append(Evidence("ratio/kappa/p99_abs_log", _span(mismatch),
+                                 f"κ p99 |log κ| mean {_fmt(tail)}; correlation with the route "
+                                 f"mismatch over the steps {_fmt(r)}",
+                                 {"mean": tail, "correlation": r}))  # fmt: skip
+    return Outcome(average >= ROUTE_MISMATCH and not replayed, tuple(evidence))
+
+
 # --- the registry and applying it ---------------------------------------------------
 
 registry: Registry[Rule] = Registry("symptom")
@@ -411,6 +443,7 @@ for _rule in (
     Rule(symptoms.LENGTH_DRIFT, length_drift),
     Rule(symptoms.LATE_COLLAPSE, late_collapse),
     Rule(symptoms.ASYNC_EFFICIENCY, async_efficiency),
+    Rule(symptoms.MOE_ROUTE_MISMATCH, moe_route_mismatch),
 ):
     registry.add(_rule.symptom.id, _rule)
 

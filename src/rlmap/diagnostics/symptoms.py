@@ -284,3 +284,28 @@ ASYNC_EFFICIENCY = Symptom(
         "rollout p50/p95/p99, group idle fraction and learner utilisation first",
     ),
 )
+
+MOE_ROUTE_MISMATCH = Symptom(
+    id="moe_route_mismatch",
+    title="MoE train/rollout routes disagree",
+    source="MoE 训推 route 不一致",
+    check=(
+        Interface(
+            "router metadata",
+            ("moe/route_mismatch_frac",),
+            "only mixture-of-experts policies log it (the rollout engine records the routes)",
+        ),
+        Interface("routing replay (R3)", ("config:behaviour.routing_replay",)),
+        Interface(
+            "train–rollout log-prob gap (κ)",
+            ("ratio/kappa/mean_abs_log", "ratio/kappa/p99_abs_log", "ratio/kappa/max_abs_log"),
+        ),
+        Interface("probability correction", ("config:behaviour.corrections",)),
+        Interface("held-out score", ("eval/pass@1",)),
+    ),
+    not_first=(
+        "the learning rate or the clip range: the mismatch is in the forward pass (which "
+        "experts a token goes through), not in the size of the step; replayed routes change "
+        "the function being trained, so judge the fix by the held-out score, not by κ alone",
+    ),
+)

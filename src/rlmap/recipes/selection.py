@@ -224,9 +224,10 @@ TABLE: tuple[Row, ...] = (
         baseline_in_rlmap="system.mode=sync and behaviour.mode=decoupled: the learner "
         "recomputes π_old, so κ = π_old/μ shows the mismatch (ratio/kappa/*) before anything "
         "corrects it",
-        next_in_rlmap="routing replay (rlmap.correction.router_mask, replay_router_logits; "
-        "needs an MoE model that exposes its routers) with behaviour.corrections=[tis] or "
-        "[icepop]",
+        next_in_rlmap="behaviour.routing_replay=true (R3: the HF engine records each "
+        "token's experts per layer, the learner replays them; any transformers MoE with "
+        "top-k routers, e.g. model.path=embedded:tiny-moe) with behaviour.corrections=[tis] "
+        "or [icepop]; moe/route_mismatch_frac and ratio/kappa/* show what it changed",
         source="MoE 训推 route 不一致 | 同步小实验 | R3 + probability correction "
         "| router metadata、目标偏移",
     ),
