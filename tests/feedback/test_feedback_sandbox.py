@@ -1,21 +1,25 @@
-"""The code sandbox: ordinary runs, then hostile model-written code.
+"""The code sandbox: ordinary runs, the two-process harness, keyrings and IPC, containment.
 
-Every hostile snippet is paired with tests it can only pass if containment failed
-(``solve()`` returns 42 only when the attack worked) or that it fails anyway, so
-each must end as a failure of that sample, within the limits, with nothing left
-behind and this process alive. Small limits keep the file fast.
+The hostile-program suite is ``test_feedback_hostile.py``; here, what needs a set-up
+on the host side (a planted key, a secret file, a listening socket) or a host without
+namespaces. A hostile snippet is paired with tests it can only pass if containment
+failed (``solve()`` returns 42 only when the attack worked), so each must end as a
+failure of that sample, with nothing left behind and this process alive. Small limits
+keep the file fast.
 """
 
 from __future__ import annotations
 
+import ctypes
+import dataclasses
 import os
 import socket
 import stat
+import subprocess
 import sys
 import tempfile
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -34,7 +38,7 @@ LIMITS = SandboxLimits(
 SLACK = 1.5  # seconds past the wall limit allowed for kill, reap and clean-up
 ISOLATION = sandbox.host_isolation()
 needs_namespaces = pytest.mark.skipif(
-    not ISOLATION.private_root, reason="needs root and util-linux unshare (namespaces)"
+    not ISOLATION.private_root, reason="needs root and namespaces"
 )
 needs_uid_drop = pytest.mark.skipif(ISOLATION.uid is None, reason="needs root (uid drop)")
 
@@ -166,247 +170,280 @@ def test_limits_are_validated() -> None:
 
 def test_isolation_is_reported(run) -> None:
     result = run("def solve():\n    return 42\n")
-    assert result.isolation == sandbox.Isolation(
-        network=ISOLATION.network,
-        pid_namespace=ISOLATION.pid_namespace,
-        private_root=ISOLATION.private_root,
-        uid=result.isolation.uid,
-    )
+    assert result.isolation == dataclasses.replace(ISOLATION, uid=result.isolation.uid)
 
 
 @needs_namespaces
 def test_setup_failure_is_an_infrastructure_error(monkeypatch: pytest.MonkeyPatch) -> None:
     host = sandbox._host()
-    broken = sandbox._Host("/nonexistent/python", host.root, host.unshare, host.unique_uids)
+    broken = dataclasses.replace(host, python="/nonexistent/python")
     monkeypatch.setattr(sandbox, "_host", lambda: broken)
     with pytest.raises(SandboxError, match="did not start"):
         run_python("x = 1", "assert x == 1", LIMITS)
 
 
 def test_root_without_a_way_to_drop_privileges_refuses(monkeypatch: pytest.MonkeyPatch) -> None:
-    host = sandbox._Host(sandbox._host().python, root=True, unshare=None, unique_uids=True)
+    host = dataclasses.replace(sandbox._host(), root=True, namespaces=False, unique_uids=True)
     monkeypatch.setattr(sandbox, "_host", lambda: host)
     monkeypatch.setattr(sandbox, "_others_can_use", lambda path: False)
     with pytest.raises(SandboxError, match="refusing"):
         run_python("x = 1", "assert x == 1", LIMITS)
 
 
-# ---------------------------------------------------------------- hostile code
+# ---------------------------------------------------------------- the two-process harness
+# The tests run in a process of their own and call into the solution's (see
+# _sandbox_harness.py). These are ordinary programs that must pass as they did when
+# both shared an interpreter; the hostile ones are in test_feedback_hostile.py.
 
 
-@dataclass(frozen=True)
-class Hostile:
-    name: str
-    code: str
-    tests: str = "assert solve() == 42\n"
-    stopped_by: tuple[str, ...] = ()
-    """The reasons that show the intended mechanism stopped it (empty: any failure)."""
+def test_classes_instances_and_attributes(run) -> None:
+    code = (
+        "class Node:\n"
+        "    def __init__(self, val, next=None):\n"
+        "        self.val, self.next = val, next\n"
+        "class Solution:\n"
+        "    LIMIT = 3\n"
+        "    def reverse(self, head):\n"
+        "        prev = None\n"
+        "        while head:\n"
+        "            head.next, prev, head = prev, head, head.next\n"
+        "        return prev\n"
+    )
+    tests = (
+        "head = Node(1, Node(2, Node(3)))\n"
+        "out = Solution().reverse(head)\n"
+        "assert [out.val, out.next.val, out.next.next.val] == [3, 2, 1]\n"
+        "assert out.next.next.next is None and Solution.LIMIT == 3\n"
+        "assert isinstance(out, Node) and not isinstance(5, Node)\n"
+        "out.val = 9\n"
+        "assert out.val == 9\n"
+        "assert head is out.next.next  # one proxy per object: identity holds\n"
+    )
+    result = run(code, tests)
+    assert result.passed, result.stderr_tail
 
 
-UNITTEST_TESTS = (
-    "import unittest\n"
-    "class T(unittest.TestCase):\n"
-    "    def test_value(self):\n"
-    "        self.assertEqual(solve(), 42)\n"
-)
+def test_data_of_every_kind_comes_back_equal(run) -> None:
+    code = (
+        "from collections import Counter, OrderedDict, deque\n"
+        "from fractions import Fraction\n"
+        "from decimal import Decimal\n"
+        "def values():\n"
+        "    return [None, True, 2**100, -0.5, float('inf'), 1 + 2j, 'é', b'\\x00',\n"
+        "            bytearray(b'x'), (1, [2]), {3}, frozenset({4}), {(1, 2): {'a': [1]}},\n"
+        "            range(2, 9, 3),\n"
+        "            Fraction(1, 3), Decimal('0.1'), deque([1], maxlen=2), Counter('aab'),\n"
+        "            OrderedDict(a=1)]\n"
+        "def big():\n"
+        "    return 7 ** 50000\n"
+    )
+    tests = (
+        "from collections import Counter, OrderedDict, deque\n"
+        "from fractions import Fraction\n"
+        "from decimal import Decimal\n"
+        "expected = [None, True, 2**100, -0.5, float('inf'), 1 + 2j, 'é', b'\\x00',\n"
+        "            bytearray(b'x'), (1, [2]), {3}, frozenset({4}), {(1, 2): {'a': [1]}},\n"
+        "            range(2, 9, 3), Fraction(1, 3), Decimal('0.1'), deque([1], maxlen=2),\n"
+        "            Counter('aab'), OrderedDict(a=1)]\n"
+        "got = values()\n"
+        "assert got == expected\n"
+        "assert [type(g) for g in got] == [type(e) for e in expected]\n"
+        "assert got[16].maxlen == 2 and big() == 7 ** 50000\n"
+    )
+    result = run(code, tests)
+    assert result.passed, result.stderr_tail
 
-# A module that, imported as ``unittest``, swaps itself for the real one, patched.
-SELF_PATCHING_UNITTEST = (
-    "import sys\n"
-    "sys.path.remove('.')\n"
-    "del sys.modules['unittest']\n"
-    "import unittest as real\n"
-    "real.TestCase.assertEqual = lambda *a, **k: None\n"
-    "sys.modules['unittest'] = real\n"
-)
 
-HOSTILE = [
-    Hostile("infinite_loop", "while True:\n    pass\n", stopped_by=("cpu_limit",)),
-    Hostile(
-        "busy_cpu_ignoring_signals",
-        "import signal\n"
-        "for s in (signal.SIGTERM, signal.SIGXCPU, signal.SIGINT, signal.SIGHUP):\n"
-        "    signal.signal(s, signal.SIG_IGN)\n"
-        "x = 0\nwhile True:\n    x += 1\n",
-    ),
-    Hostile(
-        "sleep_forever",
-        "import time\ntime.sleep(10**6)\ndef solve():\n    return 42\n",
-        stopped_by=("timeout",),
-    ),
-    Hostile("fork_bomb", "import os\nwhile True:\n    os.fork()\n"),
-    Hostile(
-        "fork_bomb_that_keeps_trying",
-        "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n",
-    ),
-    Hostile(
-        "os_system_loop",
-        "import os\nwhile True:\n    os.system('sleep 100 &')\n",
-    ),
-    Hostile(
-        "detached_subprocesses",
-        "import subprocess\n"
-        "for _ in range(4):\n"
-        "    subprocess.Popen(['sleep', '1000'], start_new_session=True)\n"
-        "def solve():\n    return 0\n",
-    ),
-    Hostile(
-        "huge_allocation",
-        "x = bytearray(10**11)\ndef solve():\n    return 42\n",
-        stopped_by=("memory_limit",),
-    ),
-    Hostile(
-        "allocation_loop",
-        "keep = []\nwhile True:\n    keep.append(bytearray(10**7))\n",
-        stopped_by=("memory_limit",),
-    ),
-    Hostile("huge_print", "while True:\n    print('x' * 10000)\n", stopped_by=("output_limit",)),
-    Hostile(
-        "huge_stderr",
-        "import sys\nwhile True:\n    sys.stderr.write('y' * 10000)\n",
-        stopped_by=("output_limit",),
-    ),
-    Hostile(
-        "huge_file",
-        "with open('big', 'wb') as f:\n    for _ in range(1000):\n        f.write(b'0' * 2**20)\n"
-        "def solve():\n    return 42\n",
-    ),
-    Hostile(
-        "many_files",
-        "for i in range(10**6):\n    open(f'f{i}', 'w').close()\ndef solve():\n    return 42\n",
-    ),
-    Hostile(
-        "thread_bomb",
-        "import threading, time\n"
-        "while True:\n    threading.Thread(target=time.sleep, args=(100,), daemon=True).start()\n",
-    ),
-    Hostile(
-        "deep_recursion",
-        "import sys\nsys.setrecursionlimit(10**8)\n"
-        "def f(n):\n    return f(n + 1) + 1\nf(0)\ndef solve():\n    return 42\n",
-    ),
-    Hostile(
-        "c_stack_overflow",
-        "import sys\nsys.setrecursionlimit(10**8)\nnested = []\n"
-        "for _ in range(10**6):\n    nested = [nested]\nrepr(nested)\n"
-        "def solve():\n    return 42\n",
-    ),
-    Hostile(
-        "raise_own_limits",
-        "import resource\n"
-        "for r in (resource.RLIMIT_CPU, resource.RLIMIT_NPROC, resource.RLIMIT_AS):\n"
-        "    resource.setrlimit(r, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))\n"
-        "def solve():\n    return 42\n",
-    ),
-    Hostile(
-        "become_root",
-        "import os\nos.setuid(0)\nos.chroot('/')\ndef solve():\n    return 42\n",
-    ),
-    Hostile(
-        "close_stdout_then_hang",
-        "import os, time\nos.close(1)\nos.close(2)\ntime.sleep(10**6)\n",
-    ),
-    Hostile(
-        "sys_exit_before_tests",
-        "import sys\nsys.exit(0)\n",
-        "assert True\n",
-        stopped_by=("exited_early",),
-    ),
-    Hostile(
-        "os_exit_before_tests",
-        "import os\nos._exit(0)\n",
-        "assert True\n",
-        stopped_by=("exited_early",),
-    ),
-    Hostile(
-        "fake_success_output",
-        "import os\nprint('OK')\nprint('All tests passed')\nos.write(1, b'\\nPASSED\\n')\n"
-        "os._exit(0)\n",
-        stopped_by=("exited_early",),
-    ),
-    Hostile(
-        "atexit_hook",
-        "import atexit, os\natexit.register(lambda: os._exit(0))\ndef solve():\n    return 0\n",
-    ),
-    Hostile(
-        "steal_the_nonce_from_stdin",
-        "import sys, os\ndata = sys.stdin.read()\nos.write(1, data.encode())\nos._exit(0)\n",
-        "assert True\n",
-        stopped_by=("exited_early",),
-    ),
-    Hostile(
-        "patch_unittest",
-        "import unittest\n"
-        "unittest.TestCase.assertEqual = lambda *a, **k: None\n"
-        "unittest.TestResult.wasSuccessful = lambda self: True\n"
-        "def solve():\n    return 0\n",
+def test_in_place_changes_reach_the_tests(run) -> None:
+    code = (
+        "def sort_in_place(xs, *, table):\n"
+        "    xs.sort()\n"
+        "    table['done'] = True\n"
+        "def rotate(matrix):\n"
+        "    matrix[:] = [list(r) for r in zip(*matrix[::-1])]\n"
+    )
+    tests = (
+        "xs, table = [3, 1, 2], {}\n"
+        "assert sort_in_place(xs, table=table) is None\n"
+        "assert xs == [1, 2, 3] and table == {'done': True}\n"
+        "m = [[1, 2], [3, 4]]\n"
+        "rotate(m)\n"
+        "assert m == [[3, 1], [4, 2]]\n"
+    )
+    result = run(code, tests)
+    assert result.passed, result.stderr_tail
+
+
+def test_generators_iteration_and_containers(run) -> None:
+    code = (
+        "def count(n):\n"
+        "    yield from range(n)\n"
+        "class Bag:\n"
+        "    def __init__(self): self.items = [1, 2]\n"
+        "    def __len__(self): return len(self.items)\n"
+        "    def __iter__(self): return iter(self.items)\n"
+        "    def __getitem__(self, i): return self.items[i]\n"
+        "    def __str__(self): return 'Bag(1, 2)'\n"
+    )
+    tests = (
+        "assert list(count(3)) == [0, 1, 2] and sum(count(4)) == 6\n"
+        "g = count(2)\n"
+        "assert next(g) == 0 and next(g) == 1\n"
+        "try:\n    next(g)\n    raise AssertionError('no StopIteration')\n"
+        "except StopIteration:\n    pass\n"
+        "b = Bag()\n"
+        "assert len(b) == 2 and list(b) == [1, 2] and b[1] == 2 and 2 in b and 3 not in b\n"
+        "assert str(b) == 'Bag(1, 2)' and bool(b)\n"
+    )
+    result = run(code, tests)
+    assert result.passed, result.stderr_tail
+
+
+def test_exceptions_cross_with_their_type(run) -> None:
+    code = (
+        "class InvalidInput(ValueError):\n"
+        "    pass\n"
+        "def check(x):\n"
+        "    if x < 0:\n"
+        "        raise InvalidInput(f'negative: {x}')\n"
+        "    if x == 0:\n"
+        "        raise KeyError('zero')\n"
+        "    return x\n"
+    )
+    tests = (
         "import unittest\n"
         "class T(unittest.TestCase):\n"
-        "    def test_value(self):\n"
-        "        self.assertEqual(solve(), 42)\n",
-    ),
-    Hostile(
-        "import_hook_serving_a_patched_unittest",
-        "import builtins, sys, unittest\n"
-        "unittest.TestCase.assertEqual = lambda *a, **k: None\n"
-        "real_import = builtins.__import__\n"
-        "def fake(name, *a, **k):\n"
-        "    return unittest if name == 'unittest' else real_import(name, *a, **k)\n"
-        "builtins.__import__ = fake\n"
-        "def solve():\n    return 0\n",
-        UNITTEST_TESTS,
-        stopped_by=("tests_failed",),
-    ),
-    Hostile(
-        "shadow_unittest_on_sys_path",
-        "import sys\n"
-        f"open('unittest.py', 'w').write({SELF_PATCHING_UNITTEST!r})\n"
-        "sys.path.insert(0, '.')\n"
-        "for name in [m for m in sys.modules if m.startswith('unittest')]:\n"
-        "    del sys.modules[name]\n"
-        "def solve():\n    return 0\n",
-        UNITTEST_TESTS,
-        stopped_by=("tests_failed",),
-    ),
-    Hostile(
-        "patch_import_and_builtins",
-        "import builtins, types\n"
-        "fake = types.ModuleType('unittest')\n"
-        "real_import = builtins.__import__\n"
-        "builtins.__import__ = lambda name, *a, **k: fake if name == 'unittest' "
-        "else real_import(name, *a, **k)\n"
-        "builtins.print = lambda *a, **k: None\n"
-        "def solve():\n    return 0\n",
-        "import unittest\n"
-        "class T(unittest.TestCase):\n"
-        "    def test_value(self):\n"
-        "        self.assertEqual(solve(), 42)\n",
-    ),
-    Hostile(
-        "kill_everything",
-        "import os, signal\n"
-        "for target in (-1, os.getppid(), 1):\n"
-        "    try:\n        os.kill(target, signal.SIGKILL)\n    except OSError:\n        pass\n"
-        "def solve():\n    return 0\n",
-    ),
-]
+        "    def test_raises(self):\n"
+        "        with self.assertRaises(InvalidInput):\n"
+        "            check(-1)\n"
+        "        self.assertRaisesRegex(ValueError, 'negative: -2', check, -2)\n"
+        "        with self.assertRaises(KeyError) as caught:\n"
+        "            check(0)\n"
+        "        self.assertEqual(caught.exception.args, ('zero',))\n"
+        "        self.assertEqual(check(5), 5)\n"
+    )
+    result = run(code, tests)
+    assert result.passed, result.stderr_tail
 
 
-@pytest.mark.parametrize("hostile", HOSTILE, ids=lambda h: h.name)
-def test_hostile_snippet_fails_within_limits(run, hostile: Hostile) -> None:
-    result = run(hostile.code, hostile.tests)
-    assert not result.passed, result
-    assert result.reason != "passed"
-    assert result.wall_seconds < LIMITS.wall_seconds + SLACK
-    if hostile.stopped_by:
-        assert result.reason in hostile.stopped_by, result
+def test_print_and_input_follow_the_tests_redirections(run) -> None:
+    code = (
+        "import math\n"
+        "from math import sqrt\n"
+        "def main():\n"
+        "    n = int(input())\n"
+        "    print(sum(map(int, input().split())) * n)\n"
+    )
+    tests = (
+        "import contextlib, io, sys\n"
+        "sys.stdin = io.StringIO('2\\n1 2 3\\nrest\\n')\n"
+        "out = io.StringIO()\n"
+        "with contextlib.redirect_stdout(out):\n"
+        "    main()\n"
+        "assert out.getvalue() == '12\\n', out.getvalue()\n"
+        "assert sys.stdin.read() == 'rest\\n'  # what the solution read is gone\n"
+        "assert math.isclose(sqrt(2) ** 2, 2)  # the solution's imports, our own modules\n"
+    )
+    result = run(code, tests)
+    assert result.passed, result.stderr_tail
 
 
-def test_enough_hostile_snippets() -> None:
-    assert len(HOSTILE) + len(CONTAINMENT) >= 20
+def test_shadowed_builtins_are_not_seen_by_the_tests(run) -> None:
+    code = "def len(x):\n    return 3\ndef solve():\n    return [1]\n"
+    assert run(code, "assert len(solve()) == 1\n").passed  # the tests keep the real len
+    assert not run(code, "assert len(solve()) == 3\n").passed
 
 
-# Snippets whose harm would land outside the sandbox: checked from outside as well.
+def test_the_tests_cannot_pass_their_own_functions(run) -> None:
+    code = "def apply(f, x):\n    return f(x)\n"
+    result = run(code, "apply(lambda x: x + 1, 1)\n")
+    assert result.reason == "tests_failed" and "TypeError" in result.stderr_tail
+
+
+# ---------------------------------------------------------------- keyrings and IPC
+
+_LIBC = ctypes.CDLL(None, use_errno=True)
+_ADD_KEY, _KEYCTL = {"x86_64": (248, 250), "aarch64": (217, 219)}.get(os.uname().machine, (0, 0))
+needs_filter = pytest.mark.skipif(
+    not ISOLATION.syscall_filter or not _KEYCTL, reason="needs seccomp (x86-64, aarch64)"
+)
+
+
+@pytest.fixture
+def planted_key() -> Iterator[int]:
+    """A secret key in this process's own session keyring (as a trainer's would be)."""
+    if _LIBC.syscall(_KEYCTL, 1, None) < 0:  # KEYCTL_JOIN_SESSION_KEYRING: ours alone
+        pytest.skip("this host refuses key management")
+    key = _LIBC.syscall(_ADD_KEY, b"user", b"rlmap-planted", b"hunter2", 7, -3)
+    assert key > 0, os.strerror(ctypes.get_errno())
+    yield key
+    _LIBC.syscall(_KEYCTL, 3, key)  # KEYCTL_REVOKE
+
+
+def _read_key(key: int) -> bytes:
+    buffer = ctypes.create_string_buffer(64)
+    size = _LIBC.syscall(_KEYCTL, 11, key, buffer, 64)  # KEYCTL_READ
+    return buffer.raw[: max(size, 0)]
+
+
+@needs_filter
+def test_the_trainers_keys_are_out_of_reach(run, planted_key: int) -> None:
+    """Read, revoke, add: the sandbox had the session keyring, so every one worked."""
+    code = (Path(__file__).with_name("hostile") / "keyring_read_session.py").read_text()
+    result = run(code)
+    assert not result.passed and result.reason == "tests_failed"
+    assert result.isolation.session_keyring and result.isolation.syscall_filter
+    assert _read_key(planted_key) == b"hunter2"  # neither read nor revoked
+    session = Path("/proc/keys").read_text()
+    assert "rlmap-sandbox-was-here" not in session
+
+
+SYSV = (
+    "import ctypes, os\n"
+    "libc = ctypes.CDLL(None, use_errno=True)\n"
+    "made = {'shm': libc.shmget(0, 8 * 2**20, 0o1666), 'msg': libc.msgget(0, 0o1666),\n"
+    "        'sem': libc.semget(0, 4, 0o1666)}\n"
+    "inside = {k: open(f'/proc/sysvipc/{k}').read().count('\\n') - 1 for k in made}\n"
+    "print('made', made, 'inside', inside)\n"
+    "def solve():\n"
+    "    return 0\n"
+)
+
+
+def _sysv_of(uid: int) -> list[str]:
+    found = []
+    for kind in ("shm", "msg", "sem"):
+        lines = Path(f"/proc/sysvipc/{kind}").read_text().splitlines()
+        column = lines[0].split().index("uid")
+        found += [f"{kind}: {line}" for line in lines[1:] if int(line.split()[column]) == uid]
+    return found
+
+
+def _keys_of(uid: int) -> int:
+    """Keys the kernel holds for ``uid`` (``/proc/key-users``: ``uid: usage nkeys/...``)."""
+    for line in Path("/proc/key-users").read_text().splitlines():
+        owner, rest = line.split(":", 1)
+        if int(owner) == uid:
+            return int(rest.split()[1].split("/")[0])
+    return 0
+
+
+@needs_uid_drop
+def test_sysv_ipc_made_inside_is_gone_after(run) -> None:
+    """With an IPC namespace the objects are made, seen inside, and die with the run; without
+    one the filter refuses to make them. Either way the host keeps none."""
+    result = run(SYSV)
+    assert not result.passed
+    left = _sysv_of(result.isolation.uid)  # type: ignore[arg-type]
+    for line in left:  # remove what a failing run leaked, then fail
+        kind, ident = line.split(":")[0], line.split()[2]
+        subprocess.run(["ipcrm", {"shm": "-m", "msg": "-q", "sem": "-s"}[kind], ident], check=False)
+    assert left == []
+    if result.isolation.ipc_namespace:
+        assert "inside {'shm': 1, 'msg': 1, 'sem': 1}" in result.stdout_tail, result
+    else:
+        assert "'shm': -1, 'msg': -1, 'sem': -1" in result.stdout_tail, result
+
 
 CONTAINMENT = ["env", "private_file", "visible_file", "write_outside", "delete_outside", "net"]
 
@@ -532,8 +569,12 @@ def _world_usable_python() -> str | None:
     return None
 
 
+FALLBACK_HOSTILE = ["fork_bomb", "detached_subprocesses", "kill_everything", "sysv_shm_8mib"]
+FALLBACK_HOSTILE += ["sysv_message_queue", "keyring_persistent_user_keys", "proc_environ_secret"]
+
+
 @needs_uid_drop
-@pytest.mark.parametrize("name", ["fork_bomb", "detached_subprocesses", "kill_everything"])
+@pytest.mark.parametrize("name", FALLBACK_HOSTILE)
 def test_fallback_without_namespaces_still_contains(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, name: str
 ) -> None:
@@ -541,12 +582,15 @@ def test_fallback_without_namespaces_still_contains(
     python = _world_usable_python()
     if python is None:
         pytest.skip("no interpreter an unprivileged uid can run")
-    host = sandbox._Host(python, root=True, unshare=None, unique_uids=sandbox._host().unique_uids)
+    host = dataclasses.replace(sandbox._host(), python=python, root=True, namespaces=False)
     monkeypatch.setattr(sandbox, "_host", lambda: host)
     monkeypatch.setattr(sandbox, "_others_can_use", lambda path: True)  # checked above
-    hostile = next(h for h in HOSTILE if h.name == name)
-    result = run_python(hostile.code, hostile.tests, LIMITS)
+    monkeypatch.setenv("RLMAP_TEST_SECRET", "hunter2-secret-value")
+    code = (Path(__file__).with_name("hostile") / f"{name}.py").read_text()
+    result = run_python(code, "assert solve() == 42\n", LIMITS)
     assert not result.passed and result.isolation.uid is not None
     assert not result.isolation.network and not result.isolation.private_root
+    assert not result.isolation.ipc_namespace
     assert _live_pids_of(result.isolation.uid) == []
+    assert _sysv_of(result.isolation.uid) == [] and _keys_of(result.isolation.uid) == 0
     assert run_python("def solve():\n    return 42\n", "assert solve() == 42", LIMITS).passed

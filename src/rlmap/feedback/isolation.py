@@ -7,7 +7,12 @@ in a long-lived worker process, one call at a time, each with a wall-clock timeo
 - the verifier raises: :class:`VerifierError` (the worker lives on); it raises
   :class:`~rlmap.feedback.reward.InvalidOutput`: that again, in the caller (``invalid``);
 - the call outlives ``timeout_s``: the worker is killed and :class:`TimeoutError`
-  raised; the next call starts a fresh worker;
+  raised; the next call starts a fresh worker. Whatever the worker started dies with
+  it: a code sandbox's processes by their death signal (``PR_SET_PDEATHSIG`` down the
+  chain, and the PID namespace), and a sweep (:func:`rlmap.feedback.sandbox.sweep`)
+  makes that certain and removes the sandbox's temporary directories, which the
+  killed worker never got to remove — whichever limit fires first, the sandbox's wall
+  clock or ``timeout_s``, nothing is left;
 - the worker dies (killed, segfault, ``os._exit``): :class:`VerifierError`; the
   next call starts a fresh worker.
 
@@ -36,6 +41,7 @@ from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Any
 
+from rlmap.feedback import sandbox
 from rlmap.feedback.reward import InvalidOutput
 
 Verify = Callable[[str, str], float]
@@ -128,13 +134,16 @@ class IsolatedVerifier:
         return parent
 
     def _stop(self) -> None:
-        """Kill the worker (if any) and forget it; the next call starts a new one."""
+        """Kill the worker (if any), and all it started, and forget it; the next call starts
+        a new one."""
         if self._conn is not None:
             self._conn.close()
         if self._process is not None and self._process.is_alive():
-            self._process.kill()
+            self._process.kill()  # SIGKILL: a worker cannot delay it
         if self._process is not None:
             self._process.join(timeout=5)
+            if self._process.pid is not None and self._process.exitcode is not None:
+                sandbox.sweep(self._process.pid)  # what a killed worker left behind
         self._conn = None
         # keep _process set so that the next start counts as a restart
 

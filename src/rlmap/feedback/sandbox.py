@@ -49,9 +49,11 @@ compare equal to anything, can still cheat; the tests must guard against that.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import itertools
 import json
+import marshal
 import os
 import selectors
 import shutil
@@ -60,6 +62,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -121,6 +124,14 @@ class Isolation:
     """chroot into a private read-only root with a tmpfs working directory."""
     uid: int | None
     """The unprivileged uid the code ran as, or None when it ran as the caller."""
+    ipc_namespace: bool
+    """A new IPC namespace: SysV shared memory, queues and semaphores, and POSIX queues,
+    made by the code die with the run."""
+    session_keyring: bool
+    """A session keyring of its own: the trainer's session keys are not possessed."""
+    syscall_filter: bool
+    """seccomp refuses key management, ptrace and ``process_vm_*``, and, without an IPC
+    namespace, the calls that create IPC objects (which would outlive the run)."""
 
 
 @dataclass(frozen=True)
@@ -168,16 +179,22 @@ _EXIT_REASONS: dict[int, Reason] = {
     4: "exited_early",
     0: "exited_early",  # exit 0 without the nonce: the code left before the tests finished
 }
+BOOT = "import marshal, sys; exec(marshal.loads(bytes.fromhex(sys.argv.pop(1))))"
+"""``python -I -S -c BOOT <bytecode> <args>`` runs a script compiled by this very interpreter
+(``host.python`` is ``sys.executable``), so its marshal format is this one's."""
 _run_ids = itertools.count()  # with the pid, makes each run's uid unique on this host
 
 
 @dataclass(frozen=True)
 class _Host:
-    """What this host allows; probed once per process."""
+    """What this host allows; probed once per process (``_sandbox_launcher.py``'s probe)."""
 
     python: str
     root: bool
-    unshare: str | None
+    namespaces: bool
+    ipc_namespace: bool
+    keyring: bool
+    syscall_filter: bool
     unique_uids: bool
 
 
@@ -220,10 +237,8 @@ def _run(
     nonce = os.urandom(16).hex()
     payload = json.dumps({"code": code, "tests": tests, "nonce": nonce}).encode()
     status_r, status_w = os.pipe()
-    cmd = [host.python, "-I", "-S", "-c", _source("_sandbox_launcher.py")]
+    cmd = [host.python, "-I", "-S", "-c", BOOT, _compiled("_sandbox_launcher.py")]
     cmd.append(json.dumps(_launch_config(host, iso, limits, base, work, status_w)))
-    if iso.pid_namespace and host.unshare:
-        cmd = [host.unshare, "--net", "--pid", "--mount", "--fork", "--kill-child", *cmd]
     start = time.monotonic()
     proc = _spawn(cmd, base, work, status_r, status_w)
     stop: Reason | None = "crashed"  # if supervising fails, the sandbox is killed at once
@@ -237,7 +252,7 @@ def _run(
             if stream is not None:
                 stream.close()
     out, err = streams.out.decode(errors="replace"), streams.err.decode(errors="replace")
-    returncode, cpu = _exit_report(bytes(streams.status), err)
+    returncode, cpu, obtained = _exit_report(bytes(streams.status), err)
     proved = nonce in out
     reason = stop or ("timeout" if timed_out else _reason(returncode, cpu, limits, proved))
     return SandboxResult(
@@ -248,7 +263,7 @@ def _run(
         stderr_tail=err,
         wall_seconds=time.monotonic() - start,
         cpu_seconds=cpu,
-        isolation=iso,
+        isolation=dataclasses.replace(iso, **obtained),
     )
 
 
@@ -267,6 +282,9 @@ def _spawn(
             start_new_session=True,
             pass_fds=(status_w,),
         )
+    except OSError as exc:
+        os.close(status_r)
+        raise SandboxError(f"sandbox did not start: {exc}") from exc
     except BaseException:
         os.close(status_r)
         raise
@@ -374,19 +392,26 @@ def _end(proc: subprocess.Popen[bytes], deadline: float) -> bool:
     return timed_out
 
 
-def _exit_report(status: bytes, err: str) -> tuple[int | None, float]:
-    """The launcher's report: (harness exit status, its CPU seconds); None if it had none.
+def _exit_report(status: bytes, err: str) -> tuple[int | None, float, dict[str, bool]]:
+    """The launcher's report: (harness exit status or None, its CPU seconds, what the
+    harness obtained: ``session_keyring``, ``syscall_filter``).
 
     Raises SandboxError when the launcher failed before the harness started.
     """
     text = status.decode(errors="replace")
-    if not text.startswith("ok") or "sandbox setup failed" in text:
+    if not text.startswith("ok ") or "sandbox setup failed" in text:
         raise SandboxError(f"sandbox did not start: {text} {err}")
-    for line in text.splitlines():
+    lines = text.splitlines()
+    flags = dict(word.split("=", 1) for word in lines[0].split()[1:])
+    obtained = {
+        "session_keyring": flags.get("keyring") == "1",
+        "syscall_filter": flags.get("filter") == "1",
+    }
+    for line in lines:
         if line.startswith("exit "):
             _, code, cpu = line.split()
-            return int(code), float(cpu)
-    return None, 0.0
+            return int(code), float(cpu), obtained
+    return None, 0.0, obtained
 
 
 def _reason(returncode: int | None, cpu: float, limits: SandboxLimits, proved: bool) -> Reason:
@@ -404,7 +429,9 @@ def _launch_config(
     binds = _binds(host.python) if iso.private_root else []
     return {
         "status_fd": status_fd,
+        "parent": os.getpid(),  # the launcher leaves at once if it is not its parent
         "namespaced": iso.private_root,
+        "ipc_namespace": iso.ipc_namespace,
         "root": str(base),
         "work": work,
         "ro_binds": binds,
@@ -412,7 +439,8 @@ def _launch_config(
         "uid": iso.uid,
         "gid": iso.uid,
         "python": host.python,
-        "harness": _source("_sandbox_harness.py"),
+        "boot": BOOT,
+        "harness": _compiled("_sandbox_harness.py"),
         "env": _environment(work),
         "limits": {
             "cpu_seconds": limits.cpu_seconds,
@@ -448,23 +476,34 @@ def _environment(work: str) -> dict[str, str]:
 
 
 @functools.cache
-def _source(name: str) -> str:
-    return Path(__file__).with_name(name).read_text()
+def _compiled(name: str) -> str:
+    """A sibling script as marshalled bytecode (hex), for ``BOOT``: compiled once per process,
+    not at every start (the harness takes ~10 ms to compile)."""
+    source = Path(__file__).with_name(name).read_text()
+    return marshal.dumps(compile(source, name, "exec")).hex()
 
 
 @functools.cache
 def _host() -> _Host:
     python = os.path.realpath(sys.executable)
-    root = os.geteuid() == 0
-    unshare = shutil.which("unshare", path="/usr/bin:/bin:/usr/sbin:/sbin") if root else None
-    if unshare is not None:
-        probe = [unshare, "--net", "--pid", "--mount", "--fork", "--kill-child", "true"]
-        if subprocess.run(probe, capture_output=True, timeout=30, check=False).returncode != 0:
-            unshare = None
-    ids_mapped = all(
-        _mapped(f"/proc/self/{m}", _UID_BASE, _UID_SPAN) for m in ("uid_map", "gid_map")
+    probe = [python, "-I", "-S", "-c", BOOT, _compiled("_sandbox_launcher.py"), '{"probe": true}']
+    found = subprocess.run(probe, capture_output=True, timeout=60, check=False)
+    allowed = json.loads(found.stdout) if found.returncode == 0 else {}
+    return _Host(
+        python=python,
+        root=os.geteuid() == 0,
+        namespaces=bool(allowed.get("namespaces")),
+        ipc_namespace=bool(allowed.get("ipc_namespace")),
+        keyring=bool(allowed.get("keyring")),
+        syscall_filter=bool(allowed.get("filter")),
+        unique_uids=_unique_uids(),
     )
-    return _Host(python=python, root=root, unshare=unshare, unique_uids=ids_mapped)
+
+
+@functools.cache
+def _unique_uids() -> bool:
+    """Whether the uids of every run's own (``2**30`` and up) exist in this user namespace."""
+    return all(_mapped(f"/proc/self/{m}", _UID_BASE, _UID_SPAN) for m in ("uid_map", "gid_map"))
 
 
 def _mapped(path: str, first: int, count: int) -> bool:
@@ -483,19 +522,27 @@ def _mapped(path: str, first: int, count: int) -> bool:
 def _isolation(host: _Host) -> Isolation:
     if not sys.platform.startswith("linux"):
         raise SandboxError(f"the code sandbox needs Linux (here: {sys.platform})")
+    kernel = {"session_keyring": host.keyring, "syscall_filter": host.syscall_filter}
+    cage = {"network": False, "pid_namespace": False, "private_root": False}
     if not host.root:
-        return Isolation(network=False, pid_namespace=False, private_root=False, uid=None)
-    uid = _UID_BASE + (os.getpid() % 2**22) * 256 + next(_run_ids) % 256
+        return Isolation(**cage, uid=None, ipc_namespace=False, **kernel)
+    uid = _uid_range(os.getpid()) + next(_run_ids) % 256
     if not host.unique_uids:
         uid = 65534  # shared with other runs: their NPROC budgets add up
-    if host.unshare is not None:
-        return Isolation(network=True, pid_namespace=True, private_root=True, uid=uid)
+    if host.namespaces:
+        cage = dict.fromkeys(cage, True)
+        return Isolation(**cage, uid=uid, ipc_namespace=host.ipc_namespace, **kernel)
     if not all(_others_can_use(p) for p in (host.python, sys.base_prefix)):
         raise SandboxError(
             f"refusing to run model code as root: {host.python} is not usable by an "
-            "unprivileged uid and namespaces (util-linux unshare) are unavailable"
+            "unprivileged uid and namespaces are unavailable"
         )
-    return Isolation(network=False, pid_namespace=False, private_root=False, uid=uid)
+    return Isolation(**cage, uid=uid, ipc_namespace=False, **kernel)
+
+
+def _uid_range(pid: int) -> int:
+    """The first of the 256 uids the runs of process ``pid`` use (unique uids only)."""
+    return _UID_BASE + (pid % 2**22) * 256
 
 
 def _others_can_use(path: str) -> bool:
@@ -520,7 +567,11 @@ def _kill_uid(uid: int) -> None:
 
 
 def _pids_of(uid: int) -> list[int]:
-    pids = []
+    return [pid for pid, owner in _processes() if owner == uid]
+
+
+def _processes() -> Iterator[tuple[int, int]]:
+    """(pid, real uid) of every live process (zombies have exited: skipped)."""
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -531,9 +582,46 @@ def _pids_of(uid: int) -> list[int]:
         fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
         if fields.get("State", "").strip().startswith("Z"):
             continue
-        if int(fields.get("Uid", "-1 ").split()[0]) == uid:
-            pids.append(int(entry))
-    return pids
+        yield int(entry), int(fields.get("Uid", "-1 ").split()[0])
+
+
+def sweep(owner: int) -> None:
+    """Kill every sandbox process that process ``owner`` started; remove its temporary dirs.
+
+    For a caller killed mid-run — a verifier worker past ``feedback.timeout_s`` — whose
+    own clean-up never ran. Its launchers die with it (``PR_SET_PDEATHSIG``) and the PID
+    namespaces with them; the sweep makes that certain, kills what the code left
+    behind without namespaces (by uid: each caller's runs use a range of their own), and
+    removes the temporary directories, which nobody else would. Cheap: one pass over
+    ``/proc`` when nothing is left.
+    """
+    if not os.path.isdir("/proc"):
+        return  # not Linux: no sandbox ever ran
+    marker = f"rlmap-sandbox-{owner}-".encode()  # in each launcher's command line
+    first = _uid_range(owner) if os.geteuid() == 0 and _unique_uids() else None
+    for _ in range(200):
+        left = [
+            pid
+            for pid, uid in _processes()
+            if (first is not None and first <= uid < first + 256) or marker in _cmdline(pid)
+        ]
+        if not left:
+            break
+        for pid in left:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.01)
+    else:
+        raise SandboxError(f"sandbox processes of process {owner} survived SIGKILL")
+    for path in Path(tempfile.gettempdir()).glob(f"rlmap-sandbox-{owner}-*"):
+        shutil.rmtree(path, onerror=_force_remove)
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
 
 
 def _force_remove(func: object, path: str, exc_info: object) -> None:
