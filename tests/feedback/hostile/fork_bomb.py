@@ -1,0 +1,11 @@
+"""Forks until it cannot.
+
+class: processes
+needs: uid
+"""
+
+# ruff: noqa
+import os
+
+while True:
+    os.fork()
