@@ -69,6 +69,7 @@ TESTS = {
     "text": 'assert solve() == "42"\n',
     "asserts": "assert solve() == 42\nassert solve() + 1 == 43\n",
     "expected": "expected = 42\nassert solve() == expected\n",
+    "roundtrip": "assert decode(encode(42)) == 42\n",
 }
 """The test sources a program's ``tests:`` names."""
 
@@ -91,10 +92,10 @@ class Program:
 
 
 def load(path: Path) -> Program:
-    """A program and the fields of its docstring (after the summary line)."""
+    """A program and the fields of its docstring (its last paragraph)."""
     code = path.read_text()
     doc = ast.get_docstring(ast.parse(code)) or ""
-    fields = dict(line.split(": ", 1) for line in doc.split("\n\n", 1)[1].splitlines())
+    fields = dict(line.split(": ", 1) for line in doc.rsplit("\n\n", 1)[1].splitlines())
     return Program(
         name=path.stem,
         kind=fields["class"],

@@ -30,10 +30,12 @@ where none of it reaches:
   identity, so an object rigged to equal anything never reaches a comparison. No
   operator that takes the other operand (``==``, ``<``, ``in``: ``in`` iterates and
   compares here) is forwarded, so the solution never sees an expected value unless a
-  test passes one in. Modules and standard-library objects the code imported are
-  bound to this process's own; names that shadow builtins are not bound (the tests
-  keep the real ones); an exception the solution raises is raised here as the builtin
-  of the same name (its own exception classes: local subclasses of their builtin base).
+  test passes one in. Modules and objects the code imported from the plain-computation
+  part of the standard library (``SHARED_MODULES``: ``math``, ``collections``, ...)
+  are bound to this process's own (others are proxies); names that shadow builtins
+  are not bound (the tests keep the real ones); an exception the solution raises is
+  raised here as the builtin of the same name (its own exception classes: local
+  subclasses of their builtin base).
 - **The proof.** Once every test ran and passed, this process kills the solution
   process and writes the nonce on (a duplicate of) stdout, then leaves with
   ``os._exit``. The solution process never held the nonce — forked before it was read,
@@ -88,8 +90,18 @@ PR_SET_PDEATHSIG, PR_SET_DUMPABLE = 1, 4
 MAX_MESSAGE = 64 * 2**20
 """Largest request or reply (bytes of JSON); a larger reply ends the run."""
 FORWARDED_DUNDERS = frozenset({"__name__", "__qualname__", "__doc__"})
-NEVER_IMPORTED = frozenset({"antigravity", "this", "__hello__", "__phello__"})
-"""Standard-library modules that act when imported: a solution's is not rebound here."""
+SHARED_MODULES = frozenset(
+    {"abc", "array", "base64", "binascii", "bisect", "calendar", "cmath", "collections"}
+    | {"copy", "dataclasses", "datetime", "decimal", "difflib", "enum", "fractions"}
+    | {"functools", "graphlib", "hashlib", "heapq", "io", "itertools", "json", "keyword"}
+    | {"math", "numbers", "operator", "pprint", "random", "re", "reprlib", "statistics"}
+    | {"string", "struct", "sys", "textwrap", "time", "typing", "unicodedata", "unittest"}
+)
+"""Standard-library modules whose objects the solution imported are bound to this process's
+own (``import math``, ``from collections import Counter``; their C accelerators ``_heapq``,
+``_functools``... too): plain computations. Not ``pickle``, ``marshal``, ``os``,
+``builtins``, ``importlib``, ``ctypes``...: bound here under a name of the solution's choosing,
+such a callable, given the solution's output by a test, would run it in this process."""
 
 
 # ---------------------------------------------------------------- data on the wire
@@ -306,15 +318,20 @@ def _describe(namespace: dict[str, Any], table: _Table) -> list[list[Any]]:
 
 
 def _description(value: Any, table: _Table) -> dict[str, Any]:
-    if isinstance(value, types.ModuleType):
+    """``m``: a shared module; ``o``: a shared module's callable; ``x``: an exception class
+    (its builtin base); ``v``: data, or a reference (a proxy there, the object stays here)."""
+    if isinstance(value, types.ModuleType) and _shared(value.__name__):
         return {"m": value.__name__}
     if isinstance(value, type) and issubclass(value, BaseException):
         return {"x": _builtin_base(value).__name__}
     module, name = getattr(value, "__module__", None), getattr(value, "__qualname__", None)
-    stdlib = isinstance(module, str) and module.split(".")[0] in sys.stdlib_module_names
-    if stdlib and isinstance(name, str) and callable(value):
+    if isinstance(module, str) and _shared(module) and isinstance(name, str) and callable(value):
         return {"o": [module, name]}
     return {"v": _to_wire(value, table.keep)}
+
+
+def _shared(module: str) -> bool:
+    return module.split(".")[0].lstrip("_") in SHARED_MODULES
 
 
 def _builtin_base(cls: type) -> type:
@@ -660,9 +677,8 @@ def _bind(entries: Any, link: _Link) -> dict[str, Any]:
 
 
 def _stdlib(module: str, path: str) -> Any:
-    """This process's own ``module`` (standard library only) or its attribute ``path``."""
-    top = module.split(".")[0]
-    if top not in sys.stdlib_module_names or top in NEVER_IMPORTED or "<" in path:
+    """This process's own ``module`` (of ``SHARED_MODULES``) or its attribute ``path``."""
+    if not _shared(module) or "<" in path:
         return None
     try:
         value: Any = importlib.import_module(module)
