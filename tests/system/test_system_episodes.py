@@ -19,6 +19,7 @@ from rlmap.correction import BehaviourParams, KLParams
 from rlmap.estimators import CreditParams, registry
 from rlmap.feedback.verifiers import exact_match
 from rlmap.reduction import ReductionParams
+from rlmap.system import logprobs as logprobs_module
 from rlmap.system.critic import (
     CriticSettings,
     compute_values,
@@ -249,16 +250,22 @@ def _observations(eps: list[Episode], batch) -> torch.Tensor:  # type: ignore[no
     return out
 
 
-def test_observation_tokens_get_no_policy_gradient(tiny_calc_model_dir: Path) -> None:
+def test_observation_tokens_get_no_policy_gradient(
+    tiny_calc_model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     eps, batch = _tool_batch(tiny_calc_model_dir)
     policy = AutoModelForCausalLM.from_pretrained(tiny_calc_model_dir)
+    # The prediction at position p is the LM head's input there: the chunked log-probs take
+    # the final hidden states (B·(T−1), H) and apply the head position by position.
     captured: list[torch.Tensor] = []
+    real = logprobs_module.ChunkedLogprobs.apply
 
-    def keep_logits(module, args, kwargs, output):  # type: ignore[no-untyped-def]
-        output.logits.retain_grad()
-        captured.append(output.logits)
+    def keep_hidden(hidden, *rest):  # type: ignore[no-untyped-def]
+        hidden.retain_grad()
+        captured.append(hidden)
+        return real(hidden, *rest)
 
-    policy.register_forward_hook(keep_logits, with_kwargs=True)
+    monkeypatch.setattr(logprobs_module.ChunkedLogprobs, "apply", keep_hidden)
     # Advantages set everywhere — on observation, prompt and padding positions too: the
     # action mask, not the advantage, must keep them out of the loss.
     adv = torch.randn(batch.tokens.shape, generator=torch.Generator().manual_seed(0))
@@ -268,8 +275,9 @@ def test_observation_tokens_get_no_policy_gradient(tiny_calc_model_dir: Path) ->
     sgd = torch.optim.SGD(policy.parameters(), lr=0.0)
     update_policy(policy, sgd, torch.optim.lr_scheduler.LambdaLR(sgd, lambda _: 1.0), batch,
                   adv, s, learner_version=VERSION, generator=torch.Generator())  # fmt: skip
-    (logits,) = captured
-    grad = logits.grad.abs().sum(-1)  # (B, T): gradient reaching the prediction at p
+    (hidden,) = captured
+    per_position = hidden.grad.abs().sum(-1).view(batch.size, -1)  # (B, T − 1)
+    grad = torch.cat([per_position, per_position.new_zeros(batch.size, 1)], dim=1)  # (B, T)
     predicts_obs = _next_is(_observations(eps, batch))
     predicts_action = _next_is(batch.action_mask)
     assert predicts_obs.any(-1).all()  # both rows have observation tokens

@@ -13,10 +13,13 @@ same positions (otherwise κ ≠ 1 for a reason that is not numerics).
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor, nn
 
 from rlmap.core.batch import Batch
+from rlmap.core.ops import at_least_float32
 from rlmap.system.routing import replaying
 
 
@@ -32,6 +35,10 @@ def position_ids(attention_BT: Tensor) -> Tensor:
     return (attention_BT.long().cumsum(-1) - 1).clamp(min=0)
 
 
+LOGPROB_CHUNK = 1024
+"""Token positions per LM-head chunk: the logits held at once are chunk × V, not B·T·V."""
+
+
 def token_logprobs(
     model: nn.Module,
     tokens_BT: Tensor,
@@ -39,13 +46,111 @@ def token_logprobs(
     *,
     temperature: float = 1.0,
     with_entropy: bool = False,
+    chunk: int = LOGPROB_CHUNK,
 ) -> tuple[Tensor, Tensor | None]:
     """(log π of each token (B, T), its entropy (B, T) or None), column 0 set to 0.
 
-    log π(x) = z_x − logsumexp(z) with z = logits / temperature: one gather and one
-    logsumexp, no full-vocabulary log-softmax copy. Entropy is a detached
-    diagnostic: H = logsumexp(z) − Σ softmax(z)·z.
+    log π(x) = z_x − logsumexp(z) with z = logits / temperature. Entropy is a detached
+    diagnostic: H = logsumexp(z) − Σ softmax(z)·z. The transformer runs once; its final
+    hidden states go through the LM head ``chunk`` positions at a time, forward and
+    backward (:class:`ChunkedLogprobs`: the chunk's logits are recomputed in backward), so
+    no (B, T, V) tensor ever exists — at Qwen2.5's V = 151,936, T = 1,024 and 8 rows the
+    full logits alone would be 4.98 GB in float32. Models whose logits are not a plain
+    linear map of the hidden states (logit soft-capping or scaling) take the full path.
     """
+    head = _plain_lm_head(model)
+    if head is None:
+        return _full_logprobs(model, tokens_BT, attention_BT, temperature, with_entropy)
+    hidden = model.base_model(  # type: ignore[operator]
+        input_ids=tokens_BT, attention_mask=attention_BT, position_ids=position_ids(attention_BT)
+    ).last_hidden_state[:, :-1]  # (B, T-1, H) predicts tokens 1..T-1
+    b, t1, h = hidden.shape
+    logprobs_N, entropy_N = ChunkedLogprobs.apply(
+        hidden.reshape(b * t1, h), head.weight, head.bias, tokens_BT[:, 1:].reshape(-1),
+        1.0 / temperature, chunk, with_entropy,
+    )  # fmt: skip
+    pad = hidden.new_zeros((b, 1), dtype=torch.float32)
+    logprobs = torch.cat([pad, logprobs_N.view(b, t1)], dim=1)
+    entropy = torch.cat([pad, entropy_N.view(b, t1)], dim=1) if with_entropy else None
+    return logprobs, entropy
+
+
+def _plain_lm_head(model: nn.Module) -> nn.Linear | None:
+    """The model's LM head when logits = head(base_model(...).last_hidden_state), else None."""
+    config = getattr(model, "config", None)
+    head = getattr(model, "get_output_embeddings", lambda: None)()
+    if config is None or not isinstance(head, nn.Linear) or not hasattr(model, "base_model"):
+        return None
+    if model.base_model is model:  # a bare trunk: no head of its own
+        return None
+    scaled = any(getattr(config, k, None) not in (None, 1, 1.0)
+                 for k in ("final_logit_softcapping", "logit_scale", "logits_scaling"))  # fmt: skip
+    return None if scaled else head
+
+
+class ChunkedLogprobs(torch.autograd.Function):
+    """log π(target) = z_target − logsumexp(z), z = (h Wᵀ + b) / T, chunk by chunk.
+
+    Forward keeps only (N,) results and each row's logsumexp; backward recomputes each
+    chunk's logits and applies ∂ log π / ∂z = onehot(target) − softmax(z):
+    ∂h = (g ⊙ (onehot − p)) W / T, ∂W = (g ⊙ (onehot − p))ᵀ h / T, ∂b = Σ g ⊙ (onehot − p) / T.
+    Peak memory is a few chunk × V float32 tensors. Logits are computed in the model's
+    dtype and compared in float32, as the full path does.
+    """
+
+    @staticmethod
+    def forward(
+        ctx: Any, hidden_NH: Tensor, weight_VH: Tensor, bias_V: Tensor | None,
+        targets_N: Tensor, inv_t: float, chunk: int, with_entropy: bool,
+    ) -> tuple[Tensor, Tensor]:  # fmt: skip
+        n, dtype = hidden_NH.shape[0], torch.promote_types(hidden_NH.dtype, torch.float32)
+        logprobs = hidden_NH.new_empty(n, dtype=dtype)
+        lse_all = hidden_NH.new_empty(n, dtype=dtype)
+        entropy = hidden_NH.new_zeros(n if with_entropy else 0, dtype=dtype)
+        for s in range(0, n, chunk):
+            z = _chunk_logits(hidden_NH[s : s + chunk], weight_VH, bias_V, inv_t)  # (c, V)
+            lse = torch.logsumexp(z, dim=-1)
+            logprobs[s : s + chunk] = z.gather(-1, targets_N[s : s + chunk, None])[:, 0] - lse
+            lse_all[s : s + chunk] = lse
+            if with_entropy:
+                entropy[s : s + chunk] = lse - (torch.softmax(z, dim=-1) * z).sum(-1)
+        ctx.save_for_backward(hidden_NH, weight_VH, bias_V, targets_N, lse_all)
+        ctx.inv_t, ctx.chunk = inv_t, chunk
+        ctx.mark_non_differentiable(entropy)
+        return logprobs, entropy
+
+    @staticmethod
+    def backward(ctx: Any, g_N: Tensor, _: Tensor) -> tuple[Tensor | None, ...]:
+        hidden_NH, weight_VH, bias_V, targets_N, lse_all = ctx.saved_tensors
+        grad_h = torch.empty_like(hidden_NH)
+        wide = torch.promote_types(weight_VH.dtype, torch.float32)
+        grad_w = torch.zeros_like(weight_VH, dtype=wide)
+        grad_b = None if bias_V is None else torch.zeros_like(bias_V, dtype=wide)
+        for s in range(0, hidden_NH.shape[0], ctx.chunk):
+            h = hidden_NH[s : s + ctx.chunk]
+            z = _chunk_logits(h, weight_VH, bias_V, ctx.inv_t)
+            g = at_least_float32(g_N[s : s + ctx.chunk])
+            dz = torch.exp(z - lse_all[s : s + ctx.chunk, None]) * -g[:, None]  # −g·p
+            dz.scatter_add_(-1, targets_N[s : s + ctx.chunk, None], g[:, None])  # + g·onehot
+            dz = dz * ctx.inv_t  # ∂/∂(h Wᵀ + b)
+            grad_h[s : s + ctx.chunk] = (dz.to(weight_VH.dtype) @ weight_VH).to(grad_h.dtype)
+            grad_w += dz.t() @ at_least_float32(h)
+            if grad_b is not None:
+                grad_b += dz.sum(0)
+        grad_bias = None if grad_b is None else grad_b.to(bias_V.dtype)
+        return grad_h, grad_w.to(weight_VH.dtype), grad_bias, None, None, None, None
+
+
+def _chunk_logits(h: Tensor, weight_VH: Tensor, bias_V: Tensor | None, inv_t: float) -> Tensor:
+    z = at_least_float32(nn.functional.linear(h, weight_VH, bias_V))
+    return z * inv_t if inv_t != 1.0 else z
+
+
+def _full_logprobs(
+    model: nn.Module, tokens_BT: Tensor, attention_BT: Tensor, temperature: float,
+    with_entropy: bool,
+) -> tuple[Tensor, Tensor | None]:  # fmt: skip
+    """The reference path: the model's full (B, T, V) logits, then one gather, one logsumexp."""
     logits = model(
         input_ids=tokens_BT, attention_mask=attention_BT, position_ids=position_ids(attention_BT)
     ).logits[:, :-1]  # (B, T-1, V) predicts tokens 1..T-1

@@ -1,0 +1,79 @@
+"""Chunked log-probs: the full path's values and gradients, without the (B, T, V) logits."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from rlmap.system.logprobs import ChunkedLogprobs, _full_logprobs, _plain_lm_head, token_logprobs
+
+
+def _tokens() -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    tokens = torch.randint(4, 40, (3, 9), generator=g)
+    attention = torch.ones_like(tokens, dtype=torch.bool)
+    attention[0, :3] = False  # left padding, as the learner's batches have
+    attention[1, :1] = False
+    return tokens, attention
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 4096])
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_values_entropy_and_gradients_equal_the_full_logits_path(
+    tiny_model_dir: Path, chunk: int, temperature: float
+) -> None:
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    assert _plain_lm_head(model) is not None  # the embedded model takes the chunked path
+    full_model = copy.deepcopy(model)
+    tokens, attention = _tokens()
+    weights = torch.randn(tokens.shape, generator=torch.Generator().manual_seed(1))
+    ours, ent = token_logprobs(model, tokens, attention, temperature=temperature,
+                               with_entropy=True, chunk=chunk)  # fmt: skip
+    ref, ref_ent = _full_logprobs(full_model, tokens, attention, temperature, True)
+    torch.testing.assert_close(ours, ref, rtol=1e-6, atol=1e-6)
+    assert ent is not None and ref_ent is not None
+    torch.testing.assert_close(ent, ref_ent, rtol=1e-6, atol=1e-6)
+    (ours * weights).sum().backward()
+    (ref * weights).sum().backward()
+    for (name, a), b in zip(model.named_parameters(), full_model.parameters(), strict=True):
+        assert a.grad is not None and b.grad is not None, name
+        # relative to the gradient's norm: chunks sum in another order (float32 rounding)
+        assert float((a.grad - b.grad).norm() / b.grad.norm()) <= 1e-6, name
+
+
+def test_the_function_against_a_log_softmax_reference_and_gradcheck() -> None:
+    # N = 5 positions, H = 3, V = 6, in float64 so gradcheck's finite differences agree
+    g = torch.Generator().manual_seed(2)
+    h = torch.randn(5, 3, generator=g, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(6, 3, generator=g, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(6, generator=g, dtype=torch.float64, requires_grad=True)
+    targets = torch.tensor([0, 5, 2, 2, 3])
+
+    def chunked(h: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return ChunkedLogprobs.apply(h, w, b, targets, 1 / 0.8, 2, False)[0]
+
+    reference = torch.log_softmax((h @ w.T + b) / 0.8, -1)[torch.arange(5), targets]
+    torch.testing.assert_close(chunked(h, w, b), reference, rtol=1e-12, atol=1e-12)
+    assert torch.autograd.gradcheck(
+        lambda h, w, b: ChunkedLogprobs.apply(h, w, b, targets, 1 / 0.8, 2, False)[0],
+        (h, w, b), eps=1e-6, atol=1e-4,
+    )  # fmt: skip
+
+
+def test_the_chunk_size_changes_nothing(tiny_model_dir: Path) -> None:
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    tokens, attention = _tokens()
+    with torch.no_grad():
+        one = token_logprobs(model, tokens, attention, chunk=1)[0]
+        all_at_once = token_logprobs(model, tokens, attention, chunk=10_000)[0]
+    torch.testing.assert_close(one, all_at_once, rtol=1e-6, atol=1e-7)
+
+
+def test_scaled_logits_take_the_full_path(tiny_model_dir: Path) -> None:
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    model.config.final_logit_softcapping = 30.0  # Gemma-2 style: logits are not h Wᵀ
+    assert _plain_lm_head(model) is None
