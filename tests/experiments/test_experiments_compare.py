@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from rlmap.cli import main
-from rlmap.core.errors import ConfigError
+from rlmap.core.errors import InputError
 from rlmap.experiments import train as train_module
 from rlmap.experiments.compare import (
     band,
@@ -167,7 +167,7 @@ def test_compare_writes_the_report_with_both_plots(tmp_path: Path) -> None:
 
 
 def test_not_a_run_directory_is_a_one_line_error(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="not a run directory"):
+    with pytest.raises(InputError, match="not a run directory"):
         find_runs([tmp_path])
 
 

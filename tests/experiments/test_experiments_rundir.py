@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from rlmap.core.errors import ConfigError
+from rlmap.core.errors import InputError
 from rlmap.experiments import rundir
 from rlmap.experiments.rundir import (
     MetricsLog,
@@ -30,7 +30,7 @@ def test_existing_nonempty_out_is_refused_with_resume_hint(tmp_path: Path) -> No
     out = tmp_path / "run"
     out.mkdir()
     (out / "metrics.jsonl").write_text("keep me\n")
-    with pytest.raises(ConfigError) as err:
+    with pytest.raises(InputError) as err:
         create_run_dir(None, out)
     assert str(err.value) == f"{out}: run directory exists; use --resume {out} to continue it"
     assert (out / "metrics.jsonl").read_text() == "keep me\n"  # nothing touched
@@ -39,7 +39,7 @@ def test_existing_nonempty_out_is_refused_with_resume_hint(tmp_path: Path) -> No
 def test_out_that_is_a_file_is_refused(tmp_path: Path) -> None:
     out = tmp_path / "file"
     out.write_text("x")
-    with pytest.raises(ConfigError, match="--resume"):
+    with pytest.raises(InputError, match="exists and is not a directory"):
         create_run_dir(None, out)
 
 

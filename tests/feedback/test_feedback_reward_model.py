@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 from rlmap.cli import main
-from rlmap.core.errors import ConfigError
+from rlmap.core.errors import InputError
 from rlmap.feedback.reward_model import (
     Pair,
     RewardModelSpec,
@@ -79,7 +79,7 @@ def test_pairs_round_trip_and_a_bad_line_is_named(tmp_path: Path) -> None:
     assert load_pairs(tmp_path / "p.jsonl") == pairs
     (tmp_path / "bad.jsonl").write_text('{"prompt": "1+1=", "chosen": "2", "rejected": "3"}\n'
                                         '{"prompt": "1+1=", "chosen": "2"}\n')  # fmt: skip
-    with pytest.raises(ConfigError, match=r"bad\.jsonl:2: missing field 'rejected'"):
+    with pytest.raises(InputError, match=r"bad\.jsonl:2: missing field 'rejected'"):
         load_pairs(tmp_path / "bad.jsonl")
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from rlmap.core.errors import ConfigError
+from rlmap.core.errors import ConfigError, InputError
 from rlmap.recipes import build_config, load_config
 
 
@@ -99,7 +99,7 @@ def test_yaml_file_starts_from_its_recipe(tmp_path: Path) -> None:
 def test_malformed_yaml_names_the_line(tmp_path: Path) -> None:
     path = tmp_path / "bad.yaml"
     path.write_text("recipe: grpo\noptim:\n  lr: [1e-5\n")
-    with pytest.raises(ConfigError, match=r"bad\.yaml:\d+: not valid YAML"):
+    with pytest.raises(InputError, match=r"bad\.yaml:\d+: not valid YAML"):
         load_config(path)
 
 

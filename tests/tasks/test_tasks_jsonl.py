@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from rlmap.core.errors import ConfigError
+from rlmap.core.errors import InputError
 from rlmap.tasks.arithmetic import Example
 from rlmap.tasks.jsonl import load_examples
 
@@ -37,7 +37,7 @@ def test_malformed_line_names_file_line_and_problem(
     path = tmp_path / "task.jsonl"
     # line 1 valid, line 2 blank, line 3 the bad one: the blank line still counts
     path.write_text(f'{{"prompt": "1+1=", "answer": "2"}}\n\n{bad_line}\n')
-    with pytest.raises(ConfigError) as err:
+    with pytest.raises(InputError) as err:
         load_examples(path)
     message = str(err.value)
     assert message.startswith(f"{path}:3: {problem}")
@@ -48,10 +48,10 @@ def test_malformed_line_names_file_line_and_problem(
 def test_empty_file_is_an_error(tmp_path: Path, content: str) -> None:
     path = tmp_path / "task.jsonl"
     path.write_text(content)
-    with pytest.raises(ConfigError, match="no examples"):
+    with pytest.raises(InputError, match="no examples"):
         load_examples(path)
 
 
-def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="cannot read"):
+def test_missing_file_is_an_input_error(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="cannot read"):
         load_examples(tmp_path / "absent.jsonl")

@@ -34,7 +34,7 @@ def diagnose_run(run: RunData, run_dir: str = "") -> Report:
 
 
 def diagnose(run_dir: Path) -> Report:
-    """Every rule on the run in ``run_dir`` (ConfigError if its metrics cannot be read)."""
+    """Every rule on the run in ``run_dir`` (InputError, naming the file, if it cannot be read)."""
     return diagnose_run(load_run(Path(run_dir)), str(run_dir))
 
 

@@ -1,6 +1,6 @@
 """What ``rlmap diagnose`` reads from a run directory: metrics, ledger and config.
 
-``metrics.jsonl`` is required (a missing or empty one is a one-line ConfigError
+``metrics.jsonl`` is required (a missing or empty one is a one-line InputError
 naming the file); ``ledger.json`` and ``config.yaml`` are read when present and
 feed the interface readings (reuse epochs, the reduction's denominator, the
 sampling temperature, ...). All three stay plain data: the rules are pure
@@ -15,10 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from rlmap.core.errors import ConfigError
+from rlmap.core.errors import InputError
 from rlmap.experiments.rundir import METRICS_FILE, MetricsLog
+from rlmap.recipes.config import read_yaml
 
 LEDGER_FILE = "ledger.json"
 CONFIG_FILE = "config.yaml"
@@ -55,17 +54,17 @@ class RunData:
 
 
 def load_run(run_dir: Path) -> RunData:
-    """Read a run directory; ConfigError (one line, naming the file) when it cannot be read."""
+    """Read a run directory; InputError (one line, naming the file) when it cannot be read."""
     run_dir = Path(run_dir)
     metrics = run_dir / METRICS_FILE
-    try:
-        records = MetricsLog.read(metrics)
-    except (ValueError, OSError) as err:
-        raise ConfigError(f"{metrics}: cannot read the metrics ({err})") from None
+    if not run_dir.is_dir():
+        what = "no such directory" if not run_dir.exists() else "not a directory"
+        raise InputError(f"{run_dir}: {what}; diagnose reads a run directory")
+    if not metrics.exists():
+        raise InputError(f"{metrics}: no metrics (no such file); is {run_dir} a run directory?")
+    records = MetricsLog.read(metrics)  # InputError naming path:lineno
     if not records:
-        raise ConfigError(
-            f"{metrics}: no metrics (missing or empty); is {run_dir} a run directory?"
-        )
+        raise InputError(f"{metrics}: no metrics (the file is empty)")
     return RunData(records=records, ledger=_ledger(run_dir / LEDGER_FILE),
                    **_config(run_dir / CONFIG_FILE))  # fmt: skip
 
@@ -74,11 +73,15 @@ def _ledger(path: Path) -> dict[str, Any]:
     if not path.exists():
         return {}
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (ValueError, OSError) as err:
-        raise ConfigError(f"{path}: cannot read the ledger ({err})") from None
+        data = json.loads(path.read_bytes().decode("utf-8"))
+    except OSError as err:
+        raise InputError(f"{path}: cannot read the ledger ({err.strerror})") from None
+    except UnicodeDecodeError:
+        raise InputError(f"{path}: not a ledger (not UTF-8 text)") from None
+    except json.JSONDecodeError as err:
+        raise InputError(f"{path}: not a ledger (invalid JSON at line {err.lineno})") from None
     if not isinstance(data, dict):
-        raise ConfigError(f"{path}: not a ledger (expected a JSON object)")
+        raise InputError(f"{path}: not a ledger (expected a JSON object)")
     return data
 
 
@@ -86,13 +89,9 @@ def _config(path: Path) -> dict[str, Any]:
     """``config`` and ``composition`` from ``config.yaml`` (both empty if it is absent)."""
     if not path.exists():
         return {"config": {}, "composition": ""}
-    try:
-        text = path.read_text(encoding="utf-8")
-        data = yaml.safe_load(text)
-    except (yaml.YAMLError, OSError) as err:
-        raise ConfigError(f"{path}: cannot read the config ({str(err).splitlines()[0]})") from None
-    first = text.splitlines()[0] if text else ""
+    data = read_yaml(path)  # InputError naming the file (and line)
+    first = path.read_bytes().decode("utf-8-sig").partition("\n")[0]
     return {
-        "config": data if isinstance(data, dict) else {},
+        "config": data,
         "composition": first[1:].strip() if first.startswith("#") else "",
     }

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rlmap.core.errors import ConfigError
+from rlmap.core.errors import InputError
 from rlmap.experiments.ledger import Ledger
 from rlmap.experiments.rundir import MetricsLog, write_bytes_atomic, write_text_atomic
 from rlmap.recipes.config import read_yaml
@@ -72,38 +72,68 @@ def find_runs(paths: Sequence[Path]) -> list[Path]:
     """Run directories among ``paths``: each one itself, or the runs directly inside it."""
     found: list[Path] = []
     for path in map(Path, paths):
-        if (path / "config.yaml").exists():
+        if (path / "config.yaml").is_file():
             found.append(path)
             continue
+        if not path.exists():
+            raise InputError(f"{path}: no such run directory")
         inner = (
-            sorted(p for p in path.iterdir() if (p / "config.yaml").exists())
+            sorted(p for p in path.iterdir() if (p / "config.yaml").is_file())
             if path.is_dir()
             else []
         )
         if not inner:
-            raise ConfigError(
+            raise InputError(
                 f"{path}: not a run directory (no config.yaml), nor a directory of runs"
             )
         found += inner
     return found
 
 
+def _read_json(path: Path, what: str) -> dict[str, Any] | None:
+    """A run's JSON object file (None when absent); InputError naming it when it is not one."""
+    if not path.exists():
+        return None
+    try:
+        data = json.loads(path.read_bytes().decode("utf-8"))
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read the {what} ({exc.strerror})") from None
+    except UnicodeDecodeError:
+        raise InputError(f"{path}: not a {what} (not UTF-8 text)") from None
+    except json.JSONDecodeError as exc:
+        raise InputError(
+            f"{path}: not a {what} (invalid JSON at line {exc.lineno}: {exc.msg})"
+        ) from None
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: not a {what} (expected a JSON object)")
+    return data
+
+
 def load_run(path: Path) -> Run:
-    """Read a run directory; a run that did not finish is returned with its ``failure``."""
-    text = (path / "config.yaml").read_text()
-    first = text.splitlines()[0] if text else ""
+    """Read a run directory; a run that did not finish is returned with its ``failure``.
+
+    A file of the run that exists but cannot be read (not UTF-8, not JSON, a torn line
+    before the last in ``metrics.jsonl``, a ledger that is not a JSON object) is an
+    :class:`InputError` naming the file: a report from half a run would mislead.
+    """
     config = read_yaml(path / "config.yaml")
-    ledger_file, summary_file = path / "ledger.json", path / "summary.json"
-    ledger = json.loads(ledger_file.read_text()) if ledger_file.exists() else {}
-    summary = json.loads(summary_file.read_text()) if summary_file.exists() else None
-    metrics = path / "metrics.jsonl"
-    records = MetricsLog.read(metrics) if metrics.exists() else []
+    if isinstance(config.get("seed", 0), bool) or not isinstance(config.get("seed", 0), int):
+        raise InputError(f"{path / 'config.yaml'}: seed: expected an integer")
+    first = (path / "config.yaml").read_bytes().decode("utf-8-sig").partition("\n")[0]
+    ledger = _read_json(path / "ledger.json", "ledger") or {}
+    summary = _read_json(path / "summary.json", "run summary")
+    records = MetricsLog.read(path / "metrics.jsonl")
     failure = None
     if (path / FAILED_FILE).exists():
-        failure = (path / FAILED_FILE).read_text().strip() or "failed"
+        failure = (path / FAILED_FILE).read_text(errors="replace").strip() or "failed"
     elif summary is None:
         failure = "no summary.json: the run did not finish"
     return Run(path, config, first.removeprefix("# ").strip(), ledger, summary, records, failure)
+
+
+def load_runs(paths: Sequence[Path]) -> list[Run]:
+    """Every run among ``paths`` (see :func:`find_runs`), read; InputError on a bad one."""
+    return [load_run(p) for p in find_runs(paths)]
 
 
 def group_key(config: Mapping[str, Any]) -> str:
@@ -379,7 +409,7 @@ def plot(groups: Mapping[str, Sequence[Run]], x_key: str, x_label: str) -> bytes
     ax.set_ylabel(f"held-out {SCORE.removeprefix('eval/')}")
     ax.set_title(f"Held-out score against {x_label}: mean over seeds, min–max band")
     ax.grid(alpha=0.3)
-    if groups:
+    if ax.get_legend_handles_labels()[0]:  # runs without curves have no line to label
         ax.legend(fontsize="small")
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=100)
@@ -391,7 +421,15 @@ def plot(groups: Mapping[str, Sequence[Run]], x_key: str, x_label: str) -> bytes
 
 def compare(paths: Sequence[Path], out: Path) -> str:
     """Write ``report.md`` and the plots into ``out``; return the report's text."""
-    runs = [load_run(p) for p in find_runs(paths)]
+    return write_report(load_runs(paths), out)
+
+
+def write_report(runs: Sequence[Run], out: Path) -> str:
+    """Write ``report.md`` and the plots of ``runs`` into ``out``; return the report's text.
+
+    The CLI reads every run first (:func:`load_runs`) and only then creates ``out``, so
+    bad input leaves no empty report directory behind.
+    """
     groups = group_runs(runs)
     found = flags(groups)
     out.mkdir(parents=True, exist_ok=True)

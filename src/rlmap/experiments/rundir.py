@@ -16,44 +16,128 @@ import json
 import math
 import os
 import secrets
+import shutil
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from rlmap.core.errors import ConfigError
+from rlmap.core.errors import InputError
 
 DEFAULT_ROOT = Path("runs")
 METRICS_FILE = "metrics.jsonl"
 
 
-def create_run_dir(root: Path | None = None, out: Path | None = None) -> Path:
+RESUME_HINT = "use --resume {out} to continue it"
+
+
+def create_run_dir(
+    root: Path | None = None,
+    out: Path | None = None,
+    *,
+    kind: str = "run directory",
+    hint: str = RESUME_HINT,
+    force: bool = False,
+) -> Path:
     """Create and return the directory of a new run; never reuse one that holds files.
 
     With ``out``: create it (an existing *empty* directory is accepted) or raise
-    :class:`ConfigError` naming ``--resume`` when it already holds anything.
+    :class:`InputError` when it already holds anything (``hint``, formatted with
+    ``out``, says what to do instead; ``force`` accepts it) or is not a directory.
     Without: create ``<root>/<UTC timestamp>-<6 hex digits>`` (root defaults to
     ``runs``); the random suffix keeps two runs started in the same second apart,
-    and ``mkdir(exist_ok=False)`` makes the claim atomic.
+    and ``mkdir(exist_ok=False)`` makes the claim atomic. ``kind`` names the
+    directory in messages. A directory that cannot be made (read-only or full disk,
+    a file in the way) is an InputError naming it.
     """
     if out is not None:
         out = Path(out)
-        if out.exists() and (not out.is_dir() or any(out.iterdir())):
-            raise ConfigError(f"{out}: run directory exists; use --resume {out} to continue it")
-        out.mkdir(parents=True, exist_ok=True)
+        check_new_dir(out, kind=kind, hint=hint, force=force)
+        _mkdir(out, kind, parents=True, exist_ok=True)
         return out
     root = DEFAULT_ROOT if root is None else Path(root)
-    root.mkdir(parents=True, exist_ok=True)
+    _mkdir(root, kind, parents=True, exist_ok=True)
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     for _ in range(100):
         candidate = root / f"{stamp}-{secrets.token_hex(3)}"
         try:
-            candidate.mkdir()
+            _mkdir(candidate, kind)
         except FileExistsError:
             continue
         return candidate
-    raise FileExistsError(f"{root}: could not find a free run directory name for {stamp}")
+    raise InputError(f"{root}: could not find a free {kind} name for {stamp}")
+
+
+def check_new_dir(
+    out: Path, *, kind: str = "run directory", hint: str = RESUME_HINT, force: bool = False
+) -> None:
+    """InputError unless ``out`` is absent or an empty directory (or any directory, with
+    ``force``); nothing is created. Lets a command check its output before its work."""
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise InputError(f"{out}: exists and is not a directory; the {kind} must be a directory")
+    if out.is_dir() and not force and any(out.iterdir()):
+        raise InputError(f"{out}: {kind} exists; {hint.format(out=out)}")
+    for parent in out.parents:
+        if parent.exists() and not parent.is_dir():
+            raise InputError(f"{out}: {parent} is not a directory")
+
+
+def _mkdir(path: Path, kind: str, *, parents: bool = False, exist_ok: bool = False) -> None:
+    try:
+        path.mkdir(parents=parents, exist_ok=exist_ok)
+    except FileExistsError:
+        if not exist_ok:
+            raise  # a name just taken: the caller tries another
+        raise InputError(f"{path}: exists and is not a directory") from None
+    except OSError as exc:
+        where = exc.filename if exc.filename not in (None, str(path)) else None
+        detail = f"{exc.strerror}: {where}" if where else exc.strerror
+        raise InputError(f"{path}: cannot create the {kind} ({detail})") from None
+
+
+def check_new_file(path: Path, *, force: bool = False) -> None:
+    """InputError unless ``path`` can be written as a new file: it does not exist (with
+    ``force``: or is a regular file, to be replaced), and its parent is a directory.
+
+    Nothing is created and no parent is made: a typo in a directory name is an error,
+    not a new directory. Only regular files are ever replaced, never a directory or a
+    device (``--force`` onto ``/dev/null`` is refused).
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise InputError(f"{path}: is a directory; give a file name")
+    if path.exists() or path.is_symlink():
+        if not path.is_file():
+            raise InputError(f"{path}: exists and is not a regular file; it is never replaced")
+        if not force:
+            raise InputError(f"{path}: exists; use --force to overwrite it")
+    parent = path.parent
+    if not parent.exists():
+        raise InputError(f"{path}: no such directory {parent}")
+    if not parent.is_dir():
+        raise InputError(f"{path}: {parent} is not a directory")
+
+
+def write_new_text(path: Path, text: str, *, force: bool = False) -> None:
+    """:func:`check_new_file`, then write ``text`` atomically: a failed write (a read-only
+    or full disk) raises OSError naming ``path`` and leaves no partial file."""
+    check_new_file(path, force=force)
+    write_text_atomic(path, text)
+
+
+@contextlib.contextmanager
+def removed_on_failure(path: Path, *, existed: bool) -> Iterator[None]:
+    """Remove the directory ``path`` if the block fails, unless it ``existed`` before the
+    command made it: a command that fails half-way through writing its output (a full
+    disk) leaves no empty or half-written directory behind."""
+    try:
+        yield
+    except BaseException:
+        if not existed:
+            shutil.rmtree(path, ignore_errors=True)
+        raise
 
 
 def fsync_dir(path: Path) -> None:
@@ -69,18 +153,30 @@ def fsync_dir(path: Path) -> None:
 def write_bytes_atomic(path: Path, data: bytes) -> None:
     """Replace ``path`` with ``data`` in one step: temp file, flush, fsync, ``os.replace``."""
     path = Path(path)
-    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as exc:
+        raise _named(exc, path) from exc
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp_name, path)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp_name)
+        if isinstance(exc, OSError):
+            raise _named(exc, path) from exc
         raise
     fsync_dir(path.parent)
+
+
+def _named(exc: OSError, path: Path) -> OSError:
+    """``exc`` naming the file meant (not a temporary name), for a one-line error."""
+    if exc.errno is None:
+        return exc
+    return OSError(exc.errno, exc.strerror, str(path))
 
 
 def write_text_atomic(path: Path, text: str) -> None:
@@ -136,19 +232,29 @@ def _metric_value(name: str, value: Any) -> float | int | None:
 
 
 def _parse_records(path: Path) -> list[dict[str, Any]]:
-    """Records of a metrics file; a final line that does not parse is a torn write and dropped."""
-    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    """Records of a metrics file; a final line that does not parse is a torn write and dropped.
+
+    Anything else that is not a record is an :class:`InputError` (a ValueError) naming
+    ``path:lineno``; so is a file that cannot be read.
+    """
+    try:
+        lines = Path(path).read_bytes().split(b"\n")
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read the metrics ({exc.strerror})") from None
     numbered = [(i + 1, line) for i, line in enumerate(lines) if line.strip()]
     records: list[dict[str, Any]] = []
     for index, (lineno, line) in enumerate(numbered):
         try:
-            record = json.loads(line)
-        except json.JSONDecodeError as err:
+            record = json.loads(line.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as err:
             if index == len(numbered) - 1:
                 break  # torn by a crash mid-append: the step was never complete
-            raise ValueError(f"{path}:{lineno}: invalid JSON ({err.msg})") from None
+            if isinstance(err, json.JSONDecodeError):
+                raise InputError(f"{path}:{lineno}: invalid JSON ({err.msg})") from None
+            why = "not UTF-8" if isinstance(err, UnicodeDecodeError) else "nested too deeply"
+            raise InputError(f"{path}:{lineno}: {why}") from None
         if not isinstance(record, dict) or not isinstance(record.get("step"), int):
-            raise ValueError(f"{path}:{lineno}: not a metrics record (an object with int 'step')")
+            raise InputError(f"{path}:{lineno}: not a metrics record (an object with int 'step')")
         records.append(record)
     return records
 
@@ -198,7 +304,7 @@ class MetricsLog:
         """All complete records of ``path``, in file order ([] if it does not exist).
 
         A torn last line is ignored; a malformed line before the last raises
-        ValueError naming ``path:lineno``.
+        :class:`InputError` (a ValueError) naming ``path:lineno``.
         """
         return _parse_records(Path(path)) if Path(path).exists() else []
 

@@ -16,7 +16,7 @@ from typing import Any
 import pydantic
 import yaml
 
-from rlmap.core.errors import ConfigError
+from rlmap.core.errors import ConfigError, InputError
 from rlmap.correction.params import BehaviourParams, KLParams
 from rlmap.estimators.params import CreditParams, CriticParams
 from rlmap.feedback.params import FeedbackParams
@@ -131,20 +131,36 @@ def _merge(base: dict[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def read_yaml(path: str | Path) -> dict[str, Any]:
-    """A YAML mapping from a file; a parse error names the file and line."""
+    """A YAML mapping from a file; InputError naming the file (and line) when it is not one.
+
+    A missing path, a directory, a file that is not UTF-8 or not YAML, and a YAML value
+    other than a mapping are each one line that starts with the path.
+    """
     p = Path(path)
     try:
-        data = yaml.safe_load(p.read_text())
+        text = p.read_bytes().decode("utf-8-sig")
     except FileNotFoundError:
-        raise ConfigError(f"{p}: no such config file") from None
+        raise InputError(f"{p}: no such config file") from None
+    except IsADirectoryError:
+        raise InputError(f"{p}: is a directory, not a config file") from None
+    except OSError as exc:
+        raise InputError(f"{p}: cannot read the config file ({exc.strerror})") from None
+    except UnicodeDecodeError as exc:
+        line = p.read_bytes()[: exc.start].count(b"\n") + 1
+        byte = exc.object[exc.start]
+        raise InputError(f"{p}:{line}: not UTF-8 text (byte {byte:#04x})") from None
+    try:
+        data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f":{mark.line + 1}" if mark is not None else ""
-        raise ConfigError(f"{p}{where}: not valid YAML") from None
+        raise InputError(f"{p}{where}: not valid YAML") from None
+    except RecursionError:
+        raise InputError(f"{p}: not valid YAML (nested too deeply)") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise ConfigError(f"{p}: expected a mapping of config sections at the top level")
+        raise InputError(f"{p}: expected a mapping of config sections at the top level")
     return data
 
 

@@ -11,10 +11,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
+from transformers import PreTrainedTokenizerBase
 
 from rlmap.core.batch import RewardStatus
-from rlmap.core.errors import ConfigError
+from rlmap.core.errors import ConfigError, InputError
 from rlmap.diagnostics.passk import pass_at_k_tensor
 from rlmap.system.engine import RolloutEngine
 from rlmap.system.hf_engine import HFEngine
@@ -99,16 +99,22 @@ def evaluate_checkpoint(
     from rlmap.recipes import build_config, load_config
     from rlmap.system import setup
 
-    if not (checkpoint / "config.json").exists():
-        raise ConfigError(f"{checkpoint}: not a Hugging Face checkpoint directory")
+    if samples is not None and samples < 1:
+        raise ConfigError(f"--samples: must be >= 1, got {samples}")
+    if not (checkpoint / "config.json").is_file():
+        hint = ""
+        if (checkpoint / "checkpoints").is_dir():
+            hint = f"; it is a run directory, its checkpoints are in {checkpoint / 'checkpoints'}"
+        raise InputError(f"{checkpoint}: not a Hugging Face checkpoint directory{hint}")
+    setup.check_model_dir(checkpoint, "checkpoint")
     run_config = checkpoint.parent.parent / "config.yaml"
     cfg = load_config(run_config, overrides) if run_config.exists() else build_config(
         None, None, overrides)  # fmt: skip
-    tokenizer = AutoTokenizer.from_pretrained(checkpoint)
-    model = AutoModelForCausalLM.from_pretrained(checkpoint)
+    _, heldout = setup.load_data(cfg)  # a bad data file fails before the model loads
+    tokenizer = setup.load_tokenizer(checkpoint)
+    model = setup.load_causal_lm(checkpoint)
     engine = HFEngine(model, pad_token_id=int(tokenizer.pad_token_id),
                       eos_token_id=int(tokenizer.eos_token_id))  # fmt: skip
-    _, heldout = setup.load_data(cfg)
     g = cfg.generation
     environment, rescore = setup.evaluation_scoring(cfg, tokenizer)
     return evaluate(engine, environment, tokenizer, heldout,

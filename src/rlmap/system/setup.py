@@ -6,19 +6,22 @@ Everything here is start-up; the loops (:mod:`rlmap.system.sync`) only use what
 
 from __future__ import annotations
 
+import json
 import math
 import random
 import threading
+import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
+from safetensors import SafetensorError, safe_open
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
 
 from rlmap import feedback
-from rlmap.core.errors import ConfigError
+from rlmap.core.errors import ConfigError, InputError
 from rlmap.feedback.isolation import IsolatedVerifier, Verify
 from rlmap.feedback.reward import Reward
 from rlmap.feedback.reward_model import load_reward_model
@@ -32,9 +35,10 @@ from rlmap.system.sim_inputs import parse_duration
 from rlmap.tasks.arithmetic import Example, make_splits
 from rlmap.tasks.calculator import CalculatorEnv, marker_ids
 from rlmap.tasks.env import AnswerEnv, EnvFactory
-from rlmap.tasks.jsonl import load_examples
+from rlmap.tasks.jsonl import load_examples, load_numbered_examples
 from rlmap.tasks.preferences import PreferenceSpec, embedded_reward_model
-from rlmap.tasks.warmstart import TOOL_DEMOS, WarmStartSpec, warm_start
+from rlmap.tasks.prompts import encode_prompt
+from rlmap.tasks.warmstart import TOOL_DEMOS, WarmStartSpec, task_tokenizer, warm_start
 
 EMBEDDED = "embedded:tiny"
 BUILT_IN_TASKS = ("arithmetic", "calculator")
@@ -86,12 +90,15 @@ def warm_start_spec(cfg: RecipeConfig) -> WarmStartSpec:
 def model_path(
     cfg: RecipeConfig, progress: Callable[[int, int, float], None] | None = None
 ) -> Path:
-    """The checkpoint the policy starts from (the cached warm start for the embedded default)."""
+    """The checkpoint the policy starts from (the cached warm start for the embedded default).
+
+    A given directory is checked first (:func:`check_model_dir`): a damaged one is a
+    one-line error naming its file, not a traceback from deep inside ``transformers``.
+    """
     if cfg.model.path == EMBEDDED:
         return warm_start(warm_start_spec(cfg), progress=progress)
     path = Path(cfg.model.path)
-    if not (path / "config.json").exists():
-        raise ConfigError(f"model.path: {path} is not a local Hugging Face model directory")
+    check_model_dir(path, "model.path")
     return path
 
 
@@ -107,10 +114,7 @@ def reward_model_path(
         return None
     if cfg.model.reward_path is not None:
         path = Path(cfg.model.reward_path)
-        if not (path / "config.json").exists():
-            raise ConfigError(
-                f"model.reward_path: {path} is not a local Hugging Face model directory"
-            )
+        check_model_dir(path, "model.reward_path")
         return path
     if cfg.model.path != EMBEDDED or cfg.data.task not in BUILT_IN_TASKS:
         raise ConfigError(
@@ -121,22 +125,184 @@ def reward_model_path(
 
 
 def check_inputs(cfg: RecipeConfig) -> None:
-    """Fail on what rlmap cannot run yet, bad data files or a missing model, before any work."""
+    """Fail on what rlmap cannot run yet, bad data files or a missing or damaged model,
+    and on a prompt that does not fit the model's context, before any work.
+
+    Everything here reads headers and text, never weights: it runs before the run
+    directory is created, so bad input leaves nothing behind.
+    """
     refuse_unavailable(cfg)
     load_data(cfg)
-    if cfg.model.path != EMBEDDED:
+    if cfg.model.path == EMBEDDED:
+        tokenizer: PreTrainedTokenizerBase = task_tokenizer(cfg.data.task)
+        context: int | None = warm_start_spec(cfg).model.max_position_embeddings
+        source = "the embedded model"
+    else:
         path = model_path(cfg)
+        tokenizer = load_tokenizer(path)
+        context = context_length(AutoConfig.from_pretrained(path))
+        source = f"model.path={path}"
         if cfg.data.task == "calculator":
-            marker_ids(AutoTokenizer.from_pretrained(path))
+            marker_ids(tokenizer)
+    if context is not None:
+        check_prompt_lengths(labelled_prompts(cfg), tokenizer, context, source)
     if cfg.feedback.source == "reward_model" and (
         cfg.model.reward_path is not None or cfg.model.path != EMBEDDED
     ):
         reward_model_path(cfg)  # a given path must exist; a real model must have one
     critic = cfg.model.critic_path
-    if cfg.critic.enabled and critic is not None and not (Path(critic) / "config.json").exists():
-        raise ConfigError(
-            f"model.critic_path: {critic} is not a local Hugging Face model directory"
+    if cfg.critic.enabled and critic is not None:
+        check_model_dir(Path(critic), "model.critic_path")
+
+
+# --- model directories: checked cheaply, loaded with errors that name them ----------------
+
+WEIGHTS = ("model.safetensors", "pytorch_model.bin")
+"""Single-file weights; sharded ones have ``<name>.index.json`` beside the shards."""
+CONTEXT_FIELDS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length")
+"""Names a model config gives its context length under (the first present one is used)."""
+
+
+def check_model_dir(path: Path, field: str = "model.path") -> None:
+    """A Hugging Face model directory that ``from_pretrained`` will load, or a one-line error.
+
+    ConfigError naming ``field`` when ``path`` is not a model directory at all (no
+    ``config.json``); InputError naming the file when ``config.json`` does not parse or is
+    not a model config, when there are no weights, or when a safetensors file's header
+    does not cover the file (truncated). Reads ``config.json`` and headers only.
+    """
+    config = path / "config.json"
+    if not config.is_file():
+        raise ConfigError(f"{field}: {path} is not a local Hugging Face model directory")
+    try:
+        data = json.loads(config.read_bytes().decode("utf-8"))
+    except OSError as exc:
+        raise InputError(f"{config}: cannot read the model config ({exc.strerror})") from None
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise InputError(f"{config}: not valid JSON (truncated?); {field} needs a whole "
+                         "model directory") from None  # fmt: skip
+    try:
+        if not isinstance(data, dict):
+            raise ValueError("not a JSON object")
+        AutoConfig.from_pretrained(path)
+    except (OSError, ValueError, KeyError) as exc:
+        raise InputError(f"{config}: not a model config ({_first_line(exc)})") from None
+    for file in _weight_files(path):
+        _check_weights(file)
+
+
+def _weight_files(path: Path) -> list[Path]:
+    """The weight files ``from_pretrained`` will read; InputError when there are none."""
+    for name in WEIGHTS:
+        if (path / name).is_file():
+            return [path / name]
+        index = path / f"{name}.index.json"
+        if index.is_file():
+            try:
+                shards = sorted(set(json.loads(index.read_bytes())["weight_map"].values()))
+            except (OSError, ValueError, KeyError, TypeError, AttributeError):
+                raise InputError(f"{index}: not a weight index (truncated?)") from None
+            missing = [shard for shard in shards if not (path / shard).is_file()]
+            if missing:
+                raise InputError(f"{path / missing[0]}: missing (listed in {index.name})")
+            return [path / shard for shard in shards]
+    raise InputError(f"{path}: no weights ({' or '.join(WEIGHTS)}, or a sharded index)")
+
+
+def _check_weights(file: Path) -> None:
+    """InputError naming ``file`` when its header or directory shows it is damaged."""
+    if file.suffix == ".safetensors":
+        try:
+            with safe_open(str(file), "pt") as handle:
+                handle.keys()
+        except (SafetensorError, OSError) as exc:
+            raise InputError(f"{file}: damaged weights ({_first_line(exc)})") from None
+        return
+    with open(file, "rb") as f:
+        zipped = f.read(2) == b"PK"  # torch.save's zip format; the legacy pickle is not checked
+    if zipped and not zipfile.is_zipfile(file):  # a zip's directory is at its end
+        raise InputError(f"{file}: damaged weights (truncated zip archive)")
+
+
+def load_tokenizer(path: Path) -> PreTrainedTokenizerBase:
+    """``AutoTokenizer.from_pretrained(path)``, or an InputError naming ``path``.
+
+    A directory without tokenizer files does not fail in ``transformers``: it yields a
+    tokenizer that encodes every text to nothing (and the run then failed much later,
+    with "need at least one prompt"). That is refused here.
+    """
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path)
+    except Exception as exc:  # tokenizers raises bare Exception for a damaged tokenizer.json
+        raise InputError(f"{path}: cannot load the tokenizer ({_first_line(exc)})") from None
+    if len(tokenizer) < 2 or not tokenizer.encode("0 a", add_special_tokens=False):
+        raise InputError(
+            f"{path}: no tokenizer (no tokenizer.json, tokenizer.model or vocabulary files); "
+            "save the tokenizer beside the weights"
         )
+    return tokenizer
+
+
+def load_causal_lm(path: Path, dtype: torch.dtype | None = None) -> torch.nn.Module:
+    """``AutoModelForCausalLM.from_pretrained(path)``, or an InputError naming ``path``."""
+    try:
+        model: torch.nn.Module = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+    except (OSError, ValueError, KeyError, RuntimeError, SafetensorError) as exc:
+        raise InputError(f"{path}: cannot load the model ({_first_line(exc)})") from None
+    return model
+
+
+def context_length(config: Any) -> int | None:
+    """The model's context in positions, from its config (None when it does not say)."""
+    for name in CONTEXT_FIELDS:
+        value = getattr(config, name, None)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
+def labelled_prompts(cfg: RecipeConfig) -> list[tuple[str, str]]:
+    """Every prompt the run will see, each labelled by where it comes from: ``file:line``
+    for a JSONL task (and ``data.eval_path``), ``data.task=<name> example <i>`` otherwise."""
+    d = cfg.data
+    if d.task in BUILT_IN_TASKS:
+        train, heldout = load_data(cfg)
+        return [(f"data.task={d.task} example {i}", e.prompt)
+                for i, e in enumerate([*train, *heldout])]  # fmt: skip
+    files = [Path(d.task), *([Path(d.eval_path)] if d.eval_path is not None else [])]
+    return [(f"{f}:{n}", e.prompt) for f in files for n, e in load_numbered_examples(f)]
+
+
+def check_prompt_lengths(
+    prompts: list[tuple[str, str]],
+    tokenizer: PreTrainedTokenizerBase,
+    context: int,
+    source: str = "the model",
+) -> None:
+    """InputError naming the first prompt whose tokens (as :func:`encode_prompt` makes
+    them) leave no room for a response in ``context`` positions.
+
+    The whole list is tokenised in one batch without the chat template, plus the
+    template's own tokens; only prompts near the limit are encoded exactly, one by one.
+    """
+    if not prompts:
+        return
+    overhead = len(encode_prompt(tokenizer, ""))
+    raw = tokenizer([text for _, text in prompts], add_special_tokens=False)["input_ids"]
+    for (label, text), ids in zip(prompts, raw, strict=True):
+        if len(ids) + overhead < context - 8:  # 8: slack for merges at the template's seams
+            continue
+        n = len(encode_prompt(tokenizer, text))
+        if n >= context:
+            raise InputError(
+                f"{label}: prompt of {n} tokens leaves no room for a response in the "
+                f"{context}-position context of {source}"
+            )
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def refuse_unavailable(cfg: RecipeConfig) -> None:
@@ -278,13 +444,13 @@ def build(
     the reference policy is always ``start``, the weights the run began with.
     """
     refuse_unavailable(cfg)
-    tokenizer = AutoTokenizer.from_pretrained(start)
+    tokenizer = load_tokenizer(start)
     dtype = DTYPES[cfg.system.train_dtype]
-    policy = AutoModelForCausalLM.from_pretrained(resume_from or start, dtype=dtype)
+    policy = load_causal_lm(resume_from or start, dtype=dtype)
     policy.train()
     reference = None
     if cfg.kl.placement != "none":
-        reference = AutoModelForCausalLM.from_pretrained(start, dtype=dtype)
+        reference = load_causal_lm(start, dtype=dtype)
         reference.eval().requires_grad_(False)
     engine = HFEngine(policy, pad_token_id=int(tokenizer.pad_token_id),
                       eos_token_id=int(tokenizer.eos_token_id),
@@ -308,7 +474,7 @@ def _reward_model(
         if cfg.feedback.source == "reward_model":
             raise ConfigError("model.reward_path: no reward model for feedback.source=reward_model")
         return None
-    if AutoTokenizer.from_pretrained(path).get_vocab() != tokenizer.get_vocab():
+    if load_tokenizer(path).get_vocab() != tokenizer.get_vocab():
         raise ConfigError(
             f"model.reward_path: {path} has a different tokenizer from the policy's; the reward "
             "model must read the policy's tokens"

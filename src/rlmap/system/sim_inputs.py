@@ -24,7 +24,6 @@ for which metrics it uses and how it fits a lognormal to percentiles.
 from __future__ import annotations
 
 import itertools
-import json
 import math
 import random
 import statistics
@@ -33,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from rlmap.core.errors import ConfigError
+from rlmap.core.errors import ConfigError, InputError
 
 Z95 = 1.6448536269514722
 """Φ⁻¹(0.95): the 95th percentile of N(0, 1), used to fit a lognormal to p50 and p95."""
@@ -324,12 +323,20 @@ def profile_from_run(run_dir: Path) -> RunProfile:
     path = run_dir / "metrics.jsonl"
     if not path.is_file():
         raise ConfigError(f"--from-run: {path} does not exist")
-    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    from rlmap.experiments.rundir import MetricsLog
+
+    records = MetricsLog.read(path)  # InputError naming path:lineno for a bad line
     steps = [r for r in records if any(str(k).startswith("system/") for k in r)]
     update = _series(steps, "system/update_s")
     generated = _series(steps, "sampling/generated")
     batch = round(statistics.median(generated)) if generated else None
-    durations = [float(v) for r in steps for v in r.get("system/rollout_durations", [])]
+    durations = [
+        float(v)
+        for r in steps
+        if isinstance(listed := r.get("system/rollout_durations"), list)
+        for v in listed
+        if isinstance(v, (int, float)) and not isinstance(v, bool)
+    ]
     p50, p95 = (
         _series(steps, "system/rollout_duration_p50"),
         _series(steps, "system/rollout_duration_p95"),
@@ -365,18 +372,22 @@ def profile_from_run(run_dir: Path) -> RunProfile:
 def async_layout(run_dir: Path) -> tuple[int, int] | None:
     """(workers, trajectories per worker round) of an asynchronous run, from its
     ``config.yaml``; None for a synchronous run or one without a config."""
-    import yaml
+    from rlmap.recipes.config import read_yaml
 
     path = run_dir / "config.yaml"
     if not path.is_file():
         return None
-    cfg = yaml.safe_load(path.read_text()) or {}
-    system, sampling = cfg.get("system", {}), cfg.get("sampling", {})
-    if system.get("mode") != "async":
+    cfg = read_yaml(path)  # InputError naming the file when it is not a YAML mapping
+    system, sampling = cfg.get("system"), cfg.get("sampling") or {}
+    if not isinstance(system, dict) or system.get("mode") != "async":
         return None
-    workers = int(system.get("workers", 2))
-    prompts = system.get("worker_prompts") or max(1, int(sampling["prompts_per_step"]) // workers)
-    return workers, int(prompts) * int(sampling.get("group_size", 1))
+    try:
+        workers = int(system.get("workers", 2))
+        per_step = int(sampling["prompts_per_step"])
+        prompts = system.get("worker_prompts") or max(1, per_step // workers)
+        return workers, int(prompts) * int(sampling.get("group_size", 1))
+    except (TypeError, ValueError, KeyError, AttributeError, ZeroDivisionError):
+        raise InputError(f"{path}: unreadable system/sampling settings of an async run") from None
 
 
 def _series(records: Sequence[dict[str, object]], key: str) -> list[float]:

@@ -1,20 +1,27 @@
 """A user task from a JSONL file: one ``{"prompt": ..., "answer": ...}`` object per line.
 
 Blank lines are skipped; anything else that is not such an object stops the run
-before any work starts, with a one-line error naming ``path:lineno`` and the fault.
-Other keys on a line are ignored (files exported from other tools carry ids).
+before any work starts, with a one-line :class:`InputError` naming ``path:lineno``
+and the fault. Other keys on a line are ignored (files exported from other tools
+carry ids). The file is read line by line as bytes: a line that is not UTF-8 is
+named by its number (not by a byte offset into the file), and a line over
+``MAX_ROW_BYTES`` is refused before it is parsed or tokenised (a 50 MiB prompt
+stalls or aborts the tokenizer library; no model has a context that long).
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 from typing import Any
 
-from rlmap.core.errors import ConfigError
+from rlmap.core.errors import InputError
 from rlmap.tasks.arithmetic import Example
 
 FIELDS = ("prompt", "answer")
+MAX_ROW_BYTES = 1 << 20
+"""The longest line accepted, in bytes (1 MiB, about 250k tokens of English text)."""
 
 
 def parse_record(line: str, fields: tuple[str, ...] = FIELDS) -> dict[str, str]:
@@ -23,6 +30,8 @@ def parse_record(line: str, fields: tuple[str, ...] = FIELDS) -> dict[str, str]:
         obj: Any = json.loads(line)
     except json.JSONDecodeError as err:
         raise ValueError(f"invalid JSON ({err.msg} at column {err.colno})") from None
+    except RecursionError:
+        raise ValueError("invalid JSON (nested too deeply)") from None
     if not isinstance(obj, dict):
         raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
     for field in fields:
@@ -38,29 +47,67 @@ def parse_example(line: str) -> Example:
     return Example(**parse_record(line))
 
 
-def load_records(path: Path, fields: tuple[str, ...], kind: str) -> list[dict[str, str]]:
-    """The string ``fields`` of every line; raises ConfigError ``path:lineno: problem``.
+def _decode(raw: bytes, lineno: int) -> str:
+    """One line as text; ValueError naming the first byte that is not UTF-8."""
+    try:  # a byte-order mark is accepted on the first line (some editors write one)
+        return raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
+    except UnicodeDecodeError as err:
+        byte = raw[err.start : err.start + 1].hex()
+        raise ValueError(f"not UTF-8 (byte 0x{byte} at column {err.start + 1})") from None
 
-    A missing, unreadable or empty file (no non-blank line) is a ConfigError too;
+
+def _lines(path: Path, kind: str) -> list[tuple[int, bytes]]:
+    """(line number, raw line) of every line; InputError when unreadable or a line is too long."""
+    lines = []
+    try:
+        with open(path, "rb") as f:
+            for lineno in itertools.count(1):
+                raw = f.readline(MAX_ROW_BYTES + 1)
+                if not raw:
+                    break
+                if len(raw.rstrip(b"\r\n")) > MAX_ROW_BYTES:
+                    raise InputError(
+                        f"{path}:{lineno}: row longer than {MAX_ROW_BYTES} bytes (1 MiB), the "
+                        "limit of one row; it is refused before tokenising"
+                    )
+                lines.append((lineno, raw))
+    except OSError as err:
+        raise InputError(f"{path}: cannot read the file of {kind} ({err.strerror})") from None
+    return lines
+
+
+def load_numbered_records(
+    path: Path, fields: tuple[str, ...], kind: str
+) -> list[tuple[int, dict[str, str]]]:
+    """(line number, string ``fields``) of every non-blank line; InputError
+    ``path:lineno: problem`` on a bad line.
+
+    A missing, unreadable or empty file (no non-blank line) is an InputError too;
     ``kind`` (plural) names what the file holds in that message.
     """
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
-        raise ConfigError(f"{path}: cannot read the file of {kind} ({err})") from None
     records = []
-    for lineno, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
+    for lineno, raw in _lines(Path(path), kind):
         try:
-            records.append(parse_record(line, fields))
+            line = _decode(raw.rstrip(b"\r\n"), lineno)
+            if line.strip():
+                records.append((lineno, parse_record(line, fields)))
         except ValueError as err:
-            raise ConfigError(f"{path}:{lineno}: {err}") from None
+            raise InputError(f"{path}:{lineno}: {err}") from None
     if not records:
-        raise ConfigError(f"{path}: no {kind} (the file is empty)")
+        raise InputError(f"{path}: no {kind} (the file is empty)")
     return records
 
 
+def load_records(path: Path, fields: tuple[str, ...], kind: str) -> list[dict[str, str]]:
+    """The string ``fields`` of every line (see :func:`load_numbered_records`)."""
+    return [record for _, record in load_numbered_records(path, fields, kind)]
+
+
+def load_numbered_examples(path: Path) -> list[tuple[int, Example]]:
+    """(line number, example) of every example of a JSONL file; InputError on a bad line."""
+    return [(n, Example(**r)) for n, r in load_numbered_records(path, FIELDS, "examples")]
+
+
 def load_examples(path: Path) -> list[Example]:
-    """All examples of a JSONL file; raises ConfigError ``path:lineno: problem``."""
-    return [Example(**r) for r in load_records(path, FIELDS, "examples")]
+    """All examples of a JSONL file; raises InputError ``path:lineno: problem``."""
+    return [example for _, example in load_numbered_examples(path)]
