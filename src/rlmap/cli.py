@@ -1,11 +1,20 @@
-"""The ``rlmap`` command. Thin: it parses arguments and calls the library."""
+"""The ``rlmap`` command. Thin: it parses arguments and calls the library.
+
+Bad input never ends in a traceback: every error reaches the user as one line,
+``rlmap: error: <what is at fault>: <why>`` on stderr, and a non-zero exit (2 for bad
+input or usage, 1 for a failure of the machine, such as a full disk, or a bug).
+``--debug`` (before or after the command) prints the traceback as well. A command
+that writes a file refuses one that exists unless given ``--force``; a run directory
+is never overwritten (``--resume`` continues it).
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
+import traceback
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from rlmap.core.errors import ConfigError, InputError, TrainingError
 
@@ -56,8 +65,6 @@ def _train_seeds(cfg: RecipeConfig, args: argparse.Namespace) -> int:
     from rlmap.experiments.rundir import create_run_dir
     from rlmap.experiments.train import run_seeds
 
-    if args.seeds < 1:
-        raise ConfigError(f"--seeds: must be >= 1, got {args.seeds}")
     root = create_run_dir(out=Path(args.out) if args.out else None)
     print(f"sweep directory: {root}", flush=True)
     seeds = [cfg.seed + k for k in range(args.seeds)]
@@ -82,11 +89,17 @@ def _train_seeds(cfg: RecipeConfig, args: argparse.Namespace) -> int:
 def _cmd_compare(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from rlmap.experiments.compare import compare
-    from rlmap.experiments.rundir import create_run_dir
+    from rlmap.experiments.compare import load_runs, write_report
+    from rlmap.experiments.rundir import create_run_dir, removed_on_failure
 
-    out = create_run_dir(root=Path("reports"), out=Path(args.out) if args.out else None)
-    print(compare([Path(p) for p in args.runs], out))
+    runs = load_runs([Path(p) for p in args.runs])  # before the report directory exists
+    existed = args.out is not None and Path(args.out).exists()
+    out = create_run_dir(root=Path("reports"), out=Path(args.out) if args.out else None,
+                         kind="report directory", force=args.force,
+                         hint="choose another --out, or --force to write into it")  # fmt: skip
+    with removed_on_failure(out, existed=existed):
+        text = write_report(runs, out)
+    print(text)
     print(f"report: {out / 'report.md'}")
     return 0
 
@@ -94,7 +107,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 def _cmd_train(args: argparse.Namespace) -> int | None:
     from pathlib import Path
 
-    from rlmap.experiments.rundir import create_run_dir
+    from rlmap.experiments.rundir import check_new_dir, create_run_dir
     from rlmap.experiments.train import resume_config, run_training
     from rlmap.recipes import build_config
     from rlmap.recipes.config import read_yaml
@@ -102,22 +115,38 @@ def _cmd_train(args: argparse.Namespace) -> int | None:
 
     _quiet_transformers()
     if args.resume is not None:
-        if args.seeds is not None:
-            raise ConfigError("--seeds: resume each seed's run directory with --resume instead")
-        run_dir = Path(args.resume)
+        given = [flag for flag, value in (("--seeds", args.seeds), ("--config", args.config),
+                 ("--recipe", args.recipe), ("--out", args.out), ("--seed", args.seed))
+                 if value is not None]  # fmt: skip
+        if given:
+            raise ConfigError(
+                f"{given[0]}: does not apply with --resume (the run directory holds its "
+                "config; resume each seed's directory on its own)"
+            )
+        run_dir, existed = Path(args.resume), True
         cfg = resume_config(run_dir, args.overrides)
     else:
         if args.recipe is not None and args.config is not None:
             raise ConfigError("--recipe and --config: give one (a config file names its recipe)")
+        if args.seeds is not None and args.seeds < 1:
+            raise ConfigError(f"--seeds: must be >= 1, got {args.seeds}")
+        if args.out is not None:
+            check_new_dir(Path(args.out))  # fail before loading anything
         overrides = list(args.overrides) + ([f"seed={args.seed}"] if args.seed is not None else [])
         file_data = read_yaml(args.config) if args.config else None
         cfg = build_config(args.recipe, file_data, overrides)
         check_inputs(cfg)
         if args.seeds is not None:
             return _train_seeds(cfg, args)
+        existed = args.out is not None and Path(args.out).exists()
         run_dir = create_run_dir(out=Path(args.out) if args.out else None)
     print(f"run directory: {run_dir}", flush=True)
-    summary = run_training(cfg, run_dir, resume=args.resume is not None)
+    try:
+        summary = run_training(cfg, run_dir, resume=args.resume is not None)
+    except BaseException:
+        if not existed and not any(run_dir.iterdir()):
+            run_dir.rmdir()  # failed before writing anything (a full disk): leave no trace
+        raise
     before, after = summary["before"], summary["after"]
     print(f"held-out pass@1 {before['eval/pass@1']:.3f} -> {after['eval/pass@1']:.3f}, "
           f"pass@{int(after['eval/k'])} {before['eval/pass@k']:.3f} -> {after['eval/pass@k']:.3f}, "
@@ -145,9 +174,12 @@ def _cmd_eval(args: argparse.Namespace) -> None:
 def _cmd_advise(args: argparse.Namespace) -> None:
     from pathlib import Path
 
+    from rlmap.experiments.rundir import check_new_file
     from rlmap.recipes import advise
     from rlmap.recipes.selection import FLAG_FIELDS, TaskProfile
 
+    if args.emit_config is not None:
+        check_new_file(Path(args.emit_config), force=args.force)  # before asking anything
     flags = {name: getattr(args, name) for name in FLAG_FIELDS}
     if sys.stdin.isatty() and all(value is None for value in flags.values()):
         profile = advise.ask_profile()
@@ -156,7 +188,7 @@ def _cmd_advise(args: argparse.Namespace) -> None:
     result = advise.advise(profile)
     print(advise.render(result), end="")
     if args.emit_config is not None:
-        Path(args.emit_config).write_text(advise.config_yaml(result))
+        advise.write_config(result, Path(args.emit_config), force=args.force)
         print(f"config written to {args.emit_config}: rlmap train --config {args.emit_config}")
 
 
@@ -178,28 +210,35 @@ def _cmd_simulate(args: argparse.Namespace) -> None:
 def _cmd_reward_pairs(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from rlmap.feedback.reward_model import write_pairs
+    from rlmap.experiments.rundir import check_new_file
+    from rlmap.feedback.reward_model import heldout_path, write_pairs
     from rlmap.recipes import build_config
     from rlmap.system.setup import warm_start_spec
     from rlmap.tasks.preferences import PreferenceSpec, embedded_pairs
 
+    _at_least(1, n=args.n, heldout=args.heldout)
+    if not 0.0 <= args.noise <= 1.0:
+        raise ConfigError(f"--noise: a probability in [0, 1], got {args.noise}")
+    out = Path(args.out)
+    side = heldout_path(out)
+    for path in (out, side):  # both checked before either is written
+        check_new_file(path, force=args.force)
     spec = PreferenceSpec(pairs=args.n, heldout_pairs=args.heldout, noise=args.noise,
                           seed=args.seed)  # fmt: skip
     train, heldout = embedded_pairs(warm_start_spec(build_config(None, None, args.overrides)), spec)
-    out = Path(args.out)
-    side = out.with_name(out.stem + ".heldout" + out.suffix)
-    write_pairs(out, train)
-    write_pairs(side, heldout)
+    write_pairs(out, train, force=args.force)
+    write_pairs(side, heldout, force=args.force)
     print(f"{len(train)} pairs (label noise {args.noise}) -> {out}; "
           f"{len(heldout)} noise-free held-out pairs -> {side}")  # fmt: skip
     return 0
 
 
 def _cmd_reward_train(args: argparse.Namespace) -> int:
+    import math
     from pathlib import Path
 
     from rlmap.experiments.progress import ProgressView
-    from rlmap.experiments.rundir import create_run_dir
+    from rlmap.experiments.rundir import check_new_dir, create_run_dir
     from rlmap.feedback.reward_model import (
         RewardModelSpec,
         load_pairs,
@@ -207,15 +246,24 @@ def _cmd_reward_train(args: argparse.Namespace) -> int:
         train_reward_model,
     )
     from rlmap.recipes import build_config
-    from rlmap.system.setup import model_path
+    from rlmap.system.setup import check_model_dir, model_path
 
     _quiet_transformers()
+    _at_least(1, steps=args.steps, batch_size=args.batch_size)
+    if args.lr is not None and not (math.isfinite(args.lr) and args.lr > 0):
+        raise ConfigError(f"--lr: must be a positive number, got {args.lr}")
     train = load_pairs(Path(args.pairs))
     heldout = load_pairs(Path(args.eval_pairs)) if args.eval_pairs else []
+    if args.base:
+        check_model_dir(Path(args.base), "--base")
+    kind, hint = "reward model directory", "choose another --out"
+    if args.out:
+        check_new_dir(Path(args.out), kind=kind, hint=hint)
     view = ProgressView(enabled=True)
     overrides = [f"model.path={args.base}"] if args.base else []
     base = model_path(build_config(None, None, overrides), progress=view.warm_start)
-    out = create_run_dir(root=Path("reward_models"), out=Path(args.out) if args.out else None)
+    out = create_run_dir(root=Path("reward_models"), out=Path(args.out) if args.out else None,
+                         kind=kind, hint=hint)  # fmt: skip
     given = {"steps": args.steps, "batch_size": args.batch_size, "lr": args.lr}
     spec = RewardModelSpec(seed=args.seed, **{k: v for k, v in given.items() if v is not None})
     model, tokenizer, metrics = train_reward_model(base, train, heldout, spec,
@@ -228,10 +276,25 @@ def _cmd_reward_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _at_least(low: int, **values: int | None) -> None:
+    """ConfigError naming the flag (``--batch-size``) of the first given value below ``low``."""
+    for name, value in values.items():
+        if value is not None and value < low:
+            raise ConfigError(f"--{name.replace('_', '-')}: must be >= {low}, got {value}")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with its usage errors on one line, like every other rlmap error."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"rlmap: error: {message} (see `{self.prog} --help`)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="rlmap", description="RL post-training of language models, one choice per axis."
     )
+    parser.add_argument("--debug", action="store_true", help=DEBUG_HELP)
     sub = parser.add_subparsers(dest="command", required=True)
     _add_run_commands(sub)
     _add_map_commands(sub)
@@ -239,14 +302,24 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+DEBUG_HELP = "on an error, print the traceback as well as the one-line message"
+
+
+def _command(sub: Any, name: str, **kwargs: Any) -> argparse.ArgumentParser:
+    """A subcommand's parser; it takes ``--debug`` too (so it may follow the command)."""
+    p: argparse.ArgumentParser = sub.add_parser(name, **kwargs)
+    p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=DEBUG_HELP)
+    return p
+
+
 def _add_run_commands(sub: Any) -> None:
     """Recipes, configs, training and evaluation."""
-    p = sub.add_parser("recipes", help="list the presets, each with its full composition")
+    p = _command(sub, "recipes", help="list the presets, each with its full composition")
     p.set_defaults(func=_cmd_recipes)
-    p = sub.add_parser("explain", help="a preset axis by axis: components, values, paper")
+    p = _command(sub, "explain", help="a preset axis by axis: components, values, paper")
     p.add_argument("name", help="preset name (see `rlmap recipes`)")
     p.set_defaults(func=_cmd_explain)
-    p = sub.add_parser("train", help="train a policy; prints the run directory")
+    p = _command(sub, "train", help="train a policy; prints the run directory")
     p.add_argument("--recipe", default=None, help="preset to start from (default: grpo)")
     p.add_argument("--config", default=None, help="YAML config file (names its recipe)")
     p.add_argument("--out", default=None, help="run directory to create (default: runs/<time>)")
@@ -260,14 +333,14 @@ def _add_run_commands(sub: Any) -> None:
     )
     p.add_argument("overrides", nargs="*", help="dotted.key=value overrides")
     p.set_defaults(func=_cmd_train)
-    p = sub.add_parser("eval", help="held-out pass@1, pass@k, length and diversity of a checkpoint")
+    p = _command(sub, "eval", help="held-out pass@1, pass@k, length and diversity of a checkpoint")
     p.add_argument("checkpoint", help="a checkpoint directory (Hugging Face format)")
     p.add_argument("--samples", type=int, default=None, help="samples per prompt (k of pass@k)")
     p.add_argument("overrides", nargs="*", help="dotted.key=value overrides of the data config")
     p.set_defaults(func=_cmd_eval)
-    p = sub.add_parser("papers", help="the paper index: each preset's paper and quoted values")
+    p = _command(sub, "papers", help="the paper index: each preset's paper and quoted values")
     p.set_defaults(func=_cmd_papers)
-    p = sub.add_parser("config", help="print the resolved, validated config of a run")
+    p = _command(sub, "config", help="print the resolved, validated config of a run")
     p.add_argument("--recipe", default=None, help="preset to start from (default: grpo)")
     p.add_argument("--config", default=None, help="YAML file with a config")
     p.add_argument("overrides", nargs="*", help="dotted.key=value overrides")
@@ -276,15 +349,18 @@ def _add_run_commands(sub: Any) -> None:
 
 def _add_map_commands(sub: Any) -> None:
     """The map: advise, diagnose, compare, simulate."""
-    p = sub.add_parser(
+    p = _command(
+        sub,
         "compare",
         help="runs side by side on equal budgets; flags unfair "
         "differences; writes a report with plots",
     )
     p.add_argument("runs", nargs="+", help="run directories, or directories of runs (a sweep)")
     p.add_argument("--out", default=None, help="report directory (default: reports/<time>)")
+    p.add_argument("--force", action="store_true",
+                   help="write into an --out that holds files (replacing the report)")  # fmt: skip
     p.set_defaults(func=_cmd_compare)
-    p = sub.add_parser("advise", help="the six questions and the selection table's answer")
+    p = _command(sub, "advise", help="the six questions and the selection table's answer")
     p.add_argument("--multi-turn", action="store_true", default=None,
                    help="episodes have several turns (tool calls, an environment)")  # fmt: skip
     p.add_argument("--verifier", choices=["exact", "math", "code", "reward-model", "none"],
@@ -307,12 +383,13 @@ def _add_map_commands(sub: Any) -> None:
                    help="contexts exceed the model's window")  # fmt: skip
     p.add_argument("--emit-config", default=None, metavar="FILE",
                    help="write the baseline's config for `rlmap train --config FILE`")  # fmt: skip
+    p.add_argument("--force", action="store_true", help="overwrite an existing --emit-config file")
     p.set_defaults(func=_cmd_advise)
-    p = sub.add_parser("diagnose", help="check a run for the map's failure symptoms")
+    p = _command(sub, "diagnose", help="check a run for the map's failure symptoms")
     p.add_argument("run_dir", help="a run directory (reads metrics.jsonl, ledger.json)")
     p.add_argument("--json", action="store_true", help="the report as JSON")
     p.set_defaults(func=_cmd_diagnose)
-    p = sub.add_parser("simulate", help="discrete-event model of sync, async and partial rollout")
+    p = _command(sub, "simulate", help="discrete-event model of sync, async and partial rollout")
     p.add_argument("--mode", default="sync", help="sync | async | partial (default: sync)")
     p.add_argument("--workers", type=int, default=None, help="rollout workers W (default: 8)")
     p.add_argument("--batch", type=int, default=None, help="trajectories per step B (default: 64)")
@@ -332,14 +409,15 @@ def _add_map_commands(sub: Any) -> None:
     p.add_argument("--sweep-workers", default=None, metavar="W1,W2,...",
                    help="sync, async and partial at each worker count: a table")  # fmt: skip
     p.add_argument("--plot", default=None, metavar="DIR", help="with --sweep-workers: PNGs here")
+    p.add_argument("--force", action="store_true", help="replace PNGs that exist in --plot")
     p.set_defaults(func=_cmd_simulate)
 
 
 def _add_reward_model_commands(sub: Any) -> None:
     """Learned reward models: preference pairs and training."""
-    p = sub.add_parser("reward-model", help="learned reward models: preference pairs, training")
-    rm = p.add_subparsers(dest="reward_command", required=True)
-    q = rm.add_parser("train", help="train a reward model (Bradley-Terry) from preference pairs")
+    p = _command(sub, "reward-model", help="learned reward models: preference pairs, training")
+    rm = p.add_subparsers(dest="reward_command", required=True, metavar="{train,pairs}")
+    q = _command(rm, "train", help="train a reward model (Bradley-Terry) from preference pairs")
     q.add_argument("--pairs", required=True, help="JSONL: prompt, chosen, rejected per line")
     q.add_argument("--eval-pairs", default=None, help="held-out pairs for pairwise accuracy")
     q.add_argument(
@@ -351,8 +429,10 @@ def _add_reward_model_commands(sub: Any) -> None:
     q.add_argument("--lr", type=float, default=None, help="AdamW learning rate")
     q.add_argument("--seed", type=int, default=0)
     q.set_defaults(func=_cmd_reward_train)
-    q = rm.add_parser("pairs", help="write the embedded task's preference pairs as JSONL")
+    q = _command(rm, "pairs", help="write the embedded task's preference pairs as JSONL")
     q.add_argument("--out", required=True, help="pairs file (held-out pairs go beside it)")
+    q.add_argument("--force", action="store_true",
+                   help="overwrite existing pairs files (--out and its .heldout one)")  # fmt: skip
     q.add_argument("--n", type=int, default=4000, help="training pairs")
     q.add_argument("--heldout", type=int, default=512, help="noise-free held-out pairs")
     q.add_argument("--noise", type=float, default=0.1, help="probability of a flipped label")
@@ -379,13 +459,31 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parse(argv)
+    """Run one command; return its exit status. Errors are one line on stderr."""
+    try:
+        args = parse(argv)
+    except SystemExit as exc:  # --help (0), or a usage error already printed as one line
+        return exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 2
     try:
         status = args.func(args)
     except (ConfigError, InputError, TrainingError) as exc:
-        print(f"rlmap: error: {exc}", file=sys.stderr)
-        return 2
+        return _fail(args, str(exc), 2)
+    except OSError as exc:  # the machine, not the input: a full or read-only disk, ...
+        why = exc.strerror or str(exc)
+        return _fail(args, f"{exc.filename}: {why}" if exc.filename is not None else why, 1)
+    except Exception as exc:  # a bug: still one line, and --debug has the traceback
+        what = f"{type(exc).__name__}: {exc}"
+        return _fail(args, f"internal error ({what}); rerun with --debug for the traceback", 1)
     return int(status or 0)
+
+
+def _fail(args: argparse.Namespace, message: str, status: int) -> int:
+    """Print ``rlmap: error: message`` as exactly one line (after the traceback with --debug)."""
+    if getattr(args, "debug", False):
+        traceback.print_exc()
+    line = "; ".join(part.strip() for part in message.splitlines() if part.strip())
+    print(f"rlmap: error: {line or 'failed'}", file=sys.stderr)
+    return status
 
 
 if __name__ == "__main__":

@@ -39,6 +39,7 @@ from transformers import (
 )
 
 from rlmap.core.hf import quiet_new_head
+from rlmap.experiments.rundir import write_new_text
 from rlmap.tasks.jsonl import load_records
 from rlmap.tasks.prompts import encode_prompt, encode_response
 
@@ -57,14 +58,22 @@ class Pair:
 
 
 def load_pairs(path: Path) -> list[Pair]:
-    """Pairs of a JSONL file (``prompt``, ``chosen``, ``rejected`` per line); ConfigError
-    ``path:lineno: problem`` on a malformed line."""
+    """Pairs of a JSONL file (``prompt``, ``chosen``, ``rejected`` per line); InputError
+    ``path:lineno: problem`` on a malformed line, and naming the file when it is missing,
+    unreadable or empty."""
     return [Pair(**r) for r in load_records(path, PAIR_FIELDS, "pairs")]
 
 
-def write_pairs(path: Path, pairs: Sequence[Pair]) -> None:
-    """Write pairs as JSONL."""
-    Path(path).write_text("".join(json.dumps(asdict(p)) + "\n" for p in pairs))
+def heldout_path(path: Path) -> Path:
+    """Where the held-out pairs go beside the training pairs ``path``: ``x.heldout.jsonl``."""
+    path = Path(path)
+    return path.with_name(path.stem + ".heldout" + path.suffix)
+
+
+def write_pairs(path: Path, pairs: Sequence[Pair], *, force: bool = False) -> None:
+    """Write pairs as JSONL, atomically; an existing file is an InputError unless ``force``
+    (see :func:`rlmap.experiments.rundir.write_new_text`)."""
+    write_new_text(Path(path), "".join(json.dumps(asdict(p)) + "\n" for p in pairs), force=force)
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,8 @@ six questions in order and composes one config:
 
 "First" is the easiest baseline to establish and interpret, not a verdict (the
 table's own footnote). Everything here is pure except :func:`ask_profile`, the
-interactive prompt; the CLI prints :func:`render` and writes :func:`config_yaml`.
+interactive prompt; the CLI prints :func:`render` and writes :func:`config_yaml`
+(:func:`write_config`).
 """
 
 from __future__ import annotations
@@ -22,12 +23,14 @@ from __future__ import annotations
 import textwrap
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, get_args
 
 import yaml
 
 from rlmap import correction, estimators, reduction
 from rlmap.core.errors import ConfigError
+from rlmap.experiments.rundir import write_new_text
 from rlmap.recipes.config import RecipeConfig, apply_overrides, build_config
 from rlmap.recipes.explain import composition
 from rlmap.recipes.selection import (
@@ -211,6 +214,13 @@ def config_yaml(advice: Advice) -> str:
     wrapped = [part for line in lines for part in textwrap.wrap(line, 86, break_on_hyphens=False)]
     header = "".join(f"# {line}\n" for line in wrapped)
     return header + yaml.safe_dump(_config_mapping(advice), sort_keys=False, allow_unicode=True)
+
+
+def write_config(advice: Advice, path: Path, *, force: bool = False) -> None:
+    """``--emit-config``: :func:`config_yaml` into ``path``, atomically. An existing file
+    is refused unless ``force``, and only a regular file is ever replaced; a directory,
+    a missing parent or a failed write is an InputError naming the path."""
+    write_new_text(Path(path), config_yaml(advice), force=force)
 
 
 def _train_command(recipe: str, overrides: Iterable[str]) -> str:

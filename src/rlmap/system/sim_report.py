@@ -7,13 +7,20 @@ Plots use ``matplotlib.figure.Figure`` directly, never ``pyplot``.
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from rlmap.core.errors import ConfigError
+from rlmap.core.errors import ConfigError, InputError
+from rlmap.experiments.rundir import (
+    check_new_file,
+    create_run_dir,
+    removed_on_failure,
+    write_bytes_atomic,
+)
 from rlmap.system.sim_inputs import Duration, parse_duration, parse_learner_step, profile_from_run
 from rlmap.system.simulate import MODES, SimConfig, SimResult, simulate
 
@@ -38,6 +45,8 @@ class SimulateArgs:
     json: bool = False
     sweep_workers: str | None = None
     plot: str | None = None
+    force: bool = False
+    """``--force``: replace plots that already exist in ``--plot``."""
 
 
 def simulate_args(flags: Mapping[str, object]) -> SimulateArgs:
@@ -85,8 +94,15 @@ def command(a: SimulateArgs) -> str:
         if a.json:
             return json.dumps(result_dict(result), indent=2) + "\n"
         return (f"times from {source}\n" if source else "") + render_text(result)
-    results = sweep_workers(config, parse_workers(a.sweep_workers))
-    written = plot_sweep(results, Path(a.plot)) if a.plot is not None else []
+    counts = parse_workers(a.sweep_workers)
+    if a.plot is not None:
+        check_plot_dir(Path(a.plot), force=a.force)  # before the sweep: fail fast, write nothing
+    results = sweep_workers(config, counts)
+    written = []
+    if a.plot is not None:
+        existed = Path(a.plot).exists()
+        with removed_on_failure(Path(a.plot), existed=existed):  # a full disk leaves nothing
+            written = plot_sweep(results, Path(a.plot))
     if a.json:
         return json.dumps([result_dict(r) for r in results], indent=2) + "\n"
     return sweep_table(results) + "".join(f"wrote {p}\n" for p in written)
@@ -185,11 +201,30 @@ def sweep_table(results: Sequence[SimResult]) -> str:
     return "\n".join(lines) + "\n"
 
 
+PLOTS = ("throughput", "idle", "staleness", "cost")
+"""The panels of :func:`plot_sweep`, each written as ``<prefix><name>.png``."""
+
+
+def check_plot_dir(out_dir: Path, prefix: str = "", *, force: bool = False) -> None:
+    """InputError unless the plots can go into ``out_dir``: a directory or a path to create,
+    with none of the PNGs already there (``force``: existing PNG files are replaced)."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise InputError(f"{out_dir}: exists and is not a directory; --plot takes a directory")
+    if out_dir.is_dir():
+        for name in PLOTS:
+            check_new_file(out_dir / f"{prefix}{name}.png", force=force)
+
+
 def plot_sweep(results: Sequence[SimResult], out_dir: Path, prefix: str = "") -> list[Path]:
-    """Four PNGs against worker count: throughput, idle, staleness, and the cost of asynchrony."""
+    """Four PNGs against worker count: throughput, idle, staleness, and the cost of asynchrony.
+
+    ``out_dir`` is created if absent and the PNGs in it are replaced, each whole or not
+    at all (``bench/simulate_scale.py`` regenerates the documentation's figures this
+    way); ``rlmap simulate --plot`` refuses existing files first (:func:`check_plot_dir`).
+    """
     from matplotlib.figure import Figure  # imported here: only plotting pays for matplotlib
 
-    out_dir.mkdir(parents=True, exist_ok=True)
+    create_run_dir(out=out_dir, kind="plot directory", force=True)
     modes = [m for m in MODES if any(r.mode == m for r in results)]
     series = {
         m: sorted((r for r in results if r.mode == m), key=lambda r: r.workers) for m in modes
@@ -226,7 +261,9 @@ def plot_sweep(results: Sequence[SimResult], out_dir: Path, prefix: str = "") ->
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
         path = out_dir / f"{prefix}{name}.png"
-        fig.savefig(path, dpi=80)
+        buffer = io.BytesIO()
+        fig.savefig(buffer, format="png", dpi=80)
+        write_bytes_atomic(path, buffer.getvalue())
         written.append(path)
     return written
 
