@@ -274,3 +274,36 @@ def test_a_verifier_killed_at_its_deadline_leaves_nothing(name: str) -> None:
         assert left == [], f"{name} left {left}"
     finally:
         verifier.close()
+
+
+@pytest.mark.skipif(ISOLATION.uid is None, reason="needs root (uid drop)")
+@pytest.mark.parametrize("name", ORPHAN_MAKERS)
+def test_without_namespaces_a_killed_verifier_leaves_nothing(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Root without namespaces: no PID namespace to take the code down, so the death
+    signals and the sweep by uid must; the worker inherits the patched host (fork)."""
+    python = next(
+        (os.path.realpath(p) for p in (sandbox._host().python, "/usr/bin/python3")
+         if os.path.exists(p) and sandbox._others_can_use(p)),
+        None,
+    )  # fmt: skip
+    if python is None:
+        pytest.skip("no interpreter an unprivileged uid can run")
+    host = dataclasses.replace(sandbox._host(), python=python, namespaces=False)
+    monkeypatch.setattr(sandbox, "_host", lambda: host)
+    monkeypatch.setattr(sandbox, "_others_can_use", lambda path: True)  # checked above
+    program = next(p for p in PROGRAMS if p.name == name)
+    patient = dataclasses.replace(LIMITS, wall_seconds=30.0, cpu_seconds=20)
+    verifier = IsolatedVerifier(functools.partial(code_tests, limits=patient), timeout_s=1.0)
+    before = Kernel.now()
+    try:
+        with pytest.raises(TimeoutError):
+            verifier(program.code, program.tests)
+        assert verifier._process is not None and verifier._process.pid is not None
+        left = leftovers([verifier._process.pid], before)
+        if left:
+            clean([verifier._process.pid])
+        assert left == [], f"{name} left {left}"
+    finally:
+        verifier.close()

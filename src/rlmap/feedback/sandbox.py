@@ -1,9 +1,9 @@
 """A sandbox for model-written Python: run it against unit tests, contained.
 
-``run_python(code, tests, limits)`` runs ``code`` and then ``tests`` in a fresh
-interpreter (``python -I -S``: no site-packages, no ``PYTHON*`` variables, no
-user directories) and says whether every test ran and passed. What contains it,
-from the outside in:
+``run_python(code, tests, limits)`` runs ``code`` in one fresh interpreter and
+``tests`` in another that calls into it (``python -I -S``: no site-packages, no
+``PYTHON*`` variables, no user directories) and says whether every test ran and
+passed. What contains it, from the outside in:
 
 - **wall clock** — the parent kills the whole sandbox at ``wall_seconds``;
 - **resource limits** (``setrlimit``, per process) — CPU seconds (a SIGKILL at the
@@ -14,36 +14,48 @@ from the outside in:
   (``2**30 + pid·256 + run``), with no groups, no capabilities and
   ``PR_SET_NO_NEW_PRIVS``; ``RLIMIT_NPROC`` then bounds a fork bomb, and file
   permissions apply;
-- **namespaces** (root with util-linux ``unshare``) — a new network namespace (only
-  a loopback that is down: no connection, no DNS), a new PID namespace (the code
-  cannot see or signal other processes, and every process in it dies with it) and
-  a new mount namespace in which the code is ``chroot``-ed into a private
-  read-only root: the system directories and the interpreter, read-only; four
-  device nodes; a fresh ``/proc``; and ``/sandbox``, its working directory, a
-  tmpfs of ``file_bytes`` that vanishes with the namespace. The host's ``/tmp``,
-  ``/root``, ``/home``, the repository and everything else are not there at all;
+- **namespaces** (root) — a new network namespace (only a loopback that is down: no
+  connection, no DNS), a new PID namespace (the code cannot see or signal other
+  processes, and every process in it dies with it), a new IPC namespace (SysV shared
+  memory, queues and semaphores, and POSIX queues, die with it) and a new mount
+  namespace in which the code is ``chroot``-ed into a private read-only root: the
+  system directories and the interpreter, read-only; four device nodes; a fresh
+  ``/proc``; and ``/sandbox``, its working directory, a tmpfs of ``file_bytes`` that
+  vanishes with the namespace. The host's ``/tmp``, ``/root``, ``/home``, the
+  repository and everything else are not there at all;
+- **a session keyring of its own and a seccomp filter** (any user) — the trainer's
+  keys are not possessed, and ``add_key``/``keyctl``/``request_key``, ``ptrace``,
+  ``process_vm_*`` and ``pidfd_getfd`` are refused (so are the calls that create IPC
+  objects where no IPC namespace would take them away);
+- **two processes** — the tests run in a process the code never ran in, and call into
+  the code's process for answers that come back as data (``_sandbox_harness.py``):
+  nothing the code does to its interpreter changes what the tests see;
 - **output** — stdout and stderr together are read up to ``output_bytes``; past
   that the sandbox is killed;
 - **environment** — only ``PATH``, ``LANG``/``LC_ALL``, ``HOME`` and ``TMPDIR``;
 - **a temporary directory** on the host, removed afterwards whatever happened,
   and a sweep that kills any process still running under the sandbox's uid.
 
-Without root (or without namespace support) the sandbox degrades to what the OS
-allows and says so in ``SandboxResult.isolation``; as root it refuses to run the
-code at all when it cannot drop privileges (``SandboxError``). Linux only.
+Without root (or without namespace or seccomp support) the sandbox degrades to
+what the OS allows and says so in ``SandboxResult.isolation``; as root it refuses
+to run the code at all when it cannot drop privileges (``SandboxError``). Linux only.
 
-Processes: this one → ``unshare`` (namespaces only) → the launcher
-(``_sandbox_launcher.py``: root; builds the private root, is the PID namespace's
-init, reports the exit on a pipe the code never holds) → the harness
-(``_sandbox_harness.py``: the unprivileged uid, under the limits; runs the code
-and the tests). docs/verifiers.md has the table of what each host enforces.
+Processes: this one → the launcher (``_sandbox_launcher.py``: root; dies with its
+caller, makes the namespaces) → the PID namespace's init (the launcher's fork: builds
+the private root, reaps, reports the exit on a pipe the code never holds) → the
+test process (``_sandbox_harness.py``: the unprivileged uid, under the limits, the
+filter; runs the tests) → the solution process (its fork, made before the payload is
+read; runs the code). Each dies with its parent (``PR_SET_PDEATHSIG``), so killing
+the caller — a verifier worker past ``feedback.timeout_s`` — takes everything down;
+``sweep`` makes that certain and removes what a killed caller left on disk.
+docs/verifiers.md has the table of what each host enforces.
 
-A pass needs proof that the tests completed: the harness prints a random nonce,
-which the code never sees, only after every test passed (see
-``_sandbox_harness.py``). Exiting early, exit hooks and fake "OK" lines all fail.
-Limits of the design: the code and the tests share one interpreter, so code that
-searches the harness's frames for the nonce, or that returns objects rigged to
-compare equal to anything, can still cheat; the tests must guard against that.
+A pass needs proof that the tests completed: the test process prints a random
+nonce, which the code's process never holds, only after every test passed, and
+exits 0. Exiting early, exit hooks, fake "OK" lines, rigged objects, patched test
+machinery and frames searched for the nonce all fail. What remains possible — tests
+that let the code judge itself, answers that merely fit the tests — is in
+docs/verifiers.md.
 """
 
 from __future__ import annotations

@@ -88,9 +88,11 @@ def extract_code(response: str) -> str:
 def code_tests(response: str, reference: str, limits: SandboxLimits | None = None) -> float:
     """1.0 if the response's code passes the reference unit tests in the sandbox, else 0.0.
 
-    ``reference`` is the test source, run after the code in the same namespace (see
-    ``sandbox.run_python``). Raises SyntaxError if the tests do not compile and
-    SandboxError if no safe sandbox can be set up.
+    ``reference`` is the test source. It runs in a process of its own that sees the
+    code's names and calls into the code's process (see ``sandbox.run_python`` and
+    docs/verifiers.md), so nothing the code does to its interpreter changes the
+    verdict. Raises SyntaxError if the tests do not compile and SandboxError if no
+    safe sandbox can be set up.
     """
     return float(run_python(extract_code(response), reference, limits).passed)
 
