@@ -17,3 +17,15 @@ def test_algos_benchmark_runs_at_toy_size(capsys: pytest.CaptureFixture[str]) ->
     module.main(["--batch", "8", "--time", "16", "--group", "4", "--repeats", "1"])
     out = capsys.readouterr().out
     assert "estimator gae" in out and "objective ppo_clip" in out and "reduction token_mean" in out
+
+
+def test_memory_benchmark_runs_at_toy_size() -> None:
+    import subprocess
+    import sys
+
+    path = Path(__file__).resolve().parents[2] / "bench" / "memory.py"
+    out = subprocess.run([sys.executable, str(path), "--toy", "--repeats", "1"], check=True,
+                         capture_output=True, text=True, timeout=300).stdout  # fmt: skip
+    last = out.strip().splitlines()[-1]
+    assert last.startswith("memory ratio ") and ", time ratio " in last
+    assert out.count("per forward+backward") == 4  # full and chunked at two lengths

@@ -38,9 +38,13 @@ from rlmap.tasks.env import AnswerEnv, EnvFactory
 from rlmap.tasks.jsonl import load_examples, load_numbered_examples
 from rlmap.tasks.preferences import PreferenceSpec, embedded_reward_model
 from rlmap.tasks.prompts import encode_prompt
+from rlmap.tasks.tiny import TinySpec
 from rlmap.tasks.warmstart import TOOL_DEMOS, WarmStartSpec, task_tokenizer, warm_start
 
 EMBEDDED = "embedded:tiny"
+EMBEDDED_MODELS = {EMBEDDED: TinySpec(), "embedded:tiny-moe": TinySpec(experts=4)}
+"""The built-in models: the dense default, and a Qwen3-MoE of 4 experts, top-2, per layer
+(for routing replay); both built from config and warm-started on first use, then cached."""
 BUILT_IN_TASKS = ("arithmetic", "calculator")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
@@ -84,7 +88,8 @@ def warm_start_spec(cfg: RecipeConfig) -> WarmStartSpec:
     d = cfg.data
     return WarmStartSpec(task=d.task, split_seed=d.split_seed, eval_size=d.eval_size,
                          train_size=d.train_size, max_digits=d.max_digits, ops=d.resolved_ops,
-                         tool_demos=TOOL_DEMOS if d.task == "calculator" else 0.0)  # fmt: skip
+                         tool_demos=TOOL_DEMOS if d.task == "calculator" else 0.0,
+                         model=EMBEDDED_MODELS.get(cfg.model.path, TinySpec()))  # fmt: skip
 
 
 def model_path(
@@ -95,7 +100,7 @@ def model_path(
     A given directory is checked first (:func:`check_model_dir`): a damaged one is a
     one-line error naming its file, not a traceback from deep inside ``transformers``.
     """
-    if cfg.model.path == EMBEDDED:
+    if cfg.model.path in EMBEDDED_MODELS:
         return warm_start(warm_start_spec(cfg), progress=progress)
     path = Path(cfg.model.path)
     check_model_dir(path, "model.path")
@@ -116,7 +121,7 @@ def reward_model_path(
         path = Path(cfg.model.reward_path)
         check_model_dir(path, "model.reward_path")
         return path
-    if cfg.model.path != EMBEDDED or cfg.data.task not in BUILT_IN_TASKS:
+    if cfg.model.path not in EMBEDDED_MODELS or cfg.data.task not in BUILT_IN_TASKS:
         raise ConfigError(
             "model.reward_path: feedback.source=reward_model needs a trained reward model "
             "(rlmap reward-model train --pairs FILE.jsonl); only the embedded default has one"
@@ -133,7 +138,7 @@ def check_inputs(cfg: RecipeConfig) -> None:
     """
     refuse_unavailable(cfg)
     load_data(cfg)
-    if cfg.model.path == EMBEDDED:
+    if cfg.model.path in EMBEDDED_MODELS:
         tokenizer: PreTrainedTokenizerBase = task_tokenizer(cfg.data.task)
         context: int | None = warm_start_spec(cfg).model.max_position_embeddings
         source = "the embedded model"
@@ -147,7 +152,7 @@ def check_inputs(cfg: RecipeConfig) -> None:
     if context is not None:
         check_prompt_lengths(labelled_prompts(cfg), tokenizer, context, source)
     if cfg.feedback.source == "reward_model" and (
-        cfg.model.reward_path is not None or cfg.model.path != EMBEDDED
+        cfg.model.reward_path is not None or cfg.model.path not in EMBEDDED_MODELS
     ):
         reward_model_path(cfg)  # a given path must exist; a real model must have one
     critic = cfg.model.critic_path
