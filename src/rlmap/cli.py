@@ -373,7 +373,8 @@ def _add_map_commands(sub: Any) -> None:
                    help="a value critic has been clearly unstable")  # fmt: skip
     p.add_argument("--rare-correct", action="store_true", default=None,
                    help="correct samples are extremely rare")  # fmt: skip
-    p.add_argument("--moe-routing-mismatch", action="store_true", default=None,
+    p.add_argument("--moe", "--moe-routing-mismatch", dest="moe_routing_mismatch",
+                   action="store_true", default=None,
                    help="MoE whose routing differs between training and rollout")  # fmt: skip
     p.add_argument("--separate-rollout", action="store_true", default=None,
                    help="rollout and learner are separate processes")  # fmt: skip

@@ -349,3 +349,14 @@ def test_profile_rejects_values_the_flags_would_reject() -> None:
 
 def test_docs_include_the_table_as_implemented() -> None:
     assert table_markdown() in DOCS.read_text()
+
+
+def test_advise_moe_names_routing_replay_that_rlmap_can_run(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from rlmap.cli import main
+
+    assert main(["advise", "--moe"]) == 0
+    out = " ".join(capsys.readouterr().out.split())  # the renderer wraps lines
+    assert "row 4: MoE whose expert routing differs" in out
+    assert "behaviour.routing_replay=true" in out and "model.path=embedded:tiny-moe" in out
