@@ -21,7 +21,6 @@ are deleted, so a crash mid-delete cannot leave a partial ``step_*`` behind.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import random
 import re
@@ -33,7 +32,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import SafetensorError, safe_open
 
 from rlmap.core.errors import InputError, TrainingError
 from rlmap.experiments.rundir import fsync_dir
@@ -63,28 +61,19 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
 def checkpoint_problem(ckpt: Path, models: Sequence[str] = ()) -> str | None:
     """What makes ``ckpt`` unusable for a resume, naming the file; None when it is intact.
 
-    Checks that the model's (and each of ``models``' subdirectories') ``config.json``
-    parses, that every safetensors file's header covers the file (a truncated file
-    fails here), and that ``trainer_state.pt``'s zip directory is whole. It reads headers
-    and directories, not weights or optimiser state.
+    The model (and each of ``models``' subdirectories) must pass
+    :func:`rlmap.system.setup.check_model_dir` — ``config.json`` parses, every weight file's
+    header covers the file — and ``trainer_state.pt``'s zip directory must be whole. It
+    reads headers and directories, not weights or optimiser state.
     """
+    from rlmap.core.errors import ConfigError
+    from rlmap.system.setup import check_model_dir
+
     for where in (ckpt, *(ckpt / name for name in models)):
-        config = where / "config.json"
         try:
-            json.loads(config.read_text())
-        except FileNotFoundError:
-            return f"{config}: missing"
-        except (OSError, ValueError):
-            return f"{config}: not valid JSON (truncated?)"
-        weights = sorted(where.glob("*.safetensors"))
-        if not weights:
-            return f"{where}: no *.safetensors weights"
-        for file in weights:
-            try:
-                with safe_open(str(file), "pt") as handle:
-                    handle.keys()
-            except (SafetensorError, OSError) as exc:
-                return f"{file}: damaged ({exc})"
+            check_model_dir(where, field=f"checkpoint {where}")
+        except (ConfigError, InputError) as exc:
+            return str(exc)
     state = ckpt / TRAINER_STATE
     if not state.is_file():
         return f"{state}: missing"
