@@ -35,8 +35,9 @@ def position_ids(attention_BT: Tensor) -> Tensor:
     return (attention_BT.long().cumsum(-1) - 1).clamp(min=0)
 
 
-LOGPROB_CHUNK = 1024
-"""Token positions per LM-head chunk: the logits held at once are chunk × V, not B·T·V."""
+LOGPROB_CHUNK = 256
+"""Token positions per LM-head chunk: the logits held at once are chunk × V, not B·T·V (at
+V = 151,936, 256 positions are 156 MB in float32)."""
 
 
 def token_logprobs(
@@ -128,11 +129,13 @@ class ChunkedLogprobs(torch.autograd.Function):
         grad_b = None if bias_V is None else torch.zeros_like(bias_V, dtype=wide)
         for s in range(0, hidden_NH.shape[0], ctx.chunk):
             h = hidden_NH[s : s + ctx.chunk]
-            z = _chunk_logits(h, weight_VH, bias_V, ctx.inv_t)
             g = at_least_float32(g_N[s : s + ctx.chunk])
-            dz = torch.exp(z - lse_all[s : s + ctx.chunk, None]) * -g[:, None]  # −g·p
-            dz.scatter_add_(-1, targets_N[s : s + ctx.chunk, None], g[:, None])  # + g·onehot
-            dz = dz * ctx.inv_t  # ∂/∂(h Wᵀ + b)
+            # one (c, V) buffer, in place: z → p = exp(z − lse) → −g·p → + g·onehot → · 1/T
+            dz = _chunk_logits(h, weight_VH, bias_V, ctx.inv_t)
+            dz.sub_(lse_all[s : s + ctx.chunk, None]).exp_().mul_(-g[:, None])
+            dz.scatter_add_(-1, targets_N[s : s + ctx.chunk, None], g[:, None])
+            if ctx.inv_t != 1.0:
+                dz.mul_(ctx.inv_t)  # ∂/∂(h Wᵀ + b)
             grad_h[s : s + ctx.chunk] = (dz.to(weight_VH.dtype) @ weight_VH).to(grad_h.dtype)
             grad_w += dz.t() @ at_least_float32(h)
             if grad_b is not None:
@@ -142,8 +145,9 @@ class ChunkedLogprobs(torch.autograd.Function):
 
 
 def _chunk_logits(h: Tensor, weight_VH: Tensor, bias_V: Tensor | None, inv_t: float) -> Tensor:
+    """(c, V) logits / T in at least float32: a new tensor, which the caller may overwrite."""
     z = at_least_float32(nn.functional.linear(h, weight_VH, bias_V))
-    return z * inv_t if inv_t != 1.0 else z
+    return z.mul_(inv_t) if inv_t != 1.0 else z
 
 
 def _full_logprobs(
