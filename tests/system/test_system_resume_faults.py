@@ -15,7 +15,9 @@ from pathlib import Path
 import pytest
 
 from rlmap.cli import main
+from rlmap.core.errors import ConfigError
 from rlmap.experiments import train as train_module
+from rlmap.recipes import load_config
 
 Toy = Callable[..., list[str]]
 
@@ -146,3 +148,27 @@ def test_every_checkpoint_damaged_is_one_line_naming_the_file(
 def _truncate(path: Path) -> None:
     data = path.read_bytes()
     path.write_bytes(data[: len(data) // 2])
+
+
+def test_a_refused_resume_leaves_a_damaged_checkpoint_where_it_was(
+    finished: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Before: the damaged step_4 was renamed aside, then the edited config was refused.
+    run = _copy(finished, tmp_path / "run")
+    config = run / "config.yaml"
+    config.write_text(re.sub(r"(?m)^  lr: 5.0e-05$", "  lr: 3.0e-05", config.read_text()))
+    (run / "checkpoints" / "step_4" / "trainer_state.pt").unlink()
+    before = _tree(run)
+    assert main(["train", "--resume", str(run)]) == 2
+    assert capsys.readouterr().err.startswith("rlmap: error: optim.lr: changed")
+    assert _tree(run) == before and not (run / "resumes.jsonl").exists()
+
+
+def test_more_steps_with_a_cosine_schedule_are_refused(tiny_model_dir: Path, tmp_path: Path,
+                                                        toy: Toy) -> None:  # fmt: skip
+    run = tmp_path / "run"
+    assert _train(run, toy, tiny_model_dir, "optim.schedule=cosine") == 0
+    config = run / "config.yaml"
+    config.write_text(config.read_text().replace("steps: 4", "steps: 6"))
+    with pytest.raises(ConfigError, match=r"^optim.steps: cannot change on resume"):
+        train_module.run_training(load_config(config), run, resume=True)

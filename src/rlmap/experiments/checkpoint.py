@@ -85,28 +85,40 @@ def checkpoint_problem(ckpt: Path, models: Sequence[str] = ()) -> str | None:
     return None
 
 
-def resume_point(run_dir: Path, models: Sequence[str] = ()) -> tuple[Path | None, list[str]]:
-    """The newest intact checkpoint of a run, and one line for each damaged newer one.
+def resume_point(
+    run_dir: Path, models: Sequence[str] = ()
+) -> tuple[Path | None, list[tuple[Path, str]]]:
+    """The newest intact checkpoint of a run, and each damaged newer one with its fault.
 
-    Damaged checkpoints newer than the one resumed from are renamed to
-    ``checkpoints/damaged-step_<N>-<pid>`` (kept for inspection, never deleted, and out of
-    the ``step_*`` namespace so the resumed run can write that step again). A run without
-    checkpoints resumes from None (it starts over); a run whose every checkpoint is damaged
-    raises :class:`~rlmap.core.errors.InputError` naming the newest one's fault and moves
-    nothing.
+    Nothing is moved here (a resume refused later must leave the run as it was): the
+    caller sets the damaged ones aside with :func:`set_aside` once the resume goes ahead.
+    A run without checkpoints resumes from None (it starts over); a run whose every
+    checkpoint is damaged raises :class:`~rlmap.core.errors.InputError` naming the newest
+    one's fault.
     """
     checkpoints = list_checkpoints(run_dir)
     problems = [(ckpt, checkpoint_problem(ckpt, models)) for ckpt in reversed(checkpoints)]
     intact = next((ckpt for ckpt, problem in problems if problem is None), None)
     if checkpoints and intact is None:
         raise InputError(f"{problems[0][1]}; no intact checkpoint to resume from")
-    notes = []
+    damaged = []
     for ckpt, problem in problems:
-        if ckpt == intact:
+        if ckpt == intact or problem is None:
             break
-        os.replace(ckpt, ckpt.with_name(f"damaged-{ckpt.name}-{os.getpid()}"))
-        notes.append(f"{problem}; skipped (kept as damaged-{ckpt.name}-{os.getpid()})")
-    return intact, notes
+        damaged.append((ckpt, problem))
+    return intact, damaged
+
+
+def set_aside(damaged: Sequence[tuple[Path, str]]) -> list[str]:
+    """Rename damaged checkpoints to ``checkpoints/damaged-step_<N>-<pid>`` (kept for
+    inspection, never deleted, out of the ``step_*`` namespace so the resumed run can
+    write that step again); one line for each."""
+    notes = []
+    for ckpt, problem in damaged:
+        kept = ckpt.with_name(f"damaged-{ckpt.name}-{os.getpid()}")
+        os.replace(ckpt, kept)
+        notes.append(f"{problem}; skipped (kept as {kept.name})")
+    return notes
 
 
 def capture_rng() -> dict[str, Any]:

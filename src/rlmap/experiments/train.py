@@ -28,7 +28,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +42,7 @@ from rlmap.experiments.checkpoint import (
     restore_rng,
     resume_point,
     save_checkpoint,
+    set_aside,
 )
 from rlmap.experiments.compare import FAILED_FILE
 from rlmap.experiments.fingerprint import (
@@ -74,11 +75,14 @@ EVAL_SEED = 12345
 
 def run_training(cfg: RecipeConfig, run_dir: Path, *, resume: bool = False) -> dict[str, Any]:
     """Train into ``run_dir`` (fresh, or continued from its newest checkpoint)."""
-    ckpt, saved = _resume_point(cfg, run_dir) if resume else (None, None)
+    point = _resume_point(cfg, run_dir) if resume else None  # refuses before anything moves
+    ckpt, saved = (point.ckpt, point.saved) if point is not None else (None, None)
     view = ProgressView(enabled=cfg.run.progress)
     start = setup.model_path(cfg, progress=view.warm_start)
     reward_path = setup.reward_model_path(cfg, progress=view.phase("reward model"))
     parts = setup.build(cfg, start, resume_from=ckpt, reward_path=reward_path)
+    if point is not None:
+        _go_ahead(run_dir, point)
     state, ledger = LoopState(), _initial_ledger(cfg, parts, start)
     if ckpt is not None and saved is not None:
         state, ledger, before = _restore(parts, ckpt, saved)
@@ -264,20 +268,30 @@ the old value, and ``config.yaml`` would no longer describe the run."""
 RESUMES_FILE = "resumes.jsonl"
 
 
-def _resume_point(cfg: RecipeConfig, run_dir: Path) -> tuple[Path | None, dict[str, Any] | None]:
-    """The checkpoint to resume from and its trainer state, or (None, None) to start over.
+@dataclass(frozen=True)
+class ResumePoint:
+    """Where a resume goes on from, decided before anything in the run directory changes."""
 
-    Damaged checkpoints are skipped (and said so); a config changed since the checkpoint
-    is refused unless only :data:`RESUMABLE_CHANGES` differ, which are recorded in
-    ``resumes.jsonl`` with the step they apply from.
+    ckpt: Path | None
+    """The newest intact checkpoint; None: the run starts over from step 0."""
+    saved: dict[str, Any] | None
+    """Its trainer state."""
+    changes: dict[str, list[Any]]
+    """The accepted config changes, field → [saved, current]."""
+    damaged: list[tuple[Path, str]]
+    """Newer checkpoints that are damaged, and why: set aside when the resume goes ahead."""
+
+
+def _resume_point(cfg: RecipeConfig, run_dir: Path) -> ResumePoint:
+    """The checkpoint to resume from and its trainer state, or a start over.
+
+    A config changed since the checkpoint is refused unless only :data:`RESUMABLE_CHANGES`
+    differ (and ``optim.steps`` only with a constant schedule: a cosine one would jump).
+    Refusals raise here, before any file is touched.
     """
-    ckpt, notes = resume_point(run_dir, [CRITIC_DIR] if cfg.critic.enabled else [])
-    for note in notes:
-        print(f"rlmap: {note}", file=sys.stderr)
+    ckpt, damaged = resume_point(run_dir, [CRITIC_DIR] if cfg.critic.enabled else [])
     if ckpt is None:
-        print(f"rlmap: {run_dir}: no checkpoint yet; starting over from step 0", file=sys.stderr)
-        _record_resume(run_dir, None, {}, notes)
-        return None, None
+        return ResumePoint(None, None, {}, damaged)
     saved = load_trainer_state(ckpt)
     changes = config_changes(saved["extra"].get("config"), cfg)
     refused = [c for c in changes if c[0] not in RESUMABLE_CHANGES]
@@ -288,11 +302,25 @@ def _resume_point(cfg: RecipeConfig, run_dir: Path) -> tuple[Path | None, dict[s
             f"{new!r}); a resumed run keeps its config (only {', '.join(RESUMABLE_CHANGES)} "
             "may change); put the config back, or start a new run from this one's checkpoint"
         )
+    steps_changed = any(field == "optim.steps" for field, _, _ in changes)
+    if steps_changed and cfg.optim.schedule != "constant":
+        raise ConfigError(f"optim.steps: cannot change on resume with optim.schedule="
+                          f"{cfg.optim.schedule} (the learning rate would jump)")  # fmt: skip
     if cfg.optim.steps < saved["step"]:
         raise ConfigError(f"optim.steps: {cfg.optim.steps} is below the step resumed from "
                           f"({saved['step']})")  # fmt: skip
-    _record_resume(run_dir, ckpt, {f: [o, n] for f, o, n in changes}, notes)
-    return ckpt, saved
+    return ResumePoint(ckpt, saved, {f: [o, n] for f, o, n in changes}, damaged)
+
+
+def _go_ahead(run_dir: Path, point: ResumePoint) -> None:
+    """The resume's side effects, once nothing can refuse it: damaged checkpoints set aside
+    (each said on stderr), a start over said so, the line in ``resumes.jsonl``."""
+    notes = set_aside(point.damaged)
+    for note in notes:
+        print(f"rlmap: {note}", file=sys.stderr)
+    if point.ckpt is None:
+        print(f"rlmap: {run_dir}: no checkpoint yet; starting over from step 0", file=sys.stderr)
+    _record_resume(run_dir, point.ckpt, point.changes, notes)
 
 
 def config_changes(
