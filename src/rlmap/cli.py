@@ -467,8 +467,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 2
     try:
         status = args.func(args)
-    except (ConfigError, InputError, TrainingError) as exc:
+    except (ConfigError, InputError) as exc:  # bad input
         return _fail(args, str(exc), 2)
+    except TrainingError as exc:  # the run itself failed (it diverged): not the input's fault
+        return _fail(args, str(exc), 1)
     except OSError as exc:  # the machine, not the input: a full or read-only disk, ...
         why = exc.strerror or str(exc)
         return _fail(args, f"{exc.filename}: {why}" if exc.filename is not None else why, 1)

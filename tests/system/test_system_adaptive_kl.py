@@ -38,6 +38,23 @@ def test_one_controller_step_by_hand() -> None:
     assert kl_beta(p, state) == state.kl_beta
 
 
+def test_an_unclipped_step_by_hand() -> None:
+    p = _parts("kl.beta=0.1", "kl.target=0.1", "kl.horizon=80")
+    # KL 0.11: error 0.11/0.1 − 1 = 0.1, inside the clip; β·(1 + 0.1·8/80) = 0.101
+    assert adapt_kl(p, LoopState(), {"kl/mean": 0.11}, samples=8).kl_beta == pytest.approx(0.101)
+    # KL 0.095: error −0.05; β·(1 − 0.05·8/80) = 0.0995
+    state = adapt_kl(p, LoopState(), {"kl/mean": 0.095}, samples=8)
+    assert state.kl_beta == pytest.approx(0.0995)
+
+
+def test_a_critic_warm_up_step_does_not_move_beta() -> None:
+    # The KL in the reward is measured on warm-up steps too, but the policy stays at π_ref
+    # there: before, β shrank by 20%·n/horizon on every warm-up step.
+    p = _parts("kl.beta=0.1", "kl.target=0.1", "kl.placement=reward")
+    warming = {"kl/mean": 0.0, "critic/pretraining": 1.0}
+    assert adapt_kl(p, LoopState(), warming, samples=8).kl_beta is None
+
+
 def test_no_target_or_no_measurement_leaves_beta_alone() -> None:
     fixed = _parts("kl.beta=0.1")
     assert adapt_kl(fixed, LoopState(), {"kl/mean": 5.0}, samples=8).kl_beta is None

@@ -70,10 +70,13 @@ def kl_beta(p: Parts, state: LoopState) -> float:
 
 def adapt_kl(p: Parts, state: LoopState, metrics: dict[str, float], samples: int) -> LoopState:
     """Ziegler et al.'s controller after a step that measured ``kl/mean`` on ``samples``
-    trajectories (:func:`rlmap.correction.adaptive_beta`); unchanged without ``kl.target``
-    or on a step that measured no KL (critic warm-up, an empty batch)."""
+    trajectories (:func:`rlmap.correction.adaptive_beta`); unchanged without ``kl.target``,
+    on a step that measured no KL (an empty batch) and on a critic-only warm-up step (the
+    KL in the reward is measured there too, but the policy is not trained)."""
     k = p.cfg.kl
     if k.target is None or k.placement == "none" or "kl/mean" not in metrics:
+        return state
+    if metrics.get("critic/pretraining") == 1.0:  # the policy did not move: KL ≈ 0 says nothing
         return state
     beta = adaptive_beta(kl_beta(p, state), metrics["kl/mean"], k.target, samples, k.horizon)
     return replace(state, kl_beta=beta)
