@@ -152,3 +152,104 @@ def test_a_moe_run_reports_route_mismatch_and_replays_when_asked(
     rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     mismatch = [r["moe/route_mismatch_frac"] for r in rows[1:]]
     assert len(mismatch) == 2 and all(0.0 <= m <= 1.0 for m in mismatch)
+
+
+def test_the_learner_replays_the_recorded_experts_in_its_update(
+    tiny_moe_model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A spy inside the learner's own replay context: what the experts are handed during
+    # update_policy must be the batch's recorded routes (random here), only with replay on.
+    from contextlib import contextmanager
+
+    from rlmap.correction import BehaviourParams, KLParams
+    from rlmap.reduction import ReductionParams
+    from rlmap.system import learner
+    from rlmap.system.learner import UpdateSettings, update_policy
+
+    model, engine, prompts = _engine(tiny_moe_model_dir)
+    torch.manual_seed(0)
+    groups = engine.generate(prompts, n=2, max_new_tokens=4, temperature=1.0, top_p=1.0)
+    batch = to_batch([Scored(single_turn(c), g, 1.0 * (k % 2), 1.0 * (k % 2), RewardStatus.OK)
+                      for g, cs in enumerate(groups) for k, c in enumerate(cs)],
+                     pad_token_id=0)  # fmt: skip
+    assert batch.routed_experts is not None
+    known = batch.routed_experts != NO_ROUTE
+    g = torch.Generator().manual_seed(5)
+    shuffled = torch.stack([torch.randperm(4, generator=g)[:2]
+                            for _ in range(known[..., 0].numel())])  # fmt: skip
+    random_routes = torch.where(known, shuffled.view(batch.routed_experts.shape), NO_ROUTE)
+    batch = batch.replace(routed_experts=random_routes)
+    real, seen = learner.replaying, []
+
+    @contextmanager
+    def spy(policy, routes, *, replay, stats=None):  # type: ignore[no-untyped-def]
+        with real(policy, routes, replay=replay, stats=stats), recording(policy) as calls:
+            yield
+        seen.append((routes, calls))
+
+    monkeypatch.setattr(learner, "replaying", spy)
+    for replay in (True, False):
+        seen.clear()
+        s = UpdateSettings(behaviour=BehaviourParams(routing_replay=replay), kl=KLParams(),
+                           reduction=ReductionParams(), epochs=1, minibatches=1,
+                           micro_batch_size=3, max_grad_norm=1.0, temperature=1.0)  # fmt: skip
+        sgd = torch.optim.SGD(model.parameters(), lr=0.0)
+        update_policy(model, sgd, torch.optim.lr_scheduler.LambdaLR(sgd, lambda _: 1.0), batch,
+                      torch.randn(batch.tokens.shape), s, learner_version=0,
+                      generator=torch.Generator())  # fmt: skip
+        assert len(seen) == 2  # micro-batches of 3 and 1 rows
+        for routes, calls in seen:
+            for layer in range(2):
+                used = calls[layer][0].view(*routes.shape[:2], 2)
+                rec = routes[:, :, layer]
+                mask = rec[..., 0] != NO_ROUTE  # the micro-batch's own recorded positions
+                same = (used.sort(-1).values == rec.sort(-1).values).all(-1)[mask]
+                assert bool(same.all()) == replay  # random routes: the own ones differ
+
+
+def test_replay_is_refused_for_a_model_it_would_change(
+    tiny_model_dir: Path, tiny_moe_model_dir: Path
+) -> None:
+    from rlmap.system.routing import check_replayable
+
+    class SigmoidRouter(torch.nn.Module):  # DeepSeek-V3 style: sigmoid scores, not a softmax
+        def __init__(self) -> None:
+            super().__init__()
+            self.top_k, self.num_experts = 2, 4
+            self.weight = torch.nn.Parameter(torch.randn(4, 8))
+
+        def forward(self, hidden: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            logits = hidden @ self.weight.T
+            scores, ids = torch.topk(torch.sigmoid(logits), 2, dim=-1)
+            return logits, scores * 2.5, ids
+
+    moe = AutoModelForCausalLM.from_pretrained(tiny_moe_model_dir)
+    assert check_replayable(moe) is None
+    dense = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    assert check_replayable(dense) == "the policy has no mixture-of-experts routers to replay"
+    problem = check_replayable(torch.nn.Sequential(SigmoidRouter()))
+    assert problem is not None and "SigmoidRouter does not weight its top-k" in problem
+
+
+def test_a_dense_policy_with_routing_replay_is_a_one_line_config_error(
+    tiny_model_dir: Path, tmp_path: Path, toy: Toy
+) -> None:
+    from rlmap.core.errors import ConfigError
+
+    cfg = build_config("grpo", None, [*toy(tiny_model_dir), "behaviour.routing_replay=true"])
+    with pytest.raises(ConfigError, match=r"^behaviour.routing_replay: the policy has no"):
+        run_training(cfg, tmp_path / "run")
+
+
+def test_each_position_keeps_the_routes_of_the_call_that_first_routed_it() -> None:
+    from rlmap.system.rollout import earliest_routes
+
+    # turn 0's call routed positions 0-2 (its last token, 3, was never fed back); turn 1's
+    # call re-routed 0-3 (newer weights under partial rollout) and routed 4-5 anew
+    first = torch.tensor([[[1, 2]], [[1, 3]], [[0, 2]], [[NO_ROUTE, NO_ROUTE]]])  # (4, L=1, K)
+    second = torch.tensor([[[3, 0]], [[3, 0]], [[3, 0]], [[2, 1]], [[1, 0]], [[0, 3]]])
+    merged = earliest_routes(first, second)
+    assert merged is not None
+    assert merged[:3].tolist() == first[:3].tolist()  # kept from the call that sampled them
+    assert merged[3:].tolist() == second[3:].tolist()  # first routed by the later call
+    assert earliest_routes(None, second) is second and earliest_routes(first, None) is None

@@ -48,9 +48,9 @@ class Episode:
     tool_calls: int = 0
     tool_errors: int = 0
     routes: torch.Tensor | None = None
-    """MoE policies: (len(prompt_ids) + len(response_ids), L, K) experts per position, as the
-    engine recorded them (the last turn's call, which routed the whole context); rows past
-    its end (observations after the last turn) are missing and count as not routed."""
+    """MoE policies: (len(prompt_ids) + len(response_ids), L, K) experts per position, each
+    from the engine call that first routed it (:func:`earliest_routes`); rows past the last
+    call (observations after the last turn) are missing and count as not routed."""
 
     @property
     def turns(self) -> int:
@@ -109,7 +109,7 @@ class _Running:
         self.versions += [c.version] * n
         self.turn_ids += [self.turns] * n
         self.turns += 1
-        self.routes = c.routes  # this call routed the whole context and the new turn
+        self.routes = earliest_routes(self.routes, c.routes)
 
     def add_step(self, s: EnvStep) -> None:
         self.rewards.append(s.reward)
@@ -133,6 +133,20 @@ class _Running:
                        eos=eos, rewards=tuple(self.rewards), status=status,
                        tool_calls=self.tool_calls, tool_errors=self.tool_errors,
                        routes=self.routes)  # fmt: skip
+
+
+def earliest_routes(known: torch.Tensor | None, call: torch.Tensor | None) -> torch.Tensor | None:
+    """Each position's routes from the first call that routed it: the episode's so far, the
+    new call's for what it adds (observations, the new turn) and for positions nothing had
+    routed yet (a previous turn's last token). Under partial rollout a later call may run on
+    newer weights; a token keeps the routes it was processed with when it was new."""
+    if known is None or call is None:
+        return call
+    out = call.clone()
+    n = min(len(known), len(out))
+    routed = (known[:n] != NO_ROUTE).all(-1, keepdim=True).all(-2, keepdim=True)
+    out[:n] = torch.where(routed, known[:n], out[:n])
+    return out
 
 
 def run_episodes(

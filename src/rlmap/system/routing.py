@@ -132,6 +132,31 @@ def replaying(
             h.remove()
 
 
+def check_replayable(model: nn.Module) -> str | None:
+    """Why ``model``'s routing cannot be replayed, or None when it can.
+
+    Replay rebuilds a router's mixing weights as a softmax over the chosen experts. That
+    is how Qwen2-MoE, Qwen3-MoE, Mixtral and OLMoE weight them; routers that score experts
+    otherwise (DeepSeek-V3's sigmoid with a correction bias and a scaling factor, ...) would
+    be changed by replay. So each router must give back its own weights when its own choice
+    is replayed, on a few random hidden states.
+    """
+    routers = moe_routers(model)
+    if not routers:
+        return "the policy has no mixture-of-experts routers to replay"
+    g = torch.Generator().manual_seed(0)
+    for router in routers:
+        weight: Tensor = router.weight  # type: ignore[assignment]
+        hidden = torch.randn(8, int(weight.shape[1]), generator=g).to(weight.device, weight.dtype)
+        with torch.no_grad():
+            logits, scores, ids = router(hidden)
+            replayed = _replayed_scores(router, logits, ids).to(scores.dtype)
+        if not torch.allclose(replayed, scores, rtol=1e-3, atol=1e-5):
+            return (f"{type(router).__name__} does not weight its top-k experts by a softmax "
+                    "over them; replaying its routes would change the model")  # fmt: skip
+    return None
+
+
 def _replayed_scores(router: nn.Module, logits_NE: Tensor, ids_NK: Tensor) -> Tensor:
     """(N, K) mixing weights of experts ``ids`` under the training router's logits."""
     if getattr(router, "norm_topk_prob", True):  # Mixtral always renormalises

@@ -30,6 +30,7 @@ from rlmap.system.critic import CRITIC_DIR, CriticSettings, load_critic
 from rlmap.system.engine import RolloutEngine
 from rlmap.system.hf_engine import HFEngine
 from rlmap.system.learner import UpdateSettings
+from rlmap.system.routing import check_replayable
 from rlmap.system.scoring import EpisodeReturn, base_reward, shaping_reward
 from rlmap.system.sim_inputs import parse_duration
 from rlmap.tasks.arithmetic import Example, make_splits
@@ -453,6 +454,8 @@ def build(
     dtype = DTYPES[cfg.system.train_dtype]
     policy = load_causal_lm(resume_from or start, dtype=dtype)
     policy.train()
+    if cfg.behaviour.routing_replay and (problem := check_replayable(policy)) is not None:
+        raise ConfigError(f"behaviour.routing_replay: {problem}")
     reference = None
     if cfg.kl.placement != "none":
         reference = load_causal_lm(start, dtype=dtype)
