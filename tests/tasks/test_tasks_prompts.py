@@ -35,3 +35,26 @@ def test_a_saved_tokenizer_encodes_a_prompt_as_training_does_in_plain_transforme
     assert plain("12+2=")["input_ids"] == [1, 5, 6, 14, 6, 17]
     assert plain("12+2=")["input_ids"] == encode_prompt(plain, "12+2=")
     assert plain.decode(plain("12+2=")["input_ids"], skip_special_tokens=True) == "12+2="
+
+
+def test_an_embedded_tokenizer_saved_before_it_added_bos_gets_it_back(tmp_path: Path) -> None:
+    # Checkpoints of older rlmap versions have no post-processor: without this their prompts
+    # lost the <bos> they were trained with (and answered "4" to "12+34=").
+    from rlmap.system.setup import load_tokenizer
+
+    old = build_tokenizer()
+    old.backend_tokenizer.post_processor = None
+    old.save_pretrained(tmp_path)
+    assert AutoTokenizer.from_pretrained(tmp_path)("1+2=")["input_ids"][0] != 1  # as saved
+    assert encode_prompt(load_tokenizer(tmp_path), "1+2=") == [1, 5, 14, 6, 17]
+
+
+def test_a_tokenizer_that_closes_every_text_does_not_close_a_prompt() -> None:
+    tok = build_tokenizer()  # make it append <eos> as T5/BERT-style tokenizers do
+    from tokenizers import processors
+
+    tok.backend_tokenizer.post_processor = processors.TemplateProcessing(
+        single="<bos> $A <eos>", special_tokens=[("<bos>", 1), ("<eos>", 2)]
+    )
+    assert tok("1+2=")["input_ids"][-1] == 2
+    assert encode_prompt(tok, "1+2=") == [1, 5, 14, 6, 17]  # <bos> 1 + 2 =, no <eos>

@@ -42,6 +42,7 @@ from rlmap.core.hf import quiet_new_head
 from rlmap.experiments.rundir import write_new_text
 from rlmap.tasks.jsonl import load_records
 from rlmap.tasks.prompts import encode_prompt, encode_response
+from rlmap.tasks.tokenizer import restore_bos
 
 PAIR_FIELDS = ("prompt", "chosen", "rejected")
 INFO_FILE = "reward_model.json"
@@ -153,7 +154,7 @@ def new_reward_model(base: Path) -> PreTrainedModel:
     """
     config = AutoConfig.from_pretrained(base, num_labels=1)
     if getattr(config, "pad_token_id", None) is None:
-        tokenizer = AutoTokenizer.from_pretrained(base)
+        tokenizer = restore_bos(AutoTokenizer.from_pretrained(base))
         config.pad_token_id = tokenizer.pad_token_id
     for name in ("classifier_dropout", "hidden_dropout_prob", "attention_dropout"):
         if hasattr(config, name):
@@ -180,7 +181,7 @@ def train_reward_model(
     """
     if not train:
         raise ValueError("train_reward_model: no training pairs")
-    tokenizer = AutoTokenizer.from_pretrained(base)
+    tokenizer = restore_bos(AutoTokenizer.from_pretrained(base))
     pad = int(tokenizer.pad_token_id)
     rng = random.Random(spec.seed)
     with torch.random.fork_rng():

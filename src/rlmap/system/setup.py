@@ -40,6 +40,7 @@ from rlmap.tasks.jsonl import load_examples, load_numbered_examples
 from rlmap.tasks.preferences import PreferenceSpec, embedded_reward_model
 from rlmap.tasks.prompts import encode_prompt
 from rlmap.tasks.tiny import TinySpec
+from rlmap.tasks.tokenizer import restore_bos
 from rlmap.tasks.warmstart import TOOL_DEMOS, WarmStartSpec, task_tokenizer, warm_start
 
 EMBEDDED = "embedded:tiny"
@@ -246,7 +247,7 @@ def load_tokenizer(path: Path) -> PreTrainedTokenizerBase:
             f"{path}: no tokenizer (no tokenizer.json, tokenizer.model or vocabulary files); "
             "save the tokenizer beside the weights"
         )
-    return tokenizer
+    return restore_bos(tokenizer)  # an embedded tokenizer from before it added <bos> itself
 
 
 def load_causal_lm(path: Path, dtype: torch.dtype | None = None) -> torch.nn.Module:

@@ -23,7 +23,11 @@ def encode_prompt(tokenizer: PreTrainedTokenizerBase, text: str) -> list[int]:
         )
         ids = out["input_ids"] if hasattr(out, "keys") else out  # a BatchEncoding in newer versions
         return [int(i) for i in ids]
-    return [int(i) for i in tokenizer(text, add_special_tokens=True)["input_ids"]]
+    ids = [int(i) for i in tokenizer(text, add_special_tokens=True)["input_ids"]]
+    ends = {tokenizer.eos_token_id, tokenizer.sep_token_id} - {None}
+    while ids and ids[-1] in ends:  # T5/BERT-style tokenizers close every text; a prompt is open
+        ids.pop()
+    return ids
 
 
 def encode_response(tokenizer: PreTrainedTokenizerBase, text: str) -> list[int]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors
-from transformers import PreTrainedTokenizerFast
+from transformers import PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
 SPECIALS = ("<pad>", "<bos>", "<eos>", "<unk>")
 CHARACTERS = "0123456789+-*=() abcdefghijklmnopqrstuvwxyz.,:?"
@@ -34,10 +34,7 @@ def build_tokenizer(
     # The tokenizer adds <bos> itself, so plain ``AutoTokenizer.from_pretrained(ckpt)(text)``
     # encodes a prompt exactly as training did (without it a checkpoint answered "4" to
     # "12+34=" when used with transformers alone: its prompts had always begun with <bos>).
-    bos = vocab["<bos>"]
-    core.post_processor = processors.TemplateProcessing(
-        single="<bos> $A", pair="<bos> $A $B", special_tokens=[("<bos>", bos)]
-    )
+    core.post_processor = _adds_bos(vocab["<bos>"])
     return PreTrainedTokenizerFast(
         tokenizer_object=core,
         pad_token="<pad>",
@@ -46,3 +43,26 @@ def build_tokenizer(
         unk_token="<unk>",
         padding_side="left",
     )
+
+
+def _adds_bos(bos: int) -> processors.TemplateProcessing:
+    return processors.TemplateProcessing(
+        single="<bos> $A", pair="<bos> $A $B", special_tokens=[("<bos>", bos)]
+    )
+
+
+def restore_bos(tokenizer: PreTrainedTokenizerBase) -> PreTrainedTokenizerBase:
+    """An embedded tokenizer saved before it added ``<bos>`` itself gets that back.
+
+    Checkpoints written by older rlmap versions have the character vocabulary without the
+    post-processor; encoded as-is, their prompts would lose the ``<bos>`` they were trained
+    with. A tokenizer is recognised as rlmap's by its special tokens (pad/bos/eos/unk at
+    ids 0-3) and its characters; any other tokenizer is returned unchanged.
+    """
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    vocab = tokenizer.get_vocab()
+    ours = [vocab.get(t) for t in SPECIALS] == [0, 1, 2, 3] and all(c in vocab for c in CHARACTERS)
+    if backend is None or not ours or tokenizer("1")["input_ids"][:1] == [1]:
+        return tokenizer
+    backend.post_processor = _adds_bos(1)
+    return tokenizer
