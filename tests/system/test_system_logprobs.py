@@ -77,3 +77,33 @@ def test_scaled_logits_take_the_full_path(tiny_model_dir: Path) -> None:
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
     model.config.final_logit_softcapping = 30.0  # Gemma-2 style: logits are not h Wᵀ
     assert _plain_lm_head(model) is None
+
+
+def test_a_frozen_head_gets_no_gradient_and_the_trunk_the_same_one(tiny_model_dir: Path) -> None:
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, tie_word_embeddings=False)
+    full_model = copy.deepcopy(model)
+    for m in (model, full_model):
+        m.get_output_embeddings().weight.requires_grad_(False)
+    tokens, attention = _tokens()
+    token_logprobs(model, tokens, attention, chunk=5)[0].sum().backward()
+    _full_logprobs(full_model, tokens, attention, 1.0, False)[0].sum().backward()
+    assert model.get_output_embeddings().weight.grad is None
+    for a, b in zip(model.parameters(), full_model.parameters(), strict=True):
+        if b.grad is not None:
+            assert a.grad is not None
+            assert float((a.grad - b.grad).norm() / b.grad.norm()) <= 1e-6
+
+
+def test_bfloat16_matches_the_full_path_to_bfloat16_precision(tiny_model_dir: Path) -> None:
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.bfloat16)
+    full_model = copy.deepcopy(model)
+    tokens, attention = _tokens()
+    ours = token_logprobs(model, tokens, attention, chunk=5)[0]
+    ref = _full_logprobs(full_model, tokens, attention, 1.0, False)[0]
+    assert ours.dtype == torch.float32 and ref.dtype == torch.float32
+    torch.testing.assert_close(ours, ref, rtol=1e-5, atol=1e-5)  # the same bf16 logits
+    ours.sum().backward()
+    ref.sum().backward()
+    for a, b in zip(model.parameters(), full_model.parameters(), strict=True):
+        assert a.grad is not None and b.grad is not None and a.grad.dtype == torch.bfloat16
+        assert float((a.grad.float() - b.grad.float()).norm() / b.grad.float().norm()) <= 2e-2

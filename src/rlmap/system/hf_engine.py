@@ -196,15 +196,18 @@ def _sequence_routes(
 
 
 class FiniteScores(LogitsProcessor):
-    """Stops generation at the first NaN or +inf score, as a one-line error.
+    """Stops generation at the first NaN or +inf score, or a row of −inf, as a one-line error.
 
-    It runs last, after the temperature and top-p warpers (whose filtered tokens are −inf,
-    which is fine). Without it, weights that overflow in the forward pass (finite but huge,
-    e.g. after a step at an absurd learning rate) end in ``torch.multinomial``'s traceback.
+    transformers merges custom processors in before it appends the temperature and top-p
+    warpers, so this sees the model's logits (after any processor of ours, none of which
+    writes −inf on a whole row). Without it, weights that overflow in the forward pass
+    (finite but huge, e.g. after a step at an absurd learning rate) end in
+    ``torch.multinomial``'s traceback.
     """
 
     def __call__(self, input_ids: Tensor, scores: Tensor) -> Tensor:
-        if bool((torch.isnan(scores) | torch.isposinf(scores)).any()):
+        broken = torch.isnan(scores) | torch.isposinf(scores)
+        if bool(broken.any() or torch.isneginf(scores).all(-1).any()):
             raise TrainingError("rollout: the policy's scores are NaN or infinite (the "
                                 "weights overflow in the forward pass); stopped")  # fmt: skip
         return scores

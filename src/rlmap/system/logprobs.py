@@ -95,8 +95,9 @@ class ChunkedLogprobs(torch.autograd.Function):
     Forward keeps only (N,) results and each row's logsumexp; backward recomputes each
     chunk's logits and applies ∂ log π / ∂z = onehot(target) − softmax(z):
     ∂h = (g ⊙ (onehot − p)) W / T, ∂W = (g ⊙ (onehot − p))ᵀ h / T, ∂b = Σ g ⊙ (onehot − p) / T.
-    Peak memory is a few chunk × V float32 tensors. Logits are computed in the model's
-    dtype and compared in float32, as the full path does.
+    Peak memory is one or two chunk × V float32 tensors, plus a float32 V × H accumulator
+    for ∂W when the head is trained (none for a frozen head). Logits are computed in the
+    model's dtype and compared in float32, as the full path does.
     """
 
     @staticmethod
@@ -123,10 +124,11 @@ class ChunkedLogprobs(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, g_N: Tensor, _: Tensor) -> tuple[Tensor | None, ...]:
         hidden_NH, weight_VH, bias_V, targets_N, lse_all = ctx.saved_tensors
-        grad_h = torch.empty_like(hidden_NH)
+        need_h, need_w, need_b = ctx.needs_input_grad[:3]  # a frozen head (LoRA): no ∂W
+        grad_h = torch.empty_like(hidden_NH) if need_h else None
         wide = torch.promote_types(weight_VH.dtype, torch.float32)
-        grad_w = torch.zeros_like(weight_VH, dtype=wide)
-        grad_b = None if bias_V is None else torch.zeros_like(bias_V, dtype=wide)
+        grad_w = torch.zeros_like(weight_VH, dtype=wide) if need_w else None
+        grad_b = torch.zeros_like(bias_V, dtype=wide) if need_b and bias_V is not None else None
         for s in range(0, hidden_NH.shape[0], ctx.chunk):
             h = hidden_NH[s : s + ctx.chunk]
             g = at_least_float32(g_N[s : s + ctx.chunk])
@@ -136,12 +138,15 @@ class ChunkedLogprobs(torch.autograd.Function):
             dz.scatter_add_(-1, targets_N[s : s + ctx.chunk, None], g[:, None])
             if ctx.inv_t != 1.0:
                 dz.mul_(ctx.inv_t)  # ∂/∂(h Wᵀ + b)
-            grad_h[s : s + ctx.chunk] = (dz.to(weight_VH.dtype) @ weight_VH).to(grad_h.dtype)
-            grad_w += dz.t() @ at_least_float32(h)
+            if grad_h is not None:
+                grad_h[s : s + ctx.chunk] = (dz.to(weight_VH.dtype) @ weight_VH).to(grad_h.dtype)
+            if grad_w is not None:
+                grad_w += dz.t() @ at_least_float32(h)
             if grad_b is not None:
                 grad_b += dz.sum(0)
+        grad_weight = None if grad_w is None else grad_w.to(weight_VH.dtype)
         grad_bias = None if grad_b is None else grad_b.to(bias_V.dtype)
-        return grad_h, grad_w.to(weight_VH.dtype), grad_bias, None, None, None, None
+        return grad_h, grad_weight, grad_bias, None, None, None, None
 
 
 def _chunk_logits(h: Tensor, weight_VH: Tensor, bias_V: Tensor | None, inv_t: float) -> Tensor:
