@@ -279,8 +279,9 @@ def learn(p: Parts, batch: Batch, state: LoopState) -> dict[str, float]:
         metrics["kl/beta"] = beta
     ref = batch.ref_logprobs
     if p.cfg.kl.placement == "reward" and ref is not None:
-        bypass = batch.old_logprobs is None or p.cfg.behaviour.mode == "bypass"  # π_old := μ
-        current = batch.behavior_logprobs if bypass else batch.old_logprobs
+        old = batch.old_logprobs
+        bypass = old is None or p.cfg.behaviour.mode == "bypass"  # π_old := μ
+        current = batch.behavior_logprobs if bypass or old is None else old
         penalised = kl_in_reward(batch.step_rewards, current, ref, batch.action_mask,
                                  beta)  # fmt: skip
         batch = batch.replace(token_rewards=penalised)
