@@ -391,7 +391,11 @@ def _add_map_commands(sub: Any) -> None:
     p.add_argument("--json", action="store_true", help="the report as JSON")
     p.set_defaults(func=_cmd_diagnose)
     p = _command(sub, "simulate", help="discrete-event model of sync, async and partial rollout")
-    p.add_argument("--mode", default="sync", help="sync | async | partial (default: sync)")
+    p.add_argument(
+        "--mode",
+        default=None,
+        help="sync | async | partial (default: a --from-run run's, else sync)",
+    )
     p.add_argument("--workers", type=int, default=None, help="rollout workers W (default: 8)")
     p.add_argument("--batch", type=int, default=None, help="trajectories per step B (default: 64)")
     p.add_argument("--learner-step-s", default=None, metavar="S",
@@ -399,7 +403,12 @@ def _add_map_commands(sub: Any) -> None:
     p.add_argument("--duration", default=None, metavar="DIST",
                    help="lognormal:mu,sigma | pareto:alpha,scale | exponential:mean | "
                    "fixed:v | empirical:v1,v2,... (default: lognormal:0,1)")  # fmt: skip
-    p.add_argument("--eta", type=int, default=1, help="async: max staleness η (default: 1)")
+    p.add_argument(
+        "--eta",
+        type=int,
+        default=None,
+        help="async: max staleness η (default: the --from-run run's, else 1)",
+    )
     p.add_argument("--budget-s", type=float, default=None, metavar="L",
                    help="partial: longest segment per iteration, s (default: none)")  # fmt: skip
     p.add_argument("--steps", type=int, default=200, help="learner steps (default: 200)")

@@ -397,3 +397,31 @@ def test_an_async_runs_worker_layout_comes_from_its_config(tmp_path: Path) -> No
     cfg["system"] |= {"mode": "sync"}
     (run / "config.yaml").write_text(yaml.safe_dump(cfg))
     assert async_layout(run) is None
+
+
+def test_from_run_simulates_the_runs_own_mode_and_eta_unless_a_flag_overrides(
+    tmp_path: Path,
+) -> None:
+    # Before: --from-run of an asynchronous run (4 workers, η = 4) simulated *sync* unless
+    # --mode async --eta 4 were given too, and predicted a third of the measured throughput.
+    import yaml
+
+    from rlmap.system.sim_report import SimulateArgs, build_config
+
+    records = [{"step": i, "system/rollout_duration_p50": 1.0, "system/rollout_duration_p95": 2.0,
+                "system/update_s": 0.2, "sampling/generated": 64} for i in range(1, 4)]  # fmt: skip
+    run = write_metrics(tmp_path / "run", records)
+    cfg = {"system": {"mode": "async", "workers": 4, "partial_rollout": True},
+           "sampling": {"prompts_per_step": 64, "group_size": 1},
+           "behaviour": {"max_staleness": 4}}  # fmt: skip
+    (run / "config.yaml").write_text(yaml.safe_dump(cfg))
+    config, said = build_config(SimulateArgs(from_run=str(run)))
+    assert (config.mode, config.eta, config.workers) == ("async", 4, 4)
+    assert said is not None and "mode async, η = 4 (the run's)" in said
+    assert "partial rollout, simulated as async" in said
+    config, said = build_config(SimulateArgs(from_run=str(run), mode="sync", eta=1))
+    assert (config.mode, config.eta) == ("sync", 1)
+    assert said is not None and "--mode sync overrides the run's async" in said
+    assert "--eta 1 overrides the run's η = 4" in said
+    config, _ = build_config(SimulateArgs())  # no run: the defaults as before
+    assert (config.mode, config.eta) == ("sync", 1)

@@ -296,6 +296,12 @@ class RunProfile:
     round_size: int = 1
     """Asynchronous runs: trajectories a worker rolls out together (one batched ``generate``
     per turn); the simulator models such a round as one trajectory."""
+    mode: str | None = None
+    """The run's ``system.mode`` (``async`` or ``sync``), when its config says."""
+    eta: int | None = None
+    """Asynchronous runs: the run's staleness bound η (``behaviour.max_staleness``)."""
+    partial_rollout: bool = False
+    """Asynchronous runs with ``system.partial_rollout``."""
 
 
 def profile_from_run(run_dir: Path) -> RunProfile:
@@ -362,11 +368,34 @@ def profile_from_run(run_dir: Path) -> RunProfile:
             "system/rollout_duration_p50/p95 or system/rollout_s)"
         )
     learner = Empirical(tuple(update)) if update else None
-    layout = async_layout(run_dir)
+    layout, system = async_layout(run_dir), run_system(run_dir)
     if layout is not None and batch:
         workers, size = layout
-        return RunProfile(duration, learner, max(1, batch // size), source, workers, size)
-    return RunProfile(duration, learner, batch, source)
+        return RunProfile(duration, learner, max(1, batch // size), source, workers, size,
+                          *system)  # fmt: skip
+    return RunProfile(duration, learner, batch, source, None, 1, *system)
+
+
+def run_system(run_dir: Path) -> tuple[str | None, int | None, bool]:
+    """(mode, η, partial rollout) of a run from its ``config.yaml``; (None, None, False)
+    without one. η is given for asynchronous runs only."""
+    from rlmap.recipes.config import read_yaml
+
+    path = run_dir / "config.yaml"
+    if not path.is_file():
+        return None, None, False
+    cfg = read_yaml(path)
+    system, behaviour = cfg.get("system") or {}, cfg.get("behaviour") or {}
+    if not isinstance(system, dict) or not isinstance(behaviour, dict):
+        raise InputError(f"{path}: unreadable system/behaviour settings")
+    mode = str(system.get("mode", "sync"))
+    if mode != "async":
+        return mode, None, False
+    try:
+        eta = int(behaviour.get("max_staleness", 4))
+    except (TypeError, ValueError):
+        raise InputError(f"{path}: behaviour.max_staleness is not an integer") from None
+    return mode, eta, bool(system.get("partial_rollout", False))
 
 
 def async_layout(run_dir: Path) -> tuple[int, int] | None:

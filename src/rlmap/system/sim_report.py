@@ -21,7 +21,13 @@ from rlmap.experiments.rundir import (
     removed_on_failure,
     write_bytes_atomic,
 )
-from rlmap.system.sim_inputs import Duration, parse_duration, parse_learner_step, profile_from_run
+from rlmap.system.sim_inputs import (
+    Duration,
+    RunProfile,
+    parse_duration,
+    parse_learner_step,
+    profile_from_run,
+)
 from rlmap.system.simulate import MODES, SimConfig, SimResult, simulate
 
 DEFAULT_WORKERS, DEFAULT_BATCH, DEFAULT_LEARNER_S = 8, 64, "1"
@@ -32,12 +38,14 @@ DEFAULT_DURATION = "lognormal:0,1"
 class SimulateArgs:
     """The ``rlmap simulate`` flags, as given (``None``: not given)."""
 
-    mode: str = "sync"
+    mode: str | None = None
+    """``--mode``; None: the run's (``--from-run``), else ``sync``."""
     workers: int | None = None
     batch: int | None = None
     learner_step_s: str | None = None
     duration: str | None = None
-    eta: int = 1
+    eta: int | None = None
+    """``--eta``; None: the run's η (``--from-run`` of an asynchronous run), else 1."""
     budget_s: float | None = None
     steps: int = 200
     seed: int = 0
@@ -78,10 +86,31 @@ def build_config(a: SimulateArgs) -> tuple[SimConfig, str | None]:
             source = (f"{source}; each simulated trajectory is one worker round of "
                       f"{profile.round_size} trajectories: multiply throughput by "
                       f"{profile.round_size}")  # fmt: skip
-    config = SimConfig(mode=a.mode, workers=workers, batch=batch, duration=duration,
-                       learner_step=learner, steps=a.steps, eta=a.eta, budget_s=a.budget_s,
+        mode, eta, said = _run_system(a, profile)
+        source = f"{source}; {said}"
+    else:
+        mode, eta = a.mode or "sync", 1 if a.eta is None else a.eta
+    config = SimConfig(mode=mode, workers=workers, batch=batch, duration=duration,
+                       learner_step=learner, steps=a.steps, eta=eta, budget_s=a.budget_s,
                        seed=a.seed)  # fmt: skip
     return config, source
+
+
+def _run_system(a: SimulateArgs, profile: RunProfile) -> tuple[str, int, str]:
+    """Mode and η for ``--from-run``: the run's own unless a flag overrides (and says so)."""
+    run_mode, run_eta = profile.mode or "sync", profile.eta
+    mode = a.mode or run_mode
+    eta = a.eta if a.eta is not None else run_eta if run_eta is not None else 1
+    said = [f"mode {mode}" + (f", η = {eta}" if mode == "async" else "")]
+    said[0] += " (the run's)" if a.mode is None and (a.eta is None or run_eta is None) else ""
+    if a.mode is not None and a.mode != run_mode:
+        said.append(f"--mode {a.mode} overrides the run's {run_mode}")
+    if a.eta is not None and run_eta is not None and a.eta != run_eta:
+        said.append(f"--eta {a.eta} overrides the run's η = {run_eta}")
+    if profile.partial_rollout:
+        said.append("the run used partial rollout, simulated as async (new weights between "
+                    "turns change no duration)")  # fmt: skip
+    return mode, eta, "; ".join(said)
 
 
 def command(a: SimulateArgs) -> str:
