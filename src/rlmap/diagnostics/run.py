@@ -9,14 +9,13 @@ functions of a :class:`RunData`, so tests build one by hand.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rlmap.core.errors import InputError
-from rlmap.experiments.rundir import METRICS_FILE, MetricsLog
+from rlmap.experiments.rundir import METRICS_FILE, MetricsLog, read_json_object
 from rlmap.recipes.config import read_yaml
 
 LEDGER_FILE = "ledger.json"
@@ -65,24 +64,8 @@ def load_run(run_dir: Path) -> RunData:
     records = MetricsLog.read(metrics)  # InputError naming path:lineno
     if not records:
         raise InputError(f"{metrics}: no metrics (the file is empty)")
-    return RunData(records=records, ledger=_ledger(run_dir / LEDGER_FILE),
+    return RunData(records=records, ledger=read_json_object(run_dir / LEDGER_FILE, "ledger") or {},
                    **_config(run_dir / CONFIG_FILE))  # fmt: skip
-
-
-def _ledger(path: Path) -> dict[str, Any]:
-    if not path.exists():
-        return {}
-    try:
-        data = json.loads(path.read_bytes().decode("utf-8"))
-    except OSError as err:
-        raise InputError(f"{path}: cannot read the ledger ({err.strerror})") from None
-    except UnicodeDecodeError:
-        raise InputError(f"{path}: not a ledger (not UTF-8 text)") from None
-    except json.JSONDecodeError as err:
-        raise InputError(f"{path}: not a ledger (invalid JSON at line {err.lineno})") from None
-    if not isinstance(data, dict):
-        raise InputError(f"{path}: not a ledger (expected a JSON object)")
-    return data
 
 
 def _config(path: Path) -> dict[str, Any]:

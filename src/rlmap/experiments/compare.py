@@ -34,7 +34,12 @@ from typing import Any
 
 from rlmap.core.errors import InputError
 from rlmap.experiments.ledger import Ledger
-from rlmap.experiments.rundir import MetricsLog, write_bytes_atomic, write_text_atomic
+from rlmap.experiments.rundir import (
+    MetricsLog,
+    read_json_object,
+    write_bytes_atomic,
+    write_text_atomic,
+)
 from rlmap.recipes.config import read_yaml
 
 BUDGET_TOLERANCE = 0.10
@@ -90,25 +95,6 @@ def find_runs(paths: Sequence[Path]) -> list[Path]:
     return found
 
 
-def _read_json(path: Path, what: str) -> dict[str, Any] | None:
-    """A run's JSON object file (None when absent); InputError naming it when it is not one."""
-    if not path.exists():
-        return None
-    try:
-        data = json.loads(path.read_bytes().decode("utf-8"))
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read the {what} ({exc.strerror})") from None
-    except UnicodeDecodeError:
-        raise InputError(f"{path}: not a {what} (not UTF-8 text)") from None
-    except json.JSONDecodeError as exc:
-        raise InputError(
-            f"{path}: not a {what} (invalid JSON at line {exc.lineno}: {exc.msg})"
-        ) from None
-    if not isinstance(data, dict):
-        raise InputError(f"{path}: not a {what} (expected a JSON object)")
-    return data
-
-
 def load_run(path: Path) -> Run:
     """Read a run directory; a run that did not finish is returned with its ``failure``.
 
@@ -120,8 +106,8 @@ def load_run(path: Path) -> Run:
     if isinstance(config.get("seed", 0), bool) or not isinstance(config.get("seed", 0), int):
         raise InputError(f"{path / 'config.yaml'}: seed: expected an integer")
     first = (path / "config.yaml").read_bytes().decode("utf-8-sig").partition("\n")[0]
-    ledger = _read_json(path / "ledger.json", "ledger") or {}
-    summary = _read_json(path / "summary.json", "run summary")
+    ledger = read_json_object(path / "ledger.json", "ledger") or {}
+    summary = read_json_object(path / "summary.json", "run summary")
     records = MetricsLog.read(path / "metrics.jsonl")
     failure = None
     if (path / FAILED_FILE).exists():

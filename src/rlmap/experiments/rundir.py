@@ -319,3 +319,22 @@ class MetricsLog:
         if Path(path).exists():
             _write_records(Path(path), kept)
         return kept
+
+
+def read_json_object(path: Path, what: str) -> dict[str, Any] | None:
+    """A run's JSON object file (None when absent); InputError naming it when it is not one."""
+    if not path.exists():
+        return None
+    try:
+        data = json.loads(path.read_bytes().decode("utf-8"))
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read the {what} ({exc.strerror})") from None
+    except UnicodeDecodeError:
+        raise InputError(f"{path}: not a {what} (not UTF-8 text)") from None
+    except json.JSONDecodeError as exc:
+        raise InputError(
+            f"{path}: not a {what} (invalid JSON at line {exc.lineno}: {exc.msg})"
+        ) from None
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: not a {what} (expected a JSON object)")
+    return data
