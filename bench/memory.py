@@ -2,10 +2,11 @@
 
 A Qwen2 causal LM with Qwen2.5's vocabulary (V = 151,936) and a small trunk (so the LM
 head dominates, as it does at real sizes per token), B rows of T tokens, float32 on CPU.
-Each measurement runs in a fresh process: the process's peak resident set
+Memory: each path runs one step in a fresh process, and the process's peak resident set
 (``ru_maxrss``) minus its resident set just before the step is the step's peak memory.
-The paths alternate (full, chunked at T = 1,024, then at 512), one warm-up step each,
-then the median of ``--repeats`` timed steps.
+Time: one more process times both paths alternately (full, chunked, full, ...) after a
+warm-up of each, so other work on the machine slows both alike; medians of
+``--repeats``.
 
     python bench/memory.py                 # B = 2, T = 1,024 and 512
     python bench/memory.py --toy           # a seconds-long smoke run (small V and T)
@@ -31,50 +32,69 @@ def _rss_mb() -> float:
         return int(f.read().split()[1]) * resource.getpagesize() / 2**20
 
 
-def _measure(path: str, vocab: int, rows: int, tokens: int, repeats: int, out: Any) -> None:
+def _model_and_batch(vocab: int, rows: int, tokens: int) -> tuple[Any, Any, Any]:
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    from rlmap.system import logprobs
 
     torch.manual_seed(0)
     config = Qwen2Config(vocab_size=vocab, hidden_size=256, intermediate_size=512,
                          num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2,
                          max_position_embeddings=tokens, tie_word_embeddings=True)  # fmt: skip
-    model = Qwen2ForCausalLM(config)
     ids = torch.randint(0, vocab, (rows, tokens))
-    attention = torch.ones_like(ids, dtype=torch.bool)
+    return Qwen2ForCausalLM(config), ids, torch.ones_like(ids, dtype=torch.bool)
 
-    def step() -> float:
-        started = time.perf_counter()
-        if path == "full":
-            lp, _ = logprobs._full_logprobs(model, ids, attention, 1.0, False)
-        else:
-            lp, _ = logprobs.token_logprobs(model, ids, attention)
-        lp.sum().backward()
-        model.zero_grad(set_to_none=True)
-        return time.perf_counter() - started
 
+def _step(path: str, model: Any, ids: Any, attention: Any) -> float:
+    from rlmap.system import logprobs
+
+    started = time.perf_counter()
+    if path == "full":
+        lp, _ = logprobs._full_logprobs(model, ids, attention, 1.0, False)
+    else:
+        lp, _ = logprobs.token_logprobs(model, ids, attention)
+    lp.sum().backward()
+    model.zero_grad(set_to_none=True)
+    return time.perf_counter() - started
+
+
+def _peak(path: str, vocab: int, rows: int, tokens: int, out: Any) -> None:
+    model, ids, attention = _model_and_batch(vocab, rows, tokens)
     before = _rss_mb()
-    step()  # warm-up: allocator and kernels
-    seconds = statistics.median(step() for _ in range(repeats))
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
-    out.put({"path": path, "tokens": tokens, "peak_mb": peak - before, "seconds": seconds})
+    _step(path, model, ids, attention)
+    out.put(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 - before)  # KiB
+
+
+def _times(vocab: int, rows: int, tokens: int, repeats: int, out: Any) -> None:
+    model, ids, attention = _model_and_batch(vocab, rows, tokens)
+    seconds: dict[str, list[float]] = {"full": [], "chunked": []}
+    for path in seconds:  # warm-up
+        _step(path, model, ids, attention)
+    for _ in range(repeats):
+        for path, kept in seconds.items():
+            kept.append(_step(path, model, ids, attention))
+    out.put({path: statistics.median(v) for path, v in seconds.items()})
+
+
+def _in_process(target: Any, *args: Any) -> Any:
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    proc = ctx.Process(target=target, args=(*args, queue))
+    proc.start()
+    result = queue.get()
+    proc.join()
+    return result
 
 
 def run(vocab: int, rows: int, lengths: list[int], repeats: int) -> list[dict[str, Any]]:
-    ctx = mp.get_context("spawn")
     results = []
     for tokens in lengths:
+        times = _in_process(_times, vocab, rows, tokens, repeats)
         for path in ("full", "chunked"):
-            queue = ctx.Queue()
-            proc = ctx.Process(target=_measure, args=(path, vocab, rows, tokens, repeats, queue))
-            proc.start()
-            results.append(queue.get())
-            proc.join()
-            r = results[-1]
-            print(f"V={vocab} B={rows} T={tokens} {path:>7}: peak {r['peak_mb']:8.1f} MB, "
-                  f"{r['seconds']:.3f} s per forward+backward", flush=True)  # fmt: skip
+            peak = _in_process(_peak, path, vocab, rows, tokens)
+            results.append({"path": path, "tokens": tokens, "peak_mb": peak,
+                            "seconds": times[path]})  # fmt: skip
+            print(f"V={vocab} B={rows} T={tokens} {path:>7}: peak {peak:8.1f} MB, "
+                  f"{times[path]:.3f} s per forward+backward", flush=True)  # fmt: skip
     return results
 
 
