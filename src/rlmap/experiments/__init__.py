@@ -4,6 +4,7 @@
   ``MetricsLog`` (``metrics.jsonl``, tolerant of a torn last line);
 - :mod:`~rlmap.experiments.checkpoint`: atomic Hugging Face checkpoints with
   optimizer, scheduler and RNG state for an exact resume;
+- :mod:`~rlmap.experiments.resume`: where a resume goes on from, and what it leaves behind;
 - :mod:`~rlmap.experiments.ledger`: ``Ledger``, the budget of a run;
 - :mod:`~rlmap.experiments.plots`: ``write_plots`` (matplotlib is imported only
   when a figure is drawn).

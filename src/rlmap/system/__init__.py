@@ -5,6 +5,10 @@
 - :mod:`~rlmap.system.rollout`: episodes against environments, and the batch record;
 - :mod:`~rlmap.system.scoring`: base reward + shaping through the reward interface;
 - :mod:`~rlmap.system.learner`: policy updates with pinned reduction denominators;
+- :mod:`~rlmap.system.update_loop`: the one epoch × mini-batch × micro-batch loop (policy and
+  critic), with :mod:`~rlmap.system.optim_step`'s non-finite guard;
+- :mod:`~rlmap.system.logprobs`: token log-probs, the LM head chunk by chunk;
+- :mod:`~rlmap.system.routing`: MoE routes recorded in rollout, replayed in the learner (R3);
 - :mod:`~rlmap.system.critic`: the value critic, its values and updates;
 - :mod:`~rlmap.system.sync`: the synchronous group-barrier loop as reusable step functions;
 - :mod:`~rlmap.system.async_loop`: the asynchronous queue (worker threads), reusing them;

@@ -1,0 +1,116 @@
+"""Resuming a run: where from, what may have changed, and what a resume leaves behind.
+
+The decision comes first and touches nothing (:func:`resume_point_of`: the newest intact
+checkpoint, its trainer state, the config changes it accepts, the damaged checkpoints);
+refusals raise there. Only once the run's parts are built does :func:`go_ahead` set the
+damaged checkpoints aside and write the resume's line in ``resumes.jsonl``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rlmap.core.errors import ConfigError
+from rlmap.experiments.checkpoint import load_trainer_state, resume_point, set_aside
+from rlmap.recipes.config import RecipeConfig
+from rlmap.system.critic import CRITIC_DIR
+
+RESUMABLE_CHANGES = ("optim.steps", "run.progress")
+"""Fields of ``config.yaml`` a resume accepts changed (extend or shorten a run, hide the bar);
+any other change is refused: the restored optimiser, scheduler and data would still follow
+the old value, and ``config.yaml`` would no longer describe the run."""
+
+RESUMES_FILE = "resumes.jsonl"
+
+
+@dataclass(frozen=True)
+class ResumePoint:
+    """Where a resume goes on from, decided before anything in the run directory changes."""
+
+    ckpt: Path | None
+    """The newest intact checkpoint; None: the run starts over from step 0."""
+    saved: dict[str, Any] | None
+    """Its trainer state."""
+    changes: dict[str, list[Any]]
+    """The accepted config changes, field → [saved, current]."""
+    damaged: list[tuple[Path, str]]
+    """Newer checkpoints that are damaged, and why: set aside when the resume goes ahead."""
+
+
+def resume_point_of(cfg: RecipeConfig, run_dir: Path) -> ResumePoint:
+    """The checkpoint to resume from and its trainer state, or a start over.
+
+    A config changed since the checkpoint is refused unless only :data:`RESUMABLE_CHANGES`
+    differ (and ``optim.steps`` only with a constant schedule: a cosine one would jump).
+    Refusals raise here, before any file is touched.
+    """
+    ckpt, damaged = resume_point(run_dir, [CRITIC_DIR] if cfg.critic.enabled else [])
+    if ckpt is None:
+        return ResumePoint(None, None, {}, damaged)
+    saved = load_trainer_state(ckpt)
+    changes = config_changes(saved["extra"].get("config"), cfg)
+    refused = [c for c in changes if c[0] not in RESUMABLE_CHANGES]
+    if refused:
+        field, old, new = refused[0]
+        raise ConfigError(
+            f"{field}: changed in {run_dir / 'config.yaml'} since {ckpt.name} ({old!r} -> "
+            f"{new!r}); a resumed run keeps its config (only {', '.join(RESUMABLE_CHANGES)} "
+            "may change); put the config back, or start a new run from this one's checkpoint"
+        )
+    steps_changed = any(field == "optim.steps" for field, _, _ in changes)
+    if steps_changed and cfg.optim.schedule != "constant":
+        raise ConfigError(f"optim.steps: cannot change on resume with optim.schedule="
+                          f"{cfg.optim.schedule} (the learning rate would jump)")  # fmt: skip
+    if cfg.optim.steps < saved["step"]:
+        raise ConfigError(f"optim.steps: {cfg.optim.steps} is below the step resumed from "
+                          f"({saved['step']})")  # fmt: skip
+    return ResumePoint(ckpt, saved, {f: [o, n] for f, o, n in changes}, damaged)
+
+
+def go_ahead(run_dir: Path, point: ResumePoint) -> None:
+    """The resume's side effects, once nothing can refuse it: damaged checkpoints set aside
+    (each said on stderr), a start over said so, the line in ``resumes.jsonl``."""
+    notes = set_aside(point.damaged)
+    for note in notes:
+        print(f"rlmap: {note}", file=sys.stderr)
+    if point.ckpt is None:
+        print(f"rlmap: {run_dir}: no checkpoint yet; starting over from step 0", file=sys.stderr)
+    _record_resume(run_dir, point.ckpt, point.changes, notes)
+
+
+def config_changes(
+    saved: Mapping[str, Any] | None, cfg: RecipeConfig
+) -> list[tuple[str, Any, Any]]:
+    """(dotted field, saved value, current value) for every field that differs; none when
+    the checkpoint predates saving its config."""
+    if saved is None:
+        return []
+    now, was = _flat(cfg.model_dump(mode="json")), _flat(saved)
+    return [(k, was.get(k), now.get(k)) for k in sorted(now.keys() | was.keys())
+            if was.get(k) != now.get(k)]  # fmt: skip
+
+
+def _flat(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, Mapping):
+            out |= _flat(value, f"{prefix}{key}.")
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def _record_resume(
+    run_dir: Path, ckpt: Path | None, changes: dict[str, Any], notes: list[str]
+) -> None:
+    """One line per resume in ``resumes.jsonl``: where from, what changed, what was skipped."""
+    record = {"from": None if ckpt is None else ckpt.name, "changes": changes, "skipped": notes,
+              "time": time.time()}  # fmt: skip
+    with open(run_dir / RESUMES_FILE, "a") as f:
+        f.write(json.dumps(record) + "\n")
