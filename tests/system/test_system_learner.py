@@ -222,50 +222,46 @@ def test_vtrace_reads_the_learners_policy_on_a_stale_batch_with_one_optimiser_st
         assert not torch.allclose(as_if_fresh, corrected)  # the ratios now differ from 1
 
 
+def _pi_old_passes(
+    model_dir: Path, run: Path, monkeypatch: pytest.MonkeyPatch, recipe: str, *extra: str
+) -> list[bool]:
+    """Whether each step's batch came out of ``prepare_batch`` with π_old (a 1-step toy run)."""
+    from conftest import _toy_overrides
+
+    from rlmap.experiments.train import run_training
+    from rlmap.recipes import build_config
+    from rlmap.system import sync
+
+    seen, real = [], sync.prepare_batch
+
+    def spy(*args: object, **kwargs: object):  # type: ignore[no-untyped-def]
+        batch, timings = real(*args, **kwargs)  # type: ignore[arg-type]
+        seen.append(batch.old_logprobs is not None)
+        return batch, timings
+
+    monkeypatch.setattr(sync, "prepare_batch", spy)
+    cfg = build_config(recipe, None, [*_toy_overrides(model_dir, steps=1), *extra])
+    assert cfg.optim.epochs_per_batch * cfg.optim.minibatches_per_epoch == 1
+    run_training(cfg, run)
+    return seen
+
+
 def test_the_synchronous_loop_hands_vtrace_the_policys_logprobs(
     tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from conftest import _toy_overrides
-
-    from rlmap.experiments.train import run_training
-    from rlmap.recipes import build_config
-    from rlmap.system import sync
-
-    seen, real = [], sync.prepare_batch
-
-    def spy(*args: object, **kwargs: object):  # type: ignore[no-untyped-def]
-        batch, timings = real(*args, **kwargs)  # type: ignore[arg-type]
-        seen.append(batch.old_logprobs is not None)
-        return batch, timings
-
-    monkeypatch.setattr(sync, "prepare_batch", spy)
-    cfg = build_config("ppo", None, [*_toy_overrides(tiny_model_dir, steps=1),
-                                     "credit.estimator=vtrace"])  # fmt: skip
-    assert cfg.optim.epochs_per_batch * cfg.optim.minibatches_per_epoch == 1
-    run_training(cfg, tmp_path / "run")
+    seen = _pi_old_passes(tiny_model_dir, tmp_path / "run", monkeypatch, "ppo",
+                          "credit.estimator=vtrace")  # fmt: skip
     assert seen == [True]
 
 
+@pytest.mark.parametrize(("mode", "computed"), [("decoupled", True), ("bypass", False)])
 def test_the_kl_in_the_reward_reads_the_trainers_policy_not_the_engines(
-    tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+    mode: str, computed: bool, tiny_model_dir: Path, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
     # Before: with one optimiser step π_old was never computed and k1 used μ_old, the
-    # engine's log-probs, so a bf16 rollout's mismatch leaked into the KL penalty.
-    from conftest import _toy_overrides
-
-    from rlmap.experiments.train import run_training
-    from rlmap.recipes import build_config
-    from rlmap.system import sync
-
-    seen, real = [], sync.prepare_batch
-
-    def spy(*args: object, **kwargs: object):  # type: ignore[no-untyped-def]
-        batch, timings = real(*args, **kwargs)  # type: ignore[arg-type]
-        seen.append(batch.old_logprobs is not None)
-        return batch, timings
-
-    monkeypatch.setattr(sync, "prepare_batch", spy)
-    cfg = build_config("grpo", None, [*_toy_overrides(tiny_model_dir, steps=1),
-                                      "kl.placement=reward", "kl.beta=0.1"])  # fmt: skip
-    run_training(cfg, tmp_path / "run")
-    assert seen == [True]
+    # engine's log-probs, so a bf16 rollout's mismatch leaked into the KL penalty. In
+    # bypass mode π_old := μ by definition, so no pass runs.
+    kl = ("kl.placement=reward", "kl.beta=0.1", f"behaviour.mode={mode}")
+    seen = _pi_old_passes(tiny_model_dir, tmp_path / "run", monkeypatch, "grpo", *kl)
+    assert seen == [computed]
