@@ -27,7 +27,8 @@ from torch import Tensor, nn
 from rlmap.core.batch import Batch
 from rlmap.correction import BehaviourParams, KLParams, PolicyTerms, policy_loss, positive_nll
 from rlmap.reduction import ReductionParams, reduce, token_weights
-from rlmap.system.logprobs import attention_of, batched_logprobs, token_logprobs
+from rlmap.system.distributed import SINGLE, World
+from rlmap.system.logprobs import attention_of, batched_logprobs, scored
 from rlmap.system.routing import RouteStats, replaying
 from rlmap.system.update_loop import Kept, Schedule, Updates, Weights, optimise
 
@@ -96,8 +97,13 @@ def update_policy(
     *,
     learner_version: int,
     generator: torch.Generator,
+    world: World = SINGLE,
+    owner: Tensor | None = None,
 ) -> dict[str, float]:
     """All optimiser steps on one batch (:func:`rlmap.system.update_loop.optimise`).
+
+    With several learner ranks ``batch`` is the global batch and ``owner`` the rank that
+    trains each row (:mod:`rlmap.system.distributed`); every figure returned is global.
 
     Losses, grad norm and lr are means over the optimiser steps. The objective's
     diagnostics (ratio tails, clip fractions, KL) and the entropy are computed once, over
@@ -116,7 +122,8 @@ def update_policy(
     )
     out = optimise(policy, optimizer, scheduler, batch, schedule,
                    weights_of=lambda mb: _weights(mb, s), micro_loss=micro,
-                   generator=generator, what="policy")  # fmt: skip
+                   generator=generator, what="policy", world=world,
+                   owner=owner)  # fmt: skip
     steps = out.step_means()
     metrics = {"loss/total": steps.pop("loss"), "optim/grad_norm": steps.pop("grad_norm"),
                "optim/lr": steps.pop("lr"), **steps}  # fmt: skip
@@ -143,7 +150,7 @@ def _micro_loss(
     """One micro-batch's loss Σ w·j (+ μ·NLL), its parts, and what diagnostics need."""
     routes = RouteStats()
     with replaying(policy, mb.routed_experts, replay=s.behaviour.routing_replay, stats=routes):
-        logprobs, entropy = token_logprobs(
+        logprobs, entropy = scored(
             policy, mb.tokens, attention_of(mb), temperature=s.temperature, with_entropy=True
         )
     assert entropy is not None

@@ -76,6 +76,45 @@ def token_logprobs(
     return logprobs, entropy
 
 
+class Scorer(nn.Module):
+    """:func:`token_logprobs` of ``model`` as a module's forward.
+
+    A data-parallel wrapper (DDP, FSDP2) hooks its communication into its module's forward
+    and backward; the chunked path calls the trunk and the LM head directly, so the learner
+    wraps this instead of the model, and the whole computation is the wrapped forward.
+    """
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(
+        self, tokens_BT: Tensor, attention_BT: Tensor, temperature: float = 1.0,
+        with_entropy: bool = False,
+    ) -> tuple[Tensor, Tensor | None]:  # fmt: skip
+        return token_logprobs(self.model, tokens_BT, attention_BT, temperature=temperature,
+                              with_entropy=with_entropy)  # fmt: skip
+
+
+def scored(
+    model: nn.Module,
+    tokens_BT: Tensor,
+    attention_BT: Tensor,
+    *,
+    temperature: float = 1.0,
+    with_entropy: bool = False,
+) -> tuple[Tensor, Tensor | None]:
+    """:func:`token_logprobs`, through the learner's wrapper when ``model`` is one (a
+    :class:`Scorer`, or DDP around one), else on the plain model."""
+    inner = getattr(model, "module", model)
+    if isinstance(inner, Scorer):
+        out: tuple[Tensor, Tensor | None] = model(tokens_BT, attention_BT, temperature,
+                                                  with_entropy)  # fmt: skip
+        return out
+    return token_logprobs(model, tokens_BT, attention_BT, temperature=temperature,
+                          with_entropy=with_entropy)  # fmt: skip
+
+
 def _plain_lm_head(model: nn.Module) -> nn.Linear | None:
     """The model's LM head when logits = head(base_model(...).last_hidden_state), else None."""
     config = getattr(model, "config", None)
@@ -196,8 +235,8 @@ def batched_logprobs(
             rows = slice(i, i + micro_batch_size)
             routes = None if routes_BTLK is None else routes_BTLK[rows]
             with replaying(model, routes, replay=True):
-                parts.append(token_logprobs(model, tokens_BT[rows], attention_BT[rows],
-                                            temperature=temperature)[0])  # fmt: skip
+                parts.append(scored(model, tokens_BT[rows], attention_BT[rows],
+                                    temperature=temperature)[0])  # fmt: skip
     finally:
         model.train(was_training)
     return torch.cat(parts) if parts else tokens_BT.new_zeros(tokens_BT.shape, dtype=torch.float32)

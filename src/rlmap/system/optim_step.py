@@ -18,12 +18,15 @@ import torch
 from torch import Tensor, nn
 
 from rlmap.core.errors import TrainingError
+from rlmap.system.distributed import SINGLE, World, any_rank, local
 
 
-def all_finite(tensors: Iterable[Tensor]) -> bool:
-    """True when no element of any tensor is NaN or ±inf (one reduction per tensor)."""
-    sums = [t.detach().float().sum() for t in tensors]
-    return not sums or bool(torch.isfinite(torch.stack(sums)).all())
+def all_finite(tensors: Iterable[Tensor], world: World = SINGLE) -> bool:
+    """True when no element of any tensor is NaN or ±inf (one reduction per tensor); with
+    several ranks, on every rank's part (FSDP2 shards), so that all ranks agree."""
+    sums = [local(t).detach().float().sum() for t in tensors]
+    finite = not sums or bool(torch.isfinite(torch.stack(sums)).all())
+    return not any_rank(world, not finite)
 
 
 def guarded_step(
@@ -34,13 +37,18 @@ def guarded_step(
     loss: float,
     max_grad_norm: float,
     what: str,
+    world: World = SINGLE,
 ) -> float:
     """Clip, check, step, schedule and zero the gradients; returns the pre-clip grad norm.
 
     ``loss`` is the mini-batch's loss (already summed over its micro-batches) and ``what``
-    names the model in the error ("policy", "critic").
+    names the model in the error ("policy", "critic"). With several ranks the loss is the
+    global mini-batch's and the gradient norm the global gradient's, so every rank decides
+    alike.
     """
-    grad_norm = float(nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm))
+    norm = nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
+    full_tensor = getattr(norm, "full_tensor", None)  # FSDP2: a replicated DTensor
+    grad_norm = float(norm if full_tensor is None else full_tensor())
     if not (torch.isfinite(torch.tensor(loss)) and torch.isfinite(torch.tensor(grad_norm))):
         raise TrainingError(
             f"{what} update: non-finite loss {loss} or gradient norm {grad_norm}; stopped "
@@ -53,7 +61,7 @@ def guarded_step(
                             "nothing saved") from None  # fmt: skip
     scheduler.step()
     optimizer.zero_grad(set_to_none=True)
-    if not all_finite(model.parameters()):
+    if not all_finite(model.parameters(), world):
         raise TrainingError(
             f"{what} update: the optimiser step made weights non-finite (learning rate "
             f"{optimizer.param_groups[0]['lr']}); stopped, nothing saved"

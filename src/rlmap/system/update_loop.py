@@ -25,6 +25,7 @@ from torch import Tensor, nn
 
 from rlmap.core.batch import Batch
 from rlmap.reduction.microbatch import split_indices
+from rlmap.system.distributed import SINGLE, World, accumulating, all_sum, gather, micro_steps
 from rlmap.system.optim_step import guarded_step
 
 Weights = tuple[Tensor, ...]
@@ -90,31 +91,84 @@ def optimise(
     micro_loss: MicroLoss,
     generator: torch.Generator,
     what: str,
+    world: World = SINGLE,
+    owner: Tensor | None = None,
 ) -> Updates:
-    """Every optimiser step on ``batch``; see the module docstring."""
+    """Every optimiser step on ``batch``; see the module docstring.
+
+    Data-parallel (:mod:`rlmap.system.distributed`): ``batch`` is the global batch, the
+    same on every rank, and ``owner`` (B,) the rank that trains each row. Every rank draws
+    the same permutation and mini-batches and pins the *global* mini-batch's weights; it
+    then runs micro-batches over its own rows only, as many on every rank (zero-weight ones
+    pad a rank with fewer rows), and its gradients are summed with the other ranks'. The
+    losses and kept tensors of :class:`Updates` are all ranks' together.
+    """
     out = Updates()
+    owner = torch.zeros(batch.size, dtype=torch.long) if owner is None else owner
     for _ in range(schedule.epochs):
         order = torch.randperm(batch.size, generator=generator)
         for rows in order.tensor_split(schedule.minibatches):
             if rows.numel() == 0:
                 continue
             mb = batch.select(rows)
-            weights = weights_of(mb)  # pinned once for the whole mini-batch
-            parts: defaultdict[str, float] = defaultdict(float)
-            for index in split_indices(mb.size, schedule.micro_batch_size):
-                micro = tuple(w[index] for w in weights)
-                loss, sums, kept = micro_loss(mb.select(index), rows[index], micro)
-                loss.backward()
-                parts["loss"] += float(loss.detach())  # parts of one sum: they add up
-                for key, part in sums.items():
-                    parts[key] += float(part)
-                out.rows.append(rows[index])
-                for key, tensor in kept.items():
-                    out.kept[key].append(tensor.detach())
+            weights = weights_of(mb)  # pinned once for the whole (global) mini-batch
+            parts = _accumulate(model, mb, rows, weights, owner[rows], schedule, micro_loss,
+                                world, out)  # fmt: skip
             out.steps["lr"].append(float(optimizer.param_groups[0]["lr"]))
             out.steps["grad_norm"].append(guarded_step(
                 model, optimizer, scheduler, loss=parts["loss"],
-                max_grad_norm=schedule.max_grad_norm, what=what))  # fmt: skip
+                max_grad_norm=schedule.max_grad_norm, what=what, world=world))  # fmt: skip
             for key, total in parts.items():
                 out.steps[key].append(total)
+    if world.parallel:
+        _gather_kept(out, world)
     return out
+
+
+def _accumulate(
+    model: nn.Module,
+    mb: Batch,
+    rows: Tensor,
+    weights: Weights,
+    owner_rows: Tensor,
+    schedule: Schedule,
+    micro_loss: MicroLoss,
+    world: World,
+    out: Updates,
+) -> dict[str, float]:
+    """The backward passes of one mini-batch on this rank; its loss parts, summed over ranks."""
+    mine = (owner_rows == world.rank).nonzero().flatten()
+    pieces = [mine[i] for i in split_indices(mine.numel(), schedule.micro_batch_size)]
+    steps = micro_steps(owner_rows, world, schedule.micro_batch_size) if world.parallel else 0
+    padding = max(steps - len(pieces), 0)
+    parts: dict[str, float] = defaultdict(float)
+    for k, index in enumerate(pieces + [torch.zeros(1, dtype=torch.long)] * padding):
+        real = k < len(pieces)
+        micro = tuple(w[index] if real else torch.zeros_like(w[index]) for w in weights)
+        with accumulating(model, world, last=k == len(pieces) + padding - 1):
+            loss, sums, kept = micro_loss(mb.select(index), rows[index], micro)
+            loss.backward()
+        if not real:  # zero weights: a pass for the collectives, nothing to count or keep
+            continue
+        parts["loss"] += float(loss.detach())  # parts of one sum: they add up
+        for key, part in sums.items():
+            parts[key] += float(part)
+        out.rows.append(rows[index])
+        for key, tensor in kept.items():
+            out.kept[key].append(tensor.detach())
+    if not world.parallel:
+        return parts
+    keys = sorted(set().union(*gather(world, sorted(parts))))  # a rank may have no rows
+    return dict(zip(keys, all_sum(world, [parts.get(k, 0.0) for k in keys]), strict=True))
+
+
+def _gather_kept(out: Updates, world: World) -> None:
+    """Every rank's rows and kept tensors, in rank order (diagnostics over the global batch)."""
+    device = out.rows[0].device if out.rows else torch.device("cpu")
+    mine = ([r.cpu() for r in out.rows], {k: [t.cpu() for t in v] for k, v in out.kept.items()})
+    everyone = gather(world, mine)
+    out.rows = [r.to(device) for rows, _ in everyone for r in rows]
+    out.kept = defaultdict(list)
+    for _, kept in everyone:
+        for key, tensors in kept.items():
+            out.kept[key] += [t.to(device) for t in tensors]

@@ -1,0 +1,100 @@
+"""Two (or more) gloo learner ranks run one policy update on a saved global batch.
+
+Run as ``python dp_worker.py CASES OUT``: CASES is a ``torch.save``d list of dicts (model
+dir, batch, advantages, owner, settings, sharding, world size, bug), all of one world size;
+rank 0 writes to OUT, per case, the gradients each optimiser step saw (full tensors,
+before the step) and the parameters after.
+``bug`` plants a known defect, so that the test can show it catches it: ``per_rank``
+pins each rank's own denominator, ``averaged`` divides the loss by the world size.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+from typing import Any
+
+import torch
+import torch.multiprocessing as mp
+from transformers import AutoModelForCausalLM
+
+from rlmap.reduction import token_weights
+from rlmap.system import distributed, learner, update_loop
+from rlmap.system.distributed import World
+
+
+class Recording(torch.optim.AdamW):
+    """AdamW that records the full gradients it is about to apply."""
+
+    def __init__(self, params: Any, **kw: Any) -> None:
+        super().__init__(params, **kw)
+        self.seen: list[list[torch.Tensor]] = []
+
+    def step(self, closure: Any = None) -> Any:  # type: ignore[override]
+        grads = [p.grad for g in self.param_groups for p in g["params"]]
+        self.seen.append([_full(g).clone() for g in grads])
+        return super().step(closure)
+
+
+def _full(t: torch.Tensor) -> torch.Tensor:
+    full = getattr(t, "full_tensor", None)
+    return t if full is None else full()
+
+
+ORIGINAL = update_loop._accumulate
+
+
+def _plant(case: dict[str, Any], world: World) -> None:
+    """Replace the pinned weights of every mini-batch with a known-wrong version."""
+    original = ORIGINAL
+    reduction = case["settings"].reduction
+
+    def planted(model: Any, mb: Any, rows: Any, weights: Any, owner_rows: Any, *rest: Any) -> Any:
+        if case["bug"] == "per_rank":  # this rank's rows only: a per-rank denominator
+            mine = (owner_rows == world.rank)[:, None]
+            weights = (token_weights(mb.action_mask & mine, reduction),)
+        elif case["bug"] == "averaged":  # divided by the world size once more
+            weights = tuple(w / world.size for w in weights)
+        return original(model, mb, rows, weights, owner_rows, *rest)
+
+    update_loop._accumulate = planted  # type: ignore[assignment]
+
+
+def _rank(rank: int, cases: list[dict[str, Any]], out: str, port: int) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
+                      WORLD_SIZE=str(cases[0]["world"]))  # fmt: skip
+    torch.set_num_threads(1)
+    results = [_update(case) for case in cases]
+    if rank == 0:
+        torch.save(results, out)
+    torch.distributed.barrier()
+    torch.distributed.destroy_process_group()
+
+
+def _update(case: dict[str, Any]) -> dict[str, Any]:
+    world = distributed.world_of_env(case["sharding"])
+    _plant(case, world)
+    policy = AutoModelForCausalLM.from_pretrained(case["model_dir"]).double()
+    policy.train()
+    wrapped = distributed.wrap(policy, world)
+    optimizer = Recording(wrapped.parameters(), lr=1e-3)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
+    s = case["settings"]
+    batch, _ = learner.prepare_batch(case["batch"], wrapped, None, s)
+    learner.update_policy(wrapped, optimizer, scheduler, batch, case["advantages"], s,
+                          learner_version=0, generator=torch.Generator().manual_seed(0),
+                          world=world, owner=case["owner"])  # fmt: skip
+    return {"grads": optimizer.seen, "params": distributed.full_state_dict(wrapped, world)}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+if __name__ == "__main__":
+    cases = torch.load(sys.argv[1], weights_only=False)
+    mp.start_processes(_rank, args=(cases, sys.argv[2], _free_port()), nprocs=cases[0]["world"],
+                       start_method="spawn")  # fmt: skip

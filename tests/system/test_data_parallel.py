@@ -1,0 +1,106 @@
+"""Data-parallel learners: two gloo ranks give the single-process gradient, exactly.
+
+One optimiser step on the same global batch — responses of unequal lengths, split
+unevenly so that the ranks hold different row and token counts, micro-batched so that
+each rank accumulates over several backward passes (rank 1 pads with a zero-weight one).
+The gradients *before* the AdamW step are compared as well as the parameters after it:
+AdamW is nearly invariant to a uniform rescaling of the gradient, so parameters alone
+would hide a denominator off by the world size. Two planted defects — a per-rank
+denominator, and a loss divided by the world size once more — must each be caught.
+"""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from dp_worker import Recording
+from test_system_learner import _rollouts, _settings
+from transformers import AutoModelForCausalLM
+
+from rlmap.system.learner import prepare_batch, update_policy
+
+WORKER = Path(__file__).with_name("dp_worker.py")
+
+
+def _case(model_dir: Path, reduction: str) -> dict[str, object]:
+    _, scored, pad = _rollouts(model_dir, n=3)  # 3 prompts × 3 samples, lengths vary
+    from rlmap.system.rollout import to_batch
+
+    batch = to_batch(scored, pad_token_id=pad)
+    advantages = torch.randn(batch.tokens.shape, generator=torch.Generator().manual_seed(2))
+    owner = torch.tensor([0] * 6 + [1] * 3)  # rank 0: groups 0-1, rank 1: group 2
+    return {"model_dir": str(model_dir), "batch": batch,
+            "advantages": (advantages * batch.action_mask).double(), "owner": owner,
+            "settings": _settings(reduction, 2), "world": 2}  # fmt: skip
+
+
+def _single(case: dict[str, object]) -> dict[str, object]:
+    policy = AutoModelForCausalLM.from_pretrained(case["model_dir"]).double()
+    policy.train()
+    optimizer = Recording(policy.parameters(), lr=1e-3)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
+    s = case["settings"]
+    batch, _ = prepare_batch(case["batch"], policy, None, s)  # type: ignore[arg-type]
+    update_policy(policy, optimizer, scheduler, batch, case["advantages"], s,  # type: ignore[arg-type]
+                  learner_version=0, generator=torch.Generator().manual_seed(0))  # fmt: skip
+    return {"grads": optimizer.seen, "params": copy.deepcopy(policy.state_dict())}
+
+
+def _parallel(cases: list[dict[str, object]], tmp_path: Path) -> list[dict]:
+    """Each case's result on 2 gloo ranks (one launch for all of them)."""
+    spec, out = tmp_path / "cases.pt", tmp_path / "out.pt"
+    torch.save(cases, spec)
+    env = {"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"}
+    done = subprocess.run([sys.executable, str(WORKER), str(spec), str(out)], env=env,
+                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    return torch.load(out, weights_only=False)
+
+
+REDUCTIONS = ("response_mean", "token_mean", "fixed_budget")
+BUGS = ("per_rank", "averaged")
+
+
+@pytest.fixture(scope="module", params=["ddp", "fsdp2"])
+def runs(
+    request: pytest.FixtureRequest, tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> dict:
+    """(single-process, two-rank) results per reduction, and per planted bug (token mean)."""
+    sharding = request.param
+    cases = {r: _case(tiny_model_dir, r) for r in REDUCTIONS}
+    planned = [(r, None) for r in REDUCTIONS] + [("token_mean", b) for b in BUGS]
+    launched = [{**cases[r], "sharding": sharding, "bug": b} for r, b in planned]
+    two = _parallel(launched, tmp_path_factory.mktemp(f"dp-{sharding}"))
+    singles = {r: _single(cases[r]) for r in REDUCTIONS}
+    return {"cases": cases, "one": singles,
+            "two": {key: res for key, res in zip(planned, two, strict=True)}}  # fmt: skip
+
+
+def _gap(a: list[torch.Tensor], b: list[torch.Tensor]) -> float:
+    """Largest relative difference of two lists of tensors."""
+    return max(
+        float((x - y).abs().max() / y.abs().max().clamp(min=1e-30))
+        for x, y in zip(a, b, strict=True)
+    )
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+def test_two_ranks_match_one_process(runs: dict, reduction: str) -> None:
+    mask = runs["cases"][reduction]["batch"].action_mask
+    assert mask[:6].sum() != mask[6:].sum() * 2  # the ranks' token shares are not their row shares
+    one, two = runs["one"][reduction], runs["two"][(reduction, None)]
+    assert len(one["grads"]) == len(two["grads"]) == 1
+    assert _gap(two["grads"][0], one["grads"][0]) < 1e-6
+    names = list(one["params"])
+    assert _gap([two["params"][k] for k in names], [one["params"][k] for k in names]) < 1e-6
+
+
+@pytest.mark.parametrize("bug", BUGS)
+def test_a_wrong_denominator_is_caught(runs: dict, bug: str) -> None:
+    one, two = runs["one"]["token_mean"], runs["two"][("token_mean", bug)]
+    assert _gap(two["grads"][0], one["grads"][0]) > 1e-2
