@@ -20,6 +20,7 @@ from rlmap.core.errors import ConfigError, InputError, TrainingError
 
 if TYPE_CHECKING:
     from rlmap.recipes.config import RecipeConfig
+    from rlmap.system.distributed import World
 
 
 def _cmd_recipes(args: argparse.Namespace) -> None:
@@ -65,6 +66,9 @@ def _train_seeds(cfg: RecipeConfig, args: argparse.Namespace) -> int:
     from rlmap.experiments.rundir import create_run_dir
     from rlmap.experiments.train import run_seeds
 
+    if cfg.system.learners > 1:
+        raise ConfigError("--seeds: not with system.learners > 1 yet; train each seed on its own")
+
     root = create_run_dir(out=Path(args.out) if args.out else None)
     print(f"sweep directory: {root}", flush=True)
     seeds = [cfg.seed + k for k in range(args.seeds)]
@@ -105,12 +109,14 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
 
 def _cmd_train(args: argparse.Namespace) -> int | None:
+    import os
     from pathlib import Path
 
     from rlmap.experiments.rundir import check_new_dir, create_run_dir
     from rlmap.experiments.train import resume_config, run_training
     from rlmap.recipes import build_config
     from rlmap.recipes.config import read_yaml
+    from rlmap.system import distributed
     from rlmap.system.setup import check_inputs
 
     _quiet_transformers()
@@ -130,7 +136,7 @@ def _cmd_train(args: argparse.Namespace) -> int | None:
             raise ConfigError("--recipe and --config: give one (a config file names its recipe)")
         if args.seeds is not None and args.seeds < 1:
             raise ConfigError(f"--seeds: must be >= 1, got {args.seeds}")
-        if args.out is not None:
+        if args.out is not None and os.environ.get("RANK", "0") == "0":  # rank 0 creates it
             check_new_dir(Path(args.out))  # fail before loading anything
         overrides = list(args.overrides) + ([f"seed={args.seed}"] if args.seed is not None else [])
         file_data = read_yaml(args.config) if args.config else None
@@ -138,15 +144,23 @@ def _cmd_train(args: argparse.Namespace) -> int | None:
         check_inputs(cfg)
         if args.seeds is not None:
             return _train_seeds(cfg, args)
+    world = _learner_world(cfg)
+    if world is None:  # several learners and no launcher: this process starts the ranks
+        return distributed.launch(cfg.system.learners, args.argv)
+    if args.resume is None:
         existed = args.out is not None and Path(args.out).exists()
-        run_dir = create_run_dir(out=Path(args.out) if args.out else None)
-    print(f"run directory: {run_dir}", flush=True)
+        run_dir = distributed.on_main(world, lambda: create_run_dir(
+            out=Path(args.out) if args.out else None))  # fmt: skip
+    if world.main:
+        print(f"run directory: {run_dir}", flush=True)
     try:
-        summary = run_training(cfg, run_dir, resume=args.resume is not None)
+        summary = run_training(cfg, run_dir, resume=args.resume is not None, world=world)
     except BaseException:
-        if not existed and not any(run_dir.iterdir()):
+        if world.main and not existed and not any(run_dir.iterdir()):
             run_dir.rmdir()  # failed before writing anything (a full disk): leave no trace
         raise
+    if not world.main:
+        return 0
     before, after = summary["before"], summary["after"]
     print(f"held-out pass@1 {before['eval/pass@1']:.3f} -> {after['eval/pass@1']:.3f}, "
           f"pass@{int(after['eval/k'])} {before['eval/pass@k']:.3f} -> {after['eval/pass@k']:.3f}, "
@@ -157,6 +171,26 @@ def _cmd_train(args: argparse.Namespace) -> int | None:
           "of sampling + learner")  # fmt: skip
     print(run_dir)
     return 0
+
+
+def _learner_world(cfg: RecipeConfig) -> World | None:
+    """This process's learner rank: one process; a rank of a launched world (rlmap's own
+    launcher or ``torchrun``: ``WORLD_SIZE`` set, which must be ``system.learners``); or
+    None when ``system.learners > 1`` and no launcher has started this process."""
+    import os
+
+    from rlmap.system import distributed
+
+    n = cfg.system.learners
+    size = int(os.environ.get("WORLD_SIZE", "1"))
+    if size > 1 and size != n:
+        raise ConfigError(f"system.learners: {n}, but the launcher started {size} ranks "
+                          "(WORLD_SIZE); make them equal")  # fmt: skip
+    if n == 1:
+        return distributed.SINGLE
+    if size == 1:
+        return None
+    return distributed.world_of_env(cfg.system.learner_sharding)
 
 
 def _cmd_eval(args: argparse.Namespace) -> None:
@@ -460,6 +494,7 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     """
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # what a launcher runs again
     overrides = [e for e in extra if "=" in e and not e.startswith("-")]
     if extra and (overrides != extra or not hasattr(args, "overrides")):
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
@@ -477,9 +512,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         status = args.func(args)
     except (ConfigError, InputError) as exc:  # bad input
-        return _fail(args, str(exc), 2)
+        return _fail(args, str(exc), 2, exc)
     except TrainingError as exc:  # the run itself failed (it diverged): not the input's fault
-        return _fail(args, str(exc), 1)
+        return _fail(args, str(exc), 1, exc)
     except OSError as exc:  # the machine, not the input: a full or read-only disk, ...
         why = exc.strerror or str(exc)
         return _fail(args, f"{exc.filename}: {why}" if exc.filename is not None else why, 1)
@@ -489,8 +524,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     return int(status or 0)
 
 
-def _fail(args: argparse.Namespace, message: str, status: int) -> int:
-    """Print ``rlmap: error: message`` as exactly one line (after the traceback with --debug)."""
+def _fail(
+    args: argparse.Namespace, message: str, status: int, exc: BaseException | None = None
+) -> int:
+    """Print ``rlmap: error: message`` as exactly one line (after the traceback with --debug);
+    a learner rank other than 0 that only echoes rank 0's error prints nothing."""
+    if getattr(exc, "echo", False):
+        return status
     if getattr(args, "debug", False):
         traceback.print_exc()
     line = "; ".join(part.strip() for part in message.splitlines() if part.strip())

@@ -157,9 +157,13 @@ def restore_optimizers(
     *,
     optimizers: Mapping[str, torch.optim.Optimizer],
     schedulers: Mapping[str, Any],
+    only: tuple[str, ...] = ("optimizers", "schedulers"),
 ) -> None:
-    """Load saved optimizer and scheduler states into live objects, matched by name."""
+    """Load saved optimizer and scheduler states into live objects, matched by name (the
+    kinds in ``only``)."""
     for kind, live in (("optimizers", optimizers), ("schedulers", schedulers)):
+        if kind not in only:
+            continue
         saved = state[kind]
         if set(saved) != set(live):
             raise ValueError(f"checkpoint {kind}: saved {sorted(saved)}, given {sorted(live)}")
@@ -224,11 +228,13 @@ def _trainer_state(
     optimizers: Mapping[str, torch.optim.Optimizer],
     schedulers: Mapping[str, Any],
     extra: Mapping[str, Any],
+    optimizer_states: Mapping[str, Any] | None,
 ) -> dict[str, Any]:
+    states = optimizer_states or {name: opt.state_dict() for name, opt in optimizers.items()}
     return {
         "format": STATE_FORMAT,
         "step": int(step),
-        "optimizers": {name: opt.state_dict() for name, opt in optimizers.items()},
+        "optimizers": dict(states),
         "schedulers": {name: sched.state_dict() for name, sched in schedulers.items()},
         "rng": capture_rng(),
         "extra": dict(extra),
@@ -246,6 +252,8 @@ def save_checkpoint(
     extra: Mapping[str, Any],
     keep: int = 2,
     extra_models: Mapping[str, Any] | None = None,
+    model_state: Mapping[str, torch.Tensor] | None = None,
+    optimizer_states: Mapping[str, Any] | None = None,
 ) -> Path:
     """Write ``<run_dir>/checkpoints/step_<step>/`` atomically and return its path.
 
@@ -255,6 +263,9 @@ def save_checkpoint(
     ``weights_only=True``. The RNG state is captured at call time: call this after
     the step's sampling and update, and a resumed run draws the same numbers next.
     After the new checkpoint is in place only the newest ``keep`` remain.
+    ``model_state`` and ``optimizer_states``, when given, are what is saved of the policy
+    and of the optimisers instead of their own state dicts (data-parallel FSDP2: the full
+    dicts gathered from the shards).
     Raises FileExistsError if ``step_<step>`` already exists (nothing is overwritten), and
     :class:`~rlmap.core.errors.TrainingError` if any weight is NaN or infinite (nothing is
     written: a checkpoint that loads but answers nothing is worse than none).
@@ -264,8 +275,10 @@ def save_checkpoint(
     for name in extra_models or {}:
         if not name or name.startswith(".") or "/" in name or name == TRAINER_STATE:
             raise ValueError(f"checkpoint extra_models: {name!r} is not a plain directory name")
-    for name, part in {"policy": model, **(extra_models or {})}.items():
-        if not all_finite(part.state_dict().values()):
+    states = {"policy": model_state or model.state_dict()}
+    states |= {name: part.state_dict() for name, part in (extra_models or {}).items()}
+    for name, state_dict in states.items():
+        if not all_finite(state_dict.values()):
             raise TrainingError(f"step {step}: {name} weights are not finite; checkpoint "
                                 "not written")  # fmt: skip
     root = Path(run_dir) / CHECKPOINTS
@@ -277,11 +290,11 @@ def save_checkpoint(
     tmp = root / f".tmp-step_{step}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     try:
-        model.save_pretrained(tmp, safe_serialization=True)
+        model.save_pretrained(tmp, safe_serialization=True, state_dict=model_state)
         tokenizer.save_pretrained(tmp)
         for name, extra_model in (extra_models or {}).items():
             extra_model.save_pretrained(tmp / name, safe_serialization=True)
-        state = _trainer_state(step, optimizers, schedulers, extra)
+        state = _trainer_state(step, optimizers, schedulers, extra, optimizer_states)
         torch.save(state, tmp / TRAINER_STATE)
         _fsync_tree(tmp)
         os.replace(tmp, final)

@@ -35,6 +35,7 @@ import torch
 from rlmap import reduction
 from rlmap.core.errors import ConfigError, TrainingError
 from rlmap.experiments.checkpoint import (
+    capture_rng,
     restore_optimizers,
     restore_rng,
     save_checkpoint,
@@ -61,42 +62,69 @@ from rlmap.recipes.config import RecipeConfig
 from rlmap.system import setup
 from rlmap.system.async_loop import async_runner
 from rlmap.system.critic import CRITIC_DIR
+from rlmap.system.distributed import (
+    SINGLE,
+    World,
+    all_max,
+    barrier,
+    full_state_dict,
+    gather,
+    load_optimizer_state,
+    on_main,
+    optimizer_state,
+)
 from rlmap.system.evaluate import evaluate
-from rlmap.system.sync import LoopState, sync_step
+from rlmap.system.sync import LoopState, publish, sync_step
 
 Step = Callable[[setup.Parts, LoopState], tuple[LoopState, dict[str, float]]]
 
 EVAL_SEED = 12345
 
 
-def run_training(cfg: RecipeConfig, run_dir: Path, *, resume: bool = False) -> dict[str, Any]:
-    """Train into ``run_dir`` (fresh, or continued from its newest checkpoint)."""
-    point = resume_point_of(cfg, run_dir) if resume else None  # refuses before anything moves
+def run_training(
+    cfg: RecipeConfig, run_dir: Path, *, resume: bool = False, world: World = SINGLE
+) -> dict[str, Any]:
+    """Train into ``run_dir`` (fresh, or continued from its newest checkpoint).
+
+    With several learner ranks (``world``) every rank runs this; rank 0 alone decides the
+    resume point, builds the warm start, evaluates and writes the run directory, and
+    returns the summary (the other ranks return an empty dict).
+    """
+    main = world.main
+    point = on_main(world, lambda: resume_point_of(cfg, run_dir) if resume else None)
     ckpt, saved = (point.ckpt, point.saved) if point is not None else (None, None)
-    view = ProgressView(enabled=cfg.run.progress)
-    start = setup.model_path(cfg, progress=view.warm_start)
-    reward_path = setup.reward_model_path(cfg, progress=view.phase("reward model"))
-    parts = setup.build(cfg, start, resume_from=ckpt, reward_path=reward_path)
-    if point is not None:
+    view = ProgressView(enabled=cfg.run.progress and main)
+    start = on_main(world, lambda: setup.model_path(cfg, progress=view.warm_start))
+    reward_path = on_main(world, lambda: setup.reward_model_path(
+        cfg, progress=view.phase("reward model")))  # fmt: skip
+    parts = setup.build(cfg, start, resume_from=ckpt, reward_path=reward_path, world=world)
+    if point is not None and main:
         go_ahead(run_dir, point)
     state, ledger = LoopState(), _initial_ledger(cfg, parts, start)
+    log = None
     if ckpt is not None and saved is not None:
         state, ledger, before = _restore(parts, ckpt, saved)
-        MetricsLog.truncate_after(run_dir / "metrics.jsonl", state.step)  # drop what is redone
-        log = StepRecords(run_dir, tensorboard=cfg.run.tensorboard)
+        if main:
+            MetricsLog.truncate_after(run_dir / "metrics.jsonl", state.step)  # drop the redone
+            log = StepRecords(run_dir, tensorboard=cfg.run.tensorboard)
     else:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        MetricsLog.truncate_after(run_dir / "metrics.jsonl", -1)  # a resume that starts over
-        write_text_atomic(run_dir / "config.yaml", f"# {composition(cfg)}\n{cfg.to_yaml()}")
-        seed_everything(cfg.seed)
-        before = _evaluate(parts)
-        log = StepRecords(run_dir, tensorboard=cfg.run.tensorboard)
-        log.write(0, before | ledger.metrics())
+        if main:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            MetricsLog.truncate_after(run_dir / "metrics.jsonl", -1)  # a resume that starts over
+            write_text_atomic(run_dir / "config.yaml", f"# {composition(cfg)}\n{cfg.to_yaml()}")
+        seed_everything(cfg.seed, world.rank)
+        before = _evaluate(parts) if main else {}
+        if main:
+            log = StepRecords(run_dir, tensorboard=cfg.run.tensorboard)
+            log.write(0, before | ledger.metrics())
     balance: dict[str, int] = {}
     steps = stepper(parts, state, balance, start, reward_path)
     with view.training(cfg.optim.steps, state.step), steps as step:
         while state.step < cfg.optim.steps:
             state, ledger = _one_step(parts, state, ledger, log, view, run_dir, step)
+    barrier(world)
+    if not main:
+        return {}
     records = MetricsLog.read(run_dir / "metrics.jsonl")
     return _finish(run_dir, before, records, ledger, cfg, balance)
 
@@ -147,17 +175,23 @@ def stepper(
         pool.shutdown()
 
 
-def seed_everything(seed: int) -> None:
-    """Seed every random stream the run draws from (rollout sampling uses torch's)."""
+def seed_everything(seed: int, rank: int = 0) -> None:
+    """Seed every random stream the run draws from (rollout sampling uses torch's); each
+    learner rank draws its own rollouts (rank 0's streams are the single process's)."""
+    seed = seed + RANK_SEED_STRIDE * rank
     random.seed(seed)
     torch.manual_seed(seed)
+
+
+RANK_SEED_STRIDE = 1_000_003
+"""Seed offset between learner ranks."""
 
 
 def _one_step(
     parts: setup.Parts,
     state: LoopState,
     ledger: Ledger,
-    log: StepRecords,
+    log: StepRecords | None,
     view: ProgressView,
     run_dir: Path,
     step: Step,
@@ -166,7 +200,7 @@ def _one_step(
     try:
         new_state, metrics = step(parts, state)
         last = new_state.step == cfg.optim.steps
-        if last or new_state.step % cfg.run.eval_every == 0:
+        if parts.world.main and (last or new_state.step % cfg.run.eval_every == 0):
             metrics |= _evaluate(parts)
     except TrainingError as exc:  # the run directory keeps every step before this one
         raise TrainingError(f"step {state.step + 1}: {exc}") from None
@@ -186,19 +220,44 @@ def _one_step(
         actor_s=_seconds(metrics, "system/old_logprobs_s", "system/policy_update_s"),
         critic_s=_seconds(metrics, "system/critic_values_s", "system/critic_update_s"),
         reference_s=_seconds(metrics, "system/reference_s"),
-    ).with_peak_memory(*measure_peak_memory())
-    log.write(state.step, metrics | ledger.metrics())
+    ).with_peak_memory(*peak_memory(parts.world))
+    if log is not None:
+        log.write(state.step, metrics | ledger.metrics())
     view.step(state.step, metrics, ledger)
     if last or state.step % cfg.run.checkpoint_every == 0:
-        optimizers, schedulers = _optimizers(parts)
+        _checkpoint(parts, state, ledger, run_dir)
+    return state, ledger
+
+
+def peak_memory(world: World) -> tuple[int, int | None]:
+    """:func:`measure_peak_memory`, the largest over the learner ranks (-1: not measured)."""
+    cpu, gpu = measure_peak_memory()
+    if not world.parallel:
+        return cpu, gpu
+    top_cpu, top_gpu = all_max(world, [cpu, -1 if gpu is None else gpu])
+    return int(top_cpu), None if top_gpu < 0 else int(top_gpu)
+
+
+def _checkpoint(parts: setup.Parts, state: LoopState, ledger: Ledger, run_dir: Path) -> None:
+    """The step's checkpoint, written by rank 0: with several ranks the full weights and
+    optimiser state are gathered first (FSDP2) and every rank's RNG state goes with it."""
+    cfg, world = parts.cfg, parts.world
+    optimizers, schedulers = _optimizers(parts)
+    extra: dict[str, Any] = {"loop": asdict(state), "ledger": ledger.to_dict(),
+             "config": cfg.model_dump(mode="json")}  # fmt: skip
+    model_state = optimizer_states = None
+    if world.parallel:
+        extra["rank_rng"] = gather(world, capture_rng())
+        model_state = full_state_dict(parts.trained, world)
+        optimizer_states = {"policy": optimizer_state(parts.trained, parts.optimizer, world)}
+    if world.main:
         extra_models = {} if parts.critic is None else {CRITIC_DIR: parts.critic}
         save_checkpoint(run_dir, state.step, model=parts.policy, tokenizer=parts.tokenizer,
-                        optimizers=optimizers, schedulers=schedulers,
-                        extra={"loop": asdict(state), "ledger": ledger.to_dict(),
-                               "config": cfg.model_dump(mode="json")},
-                        keep=cfg.run.keep_checkpoints, extra_models=extra_models)  # fmt: skip
+                        optimizers=optimizers, schedulers=schedulers, extra=extra,
+                        keep=cfg.run.keep_checkpoints, extra_models=extra_models,
+                        model_state=model_state, optimizer_states=optimizer_states)  # fmt: skip
         write_json_atomic(run_dir / "ledger.json", ledger.to_dict())
-    return state, ledger
+    barrier(world)  # no rank goes on (or is killed) before the checkpoint is in place
 
 
 def _seconds(metrics: dict[str, float], *names: str) -> float:
@@ -260,10 +319,16 @@ def _restore(
     parts: setup.Parts, ckpt: Path, state: dict[str, Any]
 ) -> tuple[LoopState, Ledger, dict[str, float]]:
     optimizers, schedulers = _optimizers(parts)
-    restore_optimizers(state, optimizers=optimizers, schedulers=schedulers)
-    restore_rng(state)
+    world = parts.world
+    if world.parallel:  # the optimiser through its (sharded) learner; each rank's own RNG
+        load_optimizer_state(parts.trained, parts.optimizer, state["optimizers"]["policy"], world)
+        restore_optimizers(state, optimizers={}, schedulers=schedulers, only=("schedulers",))
+        restore_rng({"rng": state["extra"]["rank_rng"][world.rank]})
+    else:
+        restore_optimizers(state, optimizers=optimizers, schedulers=schedulers)
+        restore_rng(state)
     loop = LoopState(**state["extra"]["loop"])
-    parts.engine.update_weights(parts.policy, loop.step)
+    publish(parts, loop.step)
     first = MetricsLog.read(ckpt.parent.parent / "metrics.jsonl")[0]
     before = {k: v for k, v in first.items() if k.startswith("eval/")}
     return loop, Ledger.from_dict(state["extra"]["ledger"]), before

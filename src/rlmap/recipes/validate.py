@@ -290,9 +290,27 @@ def _system(cfg: RecipeConfig) -> Iterator[str]:
         yield (f"sampling.filter: '{cfg.sampling.filter}' filters whole groups, but the "
                "asynchronous queue consumes trajectories as they finish, not groups; use "
                "sampling.filter=none with system.mode=async")  # fmt: skip
-    for name in ("workers", "publish_every"):
+    for name in ("workers", "publish_every", "learners"):
         if getattr(cfg.system, name) < 1:
             yield f"system.{name}: must be >= 1, got {getattr(cfg.system, name)}"
+    yield from _learners(cfg)
+
+
+def _learners(cfg: RecipeConfig) -> Iterator[str]:
+    """What data-parallel learners (``system.learners > 1``) do not run yet, and a batch
+    too small to give every rank a prompt."""
+    n = cfg.system.learners
+    if n <= 1:
+        return
+    why = "data-parallel learners run the synchronous loop's policy update"
+    if cfg.system.mode != "sync":
+        yield f"system.learners: {n} needs system.mode=sync ({why}; async is not there yet)"
+    elif cfg.critic.enabled:
+        yield f"system.learners: {n} does not train a critic yet ({why}); set critic.enabled=false"
+    elif cfg.sampling.prompts_per_step < n:
+        yield (f"system.learners: {n} ranks need at least as many prompts per step, got "
+               f"sampling.prompts_per_step={cfg.sampling.prompts_per_step} (a prompt's G "
+               "samples never straddle ranks)")  # fmt: skip
 
 
 def _optim(cfg: RecipeConfig) -> Iterator[str]:

@@ -25,6 +25,11 @@ from __future__ import annotations
 import contextlib
 import datetime
 import os
+import signal
+import socket
+import subprocess
+import sys
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar, cast
@@ -70,6 +75,7 @@ def world_of_env(sharding: Sharding) -> World:
     if size <= 1:
         return SINGLE
     rank = int(os.environ["RANK"])
+    die_with_launcher()
     if not dist.is_initialized():
         cuda = torch.cuda.is_available()
         if cuda:
@@ -161,7 +167,7 @@ def wrap(policy: nn.Module, world: World) -> nn.Module:
 
         device = _device()
         ids = [device.index] if device.type == "cuda" else None
-        ddp = DistributedDataParallel(scorer, device_ids=ids, broadcast_buffers=False)
+        ddp = DistributedDataParallel(scorer, device_ids=ids, **_no_buffer_sync())
         ddp.register_comm_hook(None, _sum_hook)
         return ddp
     from torch.distributed.fsdp import FSDPModule, fully_shard
@@ -172,7 +178,21 @@ def wrap(policy: nn.Module, world: World) -> nn.Module:
     for module in scorer.modules():
         if isinstance(module, FSDPModule):
             module.set_gradient_divide_factor(1.0)  # a sum over ranks, not a mean
+            module.set_force_sum_reduction_for_comms(True)  # a plain SUM (gloo has no PREMUL_SUM)
     return scorer
+
+
+def _no_buffer_sync() -> dict[str, Any]:
+    """DDP's switch for not broadcasting buffers in every forward (a collective the π_old
+    and rollout passes would have to match), by its name in this torch."""
+    import inspect
+
+    from torch.nn.parallel import DistributedDataParallel
+
+    known = inspect.signature(DistributedDataParallel.__init__).parameters
+    return {
+        "forward_sync_buffers" if "forward_sync_buffers" in known else "broadcast_buffers": False
+    }
 
 
 def decoder_layers(model: nn.Module) -> list[nn.Module]:
@@ -184,20 +204,15 @@ def decoder_layers(model: nn.Module) -> list[nn.Module]:
 
 @contextlib.contextmanager
 def accumulating(learner: nn.Module, world: World, *, last: bool) -> Iterator[None]:
-    """A micro-batch's backward: gradients are communicated only on the mini-batch's last
-    one (DDP ``no_sync`` / FSDP2 ``set_requires_gradient_sync``); a no-op in one process."""
-    if not world.parallel:
-        yield
-        return
-    if world.sharding == "ddp":
-        with contextlib.nullcontext() if last else learner.no_sync():  # type: ignore[operator]
+    """A micro-batch's backward. DDP communicates only on the mini-batch's last one
+    (``no_sync`` before it); FSDP2 reduce-scatters every micro-batch's gradient into the
+    shards, since deferring it would keep each parameter's *unsharded* gradient (4 bytes a
+    parameter on every rank, whatever the world size). A no-op in one process."""
+    if world.parallel and world.sharding == "ddp" and not last:
+        with learner.no_sync():  # type: ignore[operator]
             yield
         return
-    learner.set_requires_gradient_sync(last)  # type: ignore[operator]
-    try:
-        yield
-    finally:
-        learner.set_requires_gradient_sync(True)  # type: ignore[operator]
+    yield
 
 
 def local(t: Tensor) -> Tensor:
@@ -221,3 +236,109 @@ def policy_of(learner: nn.Module) -> nn.Module:
     """The Hugging Face model inside the learner's wrappers."""
     inner = getattr(learner, "module", learner)  # DDP
     return inner.model if isinstance(inner, Scorer) else inner
+
+
+def on_main(world: World, make: Callable[[], T]) -> T:
+    """``make()`` on rank 0 only, its result sent to every rank (e.g. the warm start, built
+    and cached once). Its error is raised on every rank, so that none waits for ever."""
+    if not world.parallel:
+        return make()
+    result: tuple[bool, Any] = (True, None)
+    if world.main:
+        try:
+            result = (True, make())
+        except Exception as exc:  # re-raised below, on every rank
+            result = (False, exc)
+    ok, value = broadcast(world, result)
+    if not ok:
+        if not world.main:
+            value.echo = True  # rank 0 reports it; the others only exit  # type: ignore[attr-defined]
+        raise value
+    return cast(T, value)
+
+
+def _sharded(world: World) -> bool:
+    return world.parallel and world.sharding == "fsdp2"
+
+
+def optimizer_state(learner: nn.Module, optimizer: torch.optim.Optimizer, world: World) -> Any:
+    """What a checkpoint stores of the optimiser: its state dict; FSDP2: the full one,
+    gathered from the shards onto rank 0 (a collective; keyed by parameter name)."""
+    if not _sharded(world):
+        return optimizer.state_dict()
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    return get_optimizer_state_dict(learner, optimizer, options=options)
+
+
+def load_optimizer_state(
+    learner: nn.Module, optimizer: torch.optim.Optimizer, state: Any, world: World
+) -> None:
+    """Put back :func:`optimizer_state`'s dict (FSDP2: every rank keeps its own shard)."""
+    if not _sharded(world):
+        optimizer.load_state_dict(state)
+        return
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
+    options = StateDictOptions(full_state_dict=True)
+    set_optimizer_state_dict(learner, optimizer, state, options=options)
+
+
+LAUNCHER_ENV = "RLMAP_LAUNCHER_PID"
+"""Set in the ranks rlmap starts itself: the launcher's pid (a rank dies with it)."""
+
+
+def launch(n: int, argv: Sequence[str]) -> int:
+    """Run ``rlmap <argv>`` as ``n`` learner ranks on this machine, as ``torchrun`` would
+    (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``/``PORT``), and wait for them. The exit
+    status is the first failing rank's (the others are stopped then), else 0. A rank dies
+    with the launcher, so ``kill -9`` of it leaves no rank behind."""
+    threads = os.environ.get("OMP_NUM_THREADS") or str(max(1, (os.cpu_count() or 1) // n))
+    common = {"WORLD_SIZE": str(n), "LOCAL_WORLD_SIZE": str(n), "MASTER_ADDR": "127.0.0.1",
+              "MASTER_PORT": str(free_port()), LAUNCHER_ENV: str(os.getpid()),
+              "OMP_NUM_THREADS": threads}  # fmt: skip
+    ranks = [
+        subprocess.Popen([sys.executable, "-m", "rlmap.cli", *argv],
+                         env=os.environ | common | {"RANK": str(r), "LOCAL_RANK": str(r)})
+        for r in range(n)
+    ]  # fmt: skip
+    try:
+        return _wait(ranks)
+    finally:
+        for rank in ranks:
+            if rank.poll() is None:
+                rank.kill()
+                rank.wait()
+
+
+def _wait(ranks: list[subprocess.Popen[bytes]]) -> int:
+    while True:
+        codes = [r.poll() for r in ranks]
+        failed = [c for c in codes if c not in (None, 0)]
+        if failed:
+            return int(failed[0])
+        if all(c == 0 for c in codes):
+            return 0
+        time.sleep(0.1)
+
+
+def die_with_launcher() -> None:
+    """In a rank rlmap started: the kernel kills this process when the launcher dies
+    (Linux ``PR_SET_PDEATHSIG``), and a rank whose launcher is already gone exits."""
+    launcher = os.environ.get(LAUNCHER_ENV)
+    if launcher is None or not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+    if os.getppid() != int(launcher):
+        os._exit(1)
+
+
+def free_port() -> int:
+    """A TCP port free on this machine right now (for the ranks' rendezvous)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

@@ -28,5 +28,12 @@ class SystemParams:
     """Where rollout workers and the learner live: one process, or Ray actors."""
     rollout_dtype: Literal["float32", "bfloat16"] = "float32"
     """Precision of the rollout engine; differing from ``train_dtype`` makes κ ≠ 1 real."""
+    learners: int = 1
+    """Data-parallel learner ranks (:mod:`rlmap.system.distributed`): rlmap starts them on
+    this machine, or ``torchrun`` does (then ``WORLD_SIZE`` must equal this). Each rank rolls
+    out its share of the prompts and trains on it; the gradient is the single-process one."""
+    learner_sharding: Literal["ddp", "fsdp2"] = "ddp"
+    """ddp: every rank holds the whole model and optimiser state; fsdp2: parameters,
+    gradients and optimiser state sharded over the ranks (``fully_shard``)."""
     train_dtype: Literal["float32", "bfloat16"] = "float32"
     """Precision of the learner's forward passes."""

@@ -269,6 +269,8 @@ class Scored:
     per_turn: tuple[float, ...] | None = None
     """Per-turn rewards summing to ``reward`` (environment step rewards, a process reward,
     the shaping on the last turn); None: ``reward`` at the last action token."""
+    rank: int = 0
+    """The learner rank that generated it and trains on it (:mod:`rlmap.system.distributed`)."""
 
 
 def to_batch(scored: Sequence[Scored], *, pad_token_id: int) -> Batch:

@@ -27,6 +27,7 @@ from rlmap.feedback.reward import Reward
 from rlmap.feedback.reward_model import load_reward_model
 from rlmap.recipes.config import RecipeConfig
 from rlmap.system.critic import CRITIC_DIR, CriticSettings, load_critic
+from rlmap.system.distributed import SINGLE, World, wrap
 from rlmap.system.engine import RolloutEngine
 from rlmap.system.hf_engine import HFEngine
 from rlmap.system.learner import UpdateSettings
@@ -83,6 +84,16 @@ class Parts:
     """The base term of the reward (:func:`rlmap.system.scoring.base_reward`)."""
     shaping: Reward | None = None
     """The shaping terms added to it, or None (:func:`rlmap.system.scoring.shaping_reward`)."""
+    world: World = SINGLE
+    """This process's learner rank (:mod:`rlmap.system.distributed`)."""
+    learner: torch.nn.Module | None = None
+    """The policy as the data-parallel learner trains it (DDP / FSDP2 around a
+    :class:`~rlmap.system.logprobs.Scorer`); None in one process: ``policy`` itself."""
+
+    @property
+    def trained(self) -> torch.nn.Module:
+        """What the learner's passes run on: ``learner``, else ``policy``."""
+        return self.policy if self.learner is None else self.learner
 
 
 def warm_start_spec(cfg: RecipeConfig) -> WarmStartSpec:
@@ -444,11 +455,15 @@ def build(
     start: Path,
     resume_from: Path | None = None,
     reward_path: Path | None = None,
+    world: World = SINGLE,
 ) -> Parts:
     """All live objects of a run that started from checkpoint ``start``.
 
     The policy (and critic) load ``resume_from`` when given (a checkpoint of this run);
-    the reference policy is always ``start``, the weights the run began with.
+    the reference policy is always ``start``, the weights the run began with. With several
+    learner ranks the policy is wrapped for them (:func:`rlmap.system.distributed.wrap`)
+    and the optimiser holds the wrapped (FSDP2: sharded) parameters; the rollout engine
+    shares the plain policy (DDP) or keeps its own full copy (FSDP2).
     """
     refuse_unavailable(cfg)
     tokenizer = load_tokenizer(start)
@@ -461,10 +476,12 @@ def build(
     if cfg.kl.placement != "none":
         reference = load_causal_lm(start, dtype=dtype)
         reference.eval().requires_grad_(False)
+    sharded = world.parallel and world.sharding == "fsdp2"
     engine = HFEngine(policy, pad_token_id=int(tokenizer.pad_token_id),
                       eos_token_id=int(tokenizer.eos_token_id),
-                      dtype=DTYPES[cfg.system.rollout_dtype])  # fmt: skip
-    optimizer, scheduler = make_optimizer(policy, cfg)
+                      dtype=DTYPES[cfg.system.rollout_dtype], own_copy=sharded)  # fmt: skip
+    learner = wrap(policy, world) if world.parallel else None
+    optimizer, scheduler = make_optimizer(policy if learner is None else learner, cfg)
     train, heldout = load_data(cfg)
     eval_environment, eval_rescore = evaluation_scoring(cfg, tokenizer)
     return Parts(cfg, tokenizer, policy, reference, engine, optimizer, scheduler, train, heldout,
@@ -472,7 +489,8 @@ def build(
                  *build_critic(cfg, start, resume_from),
                  eval_environment=eval_environment, eval_rescore=eval_rescore,
                  reward_model=_reward_model(cfg, tokenizer, reward_path),
-                 base_reward=base_reward(cfg), shaping=shaping_reward(cfg))  # fmt: skip
+                 base_reward=base_reward(cfg), shaping=shaping_reward(cfg),
+                 world=world, learner=learner)  # fmt: skip
 
 
 def _reward_model(

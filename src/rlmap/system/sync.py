@@ -36,6 +36,7 @@ from rlmap.estimators import Credit, CreditParams
 from rlmap.feedback.reward_model import score_batch
 from rlmap.sampling.refill import first_groups, sample_more
 from rlmap.system.critic import compute_values, update_critic
+from rlmap.system.distributed import full_state_dict, gather
 from rlmap.system.engine import RolloutEngine
 from rlmap.system.learner import UpdateSettings, prepare_batch, update_policy
 from rlmap.system.rollout import Episode, Scored, episode_metrics, run_episodes, to_batch
@@ -154,6 +155,21 @@ def rollout_round(
     ]
 
 
+def shared_round(p: Parts, examples: list[Example], first_group: int) -> list[Scored]:
+    """:func:`rollout_round` of this rank's contiguous share of ``examples``, then every
+    rank's episodes in rank order — the same list on every rank, in the order one process
+    would have produced it (one rank: the round itself)."""
+    w = p.world
+    if not w.parallel:
+        return rollout_round(p, examples, first_group)
+    bounds = torch.arange(len(examples)).tensor_split(w.size)
+    start = int(bounds[w.rank][0]) if len(bounds[w.rank]) else len(examples)
+    mine = examples[start : start + len(bounds[w.rank])]
+    scored = rollout_round(p, mine, first_group + start) if mine else []
+    everyone = gather(w, [replace(x, rank=w.rank) for x in scored])
+    return [x for share in everyone for x in share]
+
+
 def learned_rewards(p: Parts, episodes: list[Episode]) -> list[float]:
     """The reward model's score of each episode's tokens (prompt, turns, observations),
     batched; 0.0 for an episode without tokens (aborted at reset: excluded anyway)."""
@@ -179,7 +195,7 @@ def collect(p: Parts, state: LoopState) -> tuple[list[Scored], LoopState, dict[s
     rounds, cursor = 0, state.cursor
     while sample_more(_groups(generated, keep), s.prompts_per_step, rounds, s.max_rounds):
         examples = next_prompts(p.train, cursor, s.prompts_per_step, p.cfg.seed)
-        generated += rollout_round(p, examples, first_group=cursor)
+        generated += shared_round(p, examples, first_group=cursor)
         cursor, rounds = cursor + len(examples), rounds + 1
         keep = keep_fn(torch.tensor([x.outcome for x in generated]),
                        torch.tensor([x.group for x in generated]),
@@ -263,8 +279,14 @@ def reward_metrics(scored: list[Scored]) -> dict[str, float]:
     }
 
 
-def learn(p: Parts, batch: Batch, state: LoopState) -> dict[str, float]:
-    """π_old / π_ref, (KL in the reward), critic values, advantages, critic and policy steps."""
+def learn(
+    p: Parts, batch: Batch, state: LoopState, owner: torch.Tensor | None = None
+) -> dict[str, float]:
+    """π_old / π_ref, (KL in the reward), critic values, advantages, critic and policy steps.
+
+    With several learner ranks ``batch`` is the global batch (the same on every rank) and
+    ``owner`` the rank that trains each row; the advantages are computed on all of it.
+    """
     estimator = estimators.registry.get(p.cfg.credit.estimator)
     beta = kl_beta(p, state)
     settings = replace(p.settings, kl=replace(p.settings.kl, beta=beta))
@@ -272,7 +294,7 @@ def learn(p: Parts, batch: Batch, state: LoopState) -> dict[str, float]:
     # trainer's (decoupled mode), not the engine's μ, or a train/rollout mismatch leaks in.
     kl_reward = p.cfg.kl.placement == "reward" and p.cfg.behaviour.mode == "decoupled"
     needs_pi = estimator.needs_policy_logprobs or kl_reward
-    batch, timings = prepare_batch(batch, p.policy, p.reference, settings,
+    batch, timings = prepare_batch(batch, p.trained, p.reference, settings,
                                    policy_logprobs=needs_pi)  # fmt: skip
     metrics: dict[str, float] = dict(timings)
     if p.cfg.kl.placement != "none":
@@ -299,9 +321,19 @@ def learn(p: Parts, batch: Batch, state: LoopState) -> dict[str, float]:
     if p.critic is not None:
         metrics |= _learn_critic(p, batch, credit, seed) | {"critic/pretraining": float(warming)}
     if not warming:
-        metrics |= _learn_policy(p, batch, credit, state, seed, settings)
-    p.engine.update_weights(p.policy, state.step + 1)
+        metrics |= _learn_policy(p, batch, credit, state, seed, settings, owner)
+    publish(p, state.step + 1)
     return metrics
+
+
+def publish(p: Parts, version: int) -> None:
+    """The policy's current weights to the rollout engine, labelled ``version`` (FSDP2: the
+    full state dict gathered from the shards — every rank takes part)."""
+    if p.world.parallel and p.world.sharding == "fsdp2":
+        state = full_state_dict(p.trained, p.world)
+        p.engine.set_weights(state, version)  # type: ignore[attr-defined]  # an own-copy engine
+    else:
+        p.engine.update_weights(p.policy, version)
 
 
 def _credit_params(p: Parts, warming: bool) -> CreditParams:
@@ -324,13 +356,20 @@ def _learn_critic(p: Parts, batch: Batch, credit: Credit, seed: int) -> dict[str
 
 
 def _learn_policy(
-    p: Parts, batch: Batch, credit: Credit, state: LoopState, seed: int, s: UpdateSettings
+    p: Parts,
+    batch: Batch,
+    credit: Credit,
+    state: LoopState,
+    seed: int,
+    s: UpdateSettings,
+    owner: torch.Tensor | None,
 ) -> dict[str, float]:
-    """The policy's optimiser steps on ``credit.advantages``."""
+    """The policy's optimiser steps on ``credit.advantages`` (this rank's rows: ``owner``)."""
     started = time.perf_counter()
-    metrics = update_policy(p.policy, p.optimizer, p.scheduler, batch, credit.advantages,
+    metrics = update_policy(p.trained, p.optimizer, p.scheduler, batch, credit.advantages,
                             s, learner_version=state.step,
-                            generator=torch.Generator().manual_seed(seed))  # fmt: skip
+                            generator=torch.Generator().manual_seed(seed),
+                            world=p.world, owner=owner)  # fmt: skip
     return metrics | {
         "optim/policy_steps": float(p.settings.optimizer_steps),
         "system/policy_update_s": time.perf_counter() - started,
@@ -344,7 +383,8 @@ def sync_step(p: Parts, state: LoopState) -> tuple[LoopState, dict[str, float]]:
     rollout_s = time.perf_counter() - start
     if kept:
         batch = to_batch(kept, pad_token_id=int(p.tokenizer.pad_token_id))
-        metrics |= learn(p, batch, state)
+        owner = torch.tensor([x.rank for x in kept]) if p.world.parallel else None
+        metrics |= learn(p, batch, state, owner)
         state = adapt_kl(p, state, metrics, batch.size)
     update_s = time.perf_counter() - start - rollout_s
     metrics |= {
