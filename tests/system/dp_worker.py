@@ -81,11 +81,16 @@ def _update(case: dict[str, Any]) -> dict[str, Any]:
     optimizer = Recording(wrapped.parameters(), lr=1e-3)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
     s = case["settings"]
-    batch, _ = learner.prepare_batch(case["batch"], wrapped, None, s)
-    learner.update_policy(wrapped, optimizer, scheduler, batch, case["advantages"], s,
+    reference = None
+    if case.get("reference"):
+        reference = AutoModelForCausalLM.from_pretrained(case["model_dir"]).double().eval()
+    batch, _ = learner.prepare_batch(case["batch"], wrapped, reference, s, world=world,
+                                     owner=case["owner"])  # fmt: skip
+    metrics = learner.update_policy(wrapped, optimizer, scheduler, batch, case["advantages"], s,
                           learner_version=0, generator=torch.Generator().manual_seed(0),
                           world=world, owner=case["owner"])  # fmt: skip
-    return {"grads": optimizer.seen, "params": distributed.full_state_dict(wrapped, world)}
+    params = distributed.full_state_dict(wrapped, world)
+    return {"grads": optimizer.seen, "params": params, "metrics": metrics}
 
 
 def _free_port() -> int:

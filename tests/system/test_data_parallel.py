@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,7 @@ from dp_worker import Recording
 from test_system_learner import _rollouts, _settings
 from transformers import AutoModelForCausalLM
 
+from rlmap.correction import KLParams
 from rlmap.system.learner import prepare_batch, update_policy
 
 WORKER = Path(__file__).with_name("dp_worker.py")
@@ -45,10 +47,14 @@ def _single(case: dict[str, object]) -> dict[str, object]:
     optimizer = Recording(policy.parameters(), lr=1e-3)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
     s = case["settings"]
-    batch, _ = prepare_batch(case["batch"], policy, None, s)  # type: ignore[arg-type]
-    update_policy(policy, optimizer, scheduler, batch, case["advantages"], s,  # type: ignore[arg-type]
+    reference = None
+    if case.get("reference"):
+        reference = AutoModelForCausalLM.from_pretrained(case["model_dir"]).double().eval()
+    batch, _ = prepare_batch(case["batch"], policy, reference, s)  # type: ignore[arg-type]
+    metrics = update_policy(policy, optimizer, scheduler, batch, case["advantages"], s,  # type: ignore[arg-type]
                   learner_version=0, generator=torch.Generator().manual_seed(0))  # fmt: skip
-    return {"grads": optimizer.seen, "params": copy.deepcopy(policy.state_dict())}
+    params = copy.deepcopy(policy.state_dict())
+    return {"grads": optimizer.seen, "params": params, "metrics": metrics}
 
 
 def _parallel(cases: list[dict[str, object]], tmp_path: Path) -> list[dict]:
@@ -64,6 +70,7 @@ def _parallel(cases: list[dict[str, object]], tmp_path: Path) -> list[dict]:
 
 REDUCTIONS = ("response_mean", "token_mean", "fixed_budget")
 BUGS = ("per_rank", "averaged")
+TWO_STEPS = "token_mean, 2 steps, KL"
 
 
 @pytest.fixture(scope="module", params=["ddp", "fsdp2"])
@@ -73,10 +80,15 @@ def runs(
     """(single-process, two-rank) results per reduction, and per planted bug (token mean)."""
     sharding = request.param
     cases = {r: _case(tiny_model_dir, r) for r in REDUCTIONS}
-    planned = [(r, None) for r in REDUCTIONS] + [("token_mean", b) for b in BUGS]
+    # two optimiser steps (π_old recomputed, each rank scoring its rows) with a KL to π_ref
+    two_steps = _case(tiny_model_dir, "token_mean")
+    two_steps["settings"] = replace(two_steps["settings"], minibatches=2,  # type: ignore[type-var]
+                                    kl=KLParams(placement="loss", beta=0.1))  # fmt: skip
+    cases[TWO_STEPS] = {**two_steps, "reference": True}
+    planned = [(r, None) for r in (*REDUCTIONS, TWO_STEPS)] + [("token_mean", b) for b in BUGS]
     launched = [{**cases[r], "sharding": sharding, "bug": b} for r, b in planned]
     two = _parallel(launched, tmp_path_factory.mktemp(f"dp-{sharding}"))
-    singles = {r: _single(cases[r]) for r in REDUCTIONS}
+    singles = {r: _single(cases[r]) for r in (*REDUCTIONS, TWO_STEPS)}
     return {"cases": cases, "one": singles,
             "two": {key: res for key, res in zip(planned, two, strict=True)}}  # fmt: skip
 
@@ -98,6 +110,28 @@ def test_two_ranks_match_one_process(runs: dict, reduction: str) -> None:
     assert _gap(two["grads"][0], one["grads"][0]) < 1e-6
     names = list(one["params"])
     assert _gap([two["params"][k] for k in names], [one["params"][k] for k in names]) < 1e-6
+    _same_metrics(one["metrics"], two["metrics"])
+
+
+def test_two_steps_with_pi_old_and_pi_ref_match_one_process(runs: dict) -> None:
+    one, two = runs["one"][TWO_STEPS], runs["two"][(TWO_STEPS, None)]
+    assert len(one["grads"]) == len(two["grads"]) == 2
+    assert "kl/mean" in one["metrics"]  # π_ref's scores, shared between the ranks
+    for step in range(2):  # the second step's gradient reads π_old: the ranks' shared scores
+        assert _gap(two["grads"][step], one["grads"][step]) < 1e-6
+    names = list(one["params"])
+    assert _gap([two["params"][k] for k in names], [one["params"][k] for k in names]) < 1e-6
+    _same_metrics(one["metrics"], two["metrics"])
+
+
+def _same_metrics(one: dict[str, float], two: dict[str, float]) -> None:
+    """Every figure of the update (losses, ratio tails, KL, entropy, clip fractions) is the
+    global batch's: two ranks report what one process does (timings aside)."""
+    assert set(one) == set(two)
+    assert "entropy" in one and "ratio/rho/clipped_frac" in one
+    for key, value in one.items():
+        if not key.endswith("_s"):
+            assert two[key] == pytest.approx(value, rel=1e-6, abs=1e-9), key
 
 
 @pytest.mark.parametrize("bug", BUGS)

@@ -12,13 +12,11 @@ mini-batch's weights, the accumulated gradient equals the full-batch gradient
 for every reduction; no rescaling by the number of micro-batches is needed (or
 allowed: that would recompute a denominator per micro-batch).
 
-Data-parallel ranks shard the same way, one level up: each rank takes a disjoint
-set of rows (e.g. ``split_indices(B, ceil(B / world))[rank]``), the ranks sum their
-:class:`~rlmap.reduction.denominator.Denominator` (all-reduce of the two counts),
-each rank computes ``token_weights(local_mask, params, denom=global_denom)`` and
-runs the loop above on its rows. The full gradient is then the *sum* of the
-ranks' gradients; DDP's default all-reduce *averages*, so multiply the loss by the
-world size (or register a summing communication hook).
+Data-parallel ranks shard the same way, one level up (:mod:`rlmap.system.distributed`):
+every rank holds the global batch, computes the weights of the *global* mini-batch,
+and runs the loop above on the rows it owns. The full gradient is then the *sum* of
+the ranks' gradients, so the ranks sum them (DDP: a summing communication hook; FSDP2:
+a divide factor of 1) instead of averaging, which would divide by the world size.
 """
 
 from __future__ import annotations

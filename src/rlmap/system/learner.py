@@ -27,7 +27,7 @@ from torch import Tensor, nn
 from rlmap.core.batch import Batch
 from rlmap.correction import BehaviourParams, KLParams, PolicyTerms, policy_loss, positive_nll
 from rlmap.reduction import ReductionParams, reduce, token_weights
-from rlmap.system.distributed import SINGLE, World
+from rlmap.system.distributed import SINGLE, World, gather, micro_steps
 from rlmap.system.logprobs import attention_of, batched_logprobs, scored
 from rlmap.system.routing import RouteStats, replaying
 from rlmap.system.update_loop import Kept, Schedule, Updates, Weights, optimise
@@ -59,6 +59,8 @@ def prepare_batch(
     s: UpdateSettings,
     *,
     policy_logprobs: bool = False,
+    world: World = SINGLE,
+    owner: Tensor | None = None,
 ) -> tuple[Batch, dict[str, float]]:
     """Add π_old (decoupled mode, when reused; or always with ``policy_logprobs``, for an
     estimator that reads π_θ, such as V-trace) and π_ref (KL active) to the batch.
@@ -66,7 +68,8 @@ def prepare_batch(
     Also returns the seconds each forward pass took, keyed as the step metrics
     ``system/old_logprobs_s`` (actor compute) and ``system/reference_s`` (reference
     compute); a key is present only when that pass ran, so the ledger can charge
-    each model its own share.
+    each model its own share. With several learner ranks each rank scores the rows it
+    owns and the ranks exchange them (:func:`_shared_logprobs`).
     """
     needs_old = policy_logprobs or (s.behaviour.mode == "decoupled" and s.optimizer_steps > 1)
     attention = attention_of(batch)
@@ -75,16 +78,44 @@ def prepare_batch(
     if needs_old:
         started = time.perf_counter()
         replayed = batch.routed_experts if s.behaviour.routing_replay else None
-        old = batched_logprobs(policy, batch.tokens, attention, temperature=s.temperature,
-                               micro_batch_size=s.micro_batch_size,
-                               routes_BTLK=replayed)  # fmt: skip
+        old = _shared_logprobs(policy, batch, attention, s, world, owner, replayed, sharded=True)
         timings["system/old_logprobs_s"] = time.perf_counter() - started
     if reference is not None and s.kl.placement != "none":
         started = time.perf_counter()
-        ref = batched_logprobs(reference, batch.tokens, attention, temperature=s.temperature,
-                               micro_batch_size=s.micro_batch_size)  # fmt: skip
+        ref = _shared_logprobs(reference, batch, attention, s, world, owner, None, sharded=False)
         timings["system/reference_s"] = time.perf_counter() - started
     return batch.replace(old_logprobs=old, ref_logprobs=ref), timings
+
+
+def _shared_logprobs(
+    model: nn.Module,
+    batch: Batch,
+    attention: Tensor,
+    s: UpdateSettings,
+    world: World,
+    owner: Tensor | None,
+    routes: Tensor | None,
+    *,
+    sharded: bool,
+) -> Tensor:
+    """(B, T) log-probs of the whole batch under ``model``: in one process directly; with
+    several ranks each scores its own rows (the policy — ``sharded``, FSDP2's collectives
+    — as many forward passes on every rank) and the rows are all-gathered into place."""
+    if not world.parallel or owner is None:
+        return batched_logprobs(model, batch.tokens, attention, temperature=s.temperature,
+                                micro_batch_size=s.micro_batch_size,
+                                routes_BTLK=routes)  # fmt: skip
+    mine = (owner == world.rank).nonzero().flatten()
+    passes = micro_steps(owner, world, s.micro_batch_size) if sharded else 0
+    rows = mine if mine.numel() else torch.zeros(1, dtype=torch.long)  # something to run on
+    local = batched_logprobs(model, batch.tokens[rows], attention[rows],
+                             temperature=s.temperature, micro_batch_size=s.micro_batch_size,
+                             routes_BTLK=None if routes is None else routes[rows],
+                             passes=passes)[: mine.numel()]  # fmt: skip
+    out = torch.zeros(batch.tokens.shape, dtype=local.dtype, device=local.device)
+    for index, part in gather(world, (mine.cpu(), local.cpu())):
+        out[index.to(out.device)] = part.to(out.device)
+    return out
 
 
 def update_policy(

@@ -224,14 +224,20 @@ def batched_logprobs(
     temperature: float,
     micro_batch_size: int,
     routes_BTLK: Tensor | None = None,
+    passes: int = 0,
 ) -> Tensor:
     """(B, T) detached log-probs in micro-batches (π_old recomputation, π_ref); with
-    ``routes_BTLK`` a mixture-of-experts model replays the rollout's routing (R3)."""
+    ``routes_BTLK`` a mixture-of-experts model replays the rollout's routing (R3). At least
+    ``passes`` forward passes run (extra ones on row 0, discarded: a sharded model's ranks
+    must all run as many; B may then be 0, given a row to run on)."""
     was_training = model.training
     model.eval()
     parts = []
     try:
-        for i in range(0, tokens_BT.shape[0], micro_batch_size):
+        starts = list(range(0, tokens_BT.shape[0], micro_batch_size))
+        for _ in range(passes - len(starts)):
+            scored(model, tokens_BT[:1], attention_BT[:1], temperature=temperature)
+        for i in starts:
             rows = slice(i, i + micro_batch_size)
             routes = None if routes_BTLK is None else routes_BTLK[rows]
             with replaying(model, routes, replay=True):

@@ -295,7 +295,8 @@ def learn(
     kl_reward = p.cfg.kl.placement == "reward" and p.cfg.behaviour.mode == "decoupled"
     needs_pi = estimator.needs_policy_logprobs or kl_reward
     batch, timings = prepare_batch(batch, p.trained, p.reference, settings,
-                                   policy_logprobs=needs_pi)  # fmt: skip
+                                   policy_logprobs=needs_pi, world=p.world,
+                                   owner=owner)  # fmt: skip
     metrics: dict[str, float] = dict(timings)
     if p.cfg.kl.placement != "none":
         metrics["kl/beta"] = beta
