@@ -62,6 +62,7 @@ from rlmap.system import setup
 from rlmap.system.async_loop import async_runner
 from rlmap.system.critic import CRITIC_DIR
 from rlmap.system.evaluate import evaluate
+from rlmap.system.lora import MERGED_DIR, merged_copy
 from rlmap.system.sync import LoopState, sync_step
 
 Step = Callable[[setup.Parts, LoopState], tuple[LoopState, dict[str, float]]]
@@ -192,6 +193,8 @@ def _one_step(
     if last or state.step % cfg.run.checkpoint_every == 0:
         optimizers, schedulers = _optimizers(parts)
         extra_models = {} if parts.critic is None else {CRITIC_DIR: parts.critic}
+        if cfg.run.save_merged:  # LoRA: the plain model W + (α/r)·BA beside the adapter
+            extra_models[MERGED_DIR] = merged_copy(parts.policy)
         save_checkpoint(run_dir, state.step, model=parts.policy, tokenizer=parts.tokenizer,
                         optimizers=optimizers, schedulers=schedulers,
                         extra={"loop": asdict(state), "ledger": ledger.to_dict(),

@@ -18,6 +18,7 @@ case the pass runs whatever the mode and the number of steps.
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +29,7 @@ from rlmap.core.batch import Batch
 from rlmap.correction import BehaviourParams, KLParams, PolicyTerms, policy_loss, positive_nll
 from rlmap.reduction import ReductionParams, reduce, token_weights
 from rlmap.system.logprobs import attention_of, batched_logprobs, token_logprobs
+from rlmap.system.lora import adapters_off
 from rlmap.system.routing import RouteStats, replaying
 from rlmap.system.update_loop import Kept, Schedule, Updates, Weights, optimise
 
@@ -65,7 +67,8 @@ def prepare_batch(
     Also returns the seconds each forward pass took, keyed as the step metrics
     ``system/old_logprobs_s`` (actor compute) and ``system/reference_s`` (reference
     compute); a key is present only when that pass ran, so the ledger can charge
-    each model its own share.
+    each model its own share. A ``reference`` that *is* the policy (LoRA: the base is the
+    policy with its adapters off, no second model) is scored with its adapters off.
     """
     needs_old = policy_logprobs or (s.behaviour.mode == "decoupled" and s.optimizer_steps > 1)
     attention = attention_of(batch)
@@ -80,8 +83,9 @@ def prepare_batch(
         timings["system/old_logprobs_s"] = time.perf_counter() - started
     if reference is not None and s.kl.placement != "none":
         started = time.perf_counter()
-        ref = batched_logprobs(reference, batch.tokens, attention, temperature=s.temperature,
-                               micro_batch_size=s.micro_batch_size)  # fmt: skip
+        with adapters_off(policy) if reference is policy else nullcontext():
+            ref = batched_logprobs(reference, batch.tokens, attention, temperature=s.temperature,
+                                   micro_batch_size=s.micro_batch_size)  # fmt: skip
         timings["system/reference_s"] = time.perf_counter() - started
     return batch.replace(old_logprobs=old, ref_logprobs=ref), timings
 
