@@ -22,6 +22,7 @@ from rlmap.experiments.train import run_training
 from rlmap.recipes import build_config
 from rlmap.system import lora, setup
 from rlmap.system.async_loop import Board
+from rlmap.system.evaluate import evaluate_checkpoint
 from rlmap.system.learner import prepare_batch, update_policy
 from rlmap.system.logprobs import token_logprobs
 from rlmap.system.ray_workers import rollout_config
@@ -165,9 +166,32 @@ def test_checkpoint_loads_with_peft_and_merged_with_plain_transformers(
         a, m, b = (model.eval()(input_ids=ids).logits for model in (adapted, merged, base))
     assert torch.allclose(a, m, atol=1e-5, rtol=0)
     assert (a - b).abs().max() > 1e-4  # two steps at lr 1e-3 moved the adapters
+    evaluated = evaluate_checkpoint(ckpt, samples=1)  # rlmap eval: the base + the adapter
+    assert 0 <= evaluated["eval/pass@1"] <= 1
     (ckpt / lora.ADAPTER_WEIGHTS).write_bytes(b"\x00" * 8)  # damaged: named, one line
     problem = checkpoint_problem(ckpt)
     assert problem is not None and lora.ADAPTER_WEIGHTS in problem
+
+
+@pytest.mark.parametrize(
+    ("recipe", "extra"),
+    [
+        ("grpo", ["system.mode=async", "system.workers=1"]),  # a worker's engine, the board
+        ("ppo", []),  # the critic beside a LoRA policy: its own full model
+    ],
+)
+def test_lora_runs_asynchronously_and_beside_a_full_critic(
+    recipe: str, extra: list[str], tiny_model_dir: Path, tmp_path: Path, toy: Toy
+) -> None:
+    cfg = build_config(recipe, None, [*toy(tiny_model_dir), *LORA, *SHAPED, *extra])
+    summary = run_training(cfg, tmp_path / "run")
+    ckpt = tmp_path / "run" / "checkpoints" / "step_2"
+    assert (ckpt / lora.ADAPTER_WEIGHTS).is_file() and summary["after"]["eval/pass@1"] is not None
+    if cfg.critic.enabled:
+        assert (ckpt / "critic" / "model.safetensors").is_file()
+        assert checkpoint_problem(ckpt, ["critic"]) is None
+    adapter = _adapter(ckpt)
+    assert any(k.endswith("lora_B.weight") and v.abs().max() > 0 for k, v in adapter.items())
 
 
 def test_resume_of_a_lora_run_is_exact(

@@ -29,6 +29,7 @@ import contextlib
 import copy
 import re
 import sys
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -82,8 +83,10 @@ def attach(
         if not any(name == target or name.endswith(f".{target}") for name in names):
             raise ConfigError(f"model.lora_targets: no module named {target!r} in the model "
                               f"({type(model).__name__})")  # fmt: skip
-    with torch.random.fork_rng():  # A's initialisation, seeded, leaves the run's RNG alone
-        torch.manual_seed(seed)
+    with torch.random.fork_rng(), warnings.catch_warnings():
+        torch.manual_seed(seed)  # A's initialisation, seeded; the run's RNG is left alone
+        # peft asks transformers 5 a question it has deprecated; nothing for a user to act on
+        warnings.filterwarnings("ignore", "`is_gradient_checkpointing`", FutureWarning)
         if adapter is not None:
             return PeftModel.from_pretrained(model, adapter, is_trainable=True)
         # peft annotates lora_alpha as int, but only ever divides it by r: any α > 0 works
