@@ -18,7 +18,6 @@ case the pass runs whatever the mode and the number of steps.
 from __future__ import annotations
 
 import time
-from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,8 +66,9 @@ def prepare_batch(
     Also returns the seconds each forward pass took, keyed as the step metrics
     ``system/old_logprobs_s`` (actor compute) and ``system/reference_s`` (reference
     compute); a key is present only when that pass ran, so the ledger can charge
-    each model its own share. A ``reference`` that *is* the policy (LoRA: the base is the
-    policy with its adapters off, no second model) is scored with its adapters off.
+    each model its own share. The reference is scored with any LoRA adapters off: a LoRA
+    run's reference *is* its policy (the base is the policy with its adapters off, no
+    second model), whatever wrapper the learner trains ``policy`` through.
     """
     needs_old = policy_logprobs or (s.behaviour.mode == "decoupled" and s.optimizer_steps > 1)
     attention = attention_of(batch)
@@ -83,7 +83,7 @@ def prepare_batch(
         timings["system/old_logprobs_s"] = time.perf_counter() - started
     if reference is not None and s.kl.placement != "none":
         started = time.perf_counter()
-        with adapters_off(policy) if reference is policy else nullcontext():
+        with adapters_off(reference):  # a LoRA reference is the policy: its base
             ref = batched_logprobs(reference, batch.tokens, attention, temperature=s.temperature,
                                    micro_batch_size=s.micro_batch_size)  # fmt: skip
         timings["system/reference_s"] = time.perf_counter() - started

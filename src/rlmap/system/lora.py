@@ -107,7 +107,8 @@ def plain_model(model: nn.Module) -> nn.Module:
 
 def adapters_off(model: nn.Module) -> contextlib.AbstractContextManager[Any]:
     """A block in which ``model`` computes its base (peft's ``disable_adapter``); a plain
-    model is its own base (a no-op)."""
+    model is its own base (a no-op). rlmap never loads a peft model other than the LoRA
+    policy, so a peft reference is always that policy, and off is its base."""
     if is_lora(model):
         off: contextlib.AbstractContextManager[Any] = model.disable_adapter()  # type: ignore[operator]
         return off
