@@ -104,6 +104,7 @@ def test_two_learners_resume_exactly_after_kill_9(
         (["system.mode=async", "sampling.filter=none"], "needs system.mode=sync"),
         (["critic.enabled=true", "credit.estimator=gae"], "does not train a critic yet"),
         (["sampling.prompts_per_step=1"], "at least as many prompts per step"),
+        (["model.lora_rank=8"], "does not train LoRA adapters yet"),
         (["system.learners=0"], "system.learners: must be >= 1"),
     ],
 )

@@ -8,7 +8,10 @@ Layout of ``<run>/checkpoints/step_<N>/``::
     trainer_state.pt                                        optimizers, schedulers, RNG, extra
 
 The directory loads with plain ``AutoModelForCausalLM.from_pretrained`` and
-``AutoTokenizer.from_pretrained``; rlmap is needed only to resume.
+``AutoTokenizer.from_pretrained``; rlmap is needed only to resume. A LoRA policy's
+``save_pretrained`` writes ``adapter_config.json`` + ``adapter_model.safetensors`` instead
+of the model (``peft.PeftModel.from_pretrained(base, ckpt)`` loads it), and ``merged/``
+holds the merged model on request (:mod:`rlmap.system.lora`).
 
 Atomicity: everything is written into ``checkpoints/.tmp-step_<N>-<pid>/``, every
 file is fsync'd, and the directory is renamed to ``step_<N>`` in one
@@ -63,15 +66,16 @@ def checkpoint_problem(ckpt: Path, models: Sequence[str] = ()) -> str | None:
 
     The model (and each of ``models``' subdirectories) must pass
     :func:`rlmap.system.setup.check_model_dir` — ``config.json`` parses, every weight file's
-    header covers the file — and ``trainer_state.pt``'s zip directory must be whole. It
-    reads headers and directories, not weights or optimiser state.
+    header covers the file; or, for a LoRA run, the adapter's files do — and
+    ``trainer_state.pt``'s zip directory must be whole. It reads headers and directories,
+    not weights or optimiser state.
     """
     from rlmap.core.errors import ConfigError
     from rlmap.system.setup import check_model_dir
 
     for where in (ckpt, *(ckpt / name for name in models)):
-        try:
-            check_model_dir(where, field=f"checkpoint {where}")
+        try:  # a LoRA run's checkpoint is its adapter
+            check_model_dir(where, field=f"checkpoint {where}", adapter=where == ckpt)
         except (ConfigError, InputError) as exc:
             return str(exc)
     state = ckpt / TRAINER_STATE

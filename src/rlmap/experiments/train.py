@@ -74,6 +74,7 @@ from rlmap.system.distributed import (
     optimizer_state,
 )
 from rlmap.system.evaluate import evaluate
+from rlmap.system.lora import MERGED_DIR, merged_copy
 from rlmap.system.sync import LoopState, publish, sync_step
 
 Step = Callable[[setup.Parts, LoopState], tuple[LoopState, dict[str, float]]]
@@ -252,6 +253,8 @@ def _checkpoint(parts: setup.Parts, state: LoopState, ledger: Ledger, run_dir: P
         optimizer_states = {"policy": optimizer_state(parts.trained, parts.optimizer, world)}
     if world.main:
         extra_models = {} if parts.critic is None else {CRITIC_DIR: parts.critic}
+        if cfg.run.save_merged:  # LoRA: the plain model W + (α/r)·BA beside the adapter
+            extra_models[MERGED_DIR] = merged_copy(parts.policy)
         save_checkpoint(run_dir, state.step, model=parts.policy, tokenizer=parts.tokenizer,
                         optimizers=optimizers, schedulers=schedulers, extra=extra,
                         keep=cfg.run.keep_checkpoints, extra_models=extra_models,

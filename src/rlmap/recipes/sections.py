@@ -21,6 +21,32 @@ class ModelConfig:
     critic_path: str | None = None
     """Where the value critic starts: a local Hugging Face directory (a causal LM, whose trunk
     gets a new value head, or a saved critic); None starts from the policy's checkpoint."""
+    lora_rank: int = 0
+    """LoRA rank r of the policy's adapters (peft); 0 trains every weight (full fine-tuning).
+    With r > 0 only the adapters train, the reference policy is the base with the adapters
+    off (no second model), rollout engines sample from the merged weights W + (α/r)·BA and
+    checkpoints hold the adapter (:mod:`rlmap.system.lora`). The critic, when on, still
+    trains its own full model."""
+    lora_alpha: float | None = None
+    """LoRA scale numerator α (the update is (α/r)·BA); None is 2·``lora_rank``, a scale of 2
+    whatever the rank."""
+    lora_targets: tuple[str, ...] | str = (
+        "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj",
+    )  # fmt: skip
+    """Module names (or dotted suffixes) that get adapters, as a list or one comma-separated
+    string; the default is every attention and MLP projection of Llama/Qwen-style models."""
+
+    @property
+    def resolved_lora_alpha(self) -> float:
+        """α actually used: ``lora_alpha``, or 2·``lora_rank`` when unset."""
+        return 2.0 * self.lora_rank if self.lora_alpha is None else self.lora_alpha
+
+    @property
+    def lora_modules(self) -> tuple[str, ...]:
+        """``lora_targets`` as a tuple of names (a comma string split, blanks stripped)."""
+        if isinstance(self.lora_targets, str):
+            return tuple(name.strip() for name in self.lora_targets.split(","))
+        return tuple(self.lora_targets)
 
 
 @dataclass(frozen=True)
@@ -101,6 +127,10 @@ class RunConfig:
     """Also write metrics as TensorBoard events under ``<run>/tensorboard``."""
     progress: bool = True
     """Show a progress bar on the console."""
+    save_merged: bool = False
+    """LoRA runs (``model.lora_rank`` > 0): also write each checkpoint's merged model,
+    W + (α/r)·BA, into its ``merged/`` directory, which loads with plain
+    ``AutoModelForCausalLM.from_pretrained`` (the checkpoint itself holds the adapter)."""
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from rlmap.core.errors import ConfigError
 from rlmap.core.registry import Registry
 from rlmap.feedback import process
 from rlmap.recipes.config import RecipeConfig
+from rlmap.system.lora import TARGET_NAME
 from rlmap.system.sim_inputs import parse_duration
 
 Check = Callable[[RecipeConfig], Iterator[str]]
@@ -73,6 +74,7 @@ _AT_LEAST_ZERO = (
     "behaviour.positive_nll",
     "optim.warmup_steps",
     "optim.weight_decay",
+    "model.lora_rank",
 )
 """Bounds and weights where 0 means "none" and a negative value means nothing (η < 0 would
 admit no trajectory ever: the asynchronous loop would wait for ever)."""
@@ -87,6 +89,7 @@ _POSITIVE = (
     "behaviour.sapo_tau_neg",
     "credit.c_bar",
     "credit.rho_bar_pg",
+    "model.lora_alpha",
 )
 """Scales and caps that are divided by or clip at their value, so 0 is meaningless.
 ``generation.temperature`` is among them: the learner scores tokens under π_θ^{1/T}, which
@@ -279,6 +282,17 @@ def _data(cfg: RecipeConfig) -> Iterator[str]:
             yield str(exc)
 
 
+def _lora(cfg: RecipeConfig) -> Iterator[str]:
+    m = cfg.model
+    names = m.lora_modules
+    if not names or any(not TARGET_NAME.fullmatch(name) for name in names):
+        yield (f"model.lora_targets: needs one or more module names (a list, or a comma-"
+               f"separated string such as q_proj,v_proj), got {m.lora_targets!r}")  # fmt: skip
+    if cfg.run.save_merged and m.lora_rank == 0:
+        yield ("run.save_merged: needs model.lora_rank > 0 (a full fine-tuning checkpoint is "
+               "already a plain model)")  # fmt: skip
+
+
 def _system(cfg: RecipeConfig) -> Iterator[str]:
     if cfg.system.partial_rollout and cfg.system.mode != "async":
         yield ("system.partial_rollout: needs system.mode=async (the synchronous loop never "
@@ -307,6 +321,9 @@ def _learners(cfg: RecipeConfig) -> Iterator[str]:
         yield f"system.learners: {n} needs system.mode=sync ({why}; async is not there yet)"
     elif cfg.critic.enabled:
         yield f"system.learners: {n} does not train a critic yet ({why}); set critic.enabled=false"
+    elif cfg.model.lora_rank:
+        yield (f"system.learners: {n} does not train LoRA adapters yet; set model.lora_rank=0 "
+               "or system.learners=1")  # fmt: skip
     elif cfg.sampling.prompts_per_step < n:
         yield (f"system.learners: {n} ranks need at least as many prompts per step, got "
                f"sampling.prompts_per_step={cfg.sampling.prompts_per_step} (a prompt's G "
@@ -332,6 +349,7 @@ CHECKS: tuple[Check, ...] = (
     _reduction,
     _feedback,
     _data,
+    _lora,
     _system,
     _optim,
 )

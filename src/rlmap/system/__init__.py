@@ -9,6 +9,8 @@
   critic), with :mod:`~rlmap.system.optim_step`'s non-finite guard;
 - :mod:`~rlmap.system.logprobs`: token log-probs, the LM head chunk by chunk;
 - :mod:`~rlmap.system.routing`: MoE routes recorded in rollout, replayed in the learner (R3);
+- :mod:`~rlmap.system.lora`: LoRA policies (peft): adapters off for π_ref, merged weights for
+  the engines;
 - :mod:`~rlmap.system.critic`: the value critic, its values and updates;
 - :mod:`~rlmap.system.sync`: the synchronous group-barrier loop as reusable step functions;
 - :mod:`~rlmap.system.async_loop`: the asynchronous queue (worker threads), reusing them;

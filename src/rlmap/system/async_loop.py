@@ -50,6 +50,7 @@ import torch
 from rlmap.core.batch import End, RewardStatus
 from rlmap.core.errors import TrainingError
 from rlmap.system.hf_engine import HFEngine
+from rlmap.system.lora import rollout_weights
 from rlmap.system.rollout import Scored, to_batch
 from rlmap.system.setup import DTYPES, Parts
 from rlmap.system.sync import (
@@ -67,14 +68,15 @@ WAIT_S = 0.05
 
 @dataclass
 class Board:
-    """The newest published weights: a version and a snapshot of the state dict."""
+    """The newest published weights: a version and a snapshot of the state dict (of a LoRA
+    policy, the merged one: engines and Ray actors load it into a plain model)."""
 
     version: int
     state: dict[str, torch.Tensor]
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def publish(self, model: torch.nn.Module, version: int) -> None:
-        snapshot = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        snapshot = {k: v.detach().clone() for k, v in rollout_weights(model).items()}
         with self.lock:
             self.version, self.state = version, snapshot
 

@@ -18,6 +18,7 @@ from rlmap.core.errors import ConfigError, InputError
 from rlmap.diagnostics.passk import pass_at_k_tensor
 from rlmap.system.engine import RolloutEngine
 from rlmap.system.hf_engine import HFEngine
+from rlmap.system.lora import ADAPTER_CONFIG
 from rlmap.system.rollout import Episode, episode_metrics, run_episodes
 from rlmap.tasks.arithmetic import Example
 from rlmap.tasks.env import EnvFactory, Verifier, verify_safely
@@ -95,18 +96,22 @@ def final_answer(tokenizer: PreTrainedTokenizerBase, episode: Episode) -> str:
 def evaluate_checkpoint(
     checkpoint: Path, *, samples: int | None = None, overrides: Sequence[str] = ()
 ) -> dict[str, float]:
-    """Evaluate a checkpoint on the held-out set of the run that wrote it (or the default)."""
+    """Evaluate a checkpoint on the held-out set of the run that wrote it (or the default).
+
+    A LoRA run's checkpoint (an adapter) loads on the base model its ``adapter_config.json``
+    names (transformers' own peft integration), with the adapters on.
+    """
     from rlmap.recipes import build_config, load_config
     from rlmap.system import setup
 
     if samples is not None and samples < 1:
         raise ConfigError(f"--samples: must be >= 1, got {samples}")
-    if not (checkpoint / "config.json").is_file():
+    if not any((checkpoint / name).is_file() for name in ("config.json", ADAPTER_CONFIG)):
         hint = ""
         if (checkpoint / "checkpoints").is_dir():
             hint = f"; it is a run directory, its checkpoints are in {checkpoint / 'checkpoints'}"
         raise InputError(f"{checkpoint}: not a Hugging Face checkpoint directory{hint}")
-    setup.check_model_dir(checkpoint, "checkpoint")
+    setup.check_model_dir(checkpoint, "checkpoint", adapter=True)
     run_config = checkpoint.parent.parent / "config.yaml"
     cfg = load_config(run_config, overrides) if run_config.exists() else build_config(
         None, None, overrides)  # fmt: skip

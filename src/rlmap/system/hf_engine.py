@@ -41,6 +41,7 @@ from transformers import GenerationConfig, GenerationMixin, LogitsProcessor, Pre
 
 from rlmap.core.errors import TrainingError
 from rlmap.system.engine import Completion
+from rlmap.system.lora import is_lora, merged_copy, rollout_weights
 from rlmap.system.routing import NO_ROUTE, assemble, recording
 
 if TYPE_CHECKING:
@@ -61,6 +62,11 @@ class HFEngine:
     Otherwise it keeps its own copy whose parameters are cast to ``dtype`` (buffers such
     as rotary ``inv_freq`` stay as they are, as in ``from_pretrained(dtype=...)``), and
     ``update_weights`` / ``set_weights`` copy new weights into it.
+
+    LoRA policy (a peft model): the engine always keeps its own plain copy of the base
+    architecture and samples from the merged weights W + (α/r)·BA, recomputed at every
+    ``update_weights`` (:func:`rlmap.system.lora.merged_state_dict`); ``set_weights``
+    takes such a merged state dict.
     """
 
     def __init__(
@@ -81,10 +87,8 @@ class HFEngine:
         )
         self.dtype = dtype
         self.max_batch = max_batch
-        self.shares_policy = parameter_dtype(model) == dtype and not own_copy
-        self.model = (
-            generative(model) if self.shares_policy else cast_copy(generative(model), dtype)
-        )
+        self.shares_policy = parameter_dtype(model) == dtype and not own_copy and not is_lora(model)
+        self.model = generative(model) if self.shares_policy else cast_copy(model, dtype)
         self._version = 0
 
     @property
@@ -96,7 +100,7 @@ class HFEngine:
         """Sample from ``model``'s weights from now on, labelled ``version``.
 
         Sharing engine: it now shares ``model`` (no copy). Own-copy engine: the weights are
-        copied into the copy, cast to the engine's dtype.
+        copied into the copy, cast to the engine's dtype (a LoRA policy's merged).
         """
         if self.shares_policy:
             if parameter_dtype(model) != self.dtype:
@@ -107,7 +111,7 @@ class HFEngine:
             self.model = generative(model)
         else:
             with torch.no_grad():
-                self.model.load_state_dict(model.state_dict())
+                self.model.load_state_dict(rollout_weights(model))
         self._version = version
 
     def set_weights(self, state: dict[str, torch.Tensor], version: int) -> None:
@@ -321,9 +325,10 @@ def parameter_dtype(model: torch.nn.Module) -> torch.dtype:
     return next(p.dtype for p in model.parameters() if p.is_floating_point())
 
 
-def cast_copy(model: Generative, dtype: torch.dtype) -> Generative:
-    """A deep copy whose floating parameters are cast to ``dtype`` (tied weights stay tied)."""
-    own = copy.deepcopy(model)
+def cast_copy(model: torch.nn.Module, dtype: torch.dtype) -> Generative:
+    """A deep copy whose floating parameters are cast to ``dtype`` (tied weights stay tied);
+    of a LoRA policy, the plain base architecture holding the merged weights."""
+    own = generative(merged_copy(model) if is_lora(model) else copy.deepcopy(model))
     with torch.no_grad():
         for p in own.parameters():
             if p.is_floating_point():

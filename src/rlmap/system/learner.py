@@ -29,6 +29,7 @@ from rlmap.correction import BehaviourParams, KLParams, PolicyTerms, policy_loss
 from rlmap.reduction import ReductionParams, reduce, token_weights
 from rlmap.system.distributed import SINGLE, World, gather, micro_steps
 from rlmap.system.logprobs import attention_of, batched_logprobs, scored
+from rlmap.system.lora import adapters_off
 from rlmap.system.routing import RouteStats, replaying
 from rlmap.system.update_loop import Kept, Schedule, Updates, Weights, optimise
 
@@ -69,7 +70,10 @@ def prepare_batch(
     ``system/old_logprobs_s`` (actor compute) and ``system/reference_s`` (reference
     compute); a key is present only when that pass ran, so the ledger can charge
     each model its own share. With several learner ranks each rank scores the rows it
-    owns and the ranks exchange them (:func:`_shared_logprobs`).
+    owns and the ranks exchange them (:func:`_shared_logprobs`). The reference is scored
+    with any LoRA adapters off: a LoRA run's reference *is* its policy (the base is the
+    policy with its adapters off, no second model), whatever wrapper the learner trains
+    ``policy`` through.
     """
     needs_old = policy_logprobs or (s.behaviour.mode == "decoupled" and s.optimizer_steps > 1)
     attention = attention_of(batch)
@@ -82,7 +86,9 @@ def prepare_batch(
         timings["system/old_logprobs_s"] = time.perf_counter() - started
     if reference is not None and s.kl.placement != "none":
         started = time.perf_counter()
-        ref = _shared_logprobs(reference, batch, attention, s, world, owner, None, sharded=False)
+        with adapters_off(reference):  # a LoRA reference is the policy: its base
+            ref = _shared_logprobs(reference, batch, attention, s, world, owner, None,
+                                   sharded=False)  # fmt: skip
         timings["system/reference_s"] = time.perf_counter() - started
     return batch.replace(old_logprobs=old, ref_logprobs=ref), timings
 

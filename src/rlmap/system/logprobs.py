@@ -20,6 +20,7 @@ from torch import Tensor, nn
 
 from rlmap.core.batch import Batch
 from rlmap.core.ops import at_least_float32
+from rlmap.system.lora import plain_model
 from rlmap.system.routing import replaying
 
 
@@ -59,6 +60,7 @@ def token_logprobs(
     full logits alone would be 4.98 GB in float32. Models whose logits are not a plain
     linear map of the hidden states (logit soft-capping or scaling) take the full path.
     """
+    model = plain_model(model)  # a LoRA policy: the transformers model carrying its adapters
     head = _plain_lm_head(model)
     if head is None:
         return _full_logprobs(model, tokens_BT, attention_BT, temperature, with_entropy)

@@ -46,9 +46,11 @@ def _ray() -> Any:
 
 
 def rollout_config(cfg: RecipeConfig) -> RecipeConfig:
-    """The run's config as a rollout actor needs it: no critic, no reference model."""
+    """The run's config as a rollout actor needs it: no critic, no reference model, no LoRA
+    adapters (the published weights of a LoRA policy are merged: a plain model's)."""
     return cfg.model_copy(update={"critic": replace(cfg.critic, enabled=False),
-                                  "kl": replace(cfg.kl, placement="none")})  # fmt: skip
+                                  "kl": replace(cfg.kl, placement="none"),
+                                  "model": replace(cfg.model, lora_rank=0)})  # fmt: skip
 
 
 class RolloutActor:

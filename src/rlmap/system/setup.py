@@ -26,6 +26,7 @@ from rlmap.feedback.isolation import IsolatedVerifier, Verify
 from rlmap.feedback.reward import Reward
 from rlmap.feedback.reward_model import load_reward_model
 from rlmap.recipes.config import RecipeConfig
+from rlmap.system import lora
 from rlmap.system.critic import CRITIC_DIR, CriticSettings, load_critic
 from rlmap.system.distributed import SINGLE, World, wrap
 from rlmap.system.engine import RolloutEngine
@@ -60,6 +61,8 @@ class Parts:
     tokenizer: PreTrainedTokenizerBase
     policy: torch.nn.Module
     reference: torch.nn.Module | None
+    """π_ref: a frozen copy of the start model; with LoRA the policy itself, which the
+    learner scores with its adapters off (:func:`rlmap.system.learner.prepare_batch`)."""
     engine: RolloutEngine
     optimizer: torch.optim.Optimizer
     scheduler: Any
@@ -181,15 +184,23 @@ CONTEXT_FIELDS = ("max_position_embeddings", "n_positions", "max_sequence_length
 """Names a model config gives its context length under (the first present one is used)."""
 
 
-def check_model_dir(path: Path, field: str = "model.path") -> None:
+def check_model_dir(path: Path, field: str = "model.path", *, adapter: bool = False) -> None:
     """A Hugging Face model directory that ``from_pretrained`` will load, or a one-line error.
 
     ConfigError naming ``field`` when ``path`` is not a model directory at all (no
     ``config.json``); InputError naming the file when ``config.json`` does not parse or is
     not a model config, when there are no weights, or when a safetensors file's header
     does not cover the file (truncated). Reads ``config.json`` and headers only.
+    A LoRA adapter directory (a LoRA run's checkpoint) passes with ``adapter`` (its
+    :func:`check_adapter_dir`), and is a ConfigError naming ``field`` without.
     """
     config = path / "config.json"
+    if not config.is_file() and (path / lora.ADAPTER_CONFIG).is_file():
+        if adapter:
+            return check_adapter_dir(path)
+        raise ConfigError(f"{field}: {path} holds a LoRA adapter, not a whole model; give its "
+                          "base model, or the merged model of a LoRA run (run.save_merged="
+                          f"true writes it to {lora.MERGED_DIR}/)")  # fmt: skip
     if not config.is_file():
         raise ConfigError(f"{field}: {path} is not a local Hugging Face model directory")
     try:
@@ -207,6 +218,23 @@ def check_model_dir(path: Path, field: str = "model.path") -> None:
         raise InputError(f"{config}: not a model config ({_first_line(exc)})") from None
     for file in _weight_files(path):
         _check_weights(file)
+
+
+def check_adapter_dir(path: Path) -> None:
+    """InputError naming the file when a LoRA adapter directory's ``adapter_config.json`` is
+    not a LoRA config or its ``adapter_model.safetensors`` is missing or damaged."""
+    config, weights = path / lora.ADAPTER_CONFIG, path / lora.ADAPTER_WEIGHTS
+    try:
+        data = json.loads(config.read_bytes().decode("utf-8"))
+    except OSError as exc:
+        raise InputError(f"{config}: cannot read the adapter config ({exc.strerror})") from None
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise InputError(f"{config}: not valid JSON (truncated?)") from None
+    if not isinstance(data, dict) or data.get("peft_type") != "LORA":
+        raise InputError(f"{config}: not a LoRA adapter config (no peft_type LORA)")
+    if not weights.is_file():
+        raise InputError(f"{weights}: missing (the adapter's weights)")
+    _check_weights(weights)
 
 
 def _weight_files(path: Path) -> list[Path]:
@@ -334,6 +362,8 @@ def refuse_unavailable(cfg: RecipeConfig) -> None:
     for name, (value, available) in unavailable.items():
         if value != available:
             raise ConfigError(f"{name}: {value!r} is not available in rlmap yet; use {available!r}")
+    if cfg.model.lora_rank:
+        lora.require_peft()
 
 
 def load_data(cfg: RecipeConfig) -> tuple[list[Example], list[Example]]:
@@ -460,22 +490,29 @@ def build(
     """All live objects of a run that started from checkpoint ``start``.
 
     The policy (and critic) load ``resume_from`` when given (a checkpoint of this run);
-    the reference policy is always ``start``, the weights the run began with. With several
-    learner ranks the policy is wrapped for them (:func:`rlmap.system.distributed.wrap`)
-    and the optimiser holds the wrapped (FSDP2: sharded) parameters; the rollout engine
-    shares the plain policy (DDP) or keeps its own full copy (FSDP2).
+    the reference policy is always ``start``, the weights the run began with. With LoRA
+    the policy is ``start`` with adapters on top (``resume_from``'s on resume), and the
+    reference is that same model with its adapters off. With several learner ranks the
+    policy is wrapped for them (:func:`rlmap.system.distributed.wrap`) and the optimiser
+    holds the wrapped (FSDP2: sharded) parameters; the rollout engine shares the plain
+    policy (DDP) or keeps its own full copy (FSDP2).
     """
     refuse_unavailable(cfg)
     tokenizer = load_tokenizer(start)
     dtype = DTYPES[cfg.system.train_dtype]
-    policy = load_causal_lm(resume_from or start, dtype=dtype)
-    policy.train()
+    m, reference = cfg.model, None
+    policy = load_causal_lm(start if m.lora_rank else resume_from or start, dtype=dtype)
     if cfg.behaviour.routing_replay and (problem := check_replayable(policy)) is not None:
         raise ConfigError(f"behaviour.routing_replay: {problem}")
-    reference = None
-    if cfg.kl.placement != "none":
+    if m.lora_rank:
+        policy = lora.attach(policy, rank=m.lora_rank, alpha=m.resolved_lora_alpha,
+                             targets=m.lora_modules, seed=cfg.seed,
+                             adapter=resume_from)  # fmt: skip
+        reference = policy if cfg.kl.placement != "none" else None  # the base: adapters off
+    elif cfg.kl.placement != "none":
         reference = load_causal_lm(start, dtype=dtype)
         reference.eval().requires_grad_(False)
+    policy.train()
     sharded = world.parallel and world.sharding == "fsdp2"
     engine = HFEngine(policy, pad_token_id=int(tokenizer.pad_token_id),
                       eos_token_id=int(tokenizer.eos_token_id),
@@ -525,7 +562,8 @@ def make_optimizer(
     lr = o.lr if lr is None else lr
     per_batch = o.epochs_per_batch * o.minibatches_per_epoch
     per_batch = per_batch if steps_per_batch is None else steps_per_batch
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=o.weight_decay)
+    trained = [p for p in model.parameters() if p.requires_grad]  # LoRA: the adapters only
+    optimizer = torch.optim.AdamW(trained, lr=lr, weight_decay=o.weight_decay)
     total = max(1, o.steps * per_batch)
 
     def factor(step: int) -> float:

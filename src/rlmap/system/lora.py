@@ -1,0 +1,161 @@
+"""LoRA policies through peft: the adapters, their merge, and the base model behind them.
+
+Notation (Hu et al. 2021): a targeted linear layer y = W x becomes
+
+    y = W x + (α / r) · B A x,    A ∈ R^{r × in}, B ∈ R^{out × r}, B = 0 at the start,
+
+with W frozen and only A, B trained (``model.lora_rank`` = r, ``model.lora_alpha`` = α,
+``model.lora_targets`` the layers). Three consequences the rest of rlmap relies on:
+
+- **π_ref is the base.** W never changes, so the reference policy of the KL term is the
+  policy itself with the adapters switched off (:func:`adapters_off`): no second model.
+- **Rollout engines get merged weights.** An engine samples from a plain copy of the base
+  architecture holding W' = W + (α / r) · B A (:func:`merged_state_dict`), computed each
+  update without touching the trained model: merging into the model and unmerging after
+  would leave W + Δ − Δ, which is not W in floating point, and W would drift.
+- **Checkpoints hold the adapter.** ``save_pretrained`` of a peft model writes
+  ``adapter_config.json`` + ``adapter_model.safetensors``; the base is the run's start
+  model. :func:`merged_copy` gives the plain model to save beside it on request.
+
+Differs from the paper: no LoRA dropout (it would make π_θ's forward random, and the
+learner's log-probs would no longer be those of the policy that sampled). peft is an
+optional dependency (``pip install 'rlmap[lora]'``); nothing here imports it until a run
+asks for LoRA.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import re
+import sys
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from rlmap.core.errors import ConfigError
+
+ADAPTER_CONFIG = "adapter_config.json"
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
+MERGED_DIR = "merged"
+"""Subdirectory of a LoRA checkpoint with the merged model (``run.save_merged``)."""
+TARGET_NAME = re.compile(r"[A-Za-z0-9_.]+")
+"""What a ``model.lora_targets`` entry may look like: a module name or a dotted suffix."""
+
+
+def require_peft() -> None:
+    """ConfigError naming ``model.lora_rank`` when peft is not installed."""
+    try:
+        import peft  # noqa: F401
+    except ImportError:
+        raise ConfigError(
+            "model.lora_rank: LoRA needs peft installed (pip install 'rlmap[lora]')"
+        ) from None
+
+
+def is_lora(model: nn.Module) -> bool:
+    """``model`` is a peft model (if peft was never imported, no model can be one)."""
+    peft = sys.modules.get("peft")
+    return peft is not None and isinstance(model, peft.PeftModel)
+
+
+def attach(
+    model: nn.Module,
+    *,
+    rank: int,
+    alpha: float,
+    targets: tuple[str, ...],
+    seed: int,
+    adapter: Path | None = None,
+) -> nn.Module:
+    """``model`` with LoRA adapters on ``targets``: new ones (A drawn from ``seed``, B = 0),
+    or the saved adapter at ``adapter`` (a checkpoint of this run, to resume). Only the
+    adapters require gradients. A target that names no module is a ConfigError."""
+    require_peft()
+    from peft import LoraConfig, PeftModel, get_peft_model
+
+    names = [name for name, _ in model.named_modules()]
+    for target in targets:
+        if not any(name == target or name.endswith(f".{target}") for name in names):
+            raise ConfigError(f"model.lora_targets: no module named {target!r} in the model "
+                              f"({type(model).__name__})")  # fmt: skip
+    with torch.random.fork_rng(), warnings.catch_warnings():
+        torch.manual_seed(seed)  # A's initialisation, seeded; the run's RNG is left alone
+        # peft asks transformers 5 a question it has deprecated; nothing for a user to act on
+        warnings.filterwarnings("ignore", "`is_gradient_checkpointing`", FutureWarning)
+        if adapter is not None:
+            return PeftModel.from_pretrained(model, adapter, is_trainable=True)
+        # peft annotates lora_alpha as int, but only ever divides it by r: any α > 0 works
+        config = LoraConfig(r=rank, lora_alpha=alpha,  # type: ignore[arg-type]
+                            target_modules=list(targets), lora_dropout=0.0, bias="none",
+                            task_type="CAUSAL_LM")  # fmt: skip
+        return get_peft_model(model, config)
+
+
+def plain_model(model: nn.Module) -> nn.Module:
+    """The transformers model inside a peft model (its targeted layers carry the adapters,
+    so a forward pass is still π_θ's); any other model as it is."""
+    if is_lora(model):
+        inner: nn.Module = model.get_base_model()  # type: ignore[operator]
+        return inner
+    return model
+
+
+def adapters_off(model: nn.Module) -> contextlib.AbstractContextManager[Any]:
+    """A block in which ``model`` computes its base (peft's ``disable_adapter``); a plain
+    model is its own base (a no-op). rlmap never loads a peft model other than the LoRA
+    policy, so a peft reference is always that policy, and off is its base."""
+    if is_lora(model):
+        off: contextlib.AbstractContextManager[Any] = model.disable_adapter()  # type: ignore[operator]
+        return off
+    return contextlib.nullcontext()
+
+
+def _lora_layers(model: nn.Module) -> Iterator[tuple[str, Any]]:
+    """(name in the plain model, peft LoRA layer) of every adapted layer."""
+    from peft.tuners.lora import LoraLayer
+
+    for name, module in plain_model(model).named_modules():
+        if isinstance(module, LoraLayer):
+            yield name, module
+
+
+@torch.no_grad()
+def merged_state_dict(model: nn.Module) -> dict[str, Tensor]:
+    """The base architecture's state dict with W' = W + (α / r) · B A in every adapted layer.
+
+    Keys are the plain model's (``...q_proj.weight``, not ``...q_proj.base_layer.weight``),
+    so it loads into ``AutoModelForCausalLM`` of the base. Unadapted tensors are the
+    model's own (shared, not copied); the model itself is not changed.
+    """
+    deltas: dict[str, Tensor] = {}
+    for name, layer in _lora_layers(model):
+        (adapter,) = layer.active_adapters
+        a_RI, b_OR = layer.lora_A[adapter].weight, layer.lora_B[adapter].weight
+        delta = (b_OR @ a_RI) * layer.scaling[adapter]  # (out, in)
+        deltas[f"{name}.weight"] = delta.T if layer.fan_in_fan_out else delta
+    merged: dict[str, Tensor] = {}
+    for key, value in plain_model(model).state_dict().items():
+        if ".lora_" in key:
+            continue
+        plain = key.replace(".base_layer.", ".")
+        merged[plain] = value + deltas[plain].to(value.dtype) if plain in deltas else value
+    return merged
+
+
+def rollout_weights(model: nn.Module) -> dict[str, Tensor]:
+    """The state dict a rollout engine samples from: merged for a LoRA policy, else the
+    model's own."""
+    return merged_state_dict(model) if is_lora(model) else model.state_dict()
+
+
+def merged_copy(model: nn.Module) -> nn.Module:
+    """A plain copy of the base architecture holding the merged weights (not sharing any
+    tensor with ``model``): what a rollout engine runs, and ``run.save_merged`` writes."""
+    plain: nn.Module = copy.deepcopy(model).unload()  # type: ignore[operator]
+    plain.load_state_dict(merged_state_dict(model))
+    return plain
