@@ -24,6 +24,7 @@ from transformers import AutoModelForCausalLM
 
 from rlmap.core.errors import ConfigError
 from rlmap.recipes import build_config
+from rlmap.system.distributed import free_port
 
 CLI = [sys.executable, "-m", "rlmap.cli", "train"]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -120,3 +121,19 @@ def test_a_launcher_of_another_size_is_refused(monkeypatch: pytest.MonkeyPatch) 
     cfg = build_config("grpo", None, ["system.learners=2"])
     with pytest.raises(ConfigError, match=r"system.learners: 2, but the launcher started 3"):
         _learner_world(cfg)
+
+
+def test_under_torchrun_the_ranks_join_its_world(
+    tiny_model_dir: Path, tmp_path: Path, toy: Callable[..., list[str]]
+) -> None:
+    out = tmp_path / "run"
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+                "--master-port", str(free_port()), "-m", "rlmap.cli", "train"]  # fmt: skip
+    args = [*toy(tiny_model_dir, steps=2), "system.learners=2", "sampling.prompts_per_step=3"]
+    done = subprocess.run([*torchrun, "--out", str(out), *args], capture_output=True,
+                          text=True, env=ENV)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.count("run directory:") == 1
+    assert [json.loads(line)["step"] for line in (out / "metrics.jsonl").open()] == [0, 1, 2]
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step_1", "step_2"]
+    AutoModelForCausalLM.from_pretrained(out / "checkpoints" / "step_2")

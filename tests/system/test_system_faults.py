@@ -39,9 +39,9 @@ def test_a_faulty_verifier_costs_samples_not_the_run(
     batches: list[Batch] = []
     real_learn = sync.learn
 
-    def spy(p: Any, batch: Batch, state: Any) -> dict[str, float]:
+    def spy(p: Any, batch: Batch, state: Any, *rest: Any) -> dict[str, float]:
         batches.append(batch)
-        return real_learn(p, batch, state)
+        return real_learn(p, batch, state, *rest)
 
     monkeypatch.setattr(sync, "learn", spy)
     overrides = [

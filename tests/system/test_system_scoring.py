@@ -139,9 +139,9 @@ def _spy(monkeypatch: pytest.MonkeyPatch) -> list[Batch]:
     batches: list[Batch] = []
     real = sync.learn
 
-    def spy(p: Any, batch: Batch, state: Any) -> dict[str, float]:
+    def spy(p: Any, batch: Batch, state: Any, *rest: Any) -> dict[str, float]:
         batches.append(batch)
-        return real(p, batch, state)
+        return real(p, batch, state, *rest)
 
     monkeypatch.setattr(sync, "learn", spy)
     return batches
