@@ -28,6 +28,7 @@ from rlmap.core.batch import Batch
 from rlmap.correction import BehaviourParams, KLParams, PolicyTerms, policy_loss, positive_nll
 from rlmap.reduction import ReductionParams, reduce, token_weights
 from rlmap.system.logprobs import attention_of, batched_logprobs, token_logprobs
+from rlmap.system.memory import autocast_to
 from rlmap.system.routing import RouteStats, replaying
 from rlmap.system.update_loop import Kept, Schedule, Updates, Weights, optimise
 
@@ -44,6 +45,8 @@ class UpdateSettings:
     micro_batch_size: int
     max_grad_norm: float
     temperature: float
+    train_dtype: torch.dtype = torch.float32
+    """The forward passes' precision: autocast to it over float32 weights when narrower."""
 
     @property
     def optimizer_steps(self) -> int:
@@ -74,14 +77,17 @@ def prepare_batch(
     if needs_old:
         started = time.perf_counter()
         replayed = batch.routed_experts if s.behaviour.routing_replay else None
-        old = batched_logprobs(policy, batch.tokens, attention, temperature=s.temperature,
-                               micro_batch_size=s.micro_batch_size,
-                               routes_BTLK=replayed)  # fmt: skip
+        with autocast_to(policy, s.train_dtype):
+            old = batched_logprobs(policy, batch.tokens, attention, temperature=s.temperature,
+                                   micro_batch_size=s.micro_batch_size,
+                                   routes_BTLK=replayed)  # fmt: skip
         timings["system/old_logprobs_s"] = time.perf_counter() - started
     if reference is not None and s.kl.placement != "none":
         started = time.perf_counter()
-        ref = batched_logprobs(reference, batch.tokens, attention, temperature=s.temperature,
-                               micro_batch_size=s.micro_batch_size)  # fmt: skip
+        with autocast_to(reference, s.train_dtype):
+            ref = batched_logprobs(reference, batch.tokens, attention,
+                                   temperature=s.temperature,
+                                   micro_batch_size=s.micro_batch_size)  # fmt: skip
         timings["system/reference_s"] = time.perf_counter() - started
     return batch.replace(old_logprobs=old, ref_logprobs=ref), timings
 
@@ -142,7 +148,10 @@ def _micro_loss(
 ) -> tuple[Tensor, dict[str, Tensor], Kept]:
     """One micro-batch's loss Σ w·j (+ μ·NLL), its parts, and what diagnostics need."""
     routes = RouteStats()
-    with replaying(policy, mb.routed_experts, replay=s.behaviour.routing_replay, stats=routes):
+    with (
+        replaying(policy, mb.routed_experts, replay=s.behaviour.routing_replay, stats=routes),
+        autocast_to(policy, s.train_dtype),
+    ):
         logprobs, entropy = token_logprobs(
             policy, mb.tokens, attention_of(mb), temperature=s.temperature, with_entropy=True
         )

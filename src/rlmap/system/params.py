@@ -29,4 +29,5 @@ class SystemParams:
     rollout_dtype: Literal["float32", "bfloat16"] = "float32"
     """Precision of the rollout engine; differing from ``train_dtype`` makes κ ≠ 1 real."""
     train_dtype: Literal["float32", "bfloat16"] = "float32"
-    """Precision of the learner's forward passes."""
+    """Precision of the learner's forward passes: bfloat16 runs them under autocast, the
+    weights, gradients and optimiser state staying float32 (:mod:`rlmap.system.memory`)."""

@@ -30,6 +30,7 @@ from rlmap.system.critic import CRITIC_DIR, CriticSettings, load_critic
 from rlmap.system.engine import RolloutEngine
 from rlmap.system.hf_engine import HFEngine
 from rlmap.system.learner import UpdateSettings
+from rlmap.system.memory import MASTER_DTYPE, checkpoint_activations
 from rlmap.system.routing import check_replayable
 from rlmap.system.scoring import EpisodeReturn, base_reward, shaping_reward
 from rlmap.system.sim_inputs import parse_duration
@@ -49,6 +50,9 @@ EMBEDDED_MODELS = {EMBEDDED: TinySpec(), "embedded:tiny-moe": TinySpec(experts=4
 (for routing replay); both built from config and warm-started on first use, then cached."""
 BUILT_IN_TASKS = ("arithmetic", "calculator")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+"""``system.train_dtype`` / ``rollout_dtype`` by name. The learner's weights are float32
+whatever ``train_dtype`` says: it is the autocast dtype of its forward passes
+(:mod:`rlmap.system.memory`)."""
 
 
 @dataclass(frozen=True)
@@ -404,6 +408,7 @@ def update_settings(cfg: RecipeConfig) -> UpdateSettings:
         micro_batch_size=cfg.optim.micro_batch_size,
         max_grad_norm=cfg.optim.max_grad_norm,
         temperature=cfg.generation.temperature,
+        train_dtype=DTYPES[cfg.system.train_dtype],
     )
 
 
@@ -416,6 +421,7 @@ def critic_settings(cfg: RecipeConfig) -> CriticSettings:
         minibatches=cfg.optim.minibatches_per_epoch,
         micro_batch_size=cfg.optim.micro_batch_size,
         max_grad_norm=cfg.optim.max_grad_norm,
+        train_dtype=DTYPES[cfg.system.train_dtype],
     )
 
 
@@ -432,7 +438,9 @@ def build_critic(
     path = start if cfg.model.critic_path is None else Path(cfg.model.critic_path)
     if resume_from is not None:
         path = resume_from / CRITIC_DIR
-    critic = load_critic(path, dtype=DTYPES[cfg.system.train_dtype], seed=cfg.seed)
+    critic = load_critic(path, dtype=MASTER_DTYPE, seed=cfg.seed)
+    if cfg.optim.gradient_checkpointing:
+        checkpoint_activations(critic)
     per_batch = critic_settings(cfg).optimizer_steps
     optimizer, scheduler = make_optimizer(critic, cfg, lr=cfg.optim.critic_lr,
                                           steps_per_batch=per_batch)  # fmt: skip
@@ -452,14 +460,15 @@ def build(
     """
     refuse_unavailable(cfg)
     tokenizer = load_tokenizer(start)
-    dtype = DTYPES[cfg.system.train_dtype]
-    policy = load_causal_lm(resume_from or start, dtype=dtype)
+    policy = load_causal_lm(resume_from or start, dtype=MASTER_DTYPE)
     policy.train()
+    if cfg.optim.gradient_checkpointing:
+        checkpoint_activations(policy)
     if cfg.behaviour.routing_replay and (problem := check_replayable(policy)) is not None:
         raise ConfigError(f"behaviour.routing_replay: {problem}")
     reference = None
     if cfg.kl.placement != "none":
-        reference = load_causal_lm(start, dtype=dtype)
+        reference = load_causal_lm(start, dtype=MASTER_DTYPE)
         reference.eval().requires_grad_(False)
     engine = HFEngine(policy, pad_token_id=int(tokenizer.pad_token_id),
                       eos_token_id=int(tokenizer.eos_token_id),
@@ -488,7 +497,7 @@ def _reward_model(
             f"model.reward_path: {path} has a different tokenizer from the policy's; the reward "
             "model must read the policy's tokens"
         )
-    return load_reward_model(path, dtype=DTYPES[cfg.system.train_dtype])
+    return load_reward_model(path, dtype=MASTER_DTYPE)
 
 
 def make_optimizer(
