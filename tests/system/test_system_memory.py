@@ -1,9 +1,10 @@
 """Memory and precision options: activation checkpointing, bfloat16 autocast over float32
-weights."""
+weights, and the peak memory of every step."""
 
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -13,6 +14,8 @@ import torch
 from torch import nn
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from rlmap.experiments.ledger import peak_memory_mb
+from rlmap.experiments.train import run_training
 from rlmap.recipes import build_config
 from rlmap.system import setup
 from rlmap.system.critic import critic_outputs
@@ -231,3 +234,22 @@ def test_the_reward_model_scores_under_the_same_autocast(
         scores = learned_rewards(p, episodes)
     assert {dtype for _, dtype, _ in seen} == {torch.bfloat16}
     assert all(torch.isfinite(torch.tensor(scores)))
+
+
+# --- peak memory ---------------------------------------------------------------------------
+
+
+def test_every_step_logs_its_peak_memory(tiny_model_dir: Path, tmp_path: Path, toy: Toy) -> None:
+    run_training(build_config("grpo", None, toy(tiny_model_dir)), tmp_path / "run")
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text()
+               .splitlines()]  # fmt: skip
+    steps = [r for r in records if r["step"] > 0]
+    assert len(steps) == 2 and all(r["system/peak_memory_mb"] > 0 for r in steps)
+    ledger = json.loads((tmp_path / "run" / "ledger.json").read_text())
+    assert ledger["peak_host_memory_kib"] >= steps[-1]["system/peak_memory_mb"] * 1024 - 1
+
+
+def test_peak_memory_is_the_gpus_when_cuda_was_used_else_the_hosts() -> None:
+    assert peak_memory_mb(2048, None) == 2.0  # KiB of resident set
+    assert peak_memory_mb(2048, 0) == 2.0  # CUDA present, but the run never used it
+    assert peak_memory_mb(2048, 3 * 2**20) == 3.0

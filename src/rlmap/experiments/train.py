@@ -45,7 +45,7 @@ from rlmap.experiments.fingerprint import (
     data_fingerprint,
     tokenizer_fingerprint,
 )
-from rlmap.experiments.ledger import Ledger, measure_peak_memory
+from rlmap.experiments.ledger import Ledger, measure_peak_memory, peak_memory_mb, reset_peak_memory
 from rlmap.experiments.plots import write_plots
 from rlmap.experiments.progress import ProgressView
 from rlmap.experiments.records import StepRecords
@@ -163,6 +163,7 @@ def _one_step(
     step: Step,
 ) -> tuple[LoopState, Ledger]:
     cfg, started = parts.cfg, time.perf_counter()
+    reset_peak_memory()
     try:
         new_state, metrics = step(parts, state)
         last = new_state.step == cfg.optim.steps
@@ -171,6 +172,8 @@ def _one_step(
     except TrainingError as exc:  # the run directory keeps every step before this one
         raise TrainingError(f"step {state.step + 1}: {exc}") from None
     state = new_state
+    peaks = measure_peak_memory()
+    metrics["system/peak_memory_mb"] = peak_memory_mb(*peaks)
     ledger = ledger.add(
         generated_tokens=int(metrics["sampling/generated_tokens"]),
         prompts=int(metrics["sampling/rounds"]) * cfg.sampling.prompts_per_step,
@@ -186,7 +189,7 @@ def _one_step(
         actor_s=_seconds(metrics, "system/old_logprobs_s", "system/policy_update_s"),
         critic_s=_seconds(metrics, "system/critic_values_s", "system/critic_update_s"),
         reference_s=_seconds(metrics, "system/reference_s"),
-    ).with_peak_memory(*measure_peak_memory())
+    ).with_peak_memory(*peaks)
     log.write(state.step, metrics | ledger.metrics())
     view.step(state.step, metrics, ledger)
     if last or state.step % cfg.run.checkpoint_every == 0:
