@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -145,7 +146,8 @@ def test_chunked_logprobs_reduce_in_float32_and_backward_replays_autocast() -> N
     with torch.autocast("cpu", dtype=torch.bfloat16):
         logprobs, _ = ChunkedLogprobs.apply(h, w, b, targets, 1.0, 5, False)
     # the product is bfloat16 (as autocast makes it), the log-softmax of its logits float32
-    z = nn.functional.linear(h.bfloat16(), w.bfloat16(), b.bfloat16()).double()
+    z = nn.functional.linear(h.detach().bfloat16(), w.detach().bfloat16(),
+                             b.detach().bfloat16()).double()  # fmt: skip
     reference = torch.log_softmax(z, -1)[torch.arange(12), targets]
     assert logprobs.dtype == torch.float32
     assert float((logprobs.detach().double() - reference).abs().max()) < 1e-5  # bf16: ~1e-2
@@ -239,14 +241,21 @@ def test_the_reward_model_scores_under_the_same_autocast(
 # --- peak memory ---------------------------------------------------------------------------
 
 
-def test_every_step_logs_its_peak_memory(tiny_model_dir: Path, tmp_path: Path, toy: Toy) -> None:
-    run_training(build_config("grpo", None, toy(tiny_model_dir)), tmp_path / "run")
+def test_a_run_with_the_options_logs_every_steps_peak_memory(
+    tiny_model_dir: Path, tmp_path: Path, toy: Toy
+) -> None:
+    options = ["system.train_dtype=bfloat16", "optim.gradient_checkpointing=true"]
+    run_training(build_config("grpo", None, [*toy(tiny_model_dir), *options]), tmp_path / "run")
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text()
                .splitlines()]  # fmt: skip
     steps = [r for r in records if r["step"] > 0]
     assert len(steps) == 2 and all(r["system/peak_memory_mb"] > 0 for r in steps)
+    assert all(math.isfinite(r["loss/total"]) for r in steps)
     ledger = json.loads((tmp_path / "run" / "ledger.json").read_text())
     assert ledger["peak_host_memory_kib"] >= steps[-1]["system/peak_memory_mb"] * 1024 - 1
+    assert ledger["precision"] == "train bfloat16 autocast / rollout float32"
+    saved = AutoModelForCausalLM.from_pretrained(tmp_path / "run" / "checkpoints" / "step_2")
+    assert {w.dtype for w in saved.parameters()} == {torch.float32}
 
 
 def test_peak_memory_is_the_gpus_when_cuda_was_used_else_the_hosts() -> None:

@@ -248,7 +248,7 @@ def _initial_ledger(cfg: RecipeConfig, parts: setup.Parts, start: Path) -> Ledge
         reduction=r.name,
         denominator=denominator,
         engine=cfg.system.engine,
-        precision=f"train {cfg.system.train_dtype} / rollout {cfg.system.rollout_dtype}",
+        precision=_precision(cfg),
         base_model=cfg.model.path,
         base_fingerprint=checkpoint_fingerprint(start),
         tokenizer_fingerprint=tokenizer_fingerprint(parts.tokenizer),
@@ -257,6 +257,14 @@ def _initial_ledger(cfg: RecipeConfig, parts: setup.Parts, start: Path) -> Ledge
         eval_verifier=cfg.feedback.eval_verifier or cfg.feedback.verifier,
         task=cfg.data.task,
     )
+
+
+def _precision(cfg: RecipeConfig) -> str:
+    """The ledger's precision: a bfloat16 learner is autocast over float32 weights, which
+    runs written before it was (bfloat16 weights) are not."""
+    system = cfg.system
+    train = system.train_dtype + (" autocast" if system.train_dtype != "float32" else "")
+    return f"train {train} / rollout {system.rollout_dtype}"
 
 
 def _restore(
