@@ -8,6 +8,7 @@
 - :mod:`~rlmap.system.update_loop`: the one epoch × mini-batch × micro-batch loop (policy and
   critic), with :mod:`~rlmap.system.optim_step`'s non-finite guard;
 - :mod:`~rlmap.system.logprobs`: token log-probs, the LM head chunk by chunk;
+- :mod:`~rlmap.system.memory`: bf16 autocast over float32 weights, activation checkpointing;
 - :mod:`~rlmap.system.routing`: MoE routes recorded in rollout, replayed in the learner (R3);
 - :mod:`~rlmap.system.critic`: the value critic, its values and updates;
 - :mod:`~rlmap.system.sync`: the synchronous group-barrier loop as reusable step functions;
