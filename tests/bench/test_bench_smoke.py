@@ -24,8 +24,11 @@ def test_memory_benchmark_runs_at_toy_size() -> None:
     import sys
 
     path = Path(__file__).resolve().parents[2] / "bench" / "memory.py"
-    out = subprocess.run([sys.executable, str(path), "--toy", "--repeats", "1"], check=True,
-                         capture_output=True, text=True, timeout=300).stdout  # fmt: skip
+    command = [sys.executable, str(path), "--toy", "--repeats", "1", "--options"]
+    out = subprocess.run(command, check=True, capture_output=True, text=True,
+                         timeout=300).stdout  # fmt: skip
     last = out.strip().splitlines()[-1]
     assert last.startswith("memory ratio ") and ", time ratio " in last
     assert out.count("per forward+backward") == 4  # full and chunked at two lengths
+    for option in ("float32", "checkpointing", "bf16 autocast", "both"):
+        assert f" {option}: peak " in out, option

@@ -226,3 +226,22 @@ def measure_peak_memory() -> tuple[int, int | None]:
     if torch is not None and torch.cuda.is_available():
         gpu_bytes = int(torch.cuda.max_memory_allocated())
     return int(host_kib), gpu_bytes
+
+
+def reset_peak_memory() -> None:
+    """Start a new CUDA peak (``reset_peak_memory_stats``), so that the next
+    :func:`measure_peak_memory` reports the peak since now; nothing on a process that has
+    not used CUDA (the call would start a CUDA context). The host's peak resident set
+    cannot be reset: ``ru_maxrss`` is the process's peak since it started."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.reset_peak_memory_stats()
+
+
+def peak_memory_mb(host_kib: int, gpu_bytes: int | None) -> float:
+    """``system/peak_memory_mb``, MiB: the CUDA peak when the process allocated CUDA memory
+    (since :func:`reset_peak_memory`: the step's), else the host's peak resident set (the
+    process's since it started, so it never falls)."""
+    if gpu_bytes:
+        return gpu_bytes / 2**20
+    return host_kib / 2**10

@@ -46,7 +46,7 @@ from rlmap.experiments.fingerprint import (
     data_fingerprint,
     tokenizer_fingerprint,
 )
-from rlmap.experiments.ledger import Ledger, measure_peak_memory
+from rlmap.experiments.ledger import Ledger, measure_peak_memory, peak_memory_mb, reset_peak_memory
 from rlmap.experiments.plots import write_plots
 from rlmap.experiments.progress import ProgressView
 from rlmap.experiments.records import StepRecords
@@ -198,6 +198,7 @@ def _one_step(
     step: Step,
 ) -> tuple[LoopState, Ledger]:
     cfg, started = parts.cfg, time.perf_counter()
+    reset_peak_memory()
     try:
         new_state, metrics = step(parts, state)
         last = new_state.step == cfg.optim.steps
@@ -206,6 +207,8 @@ def _one_step(
     except TrainingError as exc:  # the run directory keeps every step before this one
         raise TrainingError(f"step {state.step + 1}: {exc}") from None
     state = new_state
+    peaks = peak_memory(parts.world)
+    metrics["system/peak_memory_mb"] = peak_memory_mb(*peaks)
     ledger = ledger.add(
         generated_tokens=int(metrics["sampling/generated_tokens"]),
         prompts=int(metrics["sampling/rounds"]) * cfg.sampling.prompts_per_step,
@@ -221,7 +224,7 @@ def _one_step(
         actor_s=_seconds(metrics, "system/old_logprobs_s", "system/policy_update_s"),
         critic_s=_seconds(metrics, "system/critic_values_s", "system/critic_update_s"),
         reference_s=_seconds(metrics, "system/reference_s"),
-    ).with_peak_memory(*peak_memory(parts.world))
+    ).with_peak_memory(*peaks)
     if log is not None:
         log.write(state.step, metrics | ledger.metrics())
     view.step(state.step, metrics, ledger)
@@ -307,7 +310,7 @@ def _initial_ledger(cfg: RecipeConfig, parts: setup.Parts, start: Path) -> Ledge
         reduction=r.name,
         denominator=denominator,
         engine=cfg.system.engine,
-        precision=f"train {cfg.system.train_dtype} / rollout {cfg.system.rollout_dtype}",
+        precision=_precision(cfg),
         base_model=cfg.model.path,
         base_fingerprint=checkpoint_fingerprint(start),
         tokenizer_fingerprint=tokenizer_fingerprint(parts.tokenizer),
@@ -316,6 +319,14 @@ def _initial_ledger(cfg: RecipeConfig, parts: setup.Parts, start: Path) -> Ledge
         eval_verifier=cfg.feedback.eval_verifier or cfg.feedback.verifier,
         task=cfg.data.task,
     )
+
+
+def _precision(cfg: RecipeConfig) -> str:
+    """The ledger's precision: a bfloat16 learner is autocast over float32 weights, which
+    runs written before it was (bfloat16 weights) are not."""
+    system = cfg.system
+    train = system.train_dtype + (" autocast" if system.train_dtype != "float32" else "")
+    return f"train {train} / rollout {system.rollout_dtype}"
 
 
 def _restore(

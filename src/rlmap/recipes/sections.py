@@ -157,3 +157,7 @@ class OptimConfig:
     """Optimiser steps per pass; each mini-batch pins its own reduction denominator."""
     micro_batch_size: int = 16
     """Rows per forward/backward; never changes the loss (denominators are pinned)."""
+    gradient_checkpointing: bool = False
+    """Recompute each decoder layer's activations in backward instead of keeping them (the
+    Hugging Face model's own checkpointing, policy and critic): less memory, more compute;
+    the same loss and gradients."""

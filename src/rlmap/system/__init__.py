@@ -8,6 +8,7 @@
 - :mod:`~rlmap.system.update_loop`: the one epoch × mini-batch × micro-batch loop (policy and
   critic), with :mod:`~rlmap.system.optim_step`'s non-finite guard;
 - :mod:`~rlmap.system.logprobs`: token log-probs, the LM head chunk by chunk;
+- :mod:`~rlmap.system.memory`: bf16 autocast over float32 weights, activation checkpointing;
 - :mod:`~rlmap.system.routing`: MoE routes recorded in rollout, replayed in the learner (R3);
 - :mod:`~rlmap.system.lora`: LoRA policies (peft): adapters off for π_ref, merged weights for
   the engines;

@@ -54,6 +54,7 @@ from rlmap.core.ops import at_least_float32
 from rlmap.estimators import train_mask, value_loss
 from rlmap.reduction import ReductionParams, reduce, token_weights
 from rlmap.system.logprobs import attention_of, position_ids
+from rlmap.system.memory import autocast_to
 from rlmap.system.update_loop import Kept, Schedule, Weights, optimise
 
 CRITIC_DIR = "critic"
@@ -77,6 +78,8 @@ class CriticSettings:
     """Rows per forward/backward; never changes the gradient."""
     max_grad_norm: float
     """Global gradient-norm clip of the critic."""
+    train_dtype: torch.dtype = torch.float32
+    """The forward passes' precision: autocast to it over float32 weights when narrower."""
 
     @property
     def optimizer_steps(self) -> int:
@@ -119,7 +122,10 @@ def critic_outputs(critic: nn.Module, tokens_BT: Tensor, attention_BT: Tensor) -
     At least float32 (a bfloat16 critic's values are upcast; float64 stays).
     """
     out = critic(
-        input_ids=tokens_BT, attention_mask=attention_BT, position_ids=position_ids(attention_BT)
+        input_ids=tokens_BT,
+        attention_mask=attention_BT,
+        position_ids=position_ids(attention_BT),
+        use_cache=False,
     )
     return at_least_float32(out.logits[..., 0])  # (B, T, 1) -> (B, T)
 
@@ -142,8 +148,11 @@ def align_values(
 
 
 @torch.no_grad()
-def compute_values(critic: nn.Module, batch: Batch, micro_batch_size: int) -> tuple[Tensor, Tensor]:
-    """(Batch.values (B, T), Batch.bootstrap_values (B,)): detached, in eval mode, micro-batched."""
+def compute_values(
+    critic: nn.Module, batch: Batch, micro_batch_size: int, dtype: torch.dtype = torch.float32
+) -> tuple[Tensor, Tensor]:
+    """(Batch.values (B, T), Batch.bootstrap_values (B,)): detached, in eval mode, micro-batched,
+    under autocast to ``dtype`` when it is narrower than the critic's weights."""
     was_training = critic.training
     critic.eval()
     attention_BT = attention_of(batch)
@@ -151,7 +160,8 @@ def compute_values(critic: nn.Module, batch: Batch, micro_batch_size: int) -> tu
     try:
         for start in range(0, batch.size, micro_batch_size):
             rows = slice(start, start + micro_batch_size)
-            out_BT = critic_outputs(critic, batch.tokens[rows], attention_BT[rows])
+            with autocast_to(critic, dtype):
+                out_BT = critic_outputs(critic, batch.tokens[rows], attention_BT[rows])
             parts.append(align_values(out_BT, batch.action_mask[rows], attention_BT[rows]))
     finally:
         critic.train(was_training)
@@ -203,7 +213,8 @@ def update_critic(
     update loop (:func:`rlmap.system.update_loop.optimise`); means over the steps."""
 
     def micro(mb: Batch, rows: Tensor, w: Weights) -> tuple[Tensor, dict[str, Tensor], Kept]:
-        outputs_BT = critic_outputs(critic, mb.tokens, attention_of(mb))
+        with autocast_to(critic, s.train_dtype):
+            outputs_BT = critic_outputs(critic, mb.tokens, attention_of(mb))
         return critic_loss(outputs_BT, mb, returns_BT[rows], w[0], value_clip=s.value_clip), {}, {}
 
     schedule = Schedule(

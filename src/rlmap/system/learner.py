@@ -30,6 +30,7 @@ from rlmap.reduction import ReductionParams, reduce, token_weights
 from rlmap.system.distributed import SINGLE, World, gather, micro_steps
 from rlmap.system.logprobs import attention_of, batched_logprobs, scored
 from rlmap.system.lora import adapters_off
+from rlmap.system.memory import autocast_to
 from rlmap.system.routing import RouteStats, replaying
 from rlmap.system.update_loop import Kept, Schedule, Updates, Weights, optimise
 
@@ -46,6 +47,8 @@ class UpdateSettings:
     micro_batch_size: int
     max_grad_norm: float
     temperature: float
+    train_dtype: torch.dtype = torch.float32
+    """The forward passes' precision: autocast to it over float32 weights when narrower."""
 
     @property
     def optimizer_steps(self) -> int:
@@ -82,11 +85,13 @@ def prepare_batch(
     if needs_old:
         started = time.perf_counter()
         replayed = batch.routed_experts if s.behaviour.routing_replay else None
-        old = _shared_logprobs(policy, batch, attention, s, world, owner, replayed, sharded=True)
+        with autocast_to(policy, s.train_dtype):
+            old = _shared_logprobs(policy, batch, attention, s, world, owner, replayed,
+                                   sharded=True)  # fmt: skip
         timings["system/old_logprobs_s"] = time.perf_counter() - started
     if reference is not None and s.kl.placement != "none":
         started = time.perf_counter()
-        with adapters_off(reference):  # a LoRA reference is the policy: its base
+        with adapters_off(reference), autocast_to(reference, s.train_dtype):  # LoRA: the base
             ref = _shared_logprobs(reference, batch, attention, s, world, owner, None,
                                    sharded=False)  # fmt: skip
         timings["system/reference_s"] = time.perf_counter() - started
@@ -186,7 +191,10 @@ def _micro_loss(
 ) -> tuple[Tensor, dict[str, Tensor], Kept]:
     """One micro-batch's loss Σ w·j (+ μ·NLL), its parts, and what diagnostics need."""
     routes = RouteStats()
-    with replaying(policy, mb.routed_experts, replay=s.behaviour.routing_replay, stats=routes):
+    with (
+        replaying(policy, mb.routed_experts, replay=s.behaviour.routing_replay, stats=routes),
+        autocast_to(policy, s.train_dtype),
+    ):
         logprobs, entropy = scored(
             policy, mb.tokens, attention_of(mb), temperature=s.temperature, with_entropy=True
         )

@@ -65,7 +65,10 @@ def token_logprobs(
     if head is None:
         return _full_logprobs(model, tokens_BT, attention_BT, temperature, with_entropy)
     hidden = model.base_model(  # type: ignore[operator]
-        input_ids=tokens_BT, attention_mask=attention_BT, position_ids=position_ids(attention_BT)
+        input_ids=tokens_BT,
+        attention_mask=attention_BT,
+        position_ids=position_ids(attention_BT),
+        use_cache=False,  # no KV cache: nothing reads it, and checkpointing refuses one
     ).last_hidden_state[:, :-1]  # (B, T-1, H) predicts tokens 1..T-1
     b, t1, h = hidden.shape
     logprobs_N, entropy_N = ChunkedLogprobs.apply(
@@ -137,8 +140,15 @@ class ChunkedLogprobs(torch.autograd.Function):
     chunk's logits and applies ∂ log π / ∂z = onehot(target) − softmax(z):
     ∂h = (g ⊙ (onehot − p)) W / T, ∂W = (g ⊙ (onehot − p))ᵀ h / T, ∂b = Σ g ⊙ (onehot − p) / T.
     Peak memory is one or two chunk × V float32 tensors, plus a float32 V × H accumulator
-    for ∂W when the head is trained (none for a frozen head). Logits are computed in the
-    model's dtype and compared in float32, as the full path does.
+    for ∂W when the head is trained (none for a frozen head).
+
+    Precision: the product h Wᵀ runs in the model's dtype, or in the autocast dtype when the
+    caller runs under autocast (as the full path's LM head would); its logits are upcast to
+    float32 before any reduction, so logsumexp, softmax and the ∂z arithmetic are float32
+    whatever autocast does. Backward replays the forward's autocast state (what
+    ``torch.amp.custom_bwd`` does, for whichever device the tensors are on): its recomputed
+    logits are the forward's, so p = exp(z − lse) sums to 1 — recomputed in float32 against
+    a bfloat16 forward's lse it would not, and every ∂z would be off.
     """
 
     @staticmethod
@@ -159,11 +169,19 @@ class ChunkedLogprobs(torch.autograd.Function):
                 entropy[s : s + chunk] = lse - (torch.softmax(z, dim=-1) * z).sum(-1)
         ctx.save_for_backward(hidden_NH, weight_VH, bias_V, targets_N, lse_all)
         ctx.inv_t, ctx.chunk = inv_t, chunk
+        device = hidden_NH.device.type
+        ctx.autocast = (device, torch.is_autocast_enabled(device), torch.get_autocast_dtype(device))
         ctx.mark_non_differentiable(entropy)
         return logprobs, entropy
 
     @staticmethod
     def backward(ctx: Any, g_N: Tensor, _: Tensor) -> tuple[Tensor | None, ...]:
+        device, enabled, dtype = ctx.autocast
+        with torch.autocast(device_type=device, dtype=dtype, enabled=enabled):
+            return ChunkedLogprobs._backward(ctx, g_N)
+
+    @staticmethod
+    def _backward(ctx: Any, g_N: Tensor) -> tuple[Tensor | None, ...]:
         hidden_NH, weight_VH, bias_V, targets_N, lse_all = ctx.saved_tensors
         need_h, need_w, need_b = ctx.needs_input_grad[:3]  # a frozen head (LoRA): no ∂W
         grad_h = torch.empty_like(hidden_NH) if need_h else None
@@ -202,7 +220,10 @@ def _full_logprobs(
 ) -> tuple[Tensor, Tensor | None]:  # fmt: skip
     """The reference path: the model's full (B, T, V) logits, then one gather, one logsumexp."""
     logits = model(
-        input_ids=tokens_BT, attention_mask=attention_BT, position_ids=position_ids(attention_BT)
+        input_ids=tokens_BT,
+        attention_mask=attention_BT,
+        position_ids=position_ids(attention_BT),
+        use_cache=False,
     ).logits[:, :-1]  # (B, T-1, V) predicts tokens 1..T-1
     z = logits.float() / temperature if temperature != 1.0 else logits.float()
     lse = torch.logsumexp(z, dim=-1)  # (B, T-1)

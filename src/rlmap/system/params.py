@@ -36,4 +36,5 @@ class SystemParams:
     """ddp: every rank holds the whole model and optimiser state; fsdp2: parameters,
     gradients and optimiser state sharded over the ranks (``fully_shard``)."""
     train_dtype: Literal["float32", "bfloat16"] = "float32"
-    """Precision of the learner's forward passes."""
+    """Precision of the learner's forward passes: bfloat16 runs them under autocast, the
+    weights, gradients and optimiser state staying float32 (:mod:`rlmap.system.memory`)."""

@@ -32,6 +32,7 @@ from rlmap.system.distributed import SINGLE, World, wrap
 from rlmap.system.engine import RolloutEngine
 from rlmap.system.hf_engine import HFEngine
 from rlmap.system.learner import UpdateSettings
+from rlmap.system.memory import MASTER_DTYPE, checkpoint_activations
 from rlmap.system.routing import check_replayable
 from rlmap.system.scoring import EpisodeReturn, base_reward, shaping_reward
 from rlmap.system.sim_inputs import parse_duration
@@ -51,6 +52,9 @@ EMBEDDED_MODELS = {EMBEDDED: TinySpec(), "embedded:tiny-moe": TinySpec(experts=4
 (for routing replay); both built from config and warm-started on first use, then cached."""
 BUILT_IN_TASKS = ("arithmetic", "calculator")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+"""``system.train_dtype`` / ``rollout_dtype`` by name. The learner's weights are float32
+whatever ``train_dtype`` says: it is the autocast dtype of its forward passes
+(:mod:`rlmap.system.memory`)."""
 
 
 @dataclass(frozen=True)
@@ -445,6 +449,7 @@ def update_settings(cfg: RecipeConfig) -> UpdateSettings:
         micro_batch_size=cfg.optim.micro_batch_size,
         max_grad_norm=cfg.optim.max_grad_norm,
         temperature=cfg.generation.temperature,
+        train_dtype=DTYPES[cfg.system.train_dtype],
     )
 
 
@@ -457,6 +462,7 @@ def critic_settings(cfg: RecipeConfig) -> CriticSettings:
         minibatches=cfg.optim.minibatches_per_epoch,
         micro_batch_size=cfg.optim.micro_batch_size,
         max_grad_norm=cfg.optim.max_grad_norm,
+        train_dtype=DTYPES[cfg.system.train_dtype],
     )
 
 
@@ -473,7 +479,9 @@ def build_critic(
     path = start if cfg.model.critic_path is None else Path(cfg.model.critic_path)
     if resume_from is not None:
         path = resume_from / CRITIC_DIR
-    critic = load_critic(path, dtype=DTYPES[cfg.system.train_dtype], seed=cfg.seed)
+    critic = load_critic(path, dtype=MASTER_DTYPE, seed=cfg.seed)
+    if cfg.optim.gradient_checkpointing:
+        checkpoint_activations(critic)
     per_batch = critic_settings(cfg).optimizer_steps
     optimizer, scheduler = make_optimizer(critic, cfg, lr=cfg.optim.critic_lr,
                                           steps_per_batch=per_batch)  # fmt: skip
@@ -499,9 +507,10 @@ def build(
     """
     refuse_unavailable(cfg)
     tokenizer = load_tokenizer(start)
-    dtype = DTYPES[cfg.system.train_dtype]
     m, reference = cfg.model, None
-    policy = load_causal_lm(start if m.lora_rank else resume_from or start, dtype=dtype)
+    policy = load_causal_lm(start if m.lora_rank else resume_from or start, dtype=MASTER_DTYPE)
+    if cfg.optim.gradient_checkpointing:
+        checkpoint_activations(policy)
     if cfg.behaviour.routing_replay and (problem := check_replayable(policy)) is not None:
         raise ConfigError(f"behaviour.routing_replay: {problem}")
     if m.lora_rank:
@@ -510,7 +519,7 @@ def build(
                              adapter=resume_from)  # fmt: skip
         reference = policy if cfg.kl.placement != "none" else None  # the base: adapters off
     elif cfg.kl.placement != "none":
-        reference = load_causal_lm(start, dtype=dtype)
+        reference = load_causal_lm(start, dtype=MASTER_DTYPE)
         reference.eval().requires_grad_(False)
     policy.train()
     sharded = world.parallel and world.sharding == "fsdp2"
@@ -543,7 +552,7 @@ def _reward_model(
             f"model.reward_path: {path} has a different tokenizer from the policy's; the reward "
             "model must read the policy's tokens"
         )
-    return load_reward_model(path, dtype=DTYPES[cfg.system.train_dtype])
+    return load_reward_model(path, dtype=MASTER_DTYPE)
 
 
 def make_optimizer(

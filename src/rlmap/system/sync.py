@@ -39,6 +39,7 @@ from rlmap.system.critic import compute_values, update_critic
 from rlmap.system.distributed import full_state_dict, gather
 from rlmap.system.engine import RolloutEngine
 from rlmap.system.learner import UpdateSettings, prepare_batch, update_policy
+from rlmap.system.memory import autocast_to
 from rlmap.system.rollout import Episode, Scored, episode_metrics, run_episodes, to_batch
 from rlmap.system.scoring import score_episodes, trajectory
 from rlmap.system.setup import Parts, critic_settings
@@ -177,8 +178,9 @@ def learned_rewards(p: Parts, episodes: list[Episode]) -> list[float]:
     rows = [list(e.prompt_ids + e.response_ids) for e in episodes if e.prompt_ids]
     if not rows:
         return [0.0] * len(episodes)
-    scores = iter(score_batch(p.reward_model, rows, int(p.tokenizer.pad_token_id),
-                              p.cfg.optim.micro_batch_size).tolist())  # fmt: skip
+    with autocast_to(p.reward_model, p.settings.train_dtype):
+        scores = iter(score_batch(p.reward_model, rows, int(p.tokenizer.pad_token_id),
+                                  p.cfg.optim.micro_batch_size).tolist())  # fmt: skip
     return [next(scores) if e.prompt_ids else 0.0 for e in episodes]
 
 
@@ -313,7 +315,8 @@ def learn(
     warming = critic_warming_up(p, state)
     if p.critic is not None:
         started = time.perf_counter()
-        values, bootstrap = compute_values(p.critic, batch, p.settings.micro_batch_size)
+        values, bootstrap = compute_values(p.critic, batch, p.settings.micro_batch_size,
+                                           p.settings.train_dtype)  # fmt: skip
         batch = batch.replace(values=values, bootstrap_values=bootstrap)
         metrics["system/critic_values_s"] = time.perf_counter() - started
     credit = estimator.fn(batch, _credit_params(p, warming))
