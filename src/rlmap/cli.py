@@ -150,7 +150,7 @@ def _cmd_train(args: argparse.Namespace) -> int | None:
     if args.resume is None:
         existed = args.out is not None and Path(args.out).exists()
         run_dir = distributed.on_main(world, lambda: create_run_dir(
-            out=Path(args.out) if args.out else None))  # fmt: skip
+            out=Path(args.out) if args.out else None).resolve())  # fmt: skip
     if world.main:
         print(f"run directory: {run_dir}", flush=True)
     try:
@@ -517,10 +517,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(args, str(exc), 1, exc)
     except OSError as exc:  # the machine, not the input: a full or read-only disk, ...
         why = exc.strerror or str(exc)
-        return _fail(args, f"{exc.filename}: {why}" if exc.filename is not None else why, 1)
+        where = f"{exc.filename}: {why}" if exc.filename is not None else why
+        return _fail(args, where, 1, exc)
     except Exception as exc:  # a bug: still one line, and --debug has the traceback
         what = f"{type(exc).__name__}: {exc}"
-        return _fail(args, f"internal error ({what}); rerun with --debug for the traceback", 1)
+        return _fail(args, f"internal error ({what}); rerun with --debug for the traceback", 1, exc)
     return int(status or 0)
 
 

@@ -71,6 +71,7 @@ def _parallel(cases: list[dict[str, object]], tmp_path: Path) -> list[dict]:
 REDUCTIONS = ("response_mean", "token_mean", "fixed_budget")
 BUGS = ("per_rank", "averaged")
 TWO_STEPS = "token_mean, 2 steps, KL"
+IDLE_RANK = "token_mean, 2 steps, rank 1 owns nothing, clipped"
 
 
 @pytest.fixture(scope="module", params=["ddp", "fsdp2"])
@@ -85,10 +86,16 @@ def runs(
     two_steps["settings"] = replace(two_steps["settings"], minibatches=2,  # type: ignore[type-var]
                                     kl=KLParams(placement="loss", beta=0.1))  # fmt: skip
     cases[TWO_STEPS] = {**two_steps, "reference": True}
-    planned = [(r, None) for r in (*REDUCTIONS, TWO_STEPS)] + [("token_mean", b) for b in BUGS]
+    # rank 1 owns no row at all (a filter dropped its groups): it only runs padding passes;
+    # and a clip that binds, so the global norm decides
+    idle = _case(tiny_model_dir, "token_mean")
+    idle["settings"] = replace(idle["settings"], minibatches=2, max_grad_norm=0.05)  # type: ignore[type-var]
+    cases[IDLE_RANK] = {**idle, "owner": torch.zeros(9, dtype=torch.long)}
+    extra = (TWO_STEPS, IDLE_RANK)
+    planned = [(r, None) for r in (*REDUCTIONS, *extra)] + [("token_mean", b) for b in BUGS]
     launched = [{**cases[r], "sharding": sharding, "bug": b} for r, b in planned]
     two = _parallel(launched, tmp_path_factory.mktemp(f"dp-{sharding}"))
-    singles = {r: _single(cases[r]) for r in (*REDUCTIONS, TWO_STEPS)}
+    singles = {r: _single(cases[r]) for r in (*REDUCTIONS, *extra)}
     return {"cases": cases, "one": singles,
             "two": {key: res for key, res in zip(planned, two, strict=True)}}  # fmt: skip
 
@@ -118,6 +125,16 @@ def test_two_steps_with_pi_old_and_pi_ref_match_one_process(runs: dict) -> None:
     assert len(one["grads"]) == len(two["grads"]) == 2
     assert "kl/mean" in one["metrics"]  # π_ref's scores, shared between the ranks
     for step in range(2):  # the second step's gradient reads π_old: the ranks' shared scores
+        assert _gap(two["grads"][step], one["grads"][step]) < 1e-6
+    names = list(one["params"])
+    assert _gap([two["params"][k] for k in names], [one["params"][k] for k in names]) < 1e-6
+    _same_metrics(one["metrics"], two["metrics"])
+
+
+def test_a_rank_without_rows_and_a_binding_clip_change_nothing(runs: dict) -> None:
+    one, two = runs["one"][IDLE_RANK], runs["two"][(IDLE_RANK, None)]
+    assert one["metrics"]["optim/grad_norm"] > 0.05  # the clip binds (pre-clip norm, mean)
+    for step in range(2):
         assert _gap(two["grads"][step], one["grads"][step]) < 1e-6
     names = list(one["params"])
     assert _gap([two["params"][k] for k in names], [one["params"][k] for k in names]) < 1e-6

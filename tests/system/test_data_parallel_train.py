@@ -137,3 +137,16 @@ def test_under_torchrun_the_ranks_join_its_world(
     assert [json.loads(line)["step"] for line in (out / "metrics.jsonl").open()] == [0, 1, 2]
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step_1", "step_2"]
     AutoModelForCausalLM.from_pretrained(out / "checkpoints" / "step_2")
+
+
+def test_an_error_every_rank_hits_is_said_once(
+    tiny_model_dir: Path, tmp_path: Path, toy: Callable[..., list[str]]
+) -> None:
+    # a learning rate that overflows the weights: every rank's guard stops the same step
+    args = [*toy(tiny_model_dir, steps=2), "system.learners=2", "sampling.prompts_per_step=3",
+            "optim.lr=1e30", "feedback.length_target=2", "feedback.length_weight=1.0"]  # fmt: skip
+    done = subprocess.run([*CLI, "--out", str(tmp_path / "run"), *args], capture_output=True,
+                          text=True, env=ENV)  # fmt: skip
+    assert done.returncode == 1, done.stderr[-3000:]
+    errors = [line for line in done.stderr.splitlines() if line.startswith("rlmap: error:")]
+    assert len(errors) == 1 and "step 1" in errors[0], done.stderr[-3000:]

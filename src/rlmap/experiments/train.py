@@ -36,6 +36,7 @@ from rlmap import reduction
 from rlmap.core.errors import ConfigError, TrainingError
 from rlmap.experiments.checkpoint import (
     capture_rng,
+    load_trainer_state,
     restore_optimizers,
     restore_rng,
     save_checkpoint,
@@ -50,7 +51,7 @@ from rlmap.experiments.ledger import Ledger, measure_peak_memory, peak_memory_mb
 from rlmap.experiments.plots import write_plots
 from rlmap.experiments.progress import ProgressView
 from rlmap.experiments.records import StepRecords
-from rlmap.experiments.resume import go_ahead, resume_point_of
+from rlmap.experiments.resume import ResumePoint, go_ahead, resume_point_of
 from rlmap.experiments.rundir import (
     MetricsLog,
     create_run_dir,
@@ -92,8 +93,11 @@ def run_training(
     returns the summary (the other ranks return an empty dict).
     """
     main = world.main
-    point = on_main(world, lambda: resume_point_of(cfg, run_dir) if resume else None)
-    ckpt, saved = (point.ckpt, point.saved) if point is not None else (None, None)
+    point = on_main(world, lambda: _resume_point(cfg, run_dir, world) if resume else None)
+    ckpt = point.ckpt if point is not None else None
+    saved = point.saved if point is not None else None
+    if ckpt is not None and saved is None:  # several ranks: each reads the state itself
+        saved = load_trainer_state(ckpt)
     view = ProgressView(enabled=cfg.run.progress and main)
     start = on_main(world, lambda: setup.model_path(cfg, progress=view.warm_start))
     reward_path = on_main(world, lambda: setup.reward_model_path(
@@ -128,6 +132,14 @@ def run_training(
         return {}
     records = MetricsLog.read(run_dir / "metrics.jsonl")
     return _finish(run_dir, before, records, ledger, cfg, balance)
+
+
+def _resume_point(cfg: RecipeConfig, run_dir: Path, world: World) -> ResumePoint:
+    """Rank 0's resume decision; with several ranks without its trainer state, which is
+    sent to every rank (each reads the state itself: a broadcast would pickle a copy of
+    the whole optimiser state for every rank)."""
+    point = resume_point_of(cfg, run_dir)
+    return dataclasses.replace(point, saved=None) if world.parallel else point
 
 
 def run_seeds(cfg: RecipeConfig, root: Path, seeds: list[int]) -> dict[int, dict[str, Any] | None]:
@@ -252,7 +264,7 @@ def _checkpoint(parts: setup.Parts, state: LoopState, ledger: Ledger, run_dir: P
     model_state = optimizer_states = None
     if world.parallel:
         extra["rank_rng"] = gather(world, capture_rng())
-        model_state = full_state_dict(parts.trained, world)
+        model_state = full_state_dict(parts.trained, world, main_only=True)
         optimizer_states = {"policy": optimizer_state(parts.trained, parts.optimizer, world)}
     if world.main:
         extra_models = {} if parts.critic is None else {CRITIC_DIR: parts.critic}
@@ -343,6 +355,8 @@ def _restore(
         restore_rng(state)
     loop = LoopState(**state["extra"]["loop"])
     publish(parts, loop.step)
+    if not world.main:
+        return loop, Ledger.from_dict(state["extra"]["ledger"]), {}
     first = MetricsLog.read(ckpt.parent.parent / "metrics.jsonl")[0]
     before = {k: v for k, v in first.items() if k.startswith("eval/")}
     return loop, Ledger.from_dict(state["extra"]["ledger"]), before

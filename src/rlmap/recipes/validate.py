@@ -315,6 +315,9 @@ def _learners(cfg: RecipeConfig) -> Iterator[str]:
     too small to give every rank a prompt."""
     n = cfg.system.learners
     if n <= 1:
+        if cfg.system.learner_sharding != "ddp":
+            yield (f"system.learner_sharding: '{cfg.system.learner_sharding}' shards over "
+                   "learner ranks; set system.learners > 1")  # fmt: skip
         return
     why = "data-parallel learners run the synchronous loop's policy update"
     if cfg.system.mode != "sync":

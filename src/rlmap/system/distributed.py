@@ -14,10 +14,10 @@ single-process gradient, whatever the split, the micro-batching or the world siz
 
 FSDP2 runs a collective in every forward and backward, so all ranks must run the same
 number of them: a rank with fewer micro-batches in a mini-batch runs zero-weight ones
-(:func:`micro_steps`), and the π_old / π_ref passes run over the global batch on every
-rank. The rollout engine never sees the sharded module: with DDP it shares the plain
-policy (identical on every rank); with FSDP2 it keeps its own copy, refreshed from the
-gathered full state dict (:func:`full_state_dict`).
+(:func:`micro_steps`), also in the π_old pass, where each rank scores the rows it owns
+and the ranks exchange the scores. The rollout engine never sees the sharded module: with
+DDP it shares the plain policy (identical on every rank); with FSDP2 it keeps its own copy,
+refreshed from the gathered full state dict (:func:`full_state_dict`).
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -38,6 +39,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
+from rlmap.core.errors import ConfigError
 from rlmap.system.logprobs import Scorer
 
 Sharding = Literal["ddp", "fsdp2"]
@@ -69,26 +71,27 @@ SINGLE = World()
 
 def world_of_env(sharding: Sharding) -> World:
     """The world a launcher (rlmap's own or ``torchrun``) set up in the environment, joined:
-    ``RANK`` / ``WORLD_SIZE`` read, the process group initialised (NCCL when CUDA is there,
-    else gloo). Without ``WORLD_SIZE`` (or with 1) a single process."""
+    ``RANK`` / ``WORLD_SIZE`` read, the process group initialised. The backend is gloo:
+    the learner lives where the single-process learner does, on the CPU (rlmap places no
+    model on a GPU yet), so NCCL — which needs CUDA tensors — would not carry its
+    tensors. Without ``WORLD_SIZE`` (or with 1) a single process."""
     size = int(os.environ.get("WORLD_SIZE", "1"))
     if size <= 1:
         return SINGLE
     rank = int(os.environ["RANK"])
     die_with_launcher()
     if not dist.is_initialized():
-        cuda = torch.cuda.is_available()
-        if cuda:
-            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
-        dist.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=size,
-                                timeout=datetime.timedelta(minutes=30))  # fmt: skip
+        dist.init_process_group("gloo", rank=rank, world_size=size, timeout=TIMEOUT)
     return World(rank=rank, size=size, sharding=sharding)
 
 
+TIMEOUT = datetime.timedelta(hours=2)
+"""How long a rank waits in a collective: long enough for what rank 0 does alone while the
+others wait (building the warm start, evaluating, writing a large checkpoint)."""
+
+
 def _device() -> torch.device:
-    if dist.is_initialized() and dist.get_backend() == "nccl":
-        return torch.device("cuda", torch.cuda.current_device())
-    return torch.device("cpu")
+    return torch.device("cpu")  # gloo's (see world_of_env)
 
 
 def gather(world: World, obj: T) -> list[T]:
@@ -165,16 +168,19 @@ def wrap(policy: nn.Module, world: World) -> nn.Module:
     if world.sharding == "ddp":
         from torch.nn.parallel import DistributedDataParallel
 
-        device = _device()
-        ids = [device.index] if device.type == "cuda" else None
-        ddp = DistributedDataParallel(scorer, device_ids=ids, **_no_buffer_sync())
+        ddp = DistributedDataParallel(scorer, **_no_buffer_sync())
         ddp.register_comm_hook(None, _sum_hook)
         return ddp
+    from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import FSDPModule, fully_shard
 
+    if not hasattr(FSDPModule, "set_force_sum_reduction_for_comms"):
+        raise ConfigError(f"system.learner_sharding: fsdp2 needs a newer torch than "
+                          f"{torch.__version__} (FSDP2 with sum-only reductions)")  # fmt: skip
+    mesh = init_device_mesh("cpu", (world.size,))  # the learner's device, not CUDA's default
     for layer in decoder_layers(policy):
-        fully_shard(layer)
-    fully_shard(scorer)
+        fully_shard(layer, mesh=mesh)
+    fully_shard(scorer, mesh=mesh)
     for module in scorer.modules():
         if isinstance(module, FSDPModule):
             module.set_gradient_divide_factor(1.0)  # a sum over ranks, not a mean
@@ -196,8 +202,13 @@ def _no_buffer_sync() -> dict[str, Any]:
 
 
 def decoder_layers(model: nn.Module) -> list[nn.Module]:
-    """The transformer blocks of a Hugging Face causal LM (the units FSDP2 shards), found as
-    the largest ``nn.ModuleList``; empty when there is none (then the root is the unit)."""
+    """The transformer blocks of a Hugging Face causal LM (the units FSDP2 shards): the
+    modules of the classes the model names in ``_no_split_modules``, else the largest
+    ``nn.ModuleList``; empty when there is none (then the root is the unit)."""
+    blocks = set(getattr(model, "_no_split_modules", None) or ())
+    named = [m for m in model.modules() if type(m).__name__ in blocks]
+    if named:
+        return named
     lists = [list(m) for m in model.modules() if isinstance(m, nn.ModuleList)]
     return max(lists, key=len) if lists else []
 
@@ -221,14 +232,18 @@ def local(t: Tensor) -> Tensor:
     return t if to_local is None else to_local()
 
 
-def full_state_dict(learner: nn.Module, world: World) -> dict[str, Tensor]:
-    """The policy's full state dict, keyed as the plain Hugging Face model's, on every rank
-    (FSDP2: gathered, a collective; otherwise the module's own tensors)."""
+def full_state_dict(
+    learner: nn.Module, world: World, *, main_only: bool = False
+) -> dict[str, Tensor]:
+    """The policy's full state dict, keyed as the plain Hugging Face model's (FSDP2:
+    gathered, a collective — on every rank, or with ``main_only`` on rank 0 alone, the
+    others getting an empty dict; otherwise the module's own tensors)."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
     if not (world.parallel and world.sharding == "fsdp2"):
         return policy_of(learner).state_dict()
-    state = get_model_state_dict(learner, options=StateDictOptions(full_state_dict=True))
+    options = StateDictOptions(full_state_dict=True, cpu_offload=main_only)
+    state = get_model_state_dict(learner, options=options)
     return {k.removeprefix("model."): cast(Tensor, v) for k, v in state.items()}  # Scorer.model
 
 
@@ -293,33 +308,71 @@ def launch(n: int, argv: Sequence[str]) -> int:
     """Run ``rlmap <argv>`` as ``n`` learner ranks on this machine, as ``torchrun`` would
     (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``/``PORT``), and wait for them. The exit
     status is the first failing rank's (the others are stopped then), else 0. A rank dies
-    with the launcher, so ``kill -9`` of it leaves no rank behind."""
+    with the launcher, so ``kill -9`` of it leaves no rank behind.
+
+    Rank 0 writes to the console; the other ranks' stderr passes through here, so that an
+    error every rank hit is said once (rank 0's), and a rank that dies of a signal is named.
+    """
     threads = os.environ.get("OMP_NUM_THREADS") or str(max(1, (os.cpu_count() or 1) // n))
     common = {"WORLD_SIZE": str(n), "LOCAL_WORLD_SIZE": str(n), "MASTER_ADDR": "127.0.0.1",
               "MASTER_PORT": str(free_port()), LAUNCHER_ENV: str(os.getpid()),
               "OMP_NUM_THREADS": threads}  # fmt: skip
     ranks = [
         subprocess.Popen([sys.executable, "-m", "rlmap.cli", *argv],
-                         env=os.environ | common | {"RANK": str(r), "LOCAL_RANK": str(r)})
+                         env=os.environ | common | {"RANK": str(r), "LOCAL_RANK": str(r)},
+                         stderr=None if r == 0 else subprocess.PIPE, text=True)
         for r in range(n)
     ]  # fmt: skip
+    errors: list[str] = []
+    relays = [threading.Thread(target=_relay, args=(r, errors), daemon=True) for r in ranks[1:]]
+    for relay in relays:
+        relay.start()
     try:
-        return _wait(ranks)
+        status, rank = _wait(ranks)
     finally:
-        for rank in ranks:
-            if rank.poll() is None:
-                rank.kill()
-                rank.wait()
+        for proc in ranks:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        for relay in relays:
+            relay.join(timeout=5)
+    if status < 0:  # killed by a signal (the out-of-memory killer, say): nobody said a word
+        name = signal.Signals(-status).name
+        print(f"rlmap: error: learner rank {rank} died of {name}", file=sys.stderr)
+        return 128 - status
+    if status != 0 and rank != 0 and errors:  # rank 0 said nothing: the first other rank speaks
+        print(errors[0], file=sys.stderr)
+    return status
 
 
-def _wait(ranks: list[subprocess.Popen[bytes]]) -> int:
+GRACE_S = 3.0
+"""Seconds rank 0 is given to end by itself after another rank failed."""
+
+
+def _relay(rank: subprocess.Popen[str], errors: list[str]) -> None:
+    """A rank's stderr to ours, except its error lines, kept for :func:`launch`."""
+    assert rank.stderr is not None
+    for line in rank.stderr:
+        if line.startswith("rlmap: error:"):
+            errors.append(line.rstrip("\n"))
+        else:
+            sys.stderr.write(line)
+
+
+def _wait(ranks: list[subprocess.Popen[str]]) -> tuple[int, int]:
+    """(exit status, rank) of the first rank that fails, else (0, 0) once all are done."""
     while True:
         codes = [r.poll() for r in ranks]
-        failed = [c for c in codes if c not in (None, 0)]
-        if failed:
-            return int(failed[0])
+        for rank, code in enumerate(codes):
+            if code not in (None, 0):
+                if rank != 0:  # an error all ranks hit: let rank 0 end too, and speak
+                    with contextlib.suppress(subprocess.TimeoutExpired):
+                        ranks[0].wait(timeout=GRACE_S)
+                    if ranks[0].returncode not in (None, 0):
+                        return int(ranks[0].returncode), 0
+                return int(code), rank
         if all(c == 0 for c in codes):
-            return 0
+            return 0, 0
         time.sleep(0.1)
 
 

@@ -164,11 +164,12 @@ def _accumulate(
 
 def _gather_kept(out: Updates, world: World) -> None:
     """Every rank's rows and kept tensors, in rank order (diagnostics over the global batch)."""
-    device = out.rows[0].device if out.rows else torch.device("cpu")
+    tensors = [t for parts in out.kept.values() for t in parts]
+    device = tensors[0].device if tensors else torch.device("cpu")  # the learner's (rows: CPU)
     mine = ([r.cpu() for r in out.rows], {k: [t.cpu() for t in v] for k, v in out.kept.items()})
     everyone = gather(world, mine)
-    out.rows = [r.to(device) for rows, _ in everyone for r in rows]
+    out.rows = [r for rows, _ in everyone for r in rows]
     out.kept = defaultdict(list)
     for _, kept in everyone:
-        for key, tensors in kept.items():
-            out.kept[key] += [t.to(device) for t in tensors]
+        for key, parts in kept.items():
+            out.kept[key] += [t.to(device) for t in parts]
