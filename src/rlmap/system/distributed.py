@@ -1,6 +1,6 @@
 """Data-parallel learners on torch.distributed: the ranks, their collectives, the wrappers.
 
-``system.learners = N`` runs N learner ranks (gloo on CPU, NCCL on GPU), started by rlmap
+``system.learners = N`` runs N learner ranks (gloo, on the CPU), started by rlmap
 itself on one machine (:func:`launch`) or by ``torchrun`` (multi-node). Each rank rolls out
 its share of the step's prompts — a prompt's G samples never straddle ranks — and the
 scored trajectories are all-gathered, so that every rank holds the step's *global* batch.
