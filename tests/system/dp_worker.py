@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import socket
 import sys
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -21,6 +22,7 @@ from transformers import AutoModelForCausalLM
 
 from rlmap.reduction import token_weights
 from rlmap.system import distributed, learner, update_loop
+from rlmap.system.critic import CriticSettings, compute_values, load_critic, update_critic
 from rlmap.system.distributed import World
 
 
@@ -72,9 +74,31 @@ def _rank(rank: int, cases: list[dict[str, Any]], out: str, port: int) -> None:
     torch.distributed.destroy_process_group()
 
 
+def critic_update(case: dict[str, Any], world: World = distributed.SINGLE) -> dict[str, Any]:
+    """The critic's values and optimiser steps on the case's batch, toward its returns (the
+    same code for the two-rank run and the single-process one it is compared with)."""
+    critic = load_critic(Path(case["model_dir"]), dtype=torch.float64, seed=0)
+    trained = distributed.parallel(critic, world) if world.parallel else critic
+    optimizer = Recording(trained.parameters(), lr=1e-3)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
+    s = CriticSettings(value_clip=0.2, updates=1, epochs=1, minibatches=2, micro_batch_size=2,
+                       max_grad_norm=1e9)  # fmt: skip
+    batch = case["batch"]
+    values, bootstrap = compute_values(trained, batch, s.micro_batch_size)
+    batch = batch.replace(values=values, bootstrap_values=bootstrap)
+    owner = case["owner"] if world.parallel else None
+    metrics = update_critic(trained, optimizer, scheduler, batch, case["advantages"], s,
+                            generator=torch.Generator().manual_seed(0), world=world,
+                            owner=owner)  # fmt: skip
+    params = distributed.full_state_dict(trained, world, prefix="")
+    return {"grads": optimizer.seen, "params": params, "metrics": metrics}
+
+
 def _update(case: dict[str, Any]) -> dict[str, Any]:
     world = distributed.world_of_env(case["sharding"])
     _plant(case, world)
+    if case.get("critic"):
+        return critic_update(case, world)
     policy = AutoModelForCausalLM.from_pretrained(case["model_dir"]).double()
     policy.train()
     wrapped = distributed.wrap(policy, world)

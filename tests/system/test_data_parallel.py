@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from dp_worker import Recording
+from dp_worker import Recording, critic_update
 from test_system_learner import _rollouts, _settings
 from transformers import AutoModelForCausalLM
 
@@ -72,6 +72,7 @@ REDUCTIONS = ("response_mean", "token_mean", "fixed_budget")
 BUGS = ("per_rank", "averaged")
 TWO_STEPS = "token_mean, 2 steps, KL"
 IDLE_RANK = "token_mean, 2 steps, rank 1 owns nothing, clipped"
+CRITIC = "the critic: values and two steps of its value loss"
 
 
 @pytest.fixture(scope="module", params=["ddp", "fsdp2"])
@@ -91,11 +92,13 @@ def runs(
     idle = _case(tiny_model_dir, "token_mean")
     idle["settings"] = replace(idle["settings"], minibatches=2, max_grad_norm=0.05)  # type: ignore[type-var]
     cases[IDLE_RANK] = {**idle, "owner": torch.zeros(9, dtype=torch.long)}
-    extra = (TWO_STEPS, IDLE_RANK)
+    cases[CRITIC] = {**_case(tiny_model_dir, "token_mean"), "critic": True}  # returns: random
+    extra = (TWO_STEPS, IDLE_RANK, CRITIC)
     planned = [(r, None) for r in (*REDUCTIONS, *extra)] + [("token_mean", b) for b in BUGS]
     launched = [{**cases[r], "sharding": sharding, "bug": b} for r, b in planned]
     two = _parallel(launched, tmp_path_factory.mktemp(f"dp-{sharding}"))
-    singles = {r: _single(cases[r]) for r in (*REDUCTIONS, *extra)}
+    singles = {r: _single(cases[r]) for r in (*REDUCTIONS, TWO_STEPS, IDLE_RANK)}
+    singles[CRITIC] = critic_update(cases[CRITIC])
     return {"cases": cases, "one": singles,
             "two": {key: res for key, res in zip(planned, two, strict=True)}}  # fmt: skip
 
@@ -139,6 +142,17 @@ def test_a_rank_without_rows_and_a_binding_clip_change_nothing(runs: dict) -> No
     names = list(one["params"])
     assert _gap([two["params"][k] for k in names], [one["params"][k] for k in names]) < 1e-6
     _same_metrics(one["metrics"], two["metrics"])
+
+
+def test_the_critic_on_two_ranks_matches_one_process(runs: dict) -> None:
+    one, two = runs["one"][CRITIC], runs["two"][(CRITIC, None)]
+    assert len(one["grads"]) == len(two["grads"]) == 2
+    for step in range(2):
+        assert _gap(two["grads"][step], one["grads"][step]) < 1e-6
+    names = list(one["params"])
+    assert _gap([two["params"][k] for k in names], [one["params"][k] for k in names]) < 1e-6
+    for key in ("critic/value_loss", "critic/grad_norm"):
+        assert two["metrics"][key] == pytest.approx(one["metrics"][key], rel=1e-6)
 
 
 def _same_metrics(one: dict[str, float], two: dict[str, float]) -> None:

@@ -50,11 +50,14 @@ def _ranks_of(run: Path) -> list[int]:
     return pids
 
 
-@pytest.mark.parametrize("sharding", ["ddp", "fsdp2"])
+@pytest.mark.parametrize(
+    ("recipe", "sharding"),
+    [("grpo", "ddp"), ("grpo", "fsdp2"), ("ppo", "fsdp2")],  # ppo: the critic's state too
+)
 def test_two_learners_resume_exactly_after_kill_9(
-    sharding: str, tiny_model_dir: Path, tmp_path: Path, toy: Callable[..., list[str]]
+    recipe: str, sharding: str, tiny_model_dir: Path, tmp_path: Path, toy: Callable[..., list[str]]
 ) -> None:
-    args = [*toy(tiny_model_dir, steps=4), "system.learners=2",
+    args = ["--recipe", recipe, *toy(tiny_model_dir, steps=4), "system.learners=2",
             f"system.learner_sharding={sharding}", "sampling.prompts_per_step=3",
             "run.checkpoint_every=2", "run.eval_every=2",
             # a random model never answers right: a length reward gives the groups a spread
@@ -103,7 +106,6 @@ def test_two_learners_resume_exactly_after_kill_9(
     ("extra", "says"),
     [
         (["system.mode=async", "sampling.filter=none"], "needs system.mode=sync"),
-        (["critic.enabled=true", "credit.estimator=gae"], "does not train a critic yet"),
         (["sampling.prompts_per_step=1"], "at least as many prompts per step"),
         (["model.lora_rank=8"], "does not train LoRA adapters yet"),
         (["system.learners=0"], "system.learners: must be >= 1"),

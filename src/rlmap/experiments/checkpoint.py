@@ -258,6 +258,7 @@ def save_checkpoint(
     extra_models: Mapping[str, Any] | None = None,
     model_state: Mapping[str, torch.Tensor] | None = None,
     optimizer_states: Mapping[str, Any] | None = None,
+    extra_states: Mapping[str, Mapping[str, torch.Tensor]] | None = None,
 ) -> Path:
     """Write ``<run_dir>/checkpoints/step_<step>/`` atomically and return its path.
 
@@ -267,8 +268,9 @@ def save_checkpoint(
     ``weights_only=True``. The RNG state is captured at call time: call this after
     the step's sampling and update, and a resumed run draws the same numbers next.
     After the new checkpoint is in place only the newest ``keep`` remain.
-    ``model_state`` and ``optimizer_states``, when given, are what is saved of the policy
-    and of the optimisers instead of their own state dicts (data-parallel FSDP2: the full
+    ``model_state``, ``extra_states`` (by extra model) and ``optimizer_states``, when
+    given, are what is saved of the policy, the extra models and the optimisers instead
+    of their own state dicts (data-parallel FSDP2: the full
     dicts gathered from the shards).
     Raises FileExistsError if ``step_<step>`` already exists (nothing is overwritten), and
     :class:`~rlmap.core.errors.TrainingError` if any weight is NaN or infinite (nothing is
@@ -280,7 +282,9 @@ def save_checkpoint(
         if not name or name.startswith(".") or "/" in name or name == TRAINER_STATE:
             raise ValueError(f"checkpoint extra_models: {name!r} is not a plain directory name")
     states = {"policy": model_state or model.state_dict()}
-    states |= {name: part.state_dict() for name, part in (extra_models or {}).items()}
+    given = extra_states or {}
+    states |= {name: given.get(name) or part.state_dict()
+               for name, part in (extra_models or {}).items()}  # fmt: skip
     for name, state_dict in states.items():
         if not all_finite(state_dict.values()):
             raise TrainingError(f"step {step}: {name} weights are not finite; checkpoint "
@@ -297,7 +301,8 @@ def save_checkpoint(
         model.save_pretrained(tmp, safe_serialization=True, state_dict=model_state)
         tokenizer.save_pretrained(tmp)
         for name, extra_model in (extra_models or {}).items():
-            extra_model.save_pretrained(tmp / name, safe_serialization=True)
+            extra_model.save_pretrained(tmp / name, safe_serialization=True,
+                                        state_dict=given.get(name))  # fmt: skip
         state = _trainer_state(step, optimizers, schedulers, extra, optimizer_states)
         torch.save(state, tmp / TRAINER_STATE)
         _fsync_tree(tmp)

@@ -261,11 +261,16 @@ def _checkpoint(parts: setup.Parts, state: LoopState, ledger: Ledger, run_dir: P
     optimizers, schedulers = _optimizers(parts)
     extra: dict[str, Any] = {"loop": asdict(state), "ledger": ledger.to_dict(),
              "config": cfg.model_dump(mode="json")}  # fmt: skip
-    model_state = optimizer_states = None
+    model_state = optimizer_states = extra_states = None
     if world.parallel:
         extra["rank_rng"] = gather(world, capture_rng())
         model_state = full_state_dict(parts.trained, world, main_only=True)
         optimizer_states = {"policy": optimizer_state(parts.trained, parts.optimizer, world)}
+        if parts.critic_learner is not None and parts.critic_optimizer is not None:
+            extra_states = {CRITIC_DIR: full_state_dict(parts.critic_learner, world,
+                                                        main_only=True, prefix="")}  # fmt: skip
+            critic_state = optimizer_state(parts.critic_learner, parts.critic_optimizer, world)
+            optimizer_states[CRITIC_DIR] = critic_state
     if world.main:
         extra_models = {} if parts.critic is None else {CRITIC_DIR: parts.critic}
         if cfg.run.save_merged:  # LoRA: the plain model W + (α/r)·BA beside the adapter
@@ -273,7 +278,8 @@ def _checkpoint(parts: setup.Parts, state: LoopState, ledger: Ledger, run_dir: P
         save_checkpoint(run_dir, state.step, model=parts.policy, tokenizer=parts.tokenizer,
                         optimizers=optimizers, schedulers=schedulers, extra=extra,
                         keep=cfg.run.keep_checkpoints, extra_models=extra_models,
-                        model_state=model_state, optimizer_states=optimizer_states)  # fmt: skip
+                        model_state=model_state, optimizer_states=optimizer_states,
+                        extra_states=extra_states)  # fmt: skip
         write_json_atomic(run_dir / "ledger.json", ledger.to_dict())
     barrier(world)  # no rank goes on (or is killed) before the checkpoint is in place
 
@@ -348,6 +354,9 @@ def _restore(
     world = parts.world
     if world.parallel:  # the optimiser through its (sharded) learner; each rank's own RNG
         load_optimizer_state(parts.trained, parts.optimizer, state["optimizers"]["policy"], world)
+        if parts.critic_learner is not None and parts.critic_optimizer is not None:
+            load_optimizer_state(parts.critic_learner, parts.critic_optimizer,
+                                 state["optimizers"][CRITIC_DIR], world)  # fmt: skip
         restore_optimizers(state, optimizers={}, schedulers=schedulers, only=("schedulers",))
         restore_rng({"rng": state["extra"]["rank_rng"][world.rank]})
     else:

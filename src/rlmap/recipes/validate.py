@@ -319,11 +319,9 @@ def _learners(cfg: RecipeConfig) -> Iterator[str]:
             yield (f"system.learner_sharding: '{cfg.system.learner_sharding}' shards over "
                    "learner ranks; set system.learners > 1")  # fmt: skip
         return
-    why = "data-parallel learners run the synchronous loop's policy update"
     if cfg.system.mode != "sync":
-        yield f"system.learners: {n} needs system.mode=sync ({why}; async is not there yet)"
-    elif cfg.critic.enabled:
-        yield f"system.learners: {n} does not train a critic yet ({why}); set critic.enabled=false"
+        yield (f"system.learners: {n} needs system.mode=sync (data-parallel learners run the "
+               "synchronous loop; the asynchronous one is not there yet)")  # fmt: skip
     elif cfg.model.lora_rank:
         yield (f"system.learners: {n} does not train LoRA adapters yet; set model.lora_rank=0 "
                "or system.learners=1")  # fmt: skip

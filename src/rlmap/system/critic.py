@@ -53,6 +53,7 @@ from rlmap.core.hf import quiet_new_head
 from rlmap.core.ops import at_least_float32
 from rlmap.estimators import train_mask, value_loss
 from rlmap.reduction import ReductionParams, reduce, token_weights
+from rlmap.system.distributed import SINGLE, World
 from rlmap.system.logprobs import attention_of, position_ids
 from rlmap.system.memory import autocast_to
 from rlmap.system.update_loop import Kept, Schedule, Weights, optimise
@@ -208,9 +209,12 @@ def update_critic(
     s: CriticSettings,
     *,
     generator: torch.Generator,
+    world: World = SINGLE,
+    owner: Tensor | None = None,
 ) -> dict[str, float]:
     """All critic optimiser steps on one batch (V_old = ``batch.values``), on the policy's
-    update loop (:func:`rlmap.system.update_loop.optimise`); means over the steps."""
+    update loop (:func:`rlmap.system.update_loop.optimise`); means over the steps. With
+    several learner ranks, as the policy's: ``batch`` global, this rank's rows ``owner``."""
 
     def micro(mb: Batch, rows: Tensor, w: Weights) -> tuple[Tensor, dict[str, Tensor], Kept]:
         with autocast_to(critic, s.train_dtype):
@@ -225,7 +229,8 @@ def update_critic(
     )
     out = optimise(critic, optimizer, scheduler, batch, schedule,
                    weights_of=lambda mb: (value_weights(mb),), micro_loss=micro,
-                   generator=generator, what="critic")  # fmt: skip
+                   generator=generator, what="critic", world=world,
+                   owner=owner)  # fmt: skip
     steps = out.step_means()
     return {"critic/value_loss": steps["loss"], "critic/grad_norm": steps["grad_norm"],
             "critic/lr": steps["lr"],

@@ -10,7 +10,9 @@ would. Each rank trains on the rows it generated (``owner``), with the reduction
 of the *global* mini-batch (B, the token count, B·L_max are the whole mini-batch's), and
 the gradients are **summed** over ranks, never averaged (DDP: a summing communication
 hook; FSDP2: a divide factor of 1). The sum of the ranks' Σ w·j gradients is then the
-single-process gradient, whatever the split, the micro-batching or the world size.
+single-process gradient, whatever the split, the micro-batching or the world size. The
+critic is trained the same way (:func:`parallel`); its values are computed on the global
+batch by every rank.
 
 FSDP2 runs a collective in every forward and backward, so all ranks must run the same
 number of them: a rank with fewer micro-batches in a mini-batch runs zero-weight ones
@@ -163,12 +165,18 @@ def wrap(policy: nn.Module, world: World) -> nn.Module:
     wrapped for data parallelism when there are several ranks. The scorer's parameters
     *are* the policy's (FSDP2 shards them in place)."""
     scorer = Scorer(policy)
-    if not world.parallel:
-        return scorer
+    return parallel(scorer, world, blocks_of=policy) if world.parallel else scorer
+
+
+def parallel(module: nn.Module, world: World, *, blocks_of: nn.Module | None = None) -> nn.Module:
+    """``module`` wrapped for the learner ranks: DDP with gradients summed over ranks, or
+    FSDP2 (``fully_shard`` on each transformer block of ``blocks_of`` — default the module
+    — then on the root) with a divide factor of 1. The policy's scorer and the critic
+    both go through here."""
     if world.sharding == "ddp":
         from torch.nn.parallel import DistributedDataParallel
 
-        ddp = DistributedDataParallel(scorer, **_no_buffer_sync())
+        ddp = DistributedDataParallel(module, **_no_buffer_sync())
         ddp.register_comm_hook(None, _sum_hook)
         return ddp
     from torch.distributed.device_mesh import init_device_mesh
@@ -178,14 +186,14 @@ def wrap(policy: nn.Module, world: World) -> nn.Module:
         raise ConfigError(f"system.learner_sharding: fsdp2 needs a newer torch than "
                           f"{torch.__version__} (FSDP2 with sum-only reductions)")  # fmt: skip
     mesh = init_device_mesh("cpu", (world.size,))  # the learner's device, not CUDA's default
-    for layer in decoder_layers(policy):
+    for layer in decoder_layers(module if blocks_of is None else blocks_of):
         fully_shard(layer, mesh=mesh)
-    fully_shard(scorer, mesh=mesh)
-    for module in scorer.modules():
-        if isinstance(module, FSDPModule):
-            module.set_gradient_divide_factor(1.0)  # a sum over ranks, not a mean
-            module.set_force_sum_reduction_for_comms(True)  # a plain SUM (gloo has no PREMUL_SUM)
-    return scorer
+    fully_shard(module, mesh=mesh)
+    for part in module.modules():
+        if isinstance(part, FSDPModule):
+            part.set_gradient_divide_factor(1.0)  # a sum over ranks, not a mean
+            part.set_force_sum_reduction_for_comms(True)  # a plain SUM (gloo has no PREMUL_SUM)
+    return module
 
 
 def _no_buffer_sync() -> dict[str, Any]:
@@ -233,18 +241,20 @@ def local(t: Tensor) -> Tensor:
 
 
 def full_state_dict(
-    learner: nn.Module, world: World, *, main_only: bool = False
+    learner: nn.Module, world: World, *, main_only: bool = False, prefix: str = "model."
 ) -> dict[str, Tensor]:
     """The policy's full state dict, keyed as the plain Hugging Face model's (FSDP2:
     gathered, a collective — on every rank, or with ``main_only`` on rank 0 alone, the
-    others getting an empty dict; otherwise the module's own tensors)."""
+    others getting an empty dict; otherwise the module's own tensors). ``prefix`` is what
+    the wrapper adds to the Hugging Face names (the policy's :class:`Scorer`: ``model.``;
+    the critic: nothing)."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
     if not (world.parallel and world.sharding == "fsdp2"):
         return policy_of(learner).state_dict()
     options = StateDictOptions(full_state_dict=True, cpu_offload=main_only)
     state = get_model_state_dict(learner, options=options)
-    return {k.removeprefix("model."): cast(Tensor, v) for k, v in state.items()}  # Scorer.model
+    return {k.removeprefix(prefix): cast(Tensor, v) for k, v in state.items()}  # Scorer.model
 
 
 def policy_of(learner: nn.Module) -> nn.Module:

@@ -28,7 +28,7 @@ from rlmap.feedback.reward_model import load_reward_model
 from rlmap.recipes.config import RecipeConfig
 from rlmap.system import lora
 from rlmap.system.critic import CRITIC_DIR, CriticSettings, load_critic
-from rlmap.system.distributed import SINGLE, World, wrap
+from rlmap.system.distributed import SINGLE, World, parallel, wrap
 from rlmap.system.engine import RolloutEngine
 from rlmap.system.hf_engine import HFEngine
 from rlmap.system.learner import UpdateSettings
@@ -97,10 +97,18 @@ class Parts:
     """The policy as the data-parallel learner trains it (DDP / FSDP2 around a
     :class:`~rlmap.system.logprobs.Scorer`); None in one process: ``policy`` itself."""
 
+    critic_learner: torch.nn.Module | None = None
+    """The critic as the data-parallel learner trains it (DDP / FSDP2); None in one process."""
+
     @property
     def trained(self) -> torch.nn.Module:
         """What the learner's passes run on: ``learner``, else ``policy``."""
         return self.policy if self.learner is None else self.learner
+
+    @property
+    def trained_critic(self) -> torch.nn.Module | None:
+        """What the critic's passes run on: ``critic_learner``, else ``critic``."""
+        return self.critic if self.critic_learner is None else self.critic_learner
 
 
 def warm_start_spec(cfg: RecipeConfig) -> WarmStartSpec:
@@ -467,15 +475,18 @@ def critic_settings(cfg: RecipeConfig) -> CriticSettings:
 
 
 def build_critic(
-    cfg: RecipeConfig, start: Path, resume_from: Path | None
-) -> tuple[torch.nn.Module | None, torch.optim.Optimizer | None, Any]:
-    """(critic, its optimiser, its scheduler), or Nones when ``critic.enabled`` is false.
+    cfg: RecipeConfig, start: Path, resume_from: Path | None, world: World = SINGLE
+) -> tuple[torch.nn.Module | None, torch.optim.Optimizer | None, Any, torch.nn.Module | None]:
+    """(critic, its optimiser, its scheduler, its data-parallel wrapper or None), or Nones
+    when ``critic.enabled`` is false.
 
     The critic starts from ``model.critic_path`` or the policy's start checkpoint, and
-    loads ``<resume_from>/critic`` on resume.
+    loads ``<resume_from>/critic`` on resume. With several learner ranks it is wrapped as
+    the policy is (:func:`rlmap.system.distributed.parallel`) and the optimiser holds the
+    wrapper's parameters.
     """
     if not cfg.critic.enabled:
-        return None, None, None
+        return None, None, None, None
     path = start if cfg.model.critic_path is None else Path(cfg.model.critic_path)
     if resume_from is not None:
         path = resume_from / CRITIC_DIR
@@ -483,9 +494,11 @@ def build_critic(
     if cfg.optim.gradient_checkpointing:
         checkpoint_activations(critic)
     per_batch = critic_settings(cfg).optimizer_steps
-    optimizer, scheduler = make_optimizer(critic, cfg, lr=cfg.optim.critic_lr,
+    wrapped = parallel(critic, world) if world.parallel else None
+    optimizer, scheduler = make_optimizer(critic if wrapped is None else wrapped, cfg,
+                                          lr=cfg.optim.critic_lr,
                                           steps_per_batch=per_batch)  # fmt: skip
-    return critic, optimizer, scheduler
+    return critic, optimizer, scheduler, wrapped
 
 
 def build(
@@ -530,13 +543,15 @@ def build(
     optimizer, scheduler = make_optimizer(policy if learner is None else learner, cfg)
     train, heldout = load_data(cfg)
     eval_environment, eval_rescore = evaluation_scoring(cfg, tokenizer)
+    critic, critic_optimizer, critic_scheduler, critic_learner = build_critic(
+        cfg, start, resume_from, world)  # fmt: skip
     return Parts(cfg, tokenizer, policy, reference, engine, optimizer, scheduler, train, heldout,
                  environment_factory(cfg, tokenizer, latency=True), update_settings(cfg),
-                 *build_critic(cfg, start, resume_from),
+                 critic, critic_optimizer, critic_scheduler,
                  eval_environment=eval_environment, eval_rescore=eval_rescore,
                  reward_model=_reward_model(cfg, tokenizer, reward_path),
                  base_reward=base_reward(cfg), shaping=shaping_reward(cfg),
-                 world=world, learner=learner)  # fmt: skip
+                 world=world, learner=learner, critic_learner=critic_learner)  # fmt: skip
 
 
 def _reward_model(

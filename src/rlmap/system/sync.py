@@ -315,7 +315,9 @@ def learn(
     warming = critic_warming_up(p, state)
     if p.critic is not None:
         started = time.perf_counter()
-        values, bootstrap = compute_values(p.critic, batch, p.settings.micro_batch_size,
+        critic = p.trained_critic
+        assert critic is not None
+        values, bootstrap = compute_values(critic, batch, p.settings.micro_batch_size,
                                            p.settings.train_dtype)  # fmt: skip
         batch = batch.replace(values=values, bootstrap_values=bootstrap)
         metrics["system/critic_values_s"] = time.perf_counter() - started
@@ -323,7 +325,8 @@ def learn(
     metrics |= {k: float(v) for k, v in credit.diagnostics.items()}
     seed = p.cfg.seed * 1_000_003 + state.step
     if p.critic is not None:
-        metrics |= _learn_critic(p, batch, credit, seed) | {"critic/pretraining": float(warming)}
+        metrics |= _learn_critic(p, batch, credit, seed, owner)
+        metrics["critic/pretraining"] = float(warming)
     if not warming:
         metrics |= _learn_policy(p, batch, credit, state, seed, settings, owner)
     publish(p, state.step + 1)
@@ -347,15 +350,19 @@ def _credit_params(p: Parts, warming: bool) -> CreditParams:
     return p.cfg.credit
 
 
-def _learn_critic(p: Parts, batch: Batch, credit: Credit, seed: int) -> dict[str, float]:
+def _learn_critic(
+    p: Parts, batch: Batch, credit: Credit, seed: int, owner: torch.Tensor | None
+) -> dict[str, float]:
     """The critic's optimiser steps toward ``credit.returns`` (V_old = ``batch.values``)."""
-    assert p.critic is not None and p.critic_optimizer is not None
+    critic = p.trained_critic
+    assert critic is not None and p.critic_optimizer is not None
     if credit.returns is None:
         raise ValueError(f"estimator '{p.cfg.credit.estimator}' returned no critic targets")
     started = time.perf_counter()
-    metrics = update_critic(p.critic, p.critic_optimizer, p.critic_scheduler, batch,
+    metrics = update_critic(critic, p.critic_optimizer, p.critic_scheduler, batch,
                             credit.returns, critic_settings(p.cfg),
-                            generator=torch.Generator().manual_seed(seed))  # fmt: skip
+                            generator=torch.Generator().manual_seed(seed), world=p.world,
+                            owner=owner)  # fmt: skip
     return metrics | {"system/critic_update_s": time.perf_counter() - started}
 
 
