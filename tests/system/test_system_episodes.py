@@ -418,9 +418,13 @@ def test_environments_that_do_not_wait_are_stepped_in_the_calling_thread() -> No
         assert (set(threads) == {threading.get_ident()}) == (not waits)
 
 
-def test_the_task_factory_says_which_environments_wait() -> None:
+def test_the_task_factory_says_which_environments_wait(monkeypatch: pytest.MonkeyPatch) -> None:
+    from rlmap import feedback
     from rlmap.recipes import build_config
     from rlmap.system.setup import environment_factory
+
+    added = feedback.Verifier(exact_match, "registered by a user: it might call a service")
+    monkeypatch.setitem(feedback.registry._items, "added", added)
 
     def waits(task: str, *overrides: str, latency: bool = False) -> bool:
         cfg = build_config("grpo", None, [f"data.task={task}", *overrides])
@@ -429,6 +433,7 @@ def test_the_task_factory_says_which_environments_wait() -> None:
 
     assert not waits("arithmetic") and not waits("calculator")  # exact_match: pure Python
     assert waits("arithmetic", "feedback.verifier=code_tests")  # the code sandbox's process
+    assert waits("arithmetic", "feedback.verifier=added")  # unknown: stepped as before
     assert waits("arithmetic", "feedback.timeout_s=1")  # an isolated verifier's worker
     assert waits("calculator", "data.env_latency=fixed:0.01", latency=True)  # the tool sleeps
     assert not waits("calculator", "data.env_latency=fixed:0.01")  # evaluation never sleeps
