@@ -12,9 +12,10 @@ e^0.5 ≈ 1.65 s). Settings:
 
 With ``--check-run DIR`` it also replays a synchronous embedded run
 (:func:`rlmap.system.sim_inputs.profile_from_run`) and compares the predicted
-throughput with the measured one.
+throughput with the measured one. ``--toy`` runs the same study at W = 8, 16, η = 0, 1,
+B = 32 and 10 steps: a smoke run of a second, its figures not the documentation's.
 
-    .venv/bin/python bench/simulate_scale.py [--img docs/img] [--check-run runs/<dir>]
+    .venv/bin/python bench/simulate_scale.py [--img docs/img] [--check-run runs/<dir>] [--toy]
 """
 
 from __future__ import annotations
@@ -24,24 +25,42 @@ import json
 import platform
 import sys
 import time
-from dataclasses import replace
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from rlmap.system.sim_inputs import Fixed, LogNormal, Pareto, profile_from_run
 from rlmap.system.sim_report import plot_sweep, sweep_table, sweep_workers
 from rlmap.system.simulate import SimConfig, SimResult, simulate
 
-WORKERS = (8, 16, 32, 64, 128, 256)
-ETAS = (0, 1, 2, 4, 8)
 STUDIES = {"lognormal": LogNormal(0.0, 1.0), "pareto": Pareto(1.5, 0.5)}
 
 
-def base(duration: LogNormal | Pareto) -> SimConfig:
-    return SimConfig("sync", 8, 512, duration, Fixed(2.0), steps=200, eta=1, seed=0)
+@dataclass(frozen=True)
+class Sizes:
+    """What the study sweeps, and at what size."""
+
+    workers: tuple[int, ...] = (8, 16, 32, 64, 128, 256)
+    """W of the sweep; the η rows run at the last."""
+    etas: tuple[int, ...] = (0, 1, 2, 4, 8)
+    """η of the async rows."""
+    batch: int = 512
+    """B, trajectories per learner step."""
+    steps: int = 200
+    """Learner steps per simulated run."""
 
 
-def eta_rows(cfg: SimConfig) -> list[SimResult]:
-    return [simulate(replace(cfg, mode="async", eta=eta)) for eta in ETAS]
+FULL = Sizes()
+TOY = Sizes(workers=(8, 16), etas=(0, 1), batch=32, steps=10)
+
+
+def base(duration: LogNormal | Pareto, sizes: Sizes) -> SimConfig:
+    return SimConfig("sync", sizes.workers[0], sizes.batch, duration, Fixed(2.0),
+                     steps=sizes.steps, eta=1, seed=0)  # fmt: skip
+
+
+def eta_rows(cfg: SimConfig, etas: Sequence[int]) -> list[SimResult]:
+    return [simulate(replace(cfg, mode="async", eta=eta)) for eta in etas]
 
 
 def eta_table(sync: SimResult, rows: list[SimResult]) -> str:
@@ -61,8 +80,10 @@ def eta_table(sync: SimResult, rows: list[SimResult]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot_tradeoff(studies: dict[str, tuple[SimResult, list[SimResult]]], path: Path) -> None:
-    """Against η at W = 256: the throughput gain over sync (left) and what it costs (right)."""
+def plot_tradeoff(
+    studies: dict[str, tuple[SimResult, list[SimResult]]], path: Path, sizes: Sizes
+) -> None:
+    """Against η at the largest W: the gain over sync (left) and what it costs (right)."""
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(7.5, 3.0), layout="constrained")
@@ -84,10 +105,11 @@ def plot_tradeoff(studies: dict[str, tuple[SimResult, list[SimResult]]], path: P
     cost_ax.set_ylabel("cost")
     for ax in (gain_ax, cost_ax):
         ax.set_xlabel("η (async staleness bound; 0 = sync)")
-        ax.set_xticks(ETAS)
+        ax.set_xticks(sizes.etas)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=6)
-    fig.suptitle("W = 256, B = 512, learner 2 s: what each η buys and costs", fontsize=8)
+    fig.suptitle(f"W = {sizes.workers[-1]}, B = {sizes.batch}, learner 2 s: what each η buys "
+                 "and costs", fontsize=8)  # fmt: skip
     fig.savefig(path, dpi=80)
 
 
@@ -120,30 +142,33 @@ def check_run(run_dir: Path) -> None:
           f"({predicted.trajectories_per_s / (generated / total) - 1:+.1%} off)\n")  # fmt: skip
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--img", default="docs/img", help="directory for the PNGs")
     parser.add_argument("--check-run", default=None, help="a synchronous run directory to replay")
-    args = parser.parse_args()
+    parser.add_argument("--toy", action="store_true", help="W = 8, 16, B = 32, 10 steps")
+    args = parser.parse_args(argv)
+    sizes = TOY if args.toy else FULL
     print(f"python {platform.python_version()} on {platform.machine()}; seed 0\n")
     started = time.perf_counter()
     tradeoff = {}
+    w = sizes.workers[-1]
     for name, duration in STUDIES.items():
-        cfg = base(duration)
-        results = sweep_workers(cfg, WORKERS)
+        cfg = base(duration, sizes)
+        results = sweep_workers(cfg, sizes.workers)
         mean_d = duration.mean
         print(f"## {duration.spec} (mean {mean_d:.3g} s), B = {cfg.batch}, learner "
               f"{cfg.learner_step.spec} s, η = {cfg.eta}, {cfg.steps} steps\n")  # fmt: skip
         print(sweep_table(results))
         for path in plot_sweep(results, Path(args.img), prefix=f"simulate_{name}_"):
             print(f"wrote {path}")
-        sync_256 = simulate(replace(cfg, workers=256))
-        rows = eta_rows(replace(cfg, workers=256))
-        print(f"\n### η at W = 256 (sync: {sync_256.trajectories_per_s:.4g} traj/s)\n")
-        print(eta_table(sync_256, rows))
-        tradeoff[name] = (sync_256, rows)
+        sync_w = simulate(replace(cfg, workers=w))
+        rows = eta_rows(replace(cfg, workers=w), sizes.etas)
+        print(f"\n### η at W = {w} (sync: {sync_w.trajectories_per_s:.4g} traj/s)\n")
+        print(eta_table(sync_w, rows))
+        tradeoff[name] = (sync_w, rows)
     path = Path(args.img) / "simulate_tradeoff.png"
-    plot_tradeoff(tradeoff, path)
+    plot_tradeoff(tradeoff, path, sizes)
     print(f"wrote {path}\n")
     if args.check_run:
         check_run(Path(args.check_run))

@@ -105,10 +105,11 @@ def held_out_pass1(
     _, heldout = setup.load_data(cfg)
     engine = HFEngine(model, pad_token_id=int(tok.pad_token_id), eos_token_id=int(tok.eos_token_id))
     g = cfg.generation
-    verify = feedback.registry.get(cfg.feedback.verifier).fn
-    return evaluate(engine, tok, heldout, verify, samples=g.eval_samples,
+    environment, rescore = setup.evaluation_scoring(cfg, tok)  # as ``rlmap eval`` builds them
+    return evaluate(engine, environment, tok, heldout, samples=g.eval_samples,
                     max_new_tokens=g.max_new_tokens, temperature=g.temperature, top_p=g.top_p,
-                    seed=EVAL_SEED)  # fmt: skip
+                    seed=EVAL_SEED, multi_turn=cfg.data.multi_turn, rescore=rescore,
+                    max_turns=cfg.data.turn_budget)  # fmt: skip
 
 
 def run_rlmap(cfg: RecipeConfig, start: Path, budget: int, max_steps: int) -> Run:

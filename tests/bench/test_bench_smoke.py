@@ -1,15 +1,41 @@
-"""bench/algos.py still runs against the current API (a smoke run at toy size, not a timing)."""
+"""Every bench script still runs against the current API (smoke runs at toy size, not timings).
+
+Each test asserts on what the script prints, so a script that runs but reports nothing,
+or reports nonsense, fails as well.
+"""
 
 from __future__ import annotations
 
 import importlib.util
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+
+
+def run_script(name: str, *args: str, timeout: int = 300) -> str:
+    """The script's stdout, run in a process of its own at one torch thread."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, str(BENCH / name), *args], env=env,
+                          capture_output=True, text=True, timeout=timeout)  # fmt: skip
+    assert done.returncode == 0, f"{name} exited {done.returncode}:\n{done.stderr[-3000:]}"
+    return done.stdout
+
+
+def test_every_bench_script_has_a_smoke_test() -> None:
+    here = "".join(p.read_text() for p in Path(__file__).parent.glob("test_*.py"))
+    scripts = sorted(p.name for p in BENCH.glob("*.py"))
+    assert scripts and [s for s in scripts if f'"{s}"' not in here] == []
+
 
 def test_algos_benchmark_runs_at_toy_size(capsys: pytest.CaptureFixture[str]) -> None:
-    path = Path(__file__).resolve().parents[2] / "bench" / "algos.py"
+    path = BENCH / "algos.py"
     spec = importlib.util.spec_from_file_location("bench_algos", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -20,15 +46,68 @@ def test_algos_benchmark_runs_at_toy_size(capsys: pytest.CaptureFixture[str]) ->
 
 
 def test_memory_benchmark_runs_at_toy_size() -> None:
-    import subprocess
-    import sys
-
-    path = Path(__file__).resolve().parents[2] / "bench" / "memory.py"
-    command = [sys.executable, str(path), "--toy", "--repeats", "1", "--options"]
-    out = subprocess.run(command, check=True, capture_output=True, text=True,
-                         timeout=300).stdout  # fmt: skip
+    out = run_script("memory.py", "--toy", "--repeats", "1", "--options")
     last = out.strip().splitlines()[-1]
     assert last.startswith("memory ratio ") and ", time ratio " in last
     assert out.count("per forward+backward") == 4  # full and chunked at two lengths
     for option in ("float32", "checkpointing", "bf16 autocast", "both"):
         assert f" {option}: peak " in out, option
+
+
+def positive(pattern: str, out: str) -> float:
+    """The number ``pattern`` captures in ``out``, checked to be a positive ratio."""
+    found = re.search(pattern, out)
+    assert found is not None, pattern
+    value = float(found.group(1))
+    assert value > 0, f"{pattern}: {value}"
+    return value
+
+
+def test_efficiency_benchmark_runs_at_toy_size(
+    tiny_model_dir: Path, toy: Callable[..., list[str]]
+) -> None:
+    sizes = ["--prompts", "2", "--group", "4", "--max-new-tokens", "4", "--micro-batch-size", "4"]
+    out = run_script("efficiency.py", *sizes, "--repeats", "1", *toy(tiny_model_dir))
+    assert "8 sequences" in out and "same tokens on every side: yes" in out
+    for side in ("HFEngine.generate", r"rollout_round \(headline\)", r"update_policy \(headline\)"):
+        positive(side + r" .* bare/this = ([\d.]+)", out)
+    positive(r"generate_time / round_time = ([\d.]+)", out)
+
+
+def test_trl_comparison_runs_at_toy_size(tiny_model_dir: Path) -> None:
+    try:
+        import trl  # noqa: F401
+    except ImportError as exc:  # the `bench` extra; `make test` installs it with `dev`
+        pytest.skip(f"trl is not installed ({exc}): pip install 'rlmap[bench]'")
+    sizes = [f"model.path={tiny_model_dir}", "sampling.prompts_per_step=2",
+             "sampling.group_size=4", "generation.max_new_tokens=4",
+             "generation.eval_samples=2", "data.train_size=40", "data.eval_size=4",
+             "optim.micro_batch_size=4"]  # fmt: skip
+    out = run_script("trl_compare.py", "--steps", "2", "--seeds", "0", "--warmup", "0",
+                     "--threads", "1", "--check-gradients", *sizes)  # fmt: skip
+    assert "prompt tokens: TRL's tokenization of the prompt == rlmap's encode_prompt" in out
+    assert re.search(r"max \|g_rlmap − g_trl\| = [\d.e+-]+", out)
+    for side in ("rlmap", "trl"):
+        pass1 = re.search(rf"seed 0 {side} +(\d+) steps +(\d+) tokens .* pass@1 ([\d.]+)", out)
+        assert pass1 is not None and int(pass1.group(1)) >= 1 and int(pass1.group(2)) > 0, side
+        assert 0 <= float(pass1.group(3)) <= 1
+    positive(r"rlmap_sec_per_step / trl_sec_per_step = ([\d.]+)", out)
+
+
+def test_cluster_simulation_runs_at_toy_size(
+    tiny_model_dir: Path, toy: Callable[..., list[str]], tmp_path: Path
+) -> None:
+    from rlmap.experiments.train import run_training
+    from rlmap.recipes import build_config
+
+    run = tmp_path / "run"
+    # steps that do not also evaluate: the check's "measured" rate is theirs
+    run_training(
+        build_config("grpo", None, [*toy(tiny_model_dir, steps=3), "run.eval_every=3"]), run
+    )
+    img = tmp_path / "img"
+    out = run_script("simulate_scale.py", "--toy", "--img", str(img), "--check-run", str(run))
+    assert out.count("### η at W = 16") == 2  # both duration studies
+    assert len(list(img.glob("simulate_*.png"))) == 9  # four per study and the trade-off
+    positive(r"predicted \(sync replay\): +([\d.]+) trajectories/s", out)
+    positive(r"measured, steps without evaluation: ([\d.]+) trajectories/s", out)

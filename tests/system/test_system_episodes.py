@@ -394,6 +394,51 @@ def test_environment_steps_of_a_round_wait_together_not_in_turn() -> None:
     assert took < 2.4, f"{took:.2f} s: the steps did not overlap"
 
 
+def test_environments_that_do_not_wait_are_stepped_in_the_calling_thread() -> None:
+    import threading
+
+    from rlmap.system.rollout import step_all
+
+    class Where(AnswerEnv):
+        def step(self, action_ids: Sequence[int]) -> EnvStep:
+            threads.append(threading.get_ident())
+            return super().step(action_ids)
+
+    threads: list[int] = []
+    answer = [*ids("4"), EOS]
+    for waits in (False, True):
+        envs = [Where(TOKENIZER, make_problem(2, "+", 2), exact_match, verify_waits=waits)
+                for _ in range(4)]  # fmt: skip
+        for e in envs:
+            e.reset()
+        threads.clear()
+        steps = step_all(envs, [answer] * 4)
+        assert [s.reward for s in steps if s is not None] == [1.0] * 4
+        # pure Python steps skip the thread pool; a verifier that waits gets its threads
+        assert (set(threads) == {threading.get_ident()}) == (not waits)
+
+
+def test_the_task_factory_says_which_environments_wait(monkeypatch: pytest.MonkeyPatch) -> None:
+    from rlmap import feedback
+    from rlmap.recipes import build_config
+    from rlmap.system.setup import environment_factory
+
+    added = feedback.Verifier(exact_match, "registered by a user: it might call a service")
+    monkeypatch.setitem(feedback.registry._items, "added", added)
+
+    def waits(task: str, *overrides: str, latency: bool = False) -> bool:
+        cfg = build_config("grpo", None, [f"data.task={task}", *overrides])
+        env = environment_factory(cfg, TOKENIZER, latency=latency)(make_problem(3, "*", 4))
+        return bool(env.waits)
+
+    assert not waits("arithmetic") and not waits("calculator")  # exact_match: pure Python
+    assert waits("arithmetic", "feedback.verifier=code_tests")  # the code sandbox's process
+    assert waits("arithmetic", "feedback.verifier=added")  # unknown: stepped as before
+    assert waits("arithmetic", "feedback.timeout_s=1")  # an isolated verifier's worker
+    assert waits("calculator", "data.env_latency=fixed:0.01", latency=True)  # the tool sleeps
+    assert not waits("calculator", "data.env_latency=fixed:0.01")  # evaluation never sleeps
+
+
 def test_a_trajectory_spanning_a_weight_update_carries_both_versions_and_goes_on() -> None:
     # partial rollout: new weights (version 8) arrive between the call and the answer; the
     # episode is not cut at the update, and each turn's tokens carry their own version

@@ -17,7 +17,7 @@ from rlmap.feedback.reward import OverlongPunishment, Trajectory, Weighted
 from rlmap.recipes import build_config
 from rlmap.system import sync
 from rlmap.system.rollout import Episode
-from rlmap.system.scoring import EpisodeReturn, score_episodes, trajectory
+from rlmap.system.scoring import EpisodeReturn, score_episodes, trajectories, trajectory
 from rlmap.tasks.calculator import TOOL_TOKENS
 from rlmap.tasks.tokenizer import build_tokenizer
 
@@ -46,6 +46,26 @@ def test_an_episode_reads_as_decoded_turns_and_observations() -> None:
     assert t.turns == ("<calc>3*4</calc>", "12") and t.observations == ("<result>12</result>",)
     assert t.response == "12" and t.length == len(ids("<calc>3*4</calc>12"))
     assert dict(t.metadata) == {"rewards": (0.0, 1.0), "status": 0}
+
+
+def test_trajectories_of_a_group_decode_each_distinct_sequence_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from rlmap.system import scoring
+
+    group = [tool_episode("12"), tool_episode("12"), tool_episode("13")]
+    one_by_one = [trajectory(TOKENIZER, e, "12", max_length=32) for e in group]
+    decoded: list[tuple[int, ...]] = []
+    real = scoring.decode_response
+
+    def counted(tokenizer: Any, token_ids: tuple[int, ...]) -> str:
+        decoded.append(token_ids)
+        return real(tokenizer, token_ids)
+
+    monkeypatch.setattr(scoring, "decode_response", counted)
+    assert trajectories(TOKENIZER, group, ["12"] * 3, 32) == one_by_one
+    # the prompt, the call, the observation and the answer "12" once; then the answer "13"
+    assert len(decoded) == len(set(decoded)) == 5
 
 
 def test_base_plus_shaping_by_hand() -> None:

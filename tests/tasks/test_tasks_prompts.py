@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from transformers import AutoTokenizer
+import pytest
+from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
 from rlmap.tasks.prompts import decode_response, encode_prompt, encode_response
 from rlmap.tasks.tokenizer import build_tokenizer
@@ -58,3 +59,25 @@ def test_a_tokenizer_that_closes_every_text_does_not_close_a_prompt() -> None:
     )
     assert tok("1+2=")["input_ids"][-1] == 2
     assert encode_prompt(tok, "1+2=") == [1, 5, 14, 6, 17]  # <bos> 1 + 2 =, no <eos>
+
+
+def test_a_prompt_encoder_gives_encode_prompts_ids_encoding_each_text_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from rlmap.tasks import prompts
+
+    tok = build_tokenizer()
+    encoded: list[str] = []
+
+    def counted(tokenizer: PreTrainedTokenizerBase, text: str) -> list[int]:
+        encoded.append(text)
+        return encode_prompt(tokenizer, text)
+
+    monkeypatch.setattr(prompts, "encode_prompt", counted)
+    encoder = prompts.PromptEncoder(tok)
+    texts = ["1+2=", "37+85=", "1+2=", "1+2="]  # a group's environments reset to one prompt
+    assert [encoder(t) for t in texts] == [encode_prompt(tok, t) for t in texts]
+    assert encoded == ["1+2=", "37+85="]
+    mine = encoder("1+2=")
+    mine.append(99)  # each caller gets its own list: changing it leaves the memo alone
+    assert encoder("1+2=") == encode_prompt(tok, "1+2=")

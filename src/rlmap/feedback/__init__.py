@@ -23,18 +23,29 @@ class Verifier:
 
     fn: Callable[[str, str], float]
     summary: str
+    waits: bool = True
+    """A call may wait outside this process (math-verify's worker, the code sandbox, a
+    service): environments that call it are stepped concurrently
+    (:func:`rlmap.system.rollout.step_all`). False for pure Python, which threads under
+    the GIL cannot speed up; True by default, as a verifier added later may wait."""
 
 
 registry: Registry[Verifier] = Registry("verifier")
-registry.add("exact_match", Verifier(verifiers.exact_match, "1 if the answer equals the reference"))
-registry.add("last_number", Verifier(verifiers.last_number, "1 if the last number equals it"))
+
+
+def _pure(fn: Callable[[str, str], float], summary: str) -> Verifier:
+    return Verifier(fn, summary, waits=False)
+
+
+registry.add("exact_match", _pure(verifiers.exact_match, "1 if the answer equals the reference"))
+registry.add("last_number", _pure(verifiers.last_number, "1 if the last number equals it"))
 registry.add("math_equiv", Verifier(MathEquiv(), "1 if math-verify finds the answer equal to it"))
 registry.add("code_tests", Verifier(verifiers.code_tests, "1 if the code passes its unit tests"))
-registry.add("json_schema", Verifier(verifiers.json_schema, "1 if the JSON validates against it"))
-registry.add("regex", Verifier(verifiers.regex_format, "1 if the response fully matches it"))
+registry.add("json_schema", _pure(verifiers.json_schema, "1 if the JSON validates against it"))
+registry.add("regex", _pure(verifiers.regex_format, "1 if the response fully matches it"))
 registry.add(
     "contains_answer",
-    Verifier(verifiers.contains_answer, "LOOSE on purpose (hacking demo): its digits anywhere"),
+    _pure(verifiers.contains_answer, "LOOSE on purpose (hacking demo): its digits anywhere"),
 )
 
 __all__ = ["FeedbackParams", "RewardSource", "Verifier", "registry"]

@@ -41,7 +41,7 @@ from rlmap.tasks.calculator import CalculatorEnv, marker_ids
 from rlmap.tasks.env import AnswerEnv, EnvFactory
 from rlmap.tasks.jsonl import load_examples, load_numbered_examples
 from rlmap.tasks.preferences import PreferenceSpec, embedded_reward_model
-from rlmap.tasks.prompts import encode_prompt
+from rlmap.tasks.prompts import PromptEncoder, encode_prompt
 from rlmap.tasks.tiny import TinySpec
 from rlmap.tasks.tokenizer import restore_bos
 from rlmap.tasks.warmstart import TOOL_DEMOS, WarmStartSpec, task_tokenizer, warm_start
@@ -412,12 +412,17 @@ def environment_factory(
     ``feedback.eval_verifier``). Raises ConfigError when the tokenizer cannot serve the
     task (checked once, here).
     """
-    verify = make_verifier(cfg, verifier or cfg.feedback.verifier)
+    name = verifier or cfg.feedback.verifier
+    verify = make_verifier(cfg, name)
+    # in its own process when isolated (feedback.timeout_s): a call then waits on it
+    waits = feedback.registry.get(name).waits or cfg.feedback.timeout_s is not None
+    encode = PromptEncoder(tokenizer)  # shared: the G episodes of a prompt encode it once
     if cfg.data.task == "calculator":
         marker_ids(tokenizer)
         turns, wait = cfg.data.max_turns, latency_source(cfg) if latency else None
-        return lambda e: CalculatorEnv(tokenizer, e, verify, max_turns=turns, latency=wait)
-    return lambda e: AnswerEnv(tokenizer, e, verify)
+        return lambda e: CalculatorEnv(tokenizer, e, verify, max_turns=turns, latency=wait,
+                                       encode=encode, verify_waits=waits)  # fmt: skip
+    return lambda e: AnswerEnv(tokenizer, e, verify, encode=encode, verify_waits=waits)
 
 
 def evaluation_scoring(

@@ -41,7 +41,7 @@ from rlmap.system.engine import RolloutEngine
 from rlmap.system.learner import UpdateSettings, prepare_batch, update_policy
 from rlmap.system.memory import autocast_to
 from rlmap.system.rollout import Episode, Scored, episode_metrics, run_episodes, to_batch
-from rlmap.system.scoring import score_episodes, trajectory
+from rlmap.system.scoring import score_episodes, trajectories
 from rlmap.system.setup import Parts, critic_settings
 from rlmap.tasks.arithmetic import Example
 
@@ -142,12 +142,12 @@ def rollout_round(
         except Exception:  # the reward model failed: this round's rewards cannot be trusted
             learned, rm_failed = [0.0] * len(episodes), True
     limit = g.max_new_tokens * p.cfg.data.turn_budget  # the episode's length limit, all turns
-    trajectories = [
-        trajectory(p.tokenizer, e, examples[k // group_size].answer, limit,
-                   None if learned is None else (*[0.0] * (len(e.rewards) - 1), learned[k]))
-        for k, e in enumerate(episodes)
+    references = [examples[k // group_size].answer for k in range(len(episodes))]
+    rewards = None if learned is None else [
+        (*[0.0] * (len(e.rewards) - 1), r) for e, r in zip(episodes, learned, strict=True)
     ]  # fmt: skip
-    verdicts = score_episodes(p.base_reward, p.shaping, trajectories)
+    seen = trajectories(p.tokenizer, episodes, references, limit, rewards)
+    verdicts = score_episodes(p.base_reward, p.shaping, seen)
     if rm_failed:
         verdicts = [replace(v, status=RewardStatus.INFRA_ERROR) for v in verdicts]
     return [

@@ -23,12 +23,13 @@ import ast
 import operator
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 
 from transformers import PreTrainedTokenizerBase
 
 from rlmap.core.errors import ConfigError
 from rlmap.tasks.arithmetic import Example
-from rlmap.tasks.env import EnvStep, Verifier, verify_safely
+from rlmap.tasks.env import EnvStep, PromptIds, Verifier, verify_safely
 from rlmap.tasks.prompts import decode_response, encode_prompt
 
 CALL, END_CALL, RESULT, END_RESULT = "<calc>", "</calc>", "<result>", "</result>"
@@ -103,7 +104,11 @@ def tool_result(tokenizer: PreTrainedTokenizerBase, expression: str) -> tuple[li
 
 
 class CalculatorEnv:
-    """One episode of the calculator task (see the module docstring)."""
+    """One episode of the calculator task (see the module docstring).
+
+    ``encode`` and ``verify_waits`` as in :class:`~rlmap.tasks.env.AnswerEnv`; a step
+    also waits when ``latency`` is set.
+    """
 
     def __init__(
         self,
@@ -113,6 +118,8 @@ class CalculatorEnv:
         *,
         max_turns: int,
         latency: Callable[[], float] | None = None,
+        encode: PromptIds | None = None,
+        verify_waits: bool = True,
     ) -> None:
         if max_turns < 1:
             raise ValueError(f"max_turns: must be >= 1, got {max_turns}")
@@ -120,6 +127,8 @@ class CalculatorEnv:
         self.max_turns = max_turns
         self.latency = latency
         """Seconds to wait in each step (a slow tool or service); None: no wait."""
+        self.encode = partial(encode_prompt, tokenizer) if encode is None else encode
+        self.waits = verify_waits or latency is not None
         self.ids = marker_ids(tokenizer)
         self.turns = 0
 
@@ -129,7 +138,7 @@ class CalculatorEnv:
 
     def reset(self) -> list[int]:
         self.turns = 0
-        return encode_prompt(self.tokenizer, self.example.prompt)
+        return self.encode(self.example.prompt)
 
     def step(self, action_ids: Sequence[int]) -> EnvStep:
         if self.latency is not None:

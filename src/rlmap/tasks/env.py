@@ -25,12 +25,19 @@ never as a terminal state. A reward the environment could not compute (its verif
 crashed) is reported as ``status=INFRA_ERROR`` on the step.
 
 One environment object runs one episode; a task makes one per prompt and sample.
+
+Optionally an environment has ``waits``: True when its ``step`` may wait on something
+outside this process (a tool, a service, a verifier's worker process). The runner steps
+the environments of a round concurrently when any of them waits, and one after another
+otherwise (a thread pool costs more than 64 steps of pure Python, which the GIL runs
+one at a time anyway). Without the attribute an environment is taken to wait.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Protocol, runtime_checkable
 
 from transformers import PreTrainedTokenizerBase
@@ -97,18 +104,38 @@ def verify_safely(verify: Verifier, response: str, reference: str) -> tuple[floa
     return score.value, score.status
 
 
+PromptIds = Callable[[str], list[int]]
+"""A prompt's text → its ids (:func:`rlmap.tasks.prompts.encode_prompt`, or a shared
+:class:`~rlmap.tasks.prompts.PromptEncoder`)."""
+
+
 class AnswerEnv:
-    """Single turn: the prompt, one response, its verdict; every episode ends terminated."""
+    """Single turn: the prompt, one response, its verdict; every episode ends terminated.
+
+    ``encode``: the prompt encoder (default :func:`encode_prompt` with ``tokenizer``; a
+    task's factory shares one :class:`~rlmap.tasks.prompts.PromptEncoder` among its
+    environments). ``verify_waits``: whether ``verify`` waits on another process
+    (``rlmap.feedback.Verifier.waits``), which makes the environment's ``waits`` (module
+    docstring); an unknown verifier is taken to.
+    """
 
     stop_token_ids: tuple[int, ...] = ()
 
     def __init__(
-        self, tokenizer: PreTrainedTokenizerBase, example: Example, verify: Verifier
+        self,
+        tokenizer: PreTrainedTokenizerBase,
+        example: Example,
+        verify: Verifier,
+        *,
+        encode: PromptIds | None = None,
+        verify_waits: bool = True,
     ) -> None:
         self.tokenizer, self.example, self.verify = tokenizer, example, verify
+        self.encode = partial(encode_prompt, tokenizer) if encode is None else encode
+        self.waits = verify_waits
 
     def reset(self) -> list[int]:
-        return encode_prompt(self.tokenizer, self.example.prompt)
+        return self.encode(self.example.prompt)
 
     def step(self, action_ids: Sequence[int]) -> EnvStep:
         text = decode_response(self.tokenizer, tuple(action_ids))

@@ -9,6 +9,7 @@ Responses are the answer's tokens + ``<eos>``.
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any
 
 from transformers import PreTrainedTokenizerBase
@@ -28,6 +29,27 @@ def encode_prompt(tokenizer: PreTrainedTokenizerBase, text: str) -> list[int]:
     while ids and ids[-1] in ends:  # T5/BERT-style tokenizers close every text; a prompt is open
         ids.pop()
     return ids
+
+
+class PromptEncoder:
+    """:func:`encode_prompt` for one tokenizer, remembering the prompts it encoded last.
+
+    The G environments of a group reset to the same prompt, and one call of a Hugging
+    Face tokenizer costs 50-70 µs: encoding 64 prompts one by one took a tenth of the
+    embedded default's ``generate``. With it a round of P × G episodes encodes its P
+    texts once each. The ids are ``encode_prompt``'s (a fresh list each call); ``memo``
+    texts at most are kept.
+    """
+
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, memo: int = 4096) -> None:
+        self.tokenizer = tokenizer
+        self._ids = lru_cache(maxsize=memo)(self._encode)  # thread-safe: async workers share it
+
+    def _encode(self, text: str) -> tuple[int, ...]:
+        return tuple(encode_prompt(self.tokenizer, text))
+
+    def __call__(self, text: str) -> list[int]:
+        return list(self._ids(text))
 
 
 def encode_response(tokenizer: PreTrainedTokenizerBase, text: str) -> list[int]:
