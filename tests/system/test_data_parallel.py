@@ -116,43 +116,39 @@ def test_two_ranks_match_one_process(runs: dict, reduction: str) -> None:
     mask = runs["cases"][reduction]["batch"].action_mask
     assert mask[:6].sum() != mask[6:].sum() * 2  # the ranks' token shares are not their row shares
     one, two = runs["one"][reduction], runs["two"][(reduction, None)]
-    assert len(one["grads"]) == len(two["grads"]) == 1
-    assert _gap(two["grads"][0], one["grads"][0]) < 1e-6
-    names = list(one["params"])
-    assert _gap([two["params"][k] for k in names], [one["params"][k] for k in names]) < 1e-6
+    _same_update(one, two, steps=1)
     _same_metrics(one["metrics"], two["metrics"])
 
 
 def test_two_steps_with_pi_old_and_pi_ref_match_one_process(runs: dict) -> None:
     one, two = runs["one"][TWO_STEPS], runs["two"][(TWO_STEPS, None)]
-    assert len(one["grads"]) == len(two["grads"]) == 2
     assert "kl/mean" in one["metrics"]  # π_ref's scores, shared between the ranks
-    for step in range(2):  # the second step's gradient reads π_old: the ranks' shared scores
-        assert _gap(two["grads"][step], one["grads"][step]) < 1e-6
-    names = list(one["params"])
-    assert _gap([two["params"][k] for k in names], [one["params"][k] for k in names]) < 1e-6
+    _same_update(one, two, steps=2)  # the second step's gradient reads the shared π_old
     _same_metrics(one["metrics"], two["metrics"])
 
 
 def test_a_rank_without_rows_and_a_binding_clip_change_nothing(runs: dict) -> None:
     one, two = runs["one"][IDLE_RANK], runs["two"][(IDLE_RANK, None)]
     assert one["metrics"]["optim/grad_norm"] > 0.05  # the clip binds (pre-clip norm, mean)
-    for step in range(2):
-        assert _gap(two["grads"][step], one["grads"][step]) < 1e-6
-    names = list(one["params"])
-    assert _gap([two["params"][k] for k in names], [one["params"][k] for k in names]) < 1e-6
+    _same_update(one, two, steps=2)
     _same_metrics(one["metrics"], two["metrics"])
 
 
 def test_the_critic_on_two_ranks_matches_one_process(runs: dict) -> None:
     one, two = runs["one"][CRITIC], runs["two"][(CRITIC, None)]
-    assert len(one["grads"]) == len(two["grads"]) == 2
-    for step in range(2):
+    _same_update(one, two, steps=2)
+    for key in ("critic/value_loss", "critic/grad_norm"):
+        assert two["metrics"][key] == pytest.approx(one["metrics"][key], rel=1e-6)
+
+
+def _same_update(one: dict, two: dict, *, steps: int) -> None:
+    """Each optimiser step's gradient (before AdamW) and the parameters after the last one
+    agree to 1e-6, relative."""
+    assert len(one["grads"]) == len(two["grads"]) == steps
+    for step in range(steps):
         assert _gap(two["grads"][step], one["grads"][step]) < 1e-6
     names = list(one["params"])
     assert _gap([two["params"][k] for k in names], [one["params"][k] for k in names]) < 1e-6
-    for key in ("critic/value_loss", "critic/grad_norm"):
-        assert two["metrics"][key] == pytest.approx(one["metrics"][key], rel=1e-6)
 
 
 def _same_metrics(one: dict[str, float], two: dict[str, float]) -> None:
