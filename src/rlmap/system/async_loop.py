@@ -61,6 +61,7 @@ from rlmap.system.sync import (
     rollout_metrics,
     rollout_round,
 )
+from rlmap.system.vllm_engine import PinnedView
 
 WAIT_S = 0.05
 """How often blocked threads look at the stop flag."""
@@ -313,14 +314,21 @@ class Worker(Protocol):
 
 
 class ThreadWorker:
-    """A worker in this process: its own engine (a copy of the weights), on a thread."""
+    """A worker in this process, on a thread: its own HF engine (a copy of the weights), or
+    its own view of the run's one vLLM engine (:class:`rlmap.system.vllm_engine.PinnedView`:
+    its own weight version; the engine batches one worker's call at a time)."""
 
     def __init__(self, runner: AsyncRunner) -> None:
         p = self.p = runner.p
         self.board = runner.board
-        self.engine = HFEngine(p.policy, pad_token_id=int(p.tokenizer.pad_token_id),
-                               eos_token_id=int(p.tokenizer.eos_token_id),
-                               dtype=DTYPES[p.cfg.system.rollout_dtype], own_copy=True)  # fmt: skip
+        self.engine: HFEngine | PinnedView
+        if isinstance(p.engine, PinnedView):  # vLLM: the run's one engine, shared
+            self.engine = PinnedView(p.engine.engine)
+        else:
+            self.engine = HFEngine(
+                p.policy, pad_token_id=int(p.tokenizer.pad_token_id),
+                eos_token_id=int(p.tokenizer.eos_token_id),
+                dtype=DTYPES[p.cfg.system.rollout_dtype], own_copy=True)  # fmt: skip
 
     def refresh(self) -> None:
         version, state = self.board.latest()

@@ -23,7 +23,11 @@ class SystemParams:
     partial_rollout: bool = False
     """Pause unfinished trajectories at a weight update and resume them later (Kimi k1.5)."""
     engine: Literal["hf", "vllm"] = "hf"
-    """Rollout engine: Hugging Face generate (CPU/GPU) or vLLM (GPU)."""
+    """Rollout engine: Hugging Face ``generate`` or vLLM (:mod:`rlmap.system.vllm_engine`; its
+    CUDA build on a GPU, its CPU build elsewhere), both in the learner's process."""
+    engine_memory: float = 0.5
+    """vLLM on a GPU: the fraction of GPU memory it may take (weights, activations, KV
+    cache), its ``gpu_memory_utilization``; the learner shares the rest."""
     backend: Literal["inprocess", "ray"] = "inprocess"
     """Where rollout workers and the learner live: one process, or Ray actors."""
     rollout_dtype: Literal["float32", "bfloat16"] = "float32"

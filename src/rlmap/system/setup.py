@@ -368,14 +368,38 @@ def refuse_unavailable(cfg: RecipeConfig) -> None:
     for source in ("comparison",):
         if cfg.feedback.source == source:
             raise ConfigError(f"feedback.source: '{source}' is not available in rlmap yet")
-    unavailable = {
-        "system.engine": (cfg.system.engine, "hf"),
-    }
-    for name, (value, available) in unavailable.items():
-        if value != available:
-            raise ConfigError(f"{name}: {value!r} is not available in rlmap yet; use {available!r}")
     if cfg.model.lora_rank:
         lora.require_peft()
+    if cfg.system.engine == "vllm":
+        from rlmap.system.vllm_engine import require_vllm
+
+        require_vllm()
+
+
+def make_engine(
+    cfg: RecipeConfig,
+    model_dir: Path,
+    policy: torch.nn.Module,
+    tokenizer: PreTrainedTokenizerBase,
+    *,
+    own_copy: bool = False,
+) -> RolloutEngine:
+    """The run's rollout engine (``system.engine``) holding ``policy``'s weights.
+
+    vLLM builds the architecture of ``model_dir`` and takes the weights from ``policy``. In
+    the asynchronous loop it is shared by the learner and every in-process worker, each
+    through its own :class:`rlmap.system.vllm_engine.PinnedView` (its own weight version).
+    """
+    s = cfg.system
+    if s.engine == "vllm":
+        from rlmap.system.vllm_engine import PinnedView, VLLMEngine
+
+        engine = VLLMEngine(model_dir, policy, eos_token_id=int(tokenizer.eos_token_id),
+                            dtype=DTYPES[s.rollout_dtype], memory=s.engine_memory)  # fmt: skip
+        return PinnedView(engine) if s.mode == "async" else engine
+    return HFEngine(policy, pad_token_id=int(tokenizer.pad_token_id),
+                    eos_token_id=int(tokenizer.eos_token_id), dtype=DTYPES[s.rollout_dtype],
+                    own_copy=own_copy)  # fmt: skip
 
 
 def load_data(cfg: RecipeConfig) -> tuple[list[Example], list[Example]]:
@@ -541,9 +565,7 @@ def build(
         reference.eval().requires_grad_(False)
     policy.train()
     sharded = world.parallel and world.sharding == "fsdp2"
-    engine = HFEngine(policy, pad_token_id=int(tokenizer.pad_token_id),
-                      eos_token_id=int(tokenizer.eos_token_id),
-                      dtype=DTYPES[cfg.system.rollout_dtype], own_copy=sharded)  # fmt: skip
+    engine = make_engine(cfg, start, policy, tokenizer, own_copy=sharded)
     learner = wrap(policy, world) if world.parallel else None
     optimizer, scheduler = make_optimizer(policy if learner is None else learner, cfg)
     train, heldout = load_data(cfg)

@@ -329,18 +329,21 @@ def learn(
         metrics["critic/pretraining"] = float(warming)
     if not warming:
         metrics |= _learn_policy(p, batch, credit, state, seed, settings, owner)
-    publish(p, state.step + 1)
+    metrics["system/weight_sync_s"] = publish(p, state.step + 1)
     return metrics
 
 
-def publish(p: Parts, version: int) -> None:
+def publish(p: Parts, version: int) -> float:
     """The policy's current weights to the rollout engine, labelled ``version`` (FSDP2: the
-    full state dict gathered from the shards — every rank takes part)."""
+    full state dict gathered from the shards — every rank takes part); the seconds it took
+    (an HF engine that shares the policy: next to none)."""
+    started = time.perf_counter()
     if p.world.parallel and p.world.sharding == "fsdp2":
         state = full_state_dict(p.trained, p.world)
         p.engine.set_weights(state, version)  # type: ignore[attr-defined]  # an own-copy engine
     else:
         p.engine.update_weights(p.policy, version)
+    return time.perf_counter() - started
 
 
 def _credit_params(p: Parts, warming: bool) -> CreditParams:

