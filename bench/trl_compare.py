@@ -47,7 +47,12 @@ Seconds per step: the median over the steps after ``--warmup``; rlmap's step is
 and its per-step logging).
 
     python bench/trl_compare.py [--steps N] [--seeds 0 1 2] [--warmup 2] [--threads N]
-                                [--check-gradients] [override ...]
+                                [--check-gradients] [--large] [--trl-vllm] [override ...]
+
+``--trl-vllm`` makes TRL generate with vLLM (``use_vllm=True, vllm_mode="colocate"``); pass
+``system.engine=vllm`` for rlmap to do the same. ``--large`` puts both on a random Qwen2 of
+8 layers × 512 (~25 M parameters) built with the task's tokenizer: seconds per step at a
+size where generation and the update cost something (pass@1 stays near 0 there).
 """
 
 from __future__ import annotations
@@ -128,8 +133,9 @@ def run_rlmap(cfg: RecipeConfig, start: Path, budget: int, max_steps: int) -> Ru
     return Run(seconds, tokens, pass1)
 
 
-def trl_args(cfg: RecipeConfig, output_dir: str, max_steps: int) -> Any:
-    """The ``GRPOConfig`` equivalent to rlmap's ``cfg`` (see the module docstring)."""
+def trl_args(cfg: RecipeConfig, output_dir: str, max_steps: int, vllm: bool = False) -> Any:
+    """The ``GRPOConfig`` equivalent to rlmap's ``cfg`` (see the module docstring); with
+    ``vllm``, TRL generates with vLLM in its colocated mode."""
     from trl import GRPOConfig
 
     s, g, o = cfg.sampling, cfg.generation, cfg.optim
@@ -138,7 +144,9 @@ def trl_args(cfg: RecipeConfig, output_dir: str, max_steps: int) -> Any:
     newer = {"activation_checkpointing": False} if "activation_checkpointing" in {
         f.name for f in dataclasses.fields(GRPOConfig)} else {}  # fmt: skip
     return GRPOConfig(
-        output_dir=output_dir, use_cpu=True, use_vllm=False, report_to=[], logging_steps=1,
+        output_dir=output_dir, use_cpu=not vllm or not torch.cuda.is_available(),
+        use_vllm=vllm, vllm_mode="colocate", vllm_gpu_memory_utilization=0.3,
+        report_to=[], logging_steps=1,
         save_strategy="no", disable_tqdm=True, seed=cfg.seed, data_seed=cfg.seed,
         bf16=False, fp16=False, gradient_checkpointing=False, **newer,
         remove_unused_columns=False,
@@ -157,7 +165,7 @@ def trl_args(cfg: RecipeConfig, output_dir: str, max_steps: int) -> Any:
     )  # fmt: skip
 
 
-def run_trl(cfg: RecipeConfig, start: Path, budget: int, max_steps: int) -> Run:
+def run_trl(cfg: RecipeConfig, start: Path, budget: int, max_steps: int, vllm: bool = False) -> Run:
     """TRL's GRPOTrainer on the same data, model and settings, until the same budget."""
     from datasets import Dataset  # type: ignore[import-untyped]
     from transformers import PrinterCallback, TrainerCallback
@@ -190,7 +198,8 @@ def run_trl(cfg: RecipeConfig, start: Path, budget: int, max_steps: int) -> Run:
     model = AutoModelForCausalLM.from_pretrained(start, dtype=torch.float32)
     with tempfile.TemporaryDirectory() as out:
         trainer = GRPOTrainer(model=model, reward_funcs=exact_match, train_dataset=data,
-                              args=trl_args(cfg, out, max_steps), processing_class=tokenizer,
+                              args=trl_args(cfg, out, max_steps, vllm),
+                              processing_class=tokenizer,
                               callbacks=[Clock()])  # fmt: skip
         trainer.remove_callback(PrinterCallback)  # logging_steps=1 would print every step
         trainer.train()
@@ -285,9 +294,9 @@ TRL_FIELDS = ("per_device_train_batch_size", "gradient_accumulation_steps", "gen
               "bf16", "gradient_checkpointing", "use_vllm", "use_cpu")  # fmt: skip
 
 
-def describe_trl(cfg: RecipeConfig, max_steps: int) -> str:
+def describe_trl(cfg: RecipeConfig, max_steps: int, vllm: bool = False) -> str:
     with tempfile.TemporaryDirectory() as out:
-        args = trl_args(cfg, out, max_steps)
+        args = trl_args(cfg, out, max_steps, vllm)
     return "TRL GRPOConfig: " + ", ".join(f"{k}={getattr(args, k)!r}" for k in TRL_FIELDS)
 
 
@@ -310,6 +319,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, help="torch.set_num_threads (default: torch's)")
     parser.add_argument("--check-gradients", action="store_true",
                         help="first compare both losses' gradients on one batch")  # fmt: skip
+    parser.add_argument("--trl-vllm", action="store_true",
+                        help="TRL generates with vLLM (use_vllm, colocate); give rlmap "
+                        "system.engine=vllm as an override for the same")  # fmt: skip
+    parser.add_argument(
+        "--large",
+        action="store_true",
+        help="both sides on a random ~25 M-parameter Qwen2 (8 layers × 512) with "
+        "the task's tokenizer, built here: a speed comparison (pass@1 stays ~0)",
+    )
     parser.add_argument("overrides", nargs="*", help="dotted.key=value overrides of the preset")
     args = parser.parse_args(argv)
     if args.threads:
@@ -318,17 +336,41 @@ def main(argv: Sequence[str] | None = None) -> None:
     transformers.utils.logging.disable_progress_bar()
     # TRL calls transformers' deprecated gradient-checkpointing names; nothing to act on here
     warnings.filterwarnings("ignore", category=FutureWarning)
-    base = build_config("grpo", None, ["kl.placement=none", *args.overrides])
+    with tempfile.TemporaryDirectory() as large:
+        overrides = [f"model.path={large_model(Path(large))}"] if args.large else []
+        compare(args, build_config("grpo", None, ["kl.placement=none", *overrides,
+                                                  *args.overrides]))  # fmt: skip
+
+
+def large_model(directory: Path) -> Path:
+    """A random Qwen2 (8 layers × 512) with the task's tokenizer, saved in ``directory``."""
+    from rlmap.tasks.tiny import TinySpec, build_tiny_model
+    from rlmap.tasks.tokenizer import build_tokenizer
+
+    tokenizer = build_tokenizer()
+    spec = TinySpec(hidden_size=512, intermediate_size=1536, num_hidden_layers=8,
+                    num_attention_heads=8, num_key_value_heads=4,
+                    max_position_embeddings=512)  # fmt: skip
+    build_tiny_model(tokenizer, spec, seed=0).save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return directory
+
+
+def compare(args: argparse.Namespace, base: RecipeConfig) -> None:
+    """Both sides on every seed of ``args``, alternating which goes first, then the summary."""
     start = setup.model_path(base)
     steps = args.steps or base.optim.steps
-    budget, before = print_setup(base, start, steps)
+    budget, before = print_setup(base, start, steps, args.trl_vllm)
     if args.check_gradients:
         check_gradients(base, start)
     results: dict[str, list[Run]] = {"rlmap": [], "trl": []}
     for i, seed in enumerate(args.seeds):
         cfg = base.model_copy(update={"seed": seed})
         for side in ["rlmap", "trl"] if i % 2 == 0 else ["trl", "rlmap"]:
-            run = (run_rlmap if side == "rlmap" else run_trl)(cfg, start, budget, 2 * steps)
+            if side == "rlmap":
+                run = run_rlmap(cfg, start, budget, 2 * steps)
+            else:
+                run = run_trl(cfg, start, budget, 2 * steps, vllm=args.trl_vllm)
             results[side].append(run)
             print(
                 f"seed {seed} {side:<5} {len(run.step_seconds):3d} steps "
@@ -339,7 +381,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     summarize(results, args.warmup, before)
 
 
-def print_setup(base: RecipeConfig, start: Path, steps: int) -> tuple[int, float]:
+def print_setup(
+    base: RecipeConfig, start: Path, steps: int, vllm: bool = False
+) -> tuple[int, float]:
     """Print both configurations; return the token budget and the start's held-out pass@1."""
     s, g, o = base.sampling, base.generation, base.optim
     rollouts = s.prompts_per_step * s.group_size
@@ -354,7 +398,7 @@ def print_setup(base: RecipeConfig, start: Path, steps: int) -> tuple[int, float
         f"group-std advantages"
     )
     print(f"rlmap: {composition(base)}")
-    print(describe_trl(base, 2 * steps))
+    print(describe_trl(base, 2 * steps, vllm))
     check_prompt_tokens(base, start)
     tokenizer = AutoTokenizer.from_pretrained(start)
     before = held_out_pass1(base, AutoModelForCausalLM.from_pretrained(start), tokenizer)

@@ -84,18 +84,22 @@ def test_grpo_on_vllm_has_kappa_one_in_float32_and_resumes_exactly_after_kill_9(
     assert bf16 > KAPPA_TOL and bf16 > 10 * fp32, (bf16, fp32)
 
 
-@pytest.mark.parametrize("backend", ["inprocess", "ray"])
+@pytest.mark.parametrize(("backend", "partial"), [("inprocess", "true"), ("ray", "false")])
 def test_sao_on_the_calculator_task_runs_asynchronously(
-    vllm_calc_model_dir: Path, tmp_path: Path, toy: Toy, backend: str
+    vllm_calc_model_dir: Path, tmp_path: Path, toy: Toy, backend: str, partial: str
 ) -> None:
-    """Two asynchronous workers (threads sharing the one engine, or Ray actors with one
-    each), multi-turn tool calls (stop at the call, the observation appended as ids)."""
+    """Two asynchronous workers (threads sharing the one engine, with new weights between
+    turns; or Ray actors with an engine each), multi-turn tool calls (stop at the call,
+    the observation appended as ids)."""
     if backend == "ray":
         pytest.importorskip("ray")
     records = train(tmp_path / "run", "sao",
                     [*toy(vllm_calc_model_dir, steps=3), "data.task=calculator",
                      "data.max_turns=2", "generation.max_new_tokens=6",
                      "critic.warmup_steps=1", f"system.backend={backend}",
-                     "system.workers=2"])  # fmt: skip
+                     "system.workers=2", f"system.partial_rollout={partial}"])  # fmt: skip
     assert [r["step"] for r in records] == [1, 2, 3]
     assert all(r["sampling/generated"] > 0 for r in records)
+    assert all(
+        r["ratio/kappa/max_abs_log"] < KAPPA_TOL for r in records if "ratio/kappa/max_abs_log" in r
+    )
