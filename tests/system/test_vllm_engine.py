@@ -8,15 +8,18 @@ from __future__ import annotations
 
 import builtins
 import copy
+import json
 import random
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from torch import Tensor
 
-from rlmap.core.errors import ConfigError
+from rlmap.core.errors import ConfigError, TrainingError
 from rlmap.system.engine import Completion, RolloutEngine
 from rlmap.system.hf_engine import HFEngine
 from rlmap.system.logprobs import token_logprobs
@@ -53,8 +56,22 @@ from rlmap.system.vllm_engine import PinnedView, VLLMEngine  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def model_dir(vllm_model_dir: Path) -> Path:
-    return vllm_model_dir
+def model_dir(vllm_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The toy model with a hostile ``generation_config.json``: a second EOS id (a token the
+    model's greedy answer to ``PROMPTS[0]`` starts with), top-k 2, a repetition penalty.
+    None of them may reach the engine: the HF engine ignores them, and vLLM must too."""
+    path = tmp_path_factory.mktemp("vllm-hostile")
+    shutil.copytree(vllm_model_dir, path, dirs_exist_ok=True)
+    model = load_causal_lm(path)
+    hf = HFEngine(model, pad_token_id=PAD, eos_token_id=EOS)
+    answer = hf.generate([PROMPTS[0]], n=1, max_new_tokens=1, temperature=0.0, top_p=1.0)
+    first = answer[0][0].response_ids[0]
+    assert first != EOS
+    config = json.loads((path / "generation_config.json").read_text())
+    config |= {"eos_token_id": [EOS, first], "top_k": 2, "repetition_penalty": 1.5,
+               "temperature": 0.3, "do_sample": True}  # fmt: skip
+    (path / "generation_config.json").write_text(json.dumps(config))
+    return path
 
 
 @pytest.fixture(scope="module")
@@ -65,14 +82,21 @@ def policy(model_dir: Path) -> torch.nn.Module:
 @pytest.fixture(scope="module")
 def built(model_dir: Path, policy: torch.nn.Module) -> Iterator[tuple[VLLMEngine, dict]]:
     """(the engine, what building it did to the process's global state)."""
-    random.seed(3)
-    torch.manual_seed(3)
-    expected = random.random(), torch.rand(2)
-    random.seed(3)
-    torch.manual_seed(3)
+
+    def draws() -> tuple[float, float, Tensor]:
+        return random.random(), float(np.random.random()), torch.rand(2)
+
+    def seed() -> None:
+        random.seed(3)
+        np.random.seed(3)
+        torch.manual_seed(3)
+
+    seed()
+    expected = draws()
+    seed()
     threads = torch.get_num_threads()
     eng = VLLMEngine(model_dir, policy, eos_token_id=EOS, max_batch=64)
-    effects = {"random": (random.random(), torch.rand(2)), "expected": expected,
+    effects = {"random": draws(), "expected": expected,
                "threads": (threads, torch.get_num_threads())}  # fmt: skip
     torch.set_num_threads(threads)
     yield eng, effects
@@ -132,8 +156,8 @@ def test_building_leaves_the_global_generators_and_thread_count_alone(
     built: tuple[VLLMEngine, dict],
 ) -> None:
     effects = built[1]
-    assert effects["random"][0] == effects["expected"][0]
-    assert torch.equal(effects["random"][1], effects["expected"][1])
+    assert effects["random"][:2] == effects["expected"][:2]  # Python's and NumPy's
+    assert torch.equal(effects["random"][2], effects["expected"][2])
     before, after = effects["threads"]
     assert before == after
     assert torch.set_num_threads.__module__ == "torch"  # vLLM's stub was taken out again
@@ -141,7 +165,7 @@ def test_building_leaves_the_global_generators_and_thread_count_alone(
 
 def test_it_is_a_rollout_engine(engine: VLLMEngine) -> None:
     assert isinstance(engine, RolloutEngine)
-    assert isinstance(PinnedView(engine), RolloutEngine)
+    assert isinstance(PinnedView(engine, 0, {}), RolloutEngine)
 
 
 def test_greedy_tokens_and_logprobs_equal_the_hf_engine_and_the_learner(
@@ -207,14 +231,14 @@ def test_n_samples_stop_tokens_and_the_token_budget(engine: VLLMEngine) -> None:
             assert c.stopped == (c.response_ids[-1] == EOS)
             assert c.stopped or len(c.response_ids) == 6  # not stopped: the budget ran out
             assert EOS not in c.response_ids[:-1]
-    # a stop token of the call ends the response, and is part of it
-    first = flat(groups)[0]
-    stop = first.response_ids[0]
-    for c in flat(sample(engine, 0, n=5, temperature=1.5, max_new_tokens=6,
-                         stop_token_ids=[stop])):  # fmt: skip
+    # a stop token of the call (not EOS) ends the response, and is part of it
+    stop = next(t for c in flat(groups) for t in c.response_ids if t != EOS)
+    ended = flat(sample(engine, 0, n=8, temperature=1.5, max_new_tokens=6, stop_token_ids=[stop]))
+    assert any(c.response_ids[-1] == stop for c in ended)
+    for c in ended:
         assert stop not in c.response_ids[:-1] and EOS not in c.response_ids[:-1]
-        if c.response_ids[-1] == stop:
-            assert c.stopped
+        assert c.stopped == (c.response_ids[-1] in (stop, EOS))
+        assert c.stopped or len(c.response_ids) == 6
 
 
 def test_a_seed_repeats_the_samples_and_another_seed_does_not(engine: VLLMEngine) -> None:
@@ -243,25 +267,76 @@ def test_pinned_views_each_sample_from_their_own_weights(
     with torch.no_grad():
         for param in other.parameters():
             param.add_(torch.randn_like(param) * 0.2)
-    old, new = PinnedView(engine), PinnedView(engine)
-    old.set_weights({k: v.clone() for k, v in policy.state_dict().items()}, 0)
-    new.update_weights(other, 1)
-    expected_old = flat(sample(HFEngine(policy, pad_token_id=PAD, eos_token_id=EOS), 0, n=1,
-                               temperature=0.0))  # fmt: skip
-    expected_new = flat(sample(HFEngine(other, pad_token_id=PAD, eos_token_id=EOS), 0, n=1,
-                               temperature=0.0))  # fmt: skip
+    live = copy.deepcopy(policy)  # pinned as a module: read when the view has to load it
+    old = PinnedView(engine, 0, {k: v.clone() for k, v in policy.state_dict().items()})
+    new = PinnedView(engine, 1, {k: v.clone() for k, v in other.state_dict().items()})
+    learner = PinnedView(engine, 2, live)
+    with torch.no_grad():
+        live.load_state_dict(other.state_dict())  # trained after pinning: the view reads it now
+
+    def greedy(model: torch.nn.Module) -> list[Completion]:
+        return flat(sample(HFEngine(model, pad_token_id=PAD, eos_token_id=EOS), 0, n=1,
+                           temperature=0.0))  # fmt: skip
+
+    expected_old, expected_new = greedy(policy), greedy(other)
     assert [c.response_ids for c in expected_old] != [c.response_ids for c in expected_new]
-    for view, expected, version in ((old, expected_old, 0), (new, expected_new, 1),
-                                    (old, expected_old, 0)):  # fmt: skip
+    cases = [(old, expected_old, 0), (new, expected_new, 1), (old, expected_old, 0),
+             (learner, expected_new, 2)]  # fmt: skip
+    for view, expected, version in cases:
         got = flat(sample(view, 0, n=1, temperature=0.0))
         assert [c.response_ids for c in got] == [c.response_ids for c in expected]
         assert {c.version for c in got} == {version}
         for a, b in zip(got, expected, strict=True):
             assert torch.allclose(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=TOL)
-    with pytest.raises(RuntimeError, match="never pinned"):
-        stale = PinnedView(engine)
-        stale._version = 7  # a view that claims weights it was never given
-        sample(stale, 0, n=1)
+    assert engine.version == 2
+
+
+def test_a_state_dict_that_misses_a_weight_is_refused(
+    engine: VLLMEngine, policy: torch.nn.Module
+) -> None:
+    state = dict(policy.state_dict())
+    name = next(k for k in state if ".layers.1." in k)
+    del state[name]
+    with pytest.raises(ValueError, match="missing"):
+        engine.set_weights(state, 3)
+    assert engine.version == 0  # nothing was loaded
+    with pytest.raises(ValueError, match="unexpected"):
+        engine.set_weights({**policy.state_dict(), "model.extra.weight": torch.zeros(1)}, 3)
+
+
+def test_a_lora_policy_samples_from_its_merged_weights(
+    engine: VLLMEngine, policy: torch.nn.Module
+) -> None:
+    pytest.importorskip("peft")
+    from rlmap.system.lora import attach, merged_copy
+
+    adapted = attach(copy.deepcopy(policy), rank=4, alpha=8.0, targets=("q_proj", "v_proj"),
+                     seed=0)  # fmt: skip
+    with torch.no_grad():
+        for name, param in adapted.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0.0, 0.3)  # B = 0 at the start would merge to the base itself
+    engine.update_weights(adapted, 4)
+    merged = merged_copy(adapted).eval()
+    expected = flat(sample(HFEngine(merged, pad_token_id=PAD, eos_token_id=EOS), 0, n=1,
+                           temperature=0.0))  # fmt: skip
+    base = flat(sample(HFEngine(policy, pad_token_id=PAD, eos_token_id=EOS), 0, n=1,
+                       temperature=0.0))  # fmt: skip
+    got = flat(sample(engine, 0, n=1, temperature=0.0))
+    assert [c.logprobs for c in expected] != [c.logprobs for c in base]  # the adapters count
+    assert [c.response_ids for c in got] == [c.response_ids for c in expected]
+    for a, b in zip(got, expected, strict=True):
+        assert torch.allclose(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=TOL)
+
+
+def test_nan_weights_stop_the_rollout_in_one_line(
+    engine: VLLMEngine, policy: torch.nn.Module
+) -> None:
+    broken = {k: torch.full_like(v, float("nan")) if "layers.0.mlp" in k else v
+              for k, v in policy.state_dict().items()}  # fmt: skip
+    engine.set_weights(broken, 6)
+    with pytest.raises(TrainingError, match="NaN or infinite"):
+        sample(engine, 0, n=2, temperature=1.0)
 
 
 def test_a_tokenizer_is_never_loaded(engine: VLLMEngine, model_dir: Path) -> None:

@@ -307,13 +307,19 @@ def _optimizers(parts: setup.Parts) -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 def _evaluate(parts: setup.Parts) -> dict[str, float]:
+    """Held-out scores; an engine with a cache (vLLM's prefix cache) forgets the held-out
+    prompts after, so that a resumed run's rollouts meet the cache a straight run's do."""
     g = parts.cfg.generation
     environment = parts.eval_environment or parts.environment
-    return evaluate(parts.engine, environment, parts.tokenizer, parts.heldout,
-                    samples=g.eval_samples, max_new_tokens=g.max_new_tokens,
-                    temperature=g.temperature, top_p=g.top_p, seed=EVAL_SEED,
-                    multi_turn=parts.cfg.data.multi_turn, rescore=parts.eval_rescore,
-                    max_turns=parts.cfg.data.turn_budget)  # fmt: skip
+    scores = evaluate(parts.engine, environment, parts.tokenizer, parts.heldout,
+                      samples=g.eval_samples, max_new_tokens=g.max_new_tokens,
+                      temperature=g.temperature, top_p=g.top_p, seed=EVAL_SEED,
+                      multi_turn=parts.cfg.data.multi_turn, rescore=parts.eval_rescore,
+                      max_turns=parts.cfg.data.turn_budget)  # fmt: skip
+    clear_cache = getattr(parts.engine, "clear_cache", None)
+    if clear_cache is not None:
+        clear_cache()
+    return scores
 
 
 def _initial_ledger(cfg: RecipeConfig, parts: setup.Parts, start: Path) -> Ledger:

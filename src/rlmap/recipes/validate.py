@@ -129,6 +129,10 @@ def _bounds(cfg: RecipeConfig) -> Iterator[str]:
         yield f"generation.top_p: must be in (0, 1], got {top_p}"
     if not 0 < cfg.system.engine_memory <= 1:
         yield f"system.engine_memory: must be in (0, 1], got {cfg.system.engine_memory}"
+    t = cfg.generation.temperature
+    if cfg.system.engine == "vllm" and 0 < t < 0.01:
+        yield (f"generation.temperature: {t} is below the 0.01 vLLM raises it to (the learner "
+               "would score another distribution); use 0 (greedy) or at least 0.01")  # fmt: skip
     b = cfg.behaviour
     for low, high in (("icepop_low", "icepop_high"), ("masked_is_low", "masked_is_high")):
         lo, hi = getattr(b, low), getattr(b, high)

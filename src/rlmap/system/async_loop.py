@@ -323,7 +323,7 @@ class ThreadWorker:
         self.board = runner.board
         self.engine: HFEngine | PinnedView
         if isinstance(p.engine, PinnedView):  # vLLM: the run's one engine, shared
-            self.engine = PinnedView(p.engine.engine)
+            self.engine = PinnedView(p.engine.engine, *self.board.latest())
         else:
             self.engine = HFEngine(
                 p.policy, pad_token_id=int(p.tokenizer.pad_token_id),

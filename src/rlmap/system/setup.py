@@ -374,6 +374,10 @@ def refuse_unavailable(cfg: RecipeConfig) -> None:
         from rlmap.system.vllm_engine import require_vllm
 
         require_vllm()
+        if cfg.system.backend == "ray" and torch.cuda.is_available():
+            raise ConfigError("system.backend: 'ray' with system.engine=vllm on a GPU is not "
+                              "built yet (the actors ask Ray for no GPU); use "
+                              "system.backend=inprocess")  # fmt: skip
 
 
 def make_engine(
@@ -396,7 +400,7 @@ def make_engine(
 
         engine = VLLMEngine(model_dir, policy, eos_token_id=int(tokenizer.eos_token_id),
                             dtype=DTYPES[s.rollout_dtype], memory=s.engine_memory)  # fmt: skip
-        return PinnedView(engine) if s.mode == "async" else engine
+        return PinnedView(engine, 0, policy) if s.mode == "async" else engine
     return HFEngine(policy, pad_token_id=int(tokenizer.pad_token_id),
                     eos_token_id=int(tokenizer.eos_token_id), dtype=DTYPES[s.rollout_dtype],
                     own_copy=own_copy)  # fmt: skip

@@ -10,16 +10,25 @@ logits after temperature and top-p (tokens outside the nucleus at −inf) — th
 distribution the token was drawn from, as :class:`rlmap.system.hf_engine.HFEngine`
 reports it. At temperature 0 (greedy) no warper runs and it is the log-softmax of the
 raw logits, also as in the HF engine. Every other sampling knob is set to its off value
-and the model's shipped ``generation_config.json`` is ignored (``generation_config="vllm"``).
-EOS is not implied (vLLM has no tokenizer to ask): it is passed with the call's
-``stop_token_ids``, and the stop token is part of the response.
+and the model's shipped ``generation_config.json`` gives no defaults
+(``generation_config="vllm"``). EOS is never implied: ``ignore_eos=True`` keeps vLLM from
+adding the EOS ids it would read from that file, and the engine's own EOS goes in with the
+call's ``stop_token_ids``; the stop token is part of the response. A NaN or infinite
+log-prob stops the run as the HF engine's does (``TrainingError``).
 
 Randomness. Every sample is its own request with its own seed, drawn from torch's default
 generator at the call; the run seeds and checkpoints that generator, so a synchronous
-run is repeatable for a seed and resumes exactly. vLLM does not promise bit-identical
+run is repeatable for a seed and resumes exactly. (vLLM's CPU sampler also draws from that
+generator at every decoding step, deterministically.) vLLM does not promise bit-identical
 logits across batch compositions or hardware (its kernels are not batch-invariant), so
 equal seeds give equal samples only for the same requests in the same call on the same
-machine and build.
+machine and build. The prefix cache is part of that state: it is cleared at every weight
+update and after every evaluation (:meth:`VLLMEngine.clear_cache`), so a resumed run
+starts each step with the cache an uninterrupted run has.
+
+Context. ``max_model_len`` is the model's context, at most ``MAX_LEN`` (vLLM must hold one
+full sequence in its KV cache); a sequence that reaches it ends unstopped, as one that
+reaches ``max_new_tokens`` does.
 
 Weights. The engine is built from the checkpoint's config with dummy weights and is then
 given the policy's tensors through ``model_runner.reload_weights`` (in place, no disk);
@@ -29,12 +38,15 @@ engine core in this process, so the tensors are handed over, not serialised.
 
 Side effects of building a vLLM engine that this module undoes: vLLM seeds Python's,
 NumPy's and torch's global generators, and its CPU worker replaces ``torch.set_num_threads``
-with a stub. One engine per process: vLLM keeps process-wide state (its distributed
-groups, its config context).
+with a stub. Those it leaves: a one-rank ``torch.distributed`` group (gloo), the process's
+memory bound to NUMA node 0 on a CPU. One engine per process: vLLM keeps process-wide
+state (its distributed groups, its config context), which is also why several learner
+ranks with vLLM are refused.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import random
 import threading
@@ -57,7 +69,10 @@ INSTALL_HINT = (
     "(then pip uninstall -y torchvision torchaudio torchcodec)"
 )
 CPU_KV_CACHE_MAX = 2 * 1024**3
-"""Bytes of KV cache at most on a CPU, where vLLM would otherwise reserve half the RAM."""
+"""Bytes of KV cache at most on a CPU (vLLM would otherwise reserve half the RAM), unless one
+sequence of ``max_model_len`` tokens needs more."""
+MAX_LEN = 8192
+"""Context of the engine at most: prompt and every turn of an episode together."""
 SEED_BOUND = 2**31
 """Request seeds are drawn from [0, SEED_BOUND)."""
 
@@ -102,17 +117,21 @@ class VLLMEngine:
         self.last_sync_s = 0.0
         self.lock = threading.RLock()
         """Held for every call into vLLM: it is not safe to call from two threads at once."""
+        self.names = frozenset(rollout_weights(model))
+        """The weights every update must name, no more and no fewer (vLLM only logs a miss)."""
+        config: Any = model.config
+        self.max_len = min(int(config.max_position_embeddings), MAX_LEN)
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the engine core in this process
         settings: dict[str, Any] = dict(
             model=str(model_dir), skip_tokenizer_init=True, load_format="dummy",
             dtype=str(dtype).removeprefix("torch."), logprobs_mode="processed_logprobs",
             generation_config="vllm", enable_prefix_caching=True, max_num_seqs=max_batch,
-            seed=0,
+            max_model_len=self.max_len, seed=0,
         )  # fmt: skip
         if torch.cuda.is_available():
             settings["gpu_memory_utilization"] = memory
         else:
-            cache = cpu_kv_cache_bytes(model, dtype, max_batch)
+            cache = cpu_kv_cache_bytes(model, dtype, max_batch, self.max_len)
             settings |= {"enforce_eager": True, "kv_cache_memory_bytes": cache}
         with _contained_side_effects():
             self.llm = vllm.LLM(**settings)
@@ -132,6 +151,10 @@ class VLLMEngine:
 
         The prefix cache is cleared: its KV entries were computed with the old weights.
         """
+        if set(state) != self.names:
+            missing, extra = sorted(self.names - set(state)), sorted(set(state) - self.names)
+            raise ValueError(f"set_weights: the state dict does not match the engine's weights "
+                             f"(missing {missing[:3]}, unexpected {extra[:3]})")  # fmt: skip
         started = time.perf_counter()
         items = [(name, tensor.detach()) for name, tensor in state.items()]
 
@@ -140,11 +163,16 @@ class VLLMEngine:
 
         with self.lock, torch.no_grad():
             self.llm.collective_rpc(reload)
-            if not self.llm.reset_prefix_cache(reset_running_requests=True):
-                raise TrainingError("vLLM engine: its prefix cache could not be cleared "
-                                    "after a weight update (old KV would be reused)")  # fmt: skip
+            self.clear_cache()
             self._version = version
         self.last_sync_s = time.perf_counter() - started
+
+    def clear_cache(self) -> None:
+        """Forget the prefix cache (after a weight update its KV is stale; after an evaluation
+        it holds what a resumed run's cache would not)."""
+        with self.lock:
+            if not self.llm.reset_prefix_cache(reset_running_requests=True):
+                raise TrainingError("vLLM engine: its prefix cache could not be cleared")
 
     def generate(
         self,
@@ -168,24 +196,31 @@ class VLLMEngine:
             self._vllm.SamplingParams(
                 n=1, temperature=temperature, top_p=1.0 if greedy else top_p, top_k=0,
                 min_p=0.0, presence_penalty=0.0, frequency_penalty=0.0, repetition_penalty=1.0,
-                max_tokens=max_new_tokens, min_tokens=0, stop_token_ids=stops, logprobs=0,
-                detokenize=False, skip_special_tokens=False, seed=None if greedy else seed,
+                max_tokens=max_new_tokens, min_tokens=0, stop_token_ids=stops, ignore_eos=True,
+                logprobs=0, detokenize=False, skip_special_tokens=False,
+                seed=None if greedy else seed,
             )
             for seed in seeds
         ]  # fmt: skip
         requests = [{"prompt_token_ids": list(p)} for p in flat]
         with self.lock:
             outputs = self.llm.generate(requests, params, use_tqdm=False)
-            completions = [self._completion(p, out) for p, out in zip(flat, outputs, strict=True)]
+            completions = [self._completion(p, out, stops)
+                           for p, out in zip(flat, outputs, strict=True)]  # fmt: skip
         return [completions[i * n : (i + 1) * n] for i in range(len(prompts))]
 
-    def _completion(self, prompt: tuple[int, ...], output: Any) -> Completion:
+    def _completion(self, prompt: tuple[int, ...], output: Any, stops: list[int]) -> Completion:
+        if tuple(output.prompt_token_ids) != prompt:
+            raise RuntimeError("vLLM engine: an output came back for another prompt")
         (sample,) = output.outputs
         ids = tuple(sample.token_ids)
         logprobs = tuple(
             float(step[token].logprob) for step, token in zip(sample.logprobs, ids, strict=True)
         )
-        stopped = sample.finish_reason == "stop"
+        if any(math.isnan(x) or x == math.inf for x in logprobs):
+            raise TrainingError("rollout: the policy's log-probs are NaN or infinite (the "
+                                "weights overflow in the forward pass); stopped")  # fmt: skip
+        stopped = sample.finish_reason == "stop" and bool(ids) and ids[-1] in stops
         return Completion(prompt_ids=prompt, response_ids=ids, logprobs=logprobs,
                           stopped=stopped, version=self._version)  # fmt: skip
 
@@ -198,22 +233,27 @@ class VLLMEngine:
             shutdown()
 
 
+Pinned = dict[str, torch.Tensor] | torch.nn.Module
+"""What a view is pinned to: a snapshot of the weights, or a module read when needed."""
+
+
 class PinnedView:
     """One user's view of a shared :class:`VLLMEngine`, with a weight version of its own.
 
     The asynchronous loop's in-process workers and its learner share one vLLM engine (two
     in one process must not run at once, and each would hold its own KV cache). Each holds a
-    view: ``set_weights`` / ``update_weights`` only pin a snapshot and its version; a
-    ``generate`` loads the pinned weights first when the engine holds another version, all
-    under the engine's lock. So a worker samples from exactly the weights it took, as with an
-    engine of its own (a multi-turn episode keeps them across its turns unless partial
-    rollout pins newer ones between turns), and weight versions label weights uniquely.
+    view pinned to some weights: a snapshot and its version (a worker: the board's), or a
+    model (the learner: its live policy, read when the view samples — only the learner's
+    thread does, between its steps, so that is the published version). A ``generate``
+    loads the pinned weights first when the engine holds another version, all under the
+    engine's lock. So a worker samples from exactly the weights it took, as with an engine
+    of its own (a multi-turn episode keeps them across its turns unless partial rollout
+    pins newer ones between turns); weight versions label weights uniquely.
     """
 
-    def __init__(self, engine: VLLMEngine) -> None:
+    def __init__(self, engine: VLLMEngine, version: int, weights: Pinned) -> None:
         self.engine = engine
-        self._version = engine.version
-        self._state: dict[str, torch.Tensor] | None = None  # None: the engine's first weights
+        self._version, self._weights = version, weights
 
     @property
     def version(self) -> int:
@@ -221,13 +261,15 @@ class PinnedView:
         return self._version
 
     def update_weights(self, model: torch.nn.Module, version: int) -> None:
-        """Pin a snapshot of ``model``'s rollout weights (they keep training in place)."""
-        snapshot = {k: v.detach().clone() for k, v in rollout_weights(model).items()}
-        self.set_weights(snapshot, version)
+        """Pin ``model`` itself (no copy), read when this view next has to load it."""
+        self._version, self._weights = version, model
 
     def set_weights(self, state: dict[str, torch.Tensor], version: int) -> None:
         """Pin ``state`` (not copied: the caller's snapshot) as version ``version``."""
-        self._state, self._version = state, version
+        self._version, self._weights = version, state
+
+    def clear_cache(self) -> None:
+        self.engine.clear_cache()
 
     def generate(
         self,
@@ -242,23 +284,28 @@ class PinnedView:
         """The engine's ``generate`` on this view's weights."""
         with self.engine.lock:
             if self.engine.version != self._version:
-                if self._state is None:
-                    raise RuntimeError(f"PinnedView: version {self._version} was never pinned "
-                                       f"and the engine holds {self.engine.version}")  # fmt: skip
-                self.engine.set_weights(self._state, self._version)
+                w = self._weights
+                if isinstance(w, dict):
+                    self.engine.set_weights(w, self._version)
+                else:
+                    self.engine.update_weights(w, self._version)
             return self.engine.generate(prompts, n=n, max_new_tokens=max_new_tokens,
                                         temperature=temperature, top_p=top_p,
                                         stop_token_ids=stop_token_ids)  # fmt: skip
 
 
-def cpu_kv_cache_bytes(model: torch.nn.Module, dtype: torch.dtype, sequences: int) -> int:
-    """KV-cache bytes for ``sequences`` sequences of the model's full context, capped at
-    ``CPU_KV_CACHE_MAX``: 2 (K and V) × layers × KV heads × head dim × bytes, per token."""
+def cpu_kv_cache_bytes(
+    model: torch.nn.Module, dtype: torch.dtype, sequences: int, max_len: int
+) -> int:
+    """KV-cache bytes for ``sequences`` sequences of ``max_len`` tokens, capped at
+    ``CPU_KV_CACHE_MAX`` but never below one sequence: 2 (K and V) × layers × KV heads ×
+    head dim × bytes, per token."""
     c: Any = model.config
     heads = getattr(c, "num_key_value_heads", None) or c.num_attention_heads
     head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
     per_token = 2 * c.num_hidden_layers * heads * head_dim * torch.finfo(dtype).bits // 8
-    return int(min(per_token * c.max_position_embeddings * sequences, CPU_KV_CACHE_MAX))
+    one = per_token * max_len
+    return int(max(one, min(one * sequences, CPU_KV_CACHE_MAX)))
 
 
 @contextmanager
