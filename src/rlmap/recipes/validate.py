@@ -130,9 +130,10 @@ def _bounds(cfg: RecipeConfig) -> Iterator[str]:
     if not 0 < cfg.system.engine_memory <= 1:
         yield f"system.engine_memory: must be in (0, 1], got {cfg.system.engine_memory}"
     t = cfg.generation.temperature
-    if cfg.system.engine == "vllm" and 0 < t < 0.01:
-        yield (f"generation.temperature: {t} is below the 0.01 vLLM raises it to (the learner "
-               "would score another distribution); use 0 (greedy) or at least 0.01")  # fmt: skip
+    if cfg.system.engine == "vllm" and (0 < t < 0.01 or t > 2):
+        yield (f"generation.temperature: {t} is outside what vLLM samples at as given "
+               "(below 0.01 it raises it to 0.01, above 2 it refuses); use 0 (greedy) "
+               "or 0.01..2")  # fmt: skip
     b = cfg.behaviour
     for low, high in (("icepop_low", "icepop_high"), ("masked_is_low", "masked_is_high")):
         lo, hi = getattr(b, low), getattr(b, high)

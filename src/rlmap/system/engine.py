@@ -70,3 +70,13 @@ class RolloutEngine(Protocol):
     def update_weights(self, model: torch.nn.Module, version: int) -> None:
         """Take the weights of ``model`` (the learner's policy) and label them ``version``."""
         ...
+
+
+def forget_cache(engine: RolloutEngine) -> None:
+    """Clear the engine's cache of earlier calls, for an engine that keeps one (vLLM's prefix
+    cache; the HF engine keeps none). Called where a resumed run's engine would start
+    empty — at the end of every step and after every evaluation — so that an
+    uninterrupted run and a resumed one sample the same steps from the same state."""
+    clear = getattr(engine, "clear_cache", None)
+    if clear is not None:
+        clear()

@@ -37,7 +37,7 @@ from rlmap.feedback.reward_model import score_batch
 from rlmap.sampling.refill import first_groups, sample_more
 from rlmap.system.critic import compute_values, update_critic
 from rlmap.system.distributed import full_state_dict, gather
-from rlmap.system.engine import RolloutEngine
+from rlmap.system.engine import RolloutEngine, forget_cache
 from rlmap.system.learner import UpdateSettings, prepare_batch, update_policy
 from rlmap.system.memory import autocast_to
 from rlmap.system.rollout import Episode, Scored, episode_metrics, run_episodes, to_batch
@@ -400,6 +400,7 @@ def sync_step(p: Parts, state: LoopState) -> tuple[LoopState, dict[str, float]]:
         owner = torch.tensor([x.rank for x in kept]) if p.world.parallel else None
         metrics |= learn(p, batch, state, owner)
         state = adapt_kl(p, state, metrics, batch.size)
+    forget_cache(p.engine)  # a resumed run starts the next step with none
     update_s = time.perf_counter() - start - rollout_s
     metrics |= {
         "system/rollout_s": rollout_s,

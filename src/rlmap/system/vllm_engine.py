@@ -27,8 +27,9 @@ update and after every evaluation (:meth:`VLLMEngine.clear_cache`), so a resumed
 starts each step with the cache an uninterrupted run has.
 
 Context. ``max_model_len`` is the model's context, at most ``MAX_LEN`` (vLLM must hold one
-full sequence in its KV cache); a sequence that reaches it ends unstopped, as one that
-reaches ``max_new_tokens`` does.
+full sequence in its KV cache); a response that reaches it ends unstopped, as one that
+reaches ``max_new_tokens`` does, and a context (prompt and earlier turns) that already
+fills it stops the run in one line.
 
 Weights. The engine is built from the checkpoint's config with dummy weights and is then
 given the policy's tensors through ``model_runner.reload_weights`` (in place, no disk);
@@ -73,6 +74,8 @@ CPU_KV_CACHE_MAX = 2 * 1024**3
 sequence of ``max_model_len`` tokens needs more."""
 MAX_LEN = 8192
 """Context of the engine at most: prompt and every turn of an episode together."""
+CPU_BLOCK = 128
+"""Tokens of slack in a one-sequence KV cache on a CPU (vLLM allocates whole blocks)."""
 SEED_BOUND = 2**31
 """Request seeds are drawn from [0, SEED_BOUND)."""
 
@@ -119,8 +122,7 @@ class VLLMEngine:
         """Held for every call into vLLM: it is not safe to call from two threads at once."""
         self.names = frozenset(rollout_weights(model))
         """The weights every update must name, no more and no fewer (vLLM only logs a miss)."""
-        config: Any = model.config
-        self.max_len = min(int(config.max_position_embeddings), MAX_LEN)
+        self.max_len = engine_context(model)
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the engine core in this process
         settings: dict[str, Any] = dict(
             model=str(model_dir), skip_tokenizer_init=True, load_format="dummy",
@@ -188,6 +190,11 @@ class VLLMEngine:
         check_sampling_args(
             prompts, n=n, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p
         )
+        longest = max(len(p) for p in prompts)
+        if longest >= self.max_len:  # vLLM would refuse the whole call in a traceback
+            raise TrainingError(f"rollout: a context of {longest} tokens reaches the vLLM "
+                                f"engine's context of {self.max_len} (the model's, at "
+                                f"most {MAX_LEN}); shorten the prompts or the turns")  # fmt: skip
         stops = list(dict.fromkeys((*self.eos_token_ids, *stop_token_ids)))
         flat = [tuple(p) for p in prompts for _ in range(n)]
         seeds = torch.randint(0, SEED_BOUND, (len(flat),)).tolist()  # torch's default generator
@@ -217,7 +224,7 @@ class VLLMEngine:
         logprobs = tuple(
             float(step[token].logprob) for step, token in zip(sample.logprobs, ids, strict=True)
         )
-        if any(math.isnan(x) or x == math.inf for x in logprobs):
+        if not all(math.isfinite(x) for x in logprobs):
             raise TrainingError("rollout: the policy's log-probs are NaN or infinite (the "
                                 "weights overflow in the forward pass); stopped")  # fmt: skip
         stopped = sample.finish_reason == "stop" and bool(ids) and ids[-1] in stops
@@ -294,6 +301,15 @@ class PinnedView:
                                         stop_token_ids=stop_token_ids)  # fmt: skip
 
 
+def engine_context(model: torch.nn.Module) -> int:
+    """The engine's ``max_model_len``: the model's context (its config's first context field,
+    as :func:`rlmap.system.setup.context_length` reads it), at most ``MAX_LEN``."""
+    from rlmap.system.setup import context_length
+
+    context = context_length(model.config)
+    return MAX_LEN if context is None else min(context, MAX_LEN)
+
+
 def cpu_kv_cache_bytes(
     model: torch.nn.Module, dtype: torch.dtype, sequences: int, max_len: int
 ) -> int:
@@ -304,7 +320,7 @@ def cpu_kv_cache_bytes(
     heads = getattr(c, "num_key_value_heads", None) or c.num_attention_heads
     head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
     per_token = 2 * c.num_hidden_layers * heads * head_dim * torch.finfo(dtype).bits // 8
-    one = per_token * max_len
+    one = per_token * (max_len + CPU_BLOCK)  # a whole sequence, rounded up a block
     return int(max(one, min(one * sequences, CPU_KV_CACHE_MAX)))
 
 
