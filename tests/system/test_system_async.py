@@ -116,6 +116,24 @@ def test_a_broken_policy_in_a_worker_stops_the_run_instead_of_aborting_rounds_fo
         run_training(cfg, tmp_path / "run")  # before: every round aborted, the learner waited
 
 
+def test_a_worker_that_fails_every_round_stops_the_run_in_one_line(
+    tiny_calc_model_dir: Path, tmp_path: Path, toy: Toy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rlmap.core.errors import TrainingError
+
+    calls = {"n": 0}
+
+    def down(*args: Any, **kwargs: Any) -> Any:  # e.g. an engine refusing every call
+        calls["n"] += 1
+        raise ValueError("temperature must be in [0, 2]")
+
+    monkeypatch.setattr(async_loop, "rollout_round", down)
+    cfg = build_config("sao", None, _calc(toy, tiny_calc_model_dir))
+    with pytest.raises(TrainingError, match=r"rounds in a row failed .* ValueError: temperature"):
+        run_training(cfg, tmp_path / "run")  # before: aborted rounds for ever, the learner waited
+    assert calls["n"] >= async_loop.FAILED_IN_A_ROW
+
+
 def _scored(version: int, group: int) -> Any:
     from rlmap.core.batch import RewardStatus
     from rlmap.system.engine import Completion

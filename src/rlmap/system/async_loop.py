@@ -65,6 +65,8 @@ from rlmap.system.vllm_engine import PinnedView
 
 WAIT_S = 0.05
 """How often blocked threads look at the stop flag."""
+FAILED_IN_A_ROW = 5
+"""Rounds one worker may lose in a row (a flaky tool, a restarted actor) before the run stops."""
 
 
 @dataclass
@@ -175,6 +177,7 @@ class AsyncRunner:
 
     def _work(self, worker: Worker) -> None:
         size = self.prompts * self.p.cfg.sampling.group_size
+        failed = 0  # rounds in a row this worker lost
         try:
             while self.admission.admit(size, self.stop):
                 cursor = self._take_prompts(self.prompts)
@@ -183,11 +186,17 @@ class AsyncRunner:
                     scored = worker.roll(cursor, self.prompts)
                 except TrainingError:  # the policy itself is broken: every round would fail
                     raise
-                except Exception:  # an engine, environment or worker fault costs this round
+                except Exception as exc:  # an engine, environment or worker fault: this round
                     with self.counts.lock:
                         self.counts.aborted_rounds += 1
                     self.admission.advance(self.admission.version, size)  # slots free again
+                    failed += 1
+                    if failed >= FAILED_IN_A_ROW:  # not a passing fault: stop, saying which
+                        raise TrainingError(f"rollout: {failed} rounds in a row failed in a "
+                                            f"worker, the last with {type(exc).__name__}: "
+                                            f"{exc}") from exc  # fmt: skip
                     continue
+                failed = 0
                 took = time.perf_counter() - started
                 with self.counts.lock:
                     self.counts.finished += len(scored)
