@@ -117,7 +117,7 @@ def built(model_dir: Path, policy: torch.nn.Module) -> Iterator[tuple[VLLMEngine
     expected = draws()
     seed()
     threads = torch.get_num_threads()
-    eng = VLLMEngine(model_dir, policy, eos_token_id=EOS, max_batch=64)
+    eng = VLLMEngine(model_dir, policy, eos_token_id=EOS, max_batch=256)
     effects = {"random": draws(), "expected": expected,
                "threads": (threads, torch.get_num_threads())}  # fmt: skip
     torch.set_num_threads(threads)
@@ -359,6 +359,18 @@ def test_nan_weights_stop_the_rollout_in_one_line(
     engine.set_weights(broken, 6)
     with pytest.raises(TrainingError, match="NaN or infinite"):
         sample(engine, 0, n=2, temperature=1.0)
+
+
+def test_a_call_whose_prompts_exceed_one_step_of_tokens_samples_them_all(
+    engine: VLLMEngine,
+) -> None:
+    """256 seeded requests of 20 prompt tokens: 5,120 tokens, more than the 4,096 vLLM
+    schedules in a step. With chunked prefill on, one prompt was prefilled in parts and
+    vLLM's CPU sampler failed ("CPU Generator does not use offset")."""
+    prompts = [[BOS, *range(10, 29)] for _ in range(256)]
+    torch.manual_seed(0)
+    groups = engine.generate(prompts, n=1, max_new_tokens=4, temperature=1.0, top_p=1.0)
+    assert len(groups) == 256 and all(len(g) == 1 and g[0].response_ids for g in groups)
 
 
 def test_a_context_that_fills_the_engine_stops_in_one_line(engine: VLLMEngine) -> None:

@@ -74,6 +74,8 @@ CPU_KV_CACHE_MAX = 2 * 1024**3
 sequence of ``max_model_len`` tokens needs more."""
 MAX_LEN = 8192
 """Context of the engine at most: prompt and every turn of an episode together."""
+CPU_STEP_TOKENS = 4096
+"""Tokens vLLM schedules in one step on a CPU (its default), or one whole context if longer."""
 CPU_BLOCK = 128
 """Tokens of slack in a one-sequence KV cache on a CPU (vLLM allocates whole blocks)."""
 SEED_BOUND = 2**31
@@ -134,7 +136,13 @@ class VLLMEngine:
             settings["gpu_memory_utilization"] = memory
         else:
             cache = cpu_kv_cache_bytes(model, dtype, max_batch, self.max_len)
-            settings |= {"enforce_eager": True, "kv_cache_memory_bytes": cache}
+            # No chunked prefill on a CPU: a prompt prefilled in parts has its first sampled
+            # token discarded, and vLLM then rewinds the request's generator with
+            # ``set_offset``, which a CPU generator does not have (RuntimeError "CPU Generator
+            # does not use offset", as soon as one step's prompts exceed its token budget).
+            settings |= {"enforce_eager": True, "kv_cache_memory_bytes": cache,
+                         "enable_chunked_prefill": False,
+                         "max_num_batched_tokens": max(CPU_STEP_TOKENS, self.max_len)}  # fmt: skip
         with _contained_side_effects():
             self.llm = vllm.LLM(**settings)
         self.update_weights(model, 0)
