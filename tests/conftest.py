@@ -26,22 +26,13 @@ SMALL = TinySpec(
 )
 
 
-@pytest.fixture(scope="session")
-def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A randomly initialised, very small model + tokenizer saved in Hugging Face format."""
-    path = tmp_path_factory.mktemp("tiny-model")
-    tokenizer = build_tokenizer()
-    build_tiny_model(tokenizer, SMALL, seed=0).save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
-
-
-@pytest.fixture(scope="session")
-def tiny_calc_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """As ``tiny_model_dir``, with the calculator task's tokenizer (tool markers as tokens)."""
-    path = tmp_path_factory.mktemp("tiny-calc-model")
-    tokenizer = build_tokenizer(extra_tokens=TOOL_TOKENS)
-    build_tiny_model(tokenizer, SMALL, seed=0).save_pretrained(path)
+def _saved_model(
+    factory: pytest.TempPathFactory, name: str, spec: TinySpec, extra_tokens: tuple[str, ...] = ()
+) -> Path:
+    """A random model + tokenizer saved in Hugging Face format (nothing downloaded)."""
+    path = factory.mktemp(name)
+    tokenizer = build_tokenizer(extra_tokens=extra_tokens)
+    build_tiny_model(tokenizer, spec, seed=0).save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path
 
@@ -58,34 +49,34 @@ VLLM_SPEC = TinySpec(
 
 
 @pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A very small random model with the embedded tokenizer."""
+    return _saved_model(tmp_path_factory, "tiny-model", SMALL)
+
+
+@pytest.fixture(scope="session")
+def tiny_calc_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """As ``tiny_model_dir``, with the calculator task's tokenizer (tool markers as tokens)."""
+    return _saved_model(tmp_path_factory, "tiny-calc-model", SMALL, TOOL_TOKENS)
+
+
+@pytest.fixture(scope="session")
 def vllm_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """As ``tiny_model_dir``, with ``VLLM_SPEC``'s shape."""
-    path = tmp_path_factory.mktemp("vllm-model")
-    tokenizer = build_tokenizer()
-    build_tiny_model(tokenizer, VLLM_SPEC, seed=0).save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
+    return _saved_model(tmp_path_factory, "vllm-model", VLLM_SPEC)
 
 
 @pytest.fixture(scope="session")
 def vllm_calc_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """As ``vllm_model_dir``, with the calculator task's tokenizer (tool markers as tokens)."""
-    path = tmp_path_factory.mktemp("vllm-calc-model")
-    tokenizer = build_tokenizer(extra_tokens=TOOL_TOKENS)
-    build_tiny_model(tokenizer, VLLM_SPEC, seed=0).save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
+    """As ``vllm_model_dir``, with the calculator task's tokenizer."""
+    return _saved_model(tmp_path_factory, "vllm-calc-model", VLLM_SPEC, TOOL_TOKENS)
 
 
 @pytest.fixture(scope="session")
 def tiny_moe_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """As ``tiny_model_dir``, a Qwen3-MoE: 2 layers of 4 experts, top-2."""
-    path = tmp_path_factory.mktemp("tiny-moe-model")
-    tokenizer = build_tokenizer()
     spec = TinySpec(**{**SMALL.__dict__, "num_hidden_layers": 2, "experts": 4})
-    build_tiny_model(tokenizer, spec, seed=0).save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
+    return _saved_model(tmp_path_factory, "tiny-moe-model", spec)
 
 
 def _toy_overrides(model_dir: Path, steps: int = 2) -> list[str]:

@@ -230,6 +230,7 @@ def test_bf16_rollout_engine_makes_the_mismatch_measurable(
      (["system.engine=vllm", "model.path=embedded:tiny-moe", "behaviour.routing_replay=true",
        "behaviour.corrections=[tis]"], "behaviour.routing_replay:"),
      (["system.engine=vllm", "system.engine_memory=0"], "system.engine_memory:"),
+     (["system.engine_memory=0.3"], "system.engine_memory:"),  # the HF engine takes none
      (["system.engine=vllm", "generation.temperature=0.005"], "generation.temperature:"),
      (["system.engine=vllm", "generation.temperature=2.5"], "generation.temperature:")],
 )  # fmt: skip
@@ -318,3 +319,30 @@ def test_barrier_idle_by_hand() -> None:
     # lengths 2, 4, 6: mean 4, max 6 -> 1 − 4/6 = 1/3 of the slots wait for the longest
     assert barrier_idle([2, 4, 6]) == pytest.approx(1 / 3)
     assert barrier_idle([5, 5]) == 0.0 and barrier_idle([]) == 0.0
+
+
+def test_an_engine_cache_is_forgotten_after_every_step_and_every_evaluation(
+    tiny_model_dir: Path, tmp_path: Path, toy: Toy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where a resumed run's engine starts empty (vLLM's prefix cache), a straight run's must
+    be emptied too, or the two runs sample from different cache states."""
+    from rlmap.experiments import train as train_module
+    from rlmap.system import engine, sync
+
+    calls: list[str] = []
+    monkeypatch.setattr(sync, "forget_cache", lambda e: calls.append("step"))
+    monkeypatch.setattr(train_module, "forget_cache", lambda e: calls.append("evaluation"))
+    run_training(build_config("grpo", None, toy(tiny_model_dir, steps=2)), tmp_path / "run")
+    # the start's evaluation, then each step followed by its evaluation (run.eval_every=1)
+    assert calls == ["evaluation", "step", "evaluation", "step", "evaluation"]
+
+    class Cached:
+        cleared = 0
+
+        def clear_cache(self) -> None:
+            self.cleared += 1
+
+    cached = Cached()
+    engine.forget_cache(cached)  # type: ignore[arg-type]
+    assert cached.cleared == 1
+    engine.forget_cache(object())  # type: ignore[arg-type]  # no cache: nothing to do

@@ -20,6 +20,7 @@ from rlmap.core.registry import Registry
 from rlmap.feedback import process
 from rlmap.recipes.config import RecipeConfig
 from rlmap.system.lora import TARGET_NAME
+from rlmap.system.params import SystemParams
 from rlmap.system.sim_inputs import parse_duration
 
 Check = Callable[[RecipeConfig], Iterator[str]]
@@ -129,6 +130,9 @@ def _bounds(cfg: RecipeConfig) -> Iterator[str]:
         yield f"generation.top_p: must be in (0, 1], got {top_p}"
     if not 0 < cfg.system.engine_memory <= 1:
         yield f"system.engine_memory: must be in (0, 1], got {cfg.system.engine_memory}"
+    elif cfg.system.engine != "vllm" and cfg.system.engine_memory != SystemParams.engine_memory:
+        yield ("system.engine_memory: only the vLLM engine reserves memory; it changes nothing "
+               f"with system.engine={cfg.system.engine}")  # fmt: skip
     t = cfg.generation.temperature
     if cfg.system.engine == "vllm" and (0 < t < 0.01 or t > 2):
         yield (f"generation.temperature: {t} is outside what vLLM samples at as given "

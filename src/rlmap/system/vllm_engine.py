@@ -51,7 +51,6 @@ import math
 import os
 import random
 import threading
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -116,10 +115,8 @@ class VLLMEngine:
         self.eos_token_ids = (
             (eos_token_id,) if isinstance(eos_token_id, int) else tuple(eos_token_id)
         )
-        self.dtype = dtype
         self._vllm = vllm
         self._version = 0
-        self.last_sync_s = 0.0
         self.lock = threading.RLock()
         """Held for every call into vLLM: it is not safe to call from two threads at once."""
         self.names = frozenset(rollout_weights(model))
@@ -165,7 +162,6 @@ class VLLMEngine:
             missing, extra = sorted(self.names - set(state)), sorted(set(state) - self.names)
             raise ValueError(f"set_weights: the state dict does not match the engine's weights "
                              f"(missing {missing[:3]}, unexpected {extra[:3]})")  # fmt: skip
-        started = time.perf_counter()
         items = [(name, tensor.detach()) for name, tensor in state.items()]
 
         def reload(worker: Any) -> None:
@@ -175,7 +171,6 @@ class VLLMEngine:
             self.llm.collective_rpc(reload)
             self.clear_cache()
             self._version = version
-        self.last_sync_s = time.perf_counter() - started
 
     def clear_cache(self) -> None:
         """Forget the prefix cache (after a weight update its KV is stale; after an evaluation
