@@ -83,12 +83,12 @@ def verdict(run: RunData, symptom: str) -> Finding:
 def test_rules_follow_the_map_in_order() -> None:
     assert registry.names() == ("reward_up_heldout_down", "entropy_collapse", "zero_group_loss",
                                 "length_drift", "late_collapse", "async_efficiency",
-                                "moe_route_mismatch")  # fmt: skip
+                                "moe_route_mismatch", "empty_steps")  # fmt: skip
 
 
 def test_a_healthy_synthetic_run_is_quiet() -> None:
     findings = diagnose_run(make_run()).findings
-    assert [f.status for f in findings] == ["quiet"] * 5 + ["not checked"] * 2
+    assert [f.status for f in findings] == ["quiet"] * 5 + ["not checked"] * 3
 
 
 @pytest.mark.parametrize("name", ["grpo", "ppo_turn", "vapo"])
@@ -399,7 +399,7 @@ def test_cli_text_names_the_symptom(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert main(["diagnose", str(run_dir)]) == 0
     out = capsys.readouterr().out
     assert out.startswith(f"rlmap diagnose {run_dir}: 101 records, steps 0–100\n  grpo: a comp")
-    assert "1 detected, 4 quiet, 2 not checked" in out
+    assert "1 detected, 4 quiet, 3 not checked" in out
     assert "DETECTED  entropy collapses quickly [entropy_collapse]" in out
     assert "check, in this order:\n    1. positive-advantage ratio" in out
     assert "not checked  async throughput up, sample efficiency down — needs" in out
@@ -468,3 +468,23 @@ def test_replayed_or_rare_route_mismatch_is_quiet(mismatch: float, replay: bool)
 def test_a_dense_run_is_not_checked_for_routes() -> None:
     finding = verdict(make_run(), "moe_route_mismatch")
     assert finding.status == "not checked" and "moe/route_mismatch_frac" in finding.needs[0]
+
+
+# --- 8. learner steps with nothing to train on --------------------------------------------
+
+
+def test_empty_steps_are_detected_naming_the_steps() -> None:
+    # 100 steps, steps 41 and 42 empty (all rewards failed): detected, both named, the window
+    run = make_run(healthy_train() | {"system/empty_step": lambda s: float(s in (41, 42))})
+    finding = verdict(run, "empty_steps")
+    assert finding.status == "detected"
+    (evidence,) = finding.evidence
+    assert evidence.values == {"empty": 2.0, "steps": 100.0}
+    assert "steps 41, 42" in evidence.text
+    assert finding.checks[0].interface == "reward failures"
+
+
+def test_a_run_without_empty_steps_is_quiet_and_an_old_run_not_checked() -> None:
+    run = make_run(healthy_train() | {"system/empty_step": lambda s: 0.0})
+    assert verdict(run, "empty_steps").status == "quiet"
+    assert verdict(make_run(), "empty_steps").status == "not checked"

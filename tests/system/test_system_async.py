@@ -63,15 +63,23 @@ def test_admission_keeps_in_flight_work_within_the_staleness_bound() -> None:
 
     stop = threading.Event()
     gate = async_loop.Admission(batch=4, eta=1)
+    claims: list[int] = []
+
+    def claim() -> int:  # runs under the admission's lock, once per admitted prompt
+        claims.append(gate.started)
+        return len(claims)
+
     # (v + η + 1)·B = (0 + 1 + 1)·4 = 8 trajectories may start before the learner moves
-    assert all(gate.admit(2, stop) for _ in range(4)) and gate.started == 8
+    assert [gate.admit(2, stop, claim) for _ in range(4)] == [1, 2, 3, 4] and gate.started == 8
+    assert claims == [2, 4, 6, 8]  # each claim sees its own admission counted
     stop.set()
-    assert not gate.admit(2, stop)  # a 5th prompt would exceed the bound: it waits, then stops
+    assert gate.admit(2, stop, claim) is None  # a 5th would exceed the bound: waits, then stops
     stop.clear()
     gate.advance(version=1, dropped=0)  # the learner took a step: 4 more slots
-    assert gate.admit(2, stop) and gate.admit(2, stop) and gate.started == 12
+    assert gate.admit(2, stop, claim) and gate.admit(2, stop, claim) and gate.started == 12
     gate.advance(version=1, dropped=2)  # dropped trajectories free their slots
-    assert gate.admit(2, stop) and gate.started == 14
+    assert gate.admit(2, stop, claim) and gate.started == 14
+    assert len(claims) == 7  # the refused one claimed nothing
 
 
 def test_the_trajectory_balance_holds_exactly_and_a_failing_round_costs_only_itself(
@@ -159,8 +167,8 @@ def test_the_learner_drops_what_is_older_than_eta_when_it_consumes(
     seen: list[Batch] = []
     monkeypatch.setattr(async_loop, "learn", lambda p, batch, state: seen.append(batch) or {})
     with async_loop.async_runner(parts, LoopState(step=3), workers_of=lambda r: []) as runner:
-        for version in (0, 3, 1, 2):  # lags 3, 0, 2, 1 at version 3; η = 1 keeps 2 of them
-            runner.queue.put(async_loop.Finished(_scored(version, 0), 0.0))
+        for k, version in enumerate((0, 3, 1, 2)):  # lags 3, 0, 2, 1 at version 3; η = 1
+            runner.queue.put(async_loop.Finished(_scored(version, 0), 0.0, k))  # keeps 2
         _, metrics = runner.step(LoopState(step=3))
     assert metrics["system/stale_dropped"] == 2
     assert len(seen) == 1 and seen[0].size == 2

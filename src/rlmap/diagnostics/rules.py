@@ -433,6 +433,28 @@ def moe_route_mismatch(run: RunData) -> Outcome:
     return Outcome(average >= ROUTE_MISMATCH and not replayed, tuple(evidence))
 
 
+# --- 8. learner steps with nothing to train on --------------------------------------
+
+
+def empty_steps(run: RunData) -> Outcome:
+    """Steps that logged ``system/empty_step`` 1: every trajectory of the step was rejected
+    (its reward failed or was excluded), so no weight moved. Detected on any such step — it
+    is a count, not a trend: each one is a step the run's length overstates."""
+    (flags,), needs = _needs(
+        run, ("system/empty_step", 1), why=" (runs written before it was logged lack it)"
+    )
+    if needs:
+        return Outcome(False, needs=needs)
+    empty = [s for s, v in flags if v >= 1]
+    text = (f"{len(empty)} of {len(flags)} steps had nothing to train on"
+            + (f" (steps {', '.join(map(str, empty[:10]))}{' …' if len(empty) > 10 else ''})"
+               if empty else ""))  # fmt: skip
+    evidence = [Evidence("system/empty_step", _span(flags), text,
+                         {"empty": float(len(empty)), "steps": float(len(flags))})]  # fmt: skip
+    window = (empty[0], empty[-1]) if empty else None
+    return Outcome(bool(empty), tuple(evidence), window=window)
+
+
 # --- the registry and applying it ---------------------------------------------------
 
 registry: Registry[Rule] = Registry("symptom")
@@ -444,6 +466,7 @@ for _rule in (
     Rule(symptoms.LATE_COLLAPSE, late_collapse),
     Rule(symptoms.ASYNC_EFFICIENCY, async_efficiency),
     Rule(symptoms.MOE_ROUTE_MISMATCH, moe_route_mismatch),
+    Rule(symptoms.EMPTY_STEPS, empty_steps),
 ):
     registry.add(_rule.symptom.id, _rule)
 

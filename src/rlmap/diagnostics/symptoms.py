@@ -309,3 +309,23 @@ MOE_ROUTE_MISMATCH = Symptom(
         "the function being trained, so judge the fix by the held-out score, not by κ alone",
     ),
 )
+
+EMPTY_STEPS = Symptom(
+    id="empty_steps",
+    title="learner steps with nothing to train on",
+    source="（不在表中：运行完整性检查）",
+    check=(
+        Interface(
+            "reward failures",
+            ("sampling/rejected", "sampling/infra_errors", "sampling/timeouts"),
+            "an empty step is one whose every trajectory's reward failed or was excluded",
+        ),
+        Interface("staleness filter", ("system/stale_dropped", "config:behaviour.max_staleness")),
+        Interface("budget", ("budget/empty_steps", "budget/learner_steps")),
+    ),
+    not_first=(
+        "the learning rate or the step count: an empty step changes no weight, so a run with "
+        "them trained fewer steps than it says; fix what failed the rewards (the verifier, "
+        "the environment, the judge) first",
+    ),
+)

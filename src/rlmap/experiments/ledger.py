@@ -63,6 +63,13 @@ class Ledger:
     """Asynchronous runs: trajectories finished but still queued when the run ended. With
     them the asynchronous ledger balances: finished = rollouts + queued_at_end, where
     rollouts = consumed + filtered (stale) + rejected."""
+    restarted_rollouts: int = 0
+    """Asynchronous runs resumed from a checkpoint: trajectories that were in flight when it
+    was written; rolled out again from their prompts (their tokens so far are lost)."""
+    empty_steps: int = 0
+    """Learner steps with nothing to train on (every trajectory's reward failed or was
+    excluded): logged as ``system/empty_step``, no optimiser step; ``rlmap diagnose`` flags
+    them."""
     wall_clock_s: float = 0.0
     """Seconds spent running, summed over resumes (time while stopped is not counted)."""
     rollout_s: float = 0.0
@@ -117,6 +124,7 @@ class Ledger:
         rejected_rollouts: int = 0,
         infra_error_rollouts: int = 0,
         timeout_rollouts: int = 0,
+        empty_steps: int = 0,
         wall_clock_s: float = 0.0,
         rollout_s: float = 0.0,
         actor_s: float = 0.0,
@@ -134,6 +142,7 @@ class Ledger:
             "rejected_rollouts": rejected_rollouts,
             "infra_error_rollouts": infra_error_rollouts,
             "timeout_rollouts": timeout_rollouts,
+            "empty_steps": empty_steps,
             "wall_clock_s": wall_clock_s,
             "rollout_s": rollout_s,
             "actor_s": actor_s,
@@ -165,6 +174,7 @@ class Ledger:
             "budget/prompts": float(self.prompts),
             "budget/learner_steps": float(self.learner_steps),
             "budget/critic_steps": float(self.critic_steps),
+            "budget/empty_steps": float(self.empty_steps),
             "budget/wall_clock_s": float(self.wall_clock_s),
             "budget/rollout_s": float(self.rollout_s),
             "budget/actor_s": float(self.actor_s),

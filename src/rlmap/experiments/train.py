@@ -26,7 +26,7 @@ import random
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -124,10 +124,11 @@ def run_training(
             log = StepRecords(run_dir, tensorboard=cfg.run.tensorboard)
             log.write(0, before | ledger.metrics())
     balance: dict[str, int] = {}
-    steps = stepper(parts, state, balance, start, reward_path)
-    with view.training(cfg.optim.steps, state.step), steps as step:
+    queue = saved["extra"].get("async") if ckpt is not None and saved is not None else None
+    steps = stepper(parts, state, balance, start, reward_path, queue)
+    with view.training(cfg.optim.steps, state.step), steps as loop:
         while state.step < cfg.optim.steps:
-            state, ledger = _one_step(parts, state, ledger, log, view, run_dir, step)
+            state, ledger = _one_step(parts, state, ledger, log, view, run_dir, loop)
     barrier(world)
     if not main:
         return {}
@@ -161,6 +162,14 @@ def run_seeds(cfg: RecipeConfig, root: Path, seeds: list[int]) -> dict[int, dict
     return out
 
 
+@dataclass(frozen=True)
+class Loop:
+    """The loop's step, and (asynchronous loop) what a checkpoint keeps of its queue."""
+
+    step: Step
+    snapshot: Callable[[], dict[str, Any]] | None = None
+
+
 @contextmanager
 def stepper(
     parts: setup.Parts,
@@ -168,23 +177,25 @@ def stepper(
     report: dict[str, int],
     start: Path,
     reward_path: Path | None,
-) -> Iterator[Step]:
+    restored: dict[str, Any] | None = None,
+) -> Iterator[Loop]:
     """The loop's step: the synchronous barrier, or the asynchronous queue's learner step
     (its workers — threads, or Ray actors with ``system.backend=ray`` — live as long as
-    the block; their balance lands in ``report``)."""
+    the block, going on from ``restored``, a checkpoint's snapshot; their balance lands in
+    ``report``)."""
     if parts.cfg.system.mode == "sync":
-        yield lambda p, s: sync_step(p, s)  # looked up per call: tests replace sync_step
+        yield Loop(lambda p, s: sync_step(p, s))  # looked up per call: tests replace sync_step
         return
     if parts.cfg.system.backend == "inprocess":
-        with async_runner(parts, state, report) as runner:
-            yield lambda p, s: runner.step(s)
+        with async_runner(parts, state, report, restored=restored) as runner:
+            yield Loop(lambda p, s: runner.step(s), runner.snapshot)
         return
     from rlmap.system.ray_workers import RayPool
 
     pool = RayPool(start, reward_path)
     try:
-        with async_runner(parts, state, report, pool) as runner:
-            yield lambda p, s: runner.step(s)
+        with async_runner(parts, state, report, pool, restored) as runner:
+            yield Loop(lambda p, s: runner.step(s), runner.snapshot)
     finally:
         pool.shutdown()
 
@@ -208,12 +219,12 @@ def _one_step(
     log: StepRecords | None,
     view: ProgressView,
     run_dir: Path,
-    step: Step,
+    loop: Loop,
 ) -> tuple[LoopState, Ledger]:
     cfg, started = parts.cfg, time.perf_counter()
     reset_peak_memory()
     try:
-        new_state, metrics = step(parts, state)
+        new_state, metrics = loop.step(parts, state)
         last = new_state.step == cfg.optim.steps
         if parts.world.main and (last or new_state.step % cfg.run.eval_every == 0):
             metrics |= _evaluate(parts)
@@ -232,6 +243,7 @@ def _one_step(
         rejected_rollouts=int(metrics["sampling/rejected"]),
         infra_error_rollouts=int(metrics["sampling/infra_errors"]),
         timeout_rollouts=int(metrics["sampling/timeouts"]),
+        empty_steps=int(metrics.get("system/empty_step", 0)),
         wall_clock_s=time.perf_counter() - started,
         rollout_s=_seconds(metrics, "system/rollout_s"),
         actor_s=_seconds(metrics, "system/old_logprobs_s", "system/policy_update_s"),
@@ -242,7 +254,7 @@ def _one_step(
         log.write(state.step, metrics | ledger.metrics())
     view.step(state.step, metrics, ledger)
     if last or state.step % cfg.run.checkpoint_every == 0:
-        _checkpoint(parts, state, ledger, run_dir)
+        _checkpoint(parts, state, ledger, run_dir, loop.snapshot)
     return state, ledger
 
 
@@ -255,13 +267,23 @@ def peak_memory(world: World) -> tuple[int, int | None]:
     return int(top_cpu), None if top_gpu < 0 else int(top_gpu)
 
 
-def _checkpoint(parts: setup.Parts, state: LoopState, ledger: Ledger, run_dir: Path) -> None:
+def _checkpoint(
+    parts: setup.Parts,
+    state: LoopState,
+    ledger: Ledger,
+    run_dir: Path,
+    snapshot: Callable[[], dict[str, Any]] | None = None,
+) -> None:
     """The step's checkpoint, written by rank 0: with several ranks the full weights and
-    optimiser state are gathered first (FSDP2) and every rank's RNG state goes with it."""
+    optimiser state are gathered first (FSDP2) and every rank's RNG state goes with it;
+    an asynchronous run's queue, rounds in flight and counters go with it too
+    (``snapshot``, :meth:`rlmap.system.async_loop.AsyncRunner.snapshot`)."""
     cfg, world = parts.cfg, parts.world
     optimizers, schedulers = _optimizers(parts)
     extra: dict[str, Any] = {"loop": asdict(state), "ledger": ledger.to_dict(),
              "config": cfg.model_dump(mode="json")}  # fmt: skip
+    if snapshot is not None:
+        extra["async"] = snapshot()
     model_state = optimizer_states = extra_states = None
     if world.parallel:
         extra["rank_rng"] = gather(world, capture_rng())
@@ -396,7 +418,8 @@ def _finish(
     if balance:  # the asynchronous loop's trajectories: finished = consumed + dropped + queued
         summary["trajectories"] = balance
         ledger = dataclasses.replace(ledger, aborted_rollouts=balance["aborted"],
-                                     queued_at_end=balance["queued_at_end"])  # fmt: skip
+                                     queued_at_end=balance["queued_at_end"],
+                                     restarted_rollouts=balance["restarted"])  # fmt: skip
     if cfg.critic.enabled:
         summary["critic_steps"] = ledger.critic_steps
         summary["critic_explained_variance_before_policy"] = ev_before_policy(records)

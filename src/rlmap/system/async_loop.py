@@ -33,6 +33,20 @@ The staleness bound η = ``behaviour.max_staleness`` holds twice:
 
 Weights travel as a snapshot (a cloned state dict) taken by the learner after its
 step, never read from the live model while it trains. Nothing here touches files.
+
+Exactly once across a crash. :meth:`AsyncRunner.snapshot` (taken at each checkpoint,
+between learner steps) holds the queue — finished, not yet consumed trajectories with
+their tokens, per-token versions and behaviour log-probs —, the rounds in flight, the
+admission counters, the data cursor and the balance. A resumed runner starts from it:
+the queue is refilled as it was, and each round that was in flight is rolled out again
+from its prompts on the newest weights (its tokens so far are not kept: the restart
+policy), before any new prompt; those trajectories are counted as ``restarted``. Every
+trajectory has an id (its group, its place in the group); the learner refuses to take
+one twice, so none is consumed twice, and the balance says none is lost.
+
+A learner step whose take is all stale takes again (the workers are rolling out on newer
+weights); one with nothing to train on otherwise (every reward failed) is an *empty step*:
+``system/empty_step`` 1, counted in the ledger, flagged by ``rlmap diagnose``.
 """
 
 from __future__ import annotations
@@ -42,8 +56,8 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
-from typing import Protocol
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Protocol, TypeVar
 
 import torch
 
@@ -51,7 +65,7 @@ from rlmap.core.batch import End, RewardStatus
 from rlmap.core.errors import TrainingError
 from rlmap.system.hf_engine import HFEngine
 from rlmap.system.lora import rollout_weights
-from rlmap.system.rollout import Scored, to_batch
+from rlmap.system.rollout import Episode, Scored, to_batch
 from rlmap.system.setup import DTYPES, Parts
 from rlmap.system.sync import (
     LoopState,
@@ -62,6 +76,8 @@ from rlmap.system.sync import (
     rollout_round,
 )
 from rlmap.system.vllm_engine import PinnedView
+
+T = TypeVar("T")
 
 WAIT_S = 0.05
 """How often blocked threads look at the stop flag."""
@@ -99,15 +115,19 @@ class Admission:
     version: int = 0
     cond: threading.Condition = field(default_factory=threading.Condition)
 
-    def admit(self, n: int, stop: threading.Event) -> bool:
-        """Wait until ``n`` more trajectories may start; False when stopping."""
+    def admit(self, n: int, stop: threading.Event, claim: Callable[[], T]) -> T | None:
+        """Wait until ``n`` more trajectories may start, then ``claim()`` their prompts under
+        the same lock (so a snapshot sees them admitted and claimed, or neither); None when
+        stopping."""
         with self.cond:
             while self.started + n - self.dropped > (self.version + self.eta + 1) * self.batch:
                 if stop.is_set():
-                    return False
+                    return None
                 self.cond.wait(WAIT_S)
+            if stop.is_set():
+                return None
             self.started += n
-            return not stop.is_set()
+            return claim()
 
     def advance(self, version: int, dropped: int) -> None:
         with self.cond:
@@ -122,6 +142,55 @@ class Finished:
     scored: Scored
     duration_s: float
     """Wall seconds from the start of its prompt's rollout to its end."""
+    index: int = 0
+    """Its place in its group: (``scored.group``, ``index``) names it across the whole run."""
+
+    @property
+    def uid(self) -> tuple[int, int]:
+        return self.scored.group, self.index
+
+    def to_record(self) -> dict[str, Any]:
+        """Plain values (a checkpoint loads with ``weights_only=True``)."""
+        return {"scored": scored_record(self.scored), "duration_s": self.duration_s,
+                "index": self.index}  # fmt: skip
+
+    @staticmethod
+    def from_record(r: dict[str, Any]) -> Finished:
+        return Finished(scored_from_record(r["scored"]), r["duration_s"], r["index"])
+
+
+def scored_record(x: Scored) -> dict[str, Any]:
+    """A scored trajectory as plain values: tuples as lists, enums as ints, routes a tensor."""
+    e = x.episode
+    episode = {f.name: getattr(e, f.name) for f in fields(e)}
+    episode |= {"end": int(e.end), "status": int(e.status)}
+    episode = {k: list(v) if isinstance(v, tuple) else v for k, v in episode.items()}
+    top = {f.name: getattr(x, f.name) for f in fields(x) if f.name != "episode"}
+    top |= {"status": int(x.status),
+            "per_turn": None if x.per_turn is None else list(x.per_turn)}  # fmt: skip
+    return top | {"episode": episode}
+
+
+def scored_from_record(r: dict[str, Any]) -> Scored:
+    """The inverse of :func:`scored_record`."""
+    e = dict(r["episode"])
+    e = {k: tuple(v) if isinstance(v, list) else v for k, v in e.items()}
+    e |= {"end": End(e["end"]), "status": RewardStatus(e["status"])}
+    top = {k: v for k, v in r.items() if k != "episode"}
+    top |= {"status": RewardStatus(top["status"]),
+            "per_turn": None if top["per_turn"] is None else tuple(top["per_turn"])}  # fmt: skip
+    return Scored(episode=Episode(**e), **top)
+
+
+def numbered(scored: list[Scored], took: float) -> list[Finished]:
+    """A round's trajectories, each numbered within its group in the order they came."""
+    seen: dict[int, int] = {}
+    out = []
+    for x in scored:
+        index = seen.get(x.group, 0)
+        seen[x.group] = index + 1
+        out.append(Finished(x, took, index))
+    return out
 
 
 @dataclass
@@ -139,10 +208,16 @@ class Counts:
 
 
 class AsyncRunner:
-    """Worker threads around a run's parts; ``step`` is one learner step (module docstring)."""
+    """Worker threads around a run's parts; ``step`` is one learner step (module docstring).
+
+    ``restored`` is a :meth:`snapshot` from a checkpoint: the runner goes on from it."""
 
     def __init__(
-        self, p: Parts, state: LoopState, workers_of: Callable[[AsyncRunner], list[Worker]]
+        self,
+        p: Parts,
+        state: LoopState,
+        workers_of: Callable[[AsyncRunner], list[Worker]],
+        restored: dict[str, Any] | None = None,
     ) -> None:
         s = p.cfg.sampling
         self.p = p
@@ -153,9 +228,21 @@ class AsyncRunner:
         self.board = Board(state.step, {})
         self.board.publish(p.policy, state.step)
         self.admission = Admission(self.batch, p.cfg.behaviour.max_staleness, version=state.step)
+        self.lock = self.admission.cond
+        """Guards admission, the cursor, the rounds in flight and the queue's contents
+        together: a snapshot sees every trajectory exactly once (in flight or queued)."""
         self.counts = Counts()
-        self.consumed = self.stale_dropped = self.rejected = 0
-        self.cursor, self.cursor_lock = state.cursor, threading.Lock()
+        self.consumed = self.stale_dropped = self.rejected = self.restarted = 0
+        self.empty_steps = 0
+        self.cursor = state.cursor
+        self.in_flight: dict[int, int] = {}
+        """Rounds started and not finished: first prompt's cursor → prompts."""
+        self.redo: list[tuple[int, int]] = []
+        """Rounds in flight at the checkpoint resumed from, to roll out again first."""
+        self.taken: dict[int, int] = {}
+        """Per group not yet fully taken by the learner, a bitmask of the samples taken."""
+        if restored is not None:
+            self._restore(restored)
         self.stop = threading.Event()
         self.errors: list[BaseException] = []
         self.workers = workers_of(self)
@@ -166,30 +253,76 @@ class AsyncRunner:
         for t in self.threads:
             t.start()
 
+    # --- across a crash ----------------------------------------------------------------
+
+    def snapshot(self) -> dict[str, Any]:
+        """What a resumed runner needs to go on exactly (module docstring), as plain values.
+        Taken by the learner between its steps (so nothing is being consumed)."""
+        with self.lock, self.counts.lock:
+            rounds = sorted(self.in_flight.items()) + self.redo
+            lost = sum(n for _, n in rounds) * self.p.cfg.sampling.group_size
+            return {
+                "queue": [f.to_record() for f in list(self.queue.queue)],
+                "redo": [[c, n] for c, n in rounds],
+                "started": self.admission.started - lost,  # the redone are admitted anew
+                "dropped": self.admission.dropped,
+                "cursor": self.cursor,
+                "finished": self.counts.finished,
+                "finished_tokens": self.counts.finished_tokens,
+                "aborted_rounds": self.counts.aborted_rounds,
+                "consumed": self.consumed,
+                "stale_dropped": self.stale_dropped,
+                "rejected": self.rejected,
+                "restarted": self.restarted,
+                "empty_steps": self.empty_steps,
+                "taken": [[g, m] for g, m in self.taken.items()],
+            }
+
+    def _restore(self, r: dict[str, Any]) -> None:
+        for item in r["queue"]:
+            self.queue.put(Finished.from_record(item))
+        self.redo = [(int(c), int(n)) for c, n in r["redo"]]
+        self.admission.started, self.admission.dropped = r["started"], r["dropped"]
+        self.cursor = r["cursor"]
+        c = self.counts
+        c.finished, c.finished_tokens = r["finished"], r["finished_tokens"]
+        c.aborted_rounds = r["aborted_rounds"]
+        self.consumed, self.stale_dropped = r["consumed"], r["stale_dropped"]
+        self.rejected, self.empty_steps = r["rejected"], r["empty_steps"]
+        group = self.p.cfg.sampling.group_size
+        self.restarted = r["restarted"] + sum(n for _, n in self.redo) * group
+        self.taken = {int(g): int(m) for g, m in r["taken"]}
+
     # --- workers -----------------------------------------------------------------------
 
-    def _take_prompts(self, n: int) -> int:
-        """The cursor of the next ``n`` prompts (they are groups cursor .. cursor + n − 1)."""
-        with self.cursor_lock:
-            cursor = self.cursor
+    def _claim(self) -> tuple[int, int]:
+        """The next round's prompts (cursor, n): a round to redo, else the next fresh ones;
+        called under ``self.lock``."""
+        if self.redo:
+            cursor, n = self.redo.pop(0)
+        else:
+            cursor, n = self.cursor, self.prompts
             self.cursor += n
-        return cursor
+        self.in_flight[cursor] = n
+        return cursor, n
 
     def _work(self, worker: Worker) -> None:
-        size = self.prompts * self.p.cfg.sampling.group_size
+        group = self.p.cfg.sampling.group_size
         failed = 0  # rounds in a row this worker lost
         try:
-            while self.admission.admit(size, self.stop):
-                cursor = self._take_prompts(self.prompts)
+            while (claimed := self.admission.admit(self.prompts * group, self.stop,
+                                                   self._claim)) is not None:  # fmt: skip
+                cursor, n = claimed
                 started = time.perf_counter()
                 try:
-                    scored = worker.roll(cursor, self.prompts)
+                    scored = worker.roll(cursor, n)
                 except TrainingError:  # the policy itself is broken: every round would fail
                     raise
                 except Exception as exc:  # an engine, environment or worker fault: this round
-                    with self.counts.lock:
+                    with self.lock, self.counts.lock:
+                        del self.in_flight[cursor]
                         self.counts.aborted_rounds += 1
-                    self.admission.advance(self.admission.version, size)  # slots free again
+                    self.admission.advance(self.admission.version, n * group)  # slots free
                     failed += 1
                     if failed >= FAILED_IN_A_ROW:  # not a passing fault: stop, saying which
                         raise TrainingError(f"rollout: {failed} rounds in a row failed in a "
@@ -198,19 +331,21 @@ class AsyncRunner:
                     continue
                 failed = 0
                 took = time.perf_counter() - started
-                with self.counts.lock:
+                with self.lock, self.counts.lock:  # in flight → queued, as one change
+                    del self.in_flight[cursor]
                     self.counts.finished += len(scored)
                     self.counts.finished_tokens += sum(x.episode.action_tokens for x in scored)
                     self.counts.durations += [took] * len(scored)
-                for x in scored:
-                    self.queue.put(Finished(x, took))
+                    for item in numbered(scored, took):
+                        self.queue.put(item)
         except BaseException as exc:  # surfaced by the learner, never swallowed
             self.errors.append(exc)
 
     # --- the learner ---------------------------------------------------------------------
 
     def _take(self, n: int) -> tuple[list[Finished], float]:
-        """``n`` finished trajectories in arrival order, and the seconds spent waiting."""
+        """``n`` finished trajectories in arrival order, and the seconds spent waiting; a
+        trajectory taken before (a bug in the bookkeeping) stops the run."""
         items: list[Finished] = []
         started = time.perf_counter()
         while len(items) < n:
@@ -222,33 +357,55 @@ class AsyncRunner:
                 items.append(self.queue.get(timeout=WAIT_S))
             except queue.Empty:
                 continue
+        full = (1 << self.p.cfg.sampling.group_size) - 1
+        for item in items:
+            g, bit = item.scored.group, 1 << item.index
+            mask = self.taken.get(g, 0)
+            if mask & bit:
+                raise RuntimeError(f"trajectory {item.uid} was taken twice")
+            self.taken[g] = mask | bit
+            if self.taken[g] == full:
+                del self.taken[g]
         return items, time.perf_counter() - started
 
     def step(self, state: LoopState) -> tuple[LoopState, dict[str, float]]:
-        """One learner step: take B trajectories, drop the stale, learn, publish."""
+        """One learner step: take B trajectories, drop the stale (taking again while a take
+        was all stale), learn, publish."""
         started = time.perf_counter()
         queued_before = self.queue.qsize()
-        items, waited = self._take(self.batch)
         version = state.step
-        lags = [version - oldest_version(x.scored) for x in items]
         eta = self.p.cfg.behaviour.max_staleness
-        fresh = [x.scored for x, lag in zip(items, lags, strict=True) if lag <= eta]
+        items: list[Finished] = []
+        lags: list[int] = []
+        fresh: list[Scored] = []
+        waited = 0.0
+        while not fresh:  # all stale: the workers are already on newer weights
+            took, seconds = self._take(self.batch)
+            items, waited = items + took, waited + seconds
+            lag = [version - oldest_version(x.scored) for x in took]
+            lags += lag
+            fresh += [x.scored for x, k in zip(took, lag, strict=True) if k <= eta]
         kept = [x for x in fresh if x.status == RewardStatus.OK and x.episode.end != End.ABORTED]
+        stale = len(items) - len(fresh)
         self.consumed += len(kept)
-        self.stale_dropped += len(items) - len(fresh)
+        self.stale_dropped += stale
         self.rejected += len(fresh) - len(kept)
+        self.empty_steps += not kept
         metrics = self._metrics(items, kept, lags, waited, queued_before)
-        metrics["system/stale_dropped"] = float(len(items) - len(fresh))
+        metrics["system/stale_dropped"] = float(stale)
+        metrics["system/empty_step"] = float(not kept)
         update_started = time.perf_counter()
         if kept:
             batch = to_batch(kept, pad_token_id=int(self.p.tokenizer.pad_token_id))
             metrics |= learn(self.p, batch, state)
             state = adapt_kl(self.p, state, metrics, batch.size)
         update_s = time.perf_counter() - update_started
-        state = replace(state, step=state.step + 1, cursor=self.cursor)
+        with self.lock:
+            cursor = self.cursor
+        state = replace(state, step=state.step + 1, cursor=cursor)
         if state.step % self.p.cfg.system.publish_every == 0:
             self.board.publish(self.p.policy, state.step)
-        self.admission.advance(state.step, len(items) - len(fresh))
+        self.admission.advance(state.step, stale)
         total = time.perf_counter() - started
         return state, metrics | {
             "system/update_s": update_s,
@@ -272,7 +429,7 @@ class AsyncRunner:
             "sampling/generated_tokens": float(sum(tokens)),
             "sampling/kept": float(len(kept)),
             "sampling/kept_frac": len(kept) / len(items),
-            "sampling/rounds": 1.0,
+            "sampling/rounds": len(items) / self.batch,
             "sampling/rejected": float(sum(x.status != 0 for x in scored)),
             "sampling/infra_errors": float(
                 sum(x.status == RewardStatus.INFRA_ERROR for x in scored)
@@ -312,7 +469,8 @@ class AsyncRunner:
                     "queued_at_end": self.queue.qsize(),
                     "aborted_rounds": self.counts.aborted_rounds,
                     "aborted": self.counts.aborted_rounds * self.prompts
-                    * self.p.cfg.sampling.group_size}  # fmt: skip
+                    * self.p.cfg.sampling.group_size,
+                    "restarted": self.restarted, "empty_steps": self.empty_steps}  # fmt: skip
 
 
 class Worker(Protocol):
@@ -370,11 +528,13 @@ def async_runner(
     state: LoopState,
     report: dict[str, int] | None = None,
     workers_of: Callable[[AsyncRunner], list[Worker]] = thread_workers,
+    restored: dict[str, Any] | None = None,
 ) -> Iterator[AsyncRunner]:
     """An :class:`AsyncRunner` whose workers stop when the block ends, however it ends;
     its :meth:`AsyncRunner.close` balance is written into ``report``. ``workers_of`` makes
-    the workers: threads here (default), Ray actors (:mod:`rlmap.system.ray_workers`)."""
-    runner = AsyncRunner(p, state, workers_of)
+    the workers: threads here (default), Ray actors (:mod:`rlmap.system.ray_workers`);
+    ``restored``: a checkpoint's :meth:`AsyncRunner.snapshot` to go on from."""
+    runner = AsyncRunner(p, state, workers_of, restored)
     try:
         yield runner
     finally:

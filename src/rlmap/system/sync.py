@@ -394,6 +394,7 @@ def sync_step(p: Parts, state: LoopState) -> tuple[LoopState, dict[str, float]]:
     """One synchronous step: collect a full batch behind the group barrier, then learn."""
     start = time.perf_counter()
     kept, state, metrics = collect(p, state)
+    metrics["system/empty_step"] = float(not kept)
     rollout_s = time.perf_counter() - start
     if kept:
         batch = to_batch(kept, pad_token_id=int(p.tokenizer.pad_token_id))

@@ -1,0 +1,169 @@
+"""An asynchronous run killed at any point resumes exactly once: its queue, the rounds in
+flight, the admission counters and the balance come back from the checkpoint."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from rlmap.core.batch import RewardStatus
+from rlmap.experiments.checkpoint import latest_checkpoint, load_trainer_state
+from rlmap.recipes import build_config
+from rlmap.system import async_loop, setup
+from rlmap.system.engine import Completion
+from rlmap.system.rollout import Scored, single_turn
+from rlmap.system.sync import LoopState
+
+Toy = Callable[..., list[str]]
+KILLER = Path(__file__).with_name("async_kill.py")
+BATCH = 8  # the toy's prompts_per_step × group_size
+
+
+def _args(toy: Toy, model_dir: Path) -> list[str]:
+    return [*toy(model_dir, steps=8), "data.task=calculator", "data.max_turns=2",
+            "generation.max_new_tokens=6", "critic.warmup_steps=1", "run.checkpoint_every=2",
+            "run.eval_every=4", "system.partial_rollout=true",
+            "behaviour.max_staleness=2"]  # fmt: skip
+
+
+def _records(run: Path) -> list[dict[str, Any]]:
+    return [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.parametrize(("point", "at"), [("mid-step", 5), ("mid-checkpoint", 4), ("queued", 4)])
+def test_sao_killed_at_any_point_resumes_exactly_once(
+    point: str, at: int, tiny_calc_model_dir: Path, tmp_path: Path, toy: Toy
+) -> None:
+    run = tmp_path / "run"
+    args = ["--recipe", "sao", "--out", str(run), *_args(toy, tiny_calc_model_dir)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    killed = subprocess.run([sys.executable, str(KILLER), point, str(at), "--", *args],
+                            capture_output=True, text=True, env=env, timeout=300)  # fmt: skip
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert not (run / "summary.json").exists()
+    saved = load_trainer_state(latest_checkpoint(run))
+    snapshot = saved["extra"]["async"]
+    if point == "queued":  # the case of the issue: work was queued when the run died
+        assert snapshot["queue"] and saved["extra"]["loop"]["step"] == at
+    if point == "mid-checkpoint":  # the half-written checkpoint is not the one resumed from
+        assert saved["extra"]["loop"]["step"] == at - 2
+    resumed = subprocess.run([sys.executable, "-m", "rlmap.cli", "train", "--resume", str(run)],
+                             capture_output=True, text=True, env=env, timeout=300)  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr  # a trajectory taken twice stops the run
+
+    records = _records(run)
+    assert [r["step"] for r in records] == list(range(9))
+    resumed_from = saved["extra"]["loop"]["step"]
+    for r in records[resumed_from + 1 :]:  # a full batch in every step after the resume
+        assert r["sampling/kept"] == BATCH, r["step"]
+        assert r["system/empty_step"] == 0
+    t = json.loads((run / "summary.json").read_text())["trajectories"]
+    taken = sum(r["sampling/generated"] for r in records[1:])
+    assert t["consumed"] + t["stale_dropped"] + t["rejected"] == taken  # over the whole run
+    assert t["finished"] == taken + t["queued_at_end"]  # nothing lost, nothing twice
+    assert t["restarted"] == sum(n for _, n in snapshot["redo"]) * 4  # counted, by name
+    ledger = json.loads((run / "ledger.json").read_text())
+    assert ledger["rollouts"] == taken and ledger["restarted_rollouts"] == t["restarted"]
+    steps = [r.get("optim/policy_steps", 0) for r in records[1:]]  # step 1: critic warm-up
+    assert ledger["learner_steps"] == sum(steps) and all(n >= 1 for n in steps[1:])
+
+
+def _scored(group: int, version: int = 0) -> Scored:
+    c = Completion(prompt_ids=(1, 5, 6), response_ids=(7, 2), logprobs=(-0.5, -0.25),
+                   stopped=True, version=version)  # fmt: skip
+    return Scored(single_turn(c), group, 1.0, 0.5, RewardStatus.OK, per_turn=(0.5,))
+
+
+def _parts(toy: Toy, model_dir: Path) -> setup.Parts:
+    cfg = build_config("sao", None, [*_args(toy, model_dir), "sampling.prompts_per_step=1",
+                                     "sampling.group_size=2"])  # fmt: skip
+    return setup.build(cfg, model_dir)
+
+
+def test_a_snapshot_brings_back_the_queue_the_rounds_in_flight_and_the_counters(
+    tiny_calc_model_dir: Path, toy: Toy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    parts = _parts(toy, tiny_calc_model_dir)
+    with async_loop.async_runner(parts, LoopState(step=3, cursor=7), workers_of=lambda r: []) as a:
+        a.queue.put(async_loop.Finished(_scored(5, version=2), 0.25, 1))
+        a.in_flight[6] = 1  # a round of prompt 6 is being rolled out
+        a.cursor, a.admission.started, a.admission.dropped = 7, 14, 2
+        a.counts.finished, a.consumed, a.taken = 9, 6, {5: 0b01}
+        snapshot = a.snapshot()
+    # the round in flight is redone: its 1 prompt × 2 samples are admitted anew
+    assert snapshot["redo"] == [[6, 1]] and snapshot["started"] == 14 - 2
+    buffer = io.BytesIO()  # a checkpoint loads with weights_only=True: plain values only
+    torch.save(snapshot, buffer)
+    buffer.seek(0)
+    loaded = torch.load(buffer, weights_only=True)
+
+    rolled: list[tuple[int, int]] = []
+
+    class Recorder:
+        def roll(self, cursor: int, n: int) -> list[Scored]:
+            rolled.append((cursor, n))
+            return [_scored(cursor + i, version=3) for i in range(n) for _ in range(2)]
+
+    monkeypatch.setattr(async_loop, "learn", lambda p, batch, state: {"optim/policy_steps": 1.0})
+    with async_loop.async_runner(
+        parts, LoopState(step=3, cursor=7), workers_of=lambda r: [Recorder()], restored=loaded
+    ) as b:
+        (first,) = b._take(1)[0]
+        assert first.uid == (5, 1) and first.scored == _scored(5, version=2)  # as it was queued
+        assert first.duration_s == 0.25
+        b._take(2)  # the redone round: 14 − 2 = 12 = (3 + 2 + 1)·2 admitted, no room for more
+        assert rolled == [(6, 1)]
+        b.admission.advance(4, 0)  # the learner's next version: one round more
+        b._take(2)
+    assert rolled[0] == (6, 1)  # the round that was in flight, before any new prompt
+    assert rolled[1] == (7, 1)  # then the cursor goes on where it was
+    assert b.counts.finished >= 9 + 2 and b.consumed == 6 and b.restarted == 2
+
+
+def test_a_trajectory_taken_twice_stops_the_run(tiny_calc_model_dir: Path, toy: Toy) -> None:
+    parts = _parts(toy, tiny_calc_model_dir)
+    with async_loop.async_runner(parts, LoopState(), workers_of=lambda r: []) as runner:
+        runner.queue.put(async_loop.Finished(_scored(0), 0.0, 0))
+        runner._take(1)
+        runner.queue.put(async_loop.Finished(_scored(0), 0.0, 0))  # the same id again
+        with pytest.raises(RuntimeError, match=r"trajectory \(0, 0\) was taken twice"):
+            runner._take(1)
+
+
+def test_a_step_whose_take_was_all_stale_takes_again(
+    tiny_calc_model_dir: Path, toy: Toy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Before: a step that took only stale trajectories trained on nothing and still counted.
+    parts = _parts(toy, tiny_calc_model_dir)  # B = 2, η = 2
+    seen: list[int] = []
+    monkeypatch.setattr(async_loop, "learn",
+                        lambda p, batch, state: seen.append(batch.size) or {})  # fmt: skip
+    with async_loop.async_runner(parts, LoopState(step=5), workers_of=lambda r: []) as runner:
+        for k, version in enumerate((0, 1, 5, 5)):  # lags 5, 4 (stale), then 0, 0
+            runner.queue.put(async_loop.Finished(_scored(k // 2, version), 0.0, k % 2))
+        _, metrics = runner.step(LoopState(step=5))
+    assert seen == [2] and metrics["system/stale_dropped"] == 2
+    assert metrics["sampling/generated"] == 4 and metrics["system/empty_step"] == 0
+
+
+def test_a_step_with_every_reward_failed_is_an_empty_step(
+    tiny_calc_model_dir: Path, toy: Toy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    parts = _parts(toy, tiny_calc_model_dir)
+    monkeypatch.setattr(async_loop, "learn", lambda *a: pytest.fail("nothing to learn from"))
+    failed = Scored(_scored(0).episode, 0, 0.0, 0.0, RewardStatus.INFRA_ERROR)
+    with async_loop.async_runner(parts, LoopState(), workers_of=lambda r: []) as runner:
+        for k in range(2):
+            runner.queue.put(async_loop.Finished(failed, 0.0, k))
+        state, metrics = runner.step(LoopState())
+    assert metrics["system/empty_step"] == 1 and state.step == 1 and runner.empty_steps == 1
