@@ -167,3 +167,74 @@ def test_a_step_with_every_reward_failed_is_an_empty_step(
             runner.queue.put(async_loop.Finished(failed, 0.0, k))
         state, metrics = runner.step(LoopState())
     assert metrics["system/empty_step"] == 1 and state.step == 1 and runner.empty_steps == 1
+
+
+# --- repeatable on demand ---------------------------------------------------------------
+
+
+def _timeless(run: Path) -> list[dict[str, Any]]:
+    """Metrics without timings: every ``system/*`` and every ``budget/*_s``."""
+    timing = lambda k: k.startswith("system/") or (k.startswith("budget/") and k.endswith("_s"))  # noqa: E731
+    return [{k: v for k, v in r.items() if not timing(k)} for r in _records(run)]
+
+
+def test_deterministic_runs_repeat_exactly_and_so_does_a_resume_after_kill_9(
+    tiny_calc_model_dir: Path, tmp_path: Path, toy: Toy
+) -> None:
+    args = [*_args(toy, tiny_calc_model_dir), "system.partial_rollout=false",
+            "system.deterministic=true"]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cli = [sys.executable, "-m", "rlmap.cli", "train", "--recipe", "sao"]
+    for name in ("one", "two"):
+        subprocess.run([*cli, "--out", str(tmp_path / name), *args], check=True,
+                       capture_output=True, env=env, timeout=300)  # fmt: skip
+    one = _timeless(tmp_path / "one")
+    assert len(one) == 9 and one == _timeless(tmp_path / "two")
+    lengths = {r["length/mean"] for r in one[1:]}
+    assert len(lengths) > 1  # the steps differ from each other: something was compared
+    killed = subprocess.run([sys.executable, str(KILLER), "mid-step", "5", "--", "--recipe", "sao",
+                             "--out", str(tmp_path / "killed"), *args],
+                            capture_output=True, text=True, env=env, timeout=300)  # fmt: skip
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    subprocess.run([sys.executable, "-m", "rlmap.cli", "train", "--resume",
+                    str(tmp_path / "killed")], check=True, capture_output=True, env=env,
+                   timeout=300)  # fmt: skip
+    assert _timeless(tmp_path / "killed") == one
+
+
+def test_round_seeds_differ_by_seed_worker_and_round() -> None:
+    seeds = {async_loop.round_seed(s, w, r) for s in range(3) for w in range(3) for r in range(50)}
+    assert len(seeds) == 3 * 3 * 50 and all(0 <= x < 2**63 for x in seeds)
+    assert async_loop.round_seed(0, 1, 2) == async_loop.round_seed(0, 1, 2)
+
+
+def test_a_seeded_round_leaves_the_learners_generators_as_they_were() -> None:
+    import random
+
+    torch.manual_seed(7)
+    random.seed(7)
+    expected = torch.rand(3), random.random()
+    torch.manual_seed(7)
+    random.seed(7)
+    with async_loop.seeded(123):
+        inside = torch.rand(3)
+    with async_loop.seeded(123):
+        assert torch.equal(torch.rand(3), inside)  # the same seed, the same draws
+    assert torch.equal(torch.rand(3), expected[0]) and random.random() == expected[1]
+
+
+def test_a_deterministic_round_samples_from_its_own_seed_not_the_learners_generator(
+    tiny_calc_model_dir: Path, toy: Toy
+) -> None:
+    cfg = build_config("sao", None, [*_args(toy, tiny_calc_model_dir),
+                                     "system.partial_rollout=false", "system.deterministic=true",
+                                     "generation.temperature=1.5"])  # fmt: skip
+    parts = setup.build(cfg, tiny_calc_model_dir)
+    queues = []
+    for learner_seed in (1, 2):  # whatever the learner drew before, the rounds are the same
+        torch.manual_seed(learner_seed)
+        with async_loop.async_runner(parts, LoopState()) as runner:
+            runner._produce()
+            queues.append([(f.uid, f.scored.episode.response_ids) for f in runner.queue.queue])
+    assert queues[0] == queues[1] and len(queues[0]) == (2 + 1) * BATCH  # (v + η + 1)·B
+    assert len({ids for _, ids in queues[0]}) > 1

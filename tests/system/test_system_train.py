@@ -226,6 +226,11 @@ def test_bf16_rollout_engine_makes_the_mismatch_measurable(
     ("override", "field"),
     [(["system.backend=ray"], "system.backend:"),
      (["system.partial_rollout=true"], "system.partial_rollout:"),
+     (["system.deterministic=true"], "system.deterministic:"),  # the sync loop repeats anyway
+     (["system.mode=async", "system.deterministic=true", "system.partial_rollout=true"],
+      "system.deterministic:"),
+     (["system.mode=async", "system.deterministic=true", "system.backend=ray"],
+      "system.deterministic:"),
      (["system.engine=vllm", "system.learners=2"], "system.learners:"),
      (["system.engine=vllm", "model.path=embedded:tiny-moe", "behaviour.routing_replay=true",
        "behaviour.corrections=[tis]"], "behaviour.routing_replay:"),

@@ -237,8 +237,11 @@ def _behaviour(cfg: RecipeConfig) -> Iterator[str]:
             "use one update per batch or a ratio objective"
         )
     if b.routing_replay and cfg.system.engine == "vllm":
-        yield ("behaviour.routing_replay: the vLLM engine does not record expert routes yet "
-               "(R3 replays the routes the engine took); use system.engine=hf")  # fmt: skip
+        # vLLM 0.32 returns routes (enable_return_routed_experts) from its V2 model runner
+        # only, which needs Triton: its CPU build refuses it; not yet tried on a GPU.
+        yield ("behaviour.routing_replay: the vLLM engine does not hand rlmap its expert "
+               "routes yet (R3 replays the routes the engine took; vLLM 0.32 returns them only "
+               "from its V2 model runner, which needs Triton); use system.engine=hf")  # fmt: skip
 
 
 def _kl(cfg: RecipeConfig) -> Iterator[str]:
@@ -311,6 +314,8 @@ def _system(cfg: RecipeConfig) -> Iterator[str]:
     if cfg.system.partial_rollout and cfg.system.mode != "async":
         yield ("system.partial_rollout: needs system.mode=async (the synchronous loop never "
                "updates weights while a trajectory runs)")  # fmt: skip
+    if cfg.system.deterministic:
+        yield from _deterministic(cfg)
     if cfg.system.backend == "ray" and cfg.system.mode != "async":
         yield ("system.backend: 'ray' runs the asynchronous loop's rollout workers; "
                "set system.mode=async")  # fmt: skip
@@ -322,6 +327,19 @@ def _system(cfg: RecipeConfig) -> Iterator[str]:
         if getattr(cfg.system, name) < 1:
             yield f"system.{name}: must be >= 1, got {getattr(cfg.system, name)}"
     yield from _learners(cfg)
+
+
+def _deterministic(cfg: RecipeConfig) -> Iterator[str]:
+    s = cfg.system
+    if s.mode != "async":
+        yield ("system.deterministic: needs system.mode=async (the synchronous loop always "
+               "repeats exactly)")  # fmt: skip
+    if s.partial_rollout:
+        yield ("system.deterministic: not with system.partial_rollout (which weights arrive "
+               "between two turns is up to timing)")  # fmt: skip
+    if s.backend == "ray":
+        yield ("system.deterministic: not with system.backend=ray yet (its actors' sampling is "
+               "not seeded per round); use system.backend=inprocess")  # fmt: skip
 
 
 def _learners(cfg: RecipeConfig) -> Iterator[str]:

@@ -44,6 +44,12 @@ policy), before any new prompt; those trajectories are counted as ``restarted``.
 trajectory has an id (its group, its place in the group); the learner refuses to take
 one twice, so none is consumed twice, and the balance says none is lost.
 
+Repeatable on demand (``system.deterministic``): no threads; before each take the
+learner's thread itself runs the rounds the admission bound allows, in order, round r on
+worker r mod W, each under the python, numpy and torch generators seeded from (run seed,
+worker, round) and restored afterwards. The queue's contents are then a function of the
+seed, and so is every step.
+
 A learner step whose take is all stale takes again (the workers are rolling out on newer
 weights); one with nothing to train on otherwise (every reward failed) is an *empty step*:
 ``system/empty_step`` 1, counted in the ledger, flagged by ``rlmap diagnose``.
@@ -51,7 +57,9 @@ weights); one with nothing to train on otherwise (every reward failed) is an *em
 
 from __future__ import annotations
 
+import hashlib
 import queue
+import random
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -59,6 +67,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Protocol, TypeVar
 
+import numpy as np
 import torch
 
 from rlmap.core.batch import End, RewardStatus
@@ -241,15 +250,18 @@ class AsyncRunner:
         """Rounds in flight at the checkpoint resumed from, to roll out again first."""
         self.taken: dict[int, int] = {}
         """Per group not yet fully taken by the learner, a bitmask of the samples taken."""
+        self.rounds = 0
+        """Rounds claimed so far (deterministic mode: round r's seed and worker)."""
         if restored is not None:
             self._restore(restored)
         self.stop = threading.Event()
         self.errors: list[BaseException] = []
         self.workers = workers_of(self)
-        self.threads = [
+        self.deterministic = p.cfg.system.deterministic
+        self.threads = [] if self.deterministic else [
             threading.Thread(target=self._work, args=(w,), name=f"rollout-{k}", daemon=True)
             for k, w in enumerate(self.workers)
-        ]
+        ]  # fmt: skip
         for t in self.threads:
             t.start()
 
@@ -276,6 +288,7 @@ class AsyncRunner:
                 "restarted": self.restarted,
                 "empty_steps": self.empty_steps,
                 "taken": [[g, m] for g, m in self.taken.items()],
+                "rounds": self.rounds,
             }
 
     def _restore(self, r: dict[str, Any]) -> None:
@@ -292,6 +305,7 @@ class AsyncRunner:
         group = self.p.cfg.sampling.group_size
         self.restarted = r["restarted"] + sum(n for _, n in self.redo) * group
         self.taken = {int(g): int(m) for g, m in r["taken"]}
+        self.rounds = r["rounds"]
 
     # --- workers -----------------------------------------------------------------------
 
@@ -304,42 +318,66 @@ class AsyncRunner:
             cursor, n = self.cursor, self.prompts
             self.cursor += n
         self.in_flight[cursor] = n
+        self.rounds += 1
         return cursor, n
 
     def _work(self, worker: Worker) -> None:
-        group = self.p.cfg.sampling.group_size
-        failed = 0  # rounds in a row this worker lost
+        failed = [0]  # rounds in a row this worker lost
         try:
-            while (claimed := self.admission.admit(self.prompts * group, self.stop,
+            while (claimed := self.admission.admit(self._size, self.stop,
                                                    self._claim)) is not None:  # fmt: skip
-                cursor, n = claimed
-                started = time.perf_counter()
-                try:
-                    scored = worker.roll(cursor, n)
-                except TrainingError:  # the policy itself is broken: every round would fail
-                    raise
-                except Exception as exc:  # an engine, environment or worker fault: this round
-                    with self.lock, self.counts.lock:
-                        del self.in_flight[cursor]
-                        self.counts.aborted_rounds += 1
-                    self.admission.advance(self.admission.version, n * group)  # slots free
-                    failed += 1
-                    if failed >= FAILED_IN_A_ROW:  # not a passing fault: stop, saying which
-                        raise TrainingError(f"rollout: {failed} rounds in a row failed in a "
-                                            f"worker, the last with {type(exc).__name__}: "
-                                            f"{exc}") from exc  # fmt: skip
-                    continue
-                failed = 0
-                took = time.perf_counter() - started
-                with self.lock, self.counts.lock:  # in flight → queued, as one change
-                    del self.in_flight[cursor]
-                    self.counts.finished += len(scored)
-                    self.counts.finished_tokens += sum(x.episode.action_tokens for x in scored)
-                    self.counts.durations += [took] * len(scored)
-                    for item in numbered(scored, took):
-                        self.queue.put(item)
+                self._run(worker, *claimed, failed)
         except BaseException as exc:  # surfaced by the learner, never swallowed
             self.errors.append(exc)
+
+    @property
+    def _size(self) -> int:
+        return self.prompts * self.p.cfg.sampling.group_size
+
+    def _run(self, worker: Worker, cursor: int, n: int, failed: list[int]) -> None:
+        """One claimed round on ``worker``: its trajectories queued, or the round aborted
+        (``failed[0]``: rounds in a row this worker lost, FAILED_IN_A_ROW stops the run)."""
+        group = self.p.cfg.sampling.group_size
+        started = time.perf_counter()
+        try:
+            scored = worker.roll(cursor, n)
+        except TrainingError:  # the policy itself is broken: every round would fail
+            raise
+        except Exception as exc:  # an engine, environment or worker fault: this round
+            with self.lock, self.counts.lock:
+                del self.in_flight[cursor]
+                self.counts.aborted_rounds += 1
+            self.admission.advance(self.admission.version, n * group)  # its slots free again
+            failed[0] += 1
+            if failed[0] >= FAILED_IN_A_ROW:  # not a passing fault: stop, saying which
+                raise TrainingError(f"rollout: {failed[0]} rounds in a row failed in a "
+                                    f"worker, the last with {type(exc).__name__}: "
+                                    f"{exc}") from exc  # fmt: skip
+            return
+        failed[0] = 0
+        took = time.perf_counter() - started
+        with self.lock, self.counts.lock:  # in flight → queued, as one change
+            del self.in_flight[cursor]
+            self.counts.finished += len(scored)
+            self.counts.finished_tokens += sum(x.episode.action_tokens for x in scored)
+            self.counts.durations += [took] * len(scored)
+            for item in numbered(scored, took):
+                self.queue.put(item)
+
+    def _produce(self) -> None:
+        """Deterministic mode: run every round the admission bound admits now, in order on
+        the calling thread, round r on worker r mod W under seeds of (seed, worker, r)."""
+        failed = [0]
+        while True:
+            a = self.admission
+            with a.cond:
+                if a.started + self._size - a.dropped > (a.version + a.eta + 1) * a.batch:
+                    return
+                a.started += self._size
+                r, k = self.rounds, self.rounds % len(self.workers)
+                cursor, n = self._claim()
+            with seeded(round_seed(self.p.cfg.seed, k, r)):
+                self._run(self.workers[k], cursor, n, failed)
 
     # --- the learner ---------------------------------------------------------------------
 
@@ -348,6 +386,8 @@ class AsyncRunner:
         trajectory taken before (a bug in the bookkeeping) stops the run."""
         items: list[Finished] = []
         started = time.perf_counter()
+        if self.deterministic:
+            self._produce()
         while len(items) < n:
             if self.errors:
                 if isinstance(self.errors[0], TrainingError):  # one line at the CLI
@@ -513,6 +553,29 @@ class ThreadWorker:
 def thread_workers(runner: AsyncRunner) -> list[Worker]:
     """``system.workers`` in-process workers."""
     return [ThreadWorker(runner) for _ in range(runner.p.cfg.system.workers)]
+
+
+def round_seed(seed: int, worker: int, round_: int) -> int:
+    """A seed of its own for each (run seed, worker, round): distinct triples, distinct seeds
+    (below 2⁶³, as torch takes them)."""
+    digest = hashlib.blake2b(f"{seed}/{worker}/{round_}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") >> 1
+
+
+@contextmanager
+def seeded(seed: int) -> Iterator[None]:
+    """Python's, numpy's and torch's generators seeded with ``seed`` inside the block, and
+    as they were afterwards (the learner's own draws do not depend on the rounds run)."""
+    states = random.getstate(), np.random.get_state(), torch.get_rng_state()
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+    try:
+        yield
+    finally:
+        random.setstate(states[0])
+        np.random.set_state(states[1])
+        torch.set_rng_state(states[2])
 
 
 def oldest_version(x: Scored) -> int:
