@@ -76,3 +76,40 @@ def test_partial_rollout_on_ray_keeps_the_staleness_bound(
         oldest = batch.policy_version.masked_fill(~batch.action_mask, 10**9).amin(-1)
         assert int((version - oldest).max()) <= 1
         assert int(batch.policy_version[batch.action_mask].max()) <= version
+
+
+def test_an_actor_killed_mid_episode_under_partial_rollout_costs_its_round_once(
+    tiny_calc_model_dir: Path, tmp_path: Path, toy: Toy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Every environment step waits 1 s, so a round (2 turns) takes over 2 s; the actor is
+    # killed 0.5 s into its third round: it has sampled the first turn of every episode and
+    # is waiting for the tool — it holds partially rolled-out trajectories.
+    import threading
+
+    from rlmap.system import ray_workers
+
+    real = ray_workers.RayWorker.roll
+    calls = {"n": 0}
+    lock = threading.Lock()
+
+    def roll(self: Any, cursor: int, n: int) -> Any:
+        with lock:
+            calls["n"] += 1
+            doomed = calls["n"] == 3
+        if doomed:
+            threading.Timer(0.5, lambda: ray.kill(self.actor)).start()
+        return real(self, cursor, n)
+
+    monkeypatch.setattr(ray_workers.RayWorker, "roll", roll)
+    overrides = [*_sao(toy, tiny_calc_model_dir), "system.partial_rollout=true",
+                 "data.env_latency=fixed:1.0", "optim.steps=4"]  # fmt: skip
+    summary = run_training(build_config("sao", None, overrides), tmp_path / "run")
+    steps = _records(tmp_path / "run")[1:]
+    assert [r["step"] for r in steps] == [1, 2, 3, 4]  # the run went on
+    t = summary["trajectories"]
+    assert t["aborted_rounds"] == 1 and t["aborted"] == 4  # recorded as aborted: 1 prompt × 4
+    pulled = sum(r["sampling/generated"] for r in steps)  # none taken twice (the runner checks)
+    assert t["finished"] == pulled + t["queued_at_end"]
+    assert t["consumed"] + t["stale_dropped"] + t["rejected"] == pulled
+    ledger = json.loads((tmp_path / "run" / "ledger.json").read_text())
+    assert ledger["aborted_rollouts"] == 4 and ledger["rollouts"] == pulled
