@@ -195,6 +195,9 @@ class _Engine:
         self.version = version
         self.loaded.append(version)
 
+    def reseed(self, seed: int | None) -> None:
+        self.seed = seed
+
 
 @pytest.mark.parametrize("partial", [True, False])
 def test_a_partial_rollout_worker_takes_new_weights_between_turns(
@@ -216,6 +219,7 @@ def test_a_partial_rollout_worker_takes_new_weights_between_turns(
     worker = object.__new__(async_loop.ThreadWorker)
     worker.p = SimpleNamespace(cfg=cfg, train=[Example("1+1=", "2")] * 4)  # type: ignore[assignment]
     worker.board, worker.engine = _Board(), _Engine()  # type: ignore[assignment]
-    worker.roll(0, 1)
+    worker.roll(0, 1, seed=17)
+    assert worker.engine.seed == 17  # type: ignore[attr-defined]  # the round's own generator
     loaded = worker.engine.loaded  # type: ignore[attr-defined]
     assert loaded == ([1, 2, 3] if partial else [1])  # the round's start, then each turn

@@ -110,7 +110,7 @@ def test_a_snapshot_brings_back_the_queue_the_rounds_in_flight_and_the_counters(
     rolled: list[tuple[int, int]] = []
 
     class Recorder:
-        def roll(self, cursor: int, n: int) -> list[Scored]:
+        def roll(self, cursor: int, n: int, seed: int) -> list[Scored]:
             rolled.append((cursor, n))
             return [_scored(cursor + i, version=3) for i in range(n) for _ in range(2)]
 
@@ -238,3 +238,26 @@ def test_a_deterministic_round_samples_from_its_own_seed_not_the_learners_genera
             queues.append([(f.uid, f.scored.episode.response_ids) for f in runner.queue.queue])
     assert queues[0] == queues[1] and len(queues[0]) == (2 + 1) * BATCH  # (v + η + 1)·B
     assert len({ids for _, ids in queues[0]}) > 1
+
+
+def test_each_worker_round_gets_its_own_seed_of_seed_worker_and_round(
+    tiny_calc_model_dir: Path, toy: Toy
+) -> None:
+    parts = _parts(toy, tiny_calc_model_dir)  # B = 2: 1 prompt × 2 samples per round
+    seen: list[tuple[int, int, int]] = []  # (worker, cursor, seed)
+
+    class Spy:
+        def __init__(self, k: int) -> None:
+            self.k = k
+
+        def roll(self, cursor: int, n: int, seed: int) -> list[Scored]:
+            seen.append((self.k, cursor, seed))
+            return [_scored(cursor) for _ in range(2)]
+
+    with async_loop.async_runner(parts, LoopState(), workers_of=lambda r: [Spy(0), Spy(1)]) as a:
+        a._take(6)  # three rounds
+    rounds = {cursor: (k, seed) for k, cursor, seed in seen}  # round r rolls prompt r here
+    for r in range(3):
+        k, seed = rounds[r]
+        assert seed == async_loop.round_seed(parts.cfg.seed, k, r)
+    assert len({seed for _, _, seed in seen}) == len(seen)

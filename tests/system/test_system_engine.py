@@ -37,8 +37,11 @@ def engine(
     return HFEngine(model, pad_token_id=PAD, eos_token_id=EOS, dtype=dtype, max_batch=max_batch)
 
 
-def sample(eng: HFEngine, seed: int, **kw: object) -> list[list[Completion]]:
+def sample(eng: HFEngine, seed: int, own: bool = False, **kw: object) -> list[list[Completion]]:
+    """Completions from torch's default generator seeded with ``seed``, or (``own``) from
+    the engine's own generator seeded with it (what the asynchronous loop's workers do)."""
     args: dict = {"n": 3, "max_new_tokens": 8, "temperature": 0.7, "top_p": 1.0, **kw}
+    eng.reseed(seed if own else None)
     torch.manual_seed(seed)
     return eng.generate(PROMPTS, **args)
 
@@ -78,10 +81,14 @@ def test_response_lengths_cut_after_first_eos() -> None:
 # --- behaviour log-probs ------------------------------------------------------------------
 
 
-def test_logprobs_equal_tempered_recomputation_across_chunks() -> None:
+OWN = pytest.mark.parametrize("own", [False, True], ids=["default-generator", "own-generator"])
+
+
+@OWN
+def test_logprobs_equal_tempered_recomputation_across_chunks(own: bool) -> None:
     model = tiny_model()
     eng = engine(model, max_batch=4)  # 3 prompts x 3 samples = 9 sequences -> chunks of 4, 4, 1
-    for c in flat(sample(eng, seed=1, temperature=0.7)):
+    for c in flat(sample(eng, seed=1, own=own, temperature=0.7)):
         want = step_logits(model, c).div(0.7).log_softmax(-1)
         want = want.gather(-1, torch.tensor(c.response_ids)[:, None]).squeeze(-1)
         assert len(c.logprobs) == len(c.response_ids) > 0
@@ -94,9 +101,10 @@ def nucleus_mass(probs: Tensor, top_p: float) -> Tensor:
     return (p * ((p.cumsum(-1) - p) < top_p)).sum(-1)
 
 
-def test_top_p_samples_inside_nucleus_with_renormalised_logprob() -> None:
+@OWN
+def test_top_p_samples_inside_nucleus_with_renormalised_logprob(own: bool) -> None:
     model, top_p, temperature = tiny_model(), 0.3, 0.5
-    for c in flat(sample(engine(model), seed=2, temperature=temperature, top_p=top_p)):
+    for c in flat(sample(engine(model), seed=2, own=own, temperature=temperature, top_p=top_p)):
         probs = step_logits(model, c).div(temperature).softmax(-1)  # (L, V)
         chosen = probs.gather(-1, torch.tensor(c.response_ids)[:, None]).squeeze(-1)  # (L,)
         mass_above = (probs * (probs > chosen[:, None])).sum(-1)
@@ -108,9 +116,10 @@ def test_top_p_samples_inside_nucleus_with_renormalised_logprob() -> None:
         assert (got > chosen.log() + 0.1).all()  # the nucleus holds well under e^-0.1 of the mass
 
 
-def test_greedy_decodes_argmax_with_raw_logprobs() -> None:
+@OWN
+def test_greedy_decodes_argmax_with_raw_logprobs(own: bool) -> None:
     model = tiny_model()
-    for c in flat(sample(engine(model), seed=3, temperature=0.0, n=2)):
+    for c in flat(sample(engine(model), seed=3, own=own, temperature=0.0, n=2)):
         log_p = step_logits(model, c).log_softmax(-1)  # raw softmax: no temperature at greedy
         assert list(c.response_ids) == log_p.argmax(-1).tolist()
         torch.testing.assert_close(torch.tensor(c.logprobs), log_p.amax(-1), atol=1e-4, rtol=0)
@@ -193,6 +202,35 @@ def test_same_seed_same_completions_and_layout() -> None:
     assert [len(g) for g in a] == [3, 3, 3]
     assert [[x.prompt_ids for x in g] for g in a] == [[tuple(p)] * 3 for p in PROMPTS]
     assert len({x.response_ids for x in a[0]}) > 1  # the n samples differ
+
+
+@OWN
+def test_samples_follow_the_tempered_distribution(own: bool) -> None:
+    # 4,000 one-token samples of one prompt at T = 0.3: their frequencies are softmax(z/T)'s,
+    # up to sampling noise (total variation about 0.04 here); the untempered softmax(z) lies
+    # 0.23 away, so a draw that skipped the temperature would fail.
+    model, eng = tiny_model(), engine(tiny_model())
+    eng.reseed(11 if own else None)
+    torch.manual_seed(12)
+    (group,) = eng.generate([PROMPTS[0]], n=4000, max_new_tokens=1, temperature=0.3, top_p=1.0)
+    with torch.no_grad():
+        probs = model(torch.tensor([PROMPTS[0]])).logits[0, -1].float().div(0.3).softmax(-1)
+    first = torch.tensor([c.response_ids[0] for c in group])
+    counts = torch.bincount(first, minlength=len(probs))
+    assert 0.5 * (counts / 4000 - probs).abs().sum() < 0.1
+
+
+def test_an_engine_with_its_own_generator_repeats_and_leaves_torchs_alone() -> None:
+    eng = engine(tiny_model())
+    state = torch.get_rng_state()
+    eng.reseed(5)
+    a = eng.generate(PROMPTS, n=2, max_new_tokens=5, temperature=1.0, top_p=0.9)
+    assert torch.equal(torch.get_rng_state(), state)  # torch's default generator untouched
+    torch.manual_seed(123)  # whatever the default generator holds, the seed decides
+    eng.reseed(5)
+    assert eng.generate(PROMPTS, n=2, max_new_tokens=5, temperature=1.0, top_p=0.9) == a
+    eng.reseed(6)
+    assert eng.generate(PROMPTS, n=2, max_new_tokens=5, temperature=1.0, top_p=0.9) != a
 
 
 def test_restoring_rng_state_reproduces_rollouts() -> None:

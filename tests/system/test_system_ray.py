@@ -36,11 +36,11 @@ def test_sao_runs_with_ray_actors_as_workers_and_a_killed_actor_costs_one_round(
     real = ray_workers.RayWorker.roll
     calls = {"n": 0}
 
-    def roll(self: Any, cursor: int, n: int) -> Any:
+    def roll(self: Any, cursor: int, n: int, seed: int) -> Any:
         calls["n"] += 1
         if calls["n"] == 2:  # kill this actor while it is wanted: the round is lost
             ray.kill(self.actor)
-        return real(self, cursor, n)
+        return real(self, cursor, n, seed)
 
     monkeypatch.setattr(ray_workers.RayWorker, "roll", roll)
     summary = run_training(build_config("sao", None, _sao(toy, tiny_calc_model_dir)),
@@ -92,13 +92,13 @@ def test_an_actor_killed_mid_episode_under_partial_rollout_costs_its_round_once(
     calls = {"n": 0}
     lock = threading.Lock()
 
-    def roll(self: Any, cursor: int, n: int) -> Any:
+    def roll(self: Any, cursor: int, n: int, seed: int) -> Any:
         with lock:
             calls["n"] += 1
             doomed = calls["n"] == 3
         if doomed:
             threading.Timer(0.5, lambda: ray.kill(self.actor)).start()
-        return real(self, cursor, n)
+        return real(self, cursor, n, seed)
 
     monkeypatch.setattr(ray_workers.RayWorker, "roll", roll)
     overrides = [*_sao(toy, tiny_calc_model_dir), "system.partial_rollout=true",

@@ -281,6 +281,25 @@ def test_a_seed_repeats_the_samples_and_another_seed_does_not(engine: VLLMEngine
     assert first == again
 
 
+def test_a_view_with_its_own_generator_repeats_whatever_torchs_generator_holds(
+    engine: VLLMEngine, policy: torch.nn.Module
+) -> None:
+    # (vLLM in this process still draws from torch's generator inside a call; the samples
+    # do not depend on it: every request has its seed.)
+    view = PinnedView(engine, 0, {k: v.clone() for k, v in policy.state_dict().items()})
+
+    def ids(seed: int) -> list[tuple[int, ...]]:
+        view.reseed(seed)
+        out = view.generate(PROMPTS, n=4, max_new_tokens=8, temperature=1.5, top_p=1.0)
+        return [c.response_ids for c in flat(out)]
+
+    torch.manual_seed(1)
+    first = ids(21)
+    torch.manual_seed(2)  # whatever torch's generator holds, the view's seed decides
+    assert ids(21) == first and ids(22) != first
+    assert engine.generator is None  # lent to the engine for the call only
+
+
 def test_pinned_views_each_sample_from_their_own_weights(
     engine: VLLMEngine, policy: torch.nn.Module
 ) -> None:

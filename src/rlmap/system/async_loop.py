@@ -259,8 +259,8 @@ class AsyncRunner:
         self.workers = workers_of(self)
         self.deterministic = p.cfg.system.deterministic
         self.threads = [] if self.deterministic else [
-            threading.Thread(target=self._work, args=(w,), name=f"rollout-{k}", daemon=True)
-            for k, w in enumerate(self.workers)
+            threading.Thread(target=self._work, args=(k,), name=f"rollout-{k}", daemon=True)
+            for k in range(len(self.workers))
         ]  # fmt: skip
         for t in self.threads:
             t.start()
@@ -309,9 +309,9 @@ class AsyncRunner:
 
     # --- workers -----------------------------------------------------------------------
 
-    def _claim(self) -> tuple[int, int]:
-        """The next round's prompts (cursor, n): a round to redo, else the next fresh ones;
-        called under ``self.lock``."""
+    def _claim(self) -> tuple[int, int, int]:
+        """The next round's prompts (cursor, n) — a round to redo, else the next fresh ones
+        — and its number; called under ``self.lock``."""
         if self.redo:
             cursor, n = self.redo.pop(0)
         else:
@@ -319,14 +319,14 @@ class AsyncRunner:
             self.cursor += n
         self.in_flight[cursor] = n
         self.rounds += 1
-        return cursor, n
+        return cursor, n, self.rounds - 1
 
-    def _work(self, worker: Worker) -> None:
+    def _work(self, k: int) -> None:
         failed = [0]  # rounds in a row this worker lost
         try:
             while (claimed := self.admission.admit(self._size, self.stop,
                                                    self._claim)) is not None:  # fmt: skip
-                self._run(worker, *claimed, failed)
+                self._run(k, *claimed, failed)
         except BaseException as exc:  # surfaced by the learner, never swallowed
             self.errors.append(exc)
 
@@ -334,13 +334,14 @@ class AsyncRunner:
     def _size(self) -> int:
         return self.prompts * self.p.cfg.sampling.group_size
 
-    def _run(self, worker: Worker, cursor: int, n: int, failed: list[int]) -> None:
-        """One claimed round on ``worker``: its trajectories queued, or the round aborted
-        (``failed[0]``: rounds in a row this worker lost, FAILED_IN_A_ROW stops the run)."""
+    def _run(self, k: int, cursor: int, n: int, r: int, failed: list[int]) -> None:
+        """Round ``r`` on worker ``k``, sampling from its own generator seeded from (run
+        seed, k, r): its trajectories queued, or the round aborted (``failed[0]``: rounds
+        in a row this worker lost, FAILED_IN_A_ROW stops the run)."""
         group = self.p.cfg.sampling.group_size
         started = time.perf_counter()
         try:
-            scored = worker.roll(cursor, n)
+            scored = self.workers[k].roll(cursor, n, round_seed(self.p.cfg.seed, k, r))
         except TrainingError:  # the policy itself is broken: every round would fail
             raise
         except Exception as exc:  # an engine, environment or worker fault: this round
@@ -374,10 +375,10 @@ class AsyncRunner:
                 if a.started + self._size - a.dropped > (a.version + a.eta + 1) * a.batch:
                     return
                 a.started += self._size
-                r, k = self.rounds, self.rounds % len(self.workers)
-                cursor, n = self._claim()
-            with seeded(round_seed(self.p.cfg.seed, k, r)):
-                self._run(self.workers[k], cursor, n, failed)
+                k = self.rounds % len(self.workers)
+                cursor, n, r = self._claim()
+            with seeded(round_seed(self.p.cfg.seed, k, r)):  # the environments' draws too
+                self._run(k, cursor, n, r, failed)
 
     # --- the learner ---------------------------------------------------------------------
 
@@ -515,9 +516,10 @@ class AsyncRunner:
 
 class Worker(Protocol):
     """One rollout worker: rolls out prompts ``cursor .. cursor + n − 1`` on the newest
-    published weights and returns them scored; raises on a fault (the round is lost)."""
+    published weights, sampling from a generator seeded with ``seed``, and returns them
+    scored; raises on a fault (the round is lost)."""
 
-    def roll(self, cursor: int, n: int) -> list[Scored]: ...
+    def roll(self, cursor: int, n: int, seed: int) -> list[Scored]: ...
 
 
 class ThreadWorker:
@@ -542,9 +544,10 @@ class ThreadWorker:
         if version != self.engine.version:
             self.engine.set_weights(state, version)
 
-    def roll(self, cursor: int, n: int) -> list[Scored]:
+    def roll(self, cursor: int, n: int, seed: int) -> list[Scored]:
         p = self.p
         self.refresh()
+        self.engine.reseed(seed)
         examples = next_prompts(p.train, cursor, n, p.cfg.seed)
         partial = self.refresh if p.cfg.system.partial_rollout else None
         return rollout_round(p, examples, cursor, engine=self.engine, before_turn=partial)

@@ -49,6 +49,11 @@ class RolloutEngine(Protocol):
         """The weight version the next ``generate`` samples from."""
         ...
 
+    def reseed(self, seed: int | None) -> None:
+        """Sample from a generator of the engine's own seeded with ``seed`` from now on
+        (None: torch's default generator)."""
+        ...
+
     def generate(
         self,
         prompts: Sequence[Sequence[int]],

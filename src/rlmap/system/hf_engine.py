@@ -25,19 +25,32 @@ value explicitly — ``top_k=0`` is what disables top-k (``None`` would inherit)
 
 Randomness: sampling draws from torch's default generator of the model's device
 (``torch.multinomial``), so saving and restoring the torch RNG state reproduces the
-rollouts exactly.
+rollouts exactly. An engine given a generator of its own (:meth:`HFEngine.reseed`: the
+asynchronous loop's workers, one per round) draws from that instead and touches no
+global generator: ``generate`` then runs greedy over our own chain — temperature and
+top-p (transformers' own warpers, in its order), then :class:`OwnDraw`, which samples
+o_t from the processed scores with the engine's generator, keeps log μ(o_t), and hands
+back scores whose argmax is o_t.
 """
 
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, cast
 
 import torch
 from torch import Tensor
-from transformers import GenerationConfig, GenerationMixin, LogitsProcessor, PreTrainedModel
+from transformers import (
+    GenerationConfig,
+    GenerationMixin,
+    LogitsProcessor,
+    PreTrainedModel,
+    TemperatureLogitsWarper,
+    TopPLogitsWarper,
+)
 
 from rlmap.core.errors import TrainingError
 from rlmap.system.engine import Completion
@@ -90,6 +103,17 @@ class HFEngine:
         self.shares_policy = parameter_dtype(model) == dtype and not own_copy and not is_lora(model)
         self.model = generative(model) if self.shares_policy else cast_copy(model, dtype)
         self._version = 0
+        self.generator: torch.Generator | None = None
+        """Sampling's own generator (:meth:`reseed`); None: torch's default one."""
+
+    def reseed(self, seed: int | None) -> None:
+        """Sample from a generator of the engine's own seeded with ``seed`` from now on
+        (None: torch's default generator again)."""
+        if seed is None:
+            self.generator = None
+            return
+        device = next(self.model.parameters()).device
+        self.generator = torch.Generator(device=device).manual_seed(seed)
 
     @property
     def version(self) -> int:
@@ -140,24 +164,33 @@ class HFEngine:
             prompts, n=n, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p
         )
         stops = tuple(dict.fromkeys((*self.eos_token_ids, *stop_token_ids)))
+        own = self.generator is not None and temperature > 0  # our draw, greedy generate
         config = sampling_config(
             max_new_tokens=max_new_tokens,
-            temperature=temperature,
+            temperature=0.0 if own else temperature,
             top_p=top_p,
             pad_token_id=self.pad_token_id,
             eos_token_ids=stops,
         )
+        warpers = (TemperatureLogitsWarper(temperature), TopPLogitsWarper(top_p)) if own else ()
         # the n samples of a prompt are adjacent, so regrouping is slicing
         flat = [tuple(p) for p in prompts for _ in range(n)]
         completions: list[Completion] = []
         with rollout_mode(self.model):
             for start in range(0, len(flat), self.max_batch):
                 chunk = flat[start : start + self.max_batch]
-                completions += self._generate_chunk(chunk, config, stops)
+                draw = OwnDraw(self.generator) if own and self.generator is not None else None
+                chain = [FiniteScores(), *warpers, *([draw] if draw is not None else [])]
+                completions += self._generate_chunk(chunk, config, stops, chain, draw)
         return [completions[i * n : (i + 1) * n] for i in range(len(prompts))]
 
     def _generate_chunk(
-        self, prompts: list[tuple[int, ...]], config: GenerationConfig, stops: Sequence[int]
+        self,
+        prompts: list[tuple[int, ...]],
+        config: GenerationConfig,
+        stops: Sequence[int],
+        chain: list[LogitsProcessor],
+        draw: OwnDraw | None,
     ) -> list[Completion]:
         """One ``generate`` call on at most ``max_batch`` prompts."""
         device = next(self.model.parameters()).device
@@ -165,9 +198,12 @@ class HFEngine:
         with recording(self.model) as calls:  # MoE routers only; nothing for a dense model
             out = self.model.generate(input_ids=input_ids, attention_mask=attention_mask,
                                       generation_config=config,
-                                      logits_processor=[FiniteScores()])  # fmt: skip
+                                      logits_processor=chain)  # fmt: skip
         tokens = out.sequences[:, input_ids.shape[1] :]  # (B, T)
-        logprobs = sampled_logprobs(out.scores, tokens)  # (B, T)
+        if draw is not None:  # (B, T): the draws' log μ (the scores returned were forced)
+            logprobs = torch.stack(draw.logprobs, dim=1)
+        else:
+            logprobs = sampled_logprobs(out.scores, tokens)  # (B, T)
         lengths, ended = response_lengths(tokens, stops)  # (B,), (B,)
         packed = torch.cat([lengths[:, None], ended[:, None].long(), tokens], dim=1).tolist()
         routes = _sequence_routes(calls, prompts, lengths.tolist(), input_ids.shape[1])
@@ -197,6 +233,24 @@ def _sequence_routes(
     full = torch.cat([full, unrouted], dim=1)
     return [full[i, width - len(p) : width + n].clone()
             for i, (p, n) in enumerate(zip(prompts, lengths, strict=True))]  # fmt: skip
+
+
+class OwnDraw(LogitsProcessor):
+    """The last link of the chain when an engine has a generator of its own: draws o_t ~
+    softmax(s_t) from the processed scores s_t (after temperature and top-p) with that
+    generator, keeps log μ(o_t) = s_t[o_t] − logsumexp(s_t) in ``logprobs``, and returns
+    scores that are 0 at o_t and −inf elsewhere, so that greedy ``generate`` picks o_t."""
+
+    def __init__(self, generator: torch.Generator) -> None:
+        self.generator = generator
+        self.logprobs: list[Tensor] = []
+        """Per step, (B,) float32 log μ of the drawn tokens."""
+
+    def __call__(self, input_ids: Tensor, scores: Tensor) -> Tensor:
+        logp = torch.log_softmax(scores.float(), dim=-1)  # (B, V)
+        token = torch.multinomial(logp.exp(), 1, generator=self.generator)  # (B, 1)
+        self.logprobs.append(logp.gather(-1, token).squeeze(-1))
+        return torch.full_like(scores, -math.inf).scatter_(-1, token, 0.0)
 
 
 class FiniteScores(LogitsProcessor):

@@ -64,13 +64,21 @@ class RolloutActor:
         self.p = setup.build(rollout_config(cfg), Path(start), reward_path=reward)
 
     def rollout(
-        self, cursor: int, n: int, version: int, state: dict[str, Any], newest: Any = None
+        self,
+        cursor: int,
+        n: int,
+        version: int,
+        state: dict[str, Any],
+        newest: Any = None,
+        seed: int | None = None,
     ) -> list[Scored]:
-        """Prompts ``cursor .. cursor + n − 1`` on weights ``version``; with ``newest`` (partial
-        rollout: the driver's board of the newest weights) new weights between turns."""
+        """Prompts ``cursor .. cursor + n − 1`` on weights ``version``, sampling from a
+        generator seeded with ``seed``; with ``newest`` (partial rollout: the driver's board
+        of the newest weights) new weights between turns."""
         from rlmap.system.sync import next_prompts, rollout_round
 
         self._load(version, state)
+        self.p.engine.reseed(seed)
         refresh = None if newest is None else (lambda: self._refresh(newest))
         examples = next_prompts(self.p.train, cursor, n, self.p.cfg.seed)
         return rollout_round(self.p, examples, cursor, before_turn=refresh)
@@ -117,9 +125,9 @@ class RayWorker:
         actor_class = self.ray.remote(num_cpus=1)(RolloutActor)
         return actor_class.remote(*self.args)
 
-    def roll(self, cursor: int, n: int) -> list[Scored]:
+    def roll(self, cursor: int, n: int, seed: int) -> list[Scored]:
         version, ref = self.shared.latest()
-        call = self.actor.rollout.remote(cursor, n, version, ref, self.shared.newest)
+        call = self.actor.rollout.remote(cursor, n, version, ref, self.shared.newest, seed)
         try:
             result: list[Scored] = self.ray.get(call)
         except self.ray.exceptions.RayActorError:  # the actor died: a fresh one, round lost

@@ -117,6 +117,8 @@ class VLLMEngine:
         )
         self._vllm = vllm
         self._version = 0
+        self.generator: torch.Generator | None = None
+        """Where the requests' seeds come from (:meth:`reseed`); None: torch's default one."""
         self.lock = threading.RLock()
         """Held for every call into vLLM: it is not safe to call from two threads at once."""
         self.names = frozenset(rollout_weights(model))
@@ -148,6 +150,11 @@ class VLLMEngine:
     def version(self) -> int:
         """The weight version the next ``generate`` samples from."""
         return self._version
+
+    def reseed(self, seed: int | None) -> None:
+        """Draw the requests' seeds from a generator of the engine's own seeded with ``seed``
+        (None: torch's default generator again)."""
+        self.generator = None if seed is None else torch.Generator().manual_seed(seed)
 
     def update_weights(self, model: torch.nn.Module, version: int) -> None:
         """Sample from ``model``'s weights (merged, for a LoRA policy) from now on."""
@@ -200,7 +207,7 @@ class VLLMEngine:
                                 f"most {MAX_LEN}); shorten the prompts or the turns")  # fmt: skip
         stops = list(dict.fromkeys((*self.eos_token_ids, *stop_token_ids)))
         flat = [tuple(p) for p in prompts for _ in range(n)]
-        seeds = torch.randint(0, SEED_BOUND, (len(flat),)).tolist()  # torch's default generator
+        seeds = torch.randint(0, SEED_BOUND, (len(flat),), generator=self.generator).tolist()
         greedy = temperature == 0
         params = [
             self._vllm.SamplingParams(
@@ -264,6 +271,12 @@ class PinnedView:
     def __init__(self, engine: VLLMEngine, version: int, weights: Pinned) -> None:
         self.engine = engine
         self._version, self._weights = version, weights
+        self.generator: torch.Generator | None = None
+        """This view's own seed generator (:meth:`reseed`), lent to the engine per call."""
+
+    def reseed(self, seed: int | None) -> None:
+        """As :meth:`VLLMEngine.reseed`, for this view's calls only."""
+        self.generator = None if seed is None else torch.Generator().manual_seed(seed)
 
     @property
     def version(self) -> int:
@@ -299,9 +312,13 @@ class PinnedView:
                     self.engine.set_weights(w, self._version)
                 else:
                     self.engine.update_weights(w, self._version)
-            return self.engine.generate(prompts, n=n, max_new_tokens=max_new_tokens,
-                                        temperature=temperature, top_p=top_p,
-                                        stop_token_ids=stop_token_ids)  # fmt: skip
+            shared, self.engine.generator = self.engine.generator, self.generator
+            try:
+                return self.engine.generate(prompts, n=n, max_new_tokens=max_new_tokens,
+                                            temperature=temperature, top_p=top_p,
+                                            stop_token_ids=stop_token_ids)  # fmt: skip
+            finally:
+                self.engine.generator = shared
 
 
 def engine_context(model: torch.nn.Module) -> int:
