@@ -141,3 +141,18 @@ def test_efficiency_benchmark_on_vllm_runs_at_toy_size(
     assert "rollout on vllm: 8 sequences" in out
     positive(r"rollout_round / VLLMEngine.generate: generate_time / round_time = ([\d.]+)", out)
     positive(r"update_policy \(headline\) .* bare/this = ([\d.]+)", out)
+
+
+def test_async_seeds_benchmark_runs_at_toy_size(
+    tiny_calc_model_dir: Path, tmp_path: Path, toy: Callable[..., list[str]]
+) -> None:
+    extra = [*toy(tiny_calc_model_dir, steps=3), "data.max_turns=2", "generation.max_new_tokens=6",
+             "critic.warmup_steps=1", "run.eval_every=3"]  # fmt: skip
+    out = run_script("async_seeds.py", "--train", "--root", str(tmp_path), "--seeds", "1",
+                     "--steps", "3", "--extra", *extra)  # fmt: skip
+    rows = [line for line in out.splitlines() if line.startswith("| lognormal") or
+            line.startswith("| pareto")]  # fmt: skip
+    assert len(rows) == 2
+    for row in rows:
+        ratio = float(row.split("|")[2].split()[0])
+        assert ratio > 0 and "%" in row.split("|")[4]

@@ -3,6 +3,7 @@ flight, the admission counters and the balance come back from the checkpoint."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import os
@@ -211,19 +212,29 @@ def test_round_seeds_differ_by_seed_worker_and_round() -> None:
 def test_a_seeded_round_leaves_the_learners_generators_as_they_were() -> None:
     import random
 
-    torch.manual_seed(7)
-    random.seed(7)
-    expected = torch.rand(3), random.random()
-    torch.manual_seed(7)
-    random.seed(7)
+    import numpy as np
+
+    def draws() -> tuple[torch.Tensor, float, float]:
+        return torch.rand(3), random.random(), float(np.random.rand())
+
+    def seed_all() -> None:
+        torch.manual_seed(7)
+        random.seed(7)
+        np.random.seed(7)
+
+    seed_all()
+    expected = draws()
+    seed_all()
     with async_loop.seeded(123):
-        inside = torch.rand(3)
+        inside = draws()
     with async_loop.seeded(123):
-        assert torch.equal(torch.rand(3), inside)  # the same seed, the same draws
-    assert torch.equal(torch.rand(3), expected[0]) and random.random() == expected[1]
+        again = draws()  # the same seed, the same draws
+    assert torch.equal(again[0], inside[0]) and again[1:] == inside[1:]
+    after = draws()  # and the learner's generators go on as if no round had run
+    assert torch.equal(after[0], expected[0]) and after[1:] == expected[1:]
 
 
-def test_a_deterministic_round_samples_from_its_own_seed_not_the_learners_generator(
+def test_a_deterministic_rounds_samples_depend_on_its_seed_not_the_learners_draws(
     tiny_calc_model_dir: Path, toy: Toy
 ) -> None:
     cfg = build_config("sao", None, [*_args(toy, tiny_calc_model_dir),
@@ -261,3 +272,112 @@ def test_each_worker_round_gets_its_own_seed_of_seed_worker_and_round(
         k, seed = rounds[r]
         assert seed == async_loop.round_seed(parts.cfg.seed, k, r)
     assert len({seed for _, _, seed in seen}) == len(seen)
+
+
+# --- what a review found -------------------------------------------------------------------
+
+
+def _within(seconds: float, fn: Callable[[], Any]) -> Any:
+    """``fn()``'s result, failing (not hanging) when it takes longer than ``seconds``."""
+    import threading
+
+    out: list[Any] = []
+    thread = threading.Thread(target=lambda: out.append(fn()), daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert out, f"still waiting after {seconds} s"
+    return out[0]
+
+
+class _Fresh:
+    """A worker whose every round samples 2 trajectories of its prompt on the board's
+    weights; ``fail`` rounds raise first."""
+
+    def __init__(self, runner: async_loop.AsyncRunner, fail: int = 0) -> None:
+        self.runner, self.fail = runner, fail
+
+    def roll(self, cursor: int, n: int, seed: int) -> list[Scored]:
+        if self.fail:
+            self.fail -= 1
+            raise RuntimeError("tool server down")
+        version = self.runner.board.version
+        return [_scored(cursor + i, version) for i in range(n) for _ in range(2)]
+
+
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_a_take_that_fills_the_bound_with_stale_work_frees_it_and_takes_fresh(
+    deterministic: bool, tiny_calc_model_dir: Path, toy: Toy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # η = 0, B = 2: at version 2 the bound admits (2 + 0 + 1)·2 = 6, and 6 are started; the
+    # queue holds 2 stale ones. Before, the stale slots came free only after the step, so
+    # the take-again waited for ever for rounds no worker could start.
+    parts = _parts(toy, tiny_calc_model_dir)
+    cfg = parts.cfg.model_copy(update={
+        "behaviour": dataclasses.replace(parts.cfg.behaviour, max_staleness=0),
+        "system": dataclasses.replace(parts.cfg.system, deterministic=deterministic,
+                                      partial_rollout=False)})  # fmt: skip
+    parts = dataclasses.replace(parts, cfg=cfg)
+    monkeypatch.setattr(async_loop, "learn", lambda p, batch, state: {})
+    state = LoopState(step=2, cursor=3)
+    with async_loop.async_runner(parts, state, workers_of=lambda r: []) as before:
+        before.admission.started = 6  # the bound is full before any worker starts
+        for k in range(2):
+            before.queue.put(async_loop.Finished(_scored(0, version=1), 0.0, k))
+        full = before.snapshot()
+    with async_loop.async_runner(parts, state, workers_of=lambda r: [_Fresh(r)],
+                                 restored=full) as runner:  # fmt: skip
+        _, metrics = _within(30, lambda: runner.step(state))
+    assert metrics["system/stale_dropped"] == 2 and metrics["sampling/kept"] == 2
+
+
+def test_an_aborted_round_frees_its_slots(
+    tiny_calc_model_dir: Path, toy: Toy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    parts = _parts(toy, tiny_calc_model_dir)
+    cfg = parts.cfg.model_copy(
+        update={
+            "behaviour": dataclasses.replace(parts.cfg.behaviour, max_staleness=0),
+            "system": dataclasses.replace(parts.cfg.system, partial_rollout=False, workers=1),
+        }
+    )
+    parts = dataclasses.replace(parts, cfg=cfg)
+    monkeypatch.setattr(async_loop, "learn", lambda p, batch, state: {})
+    with async_loop.async_runner(
+        parts, LoopState(), workers_of=lambda r: [_Fresh(r, fail=1)]
+    ) as runner:
+        _, metrics = _within(30, lambda: runner.step(LoopState()))  # (0 + 0 + 1)·2 admitted
+        snapshot = runner.snapshot()
+    assert metrics["sampling/kept"] == 2
+    assert snapshot["aborted_rounds"] == 1 and snapshot["dropped"] == 2
+
+
+def test_rounds_still_to_redo_are_not_subtracted_or_counted_twice(
+    tiny_calc_model_dir: Path, toy: Toy
+) -> None:
+    parts = _parts(toy, tiny_calc_model_dir)
+    with async_loop.async_runner(parts, LoopState(step=3, cursor=7), workers_of=lambda r: []) as a:
+        a.in_flight[6] = 1
+        a.admission.started = 14
+        first = a.snapshot()
+    assert first["started"] == 12 and first["lost"] == 2
+    with async_loop.async_runner(parts, LoopState(step=3, cursor=7), workers_of=lambda r: [],
+                                 restored=first) as b:  # fmt: skip
+        second = b.snapshot()  # checkpointed again before the redo round restarted
+        assert b.restarted == 2
+    assert second["started"] == 12 and second["redo"] == [[6, 1]] and second["lost"] == 0
+    with async_loop.async_runner(parts, LoopState(step=3, cursor=7), workers_of=lambda r: [],
+                                 restored=second) as c:  # fmt: skip
+        assert c.restarted == 2 and c.admission.started == 12
+
+
+def test_a_restored_runner_remembers_what_was_taken(tiny_calc_model_dir: Path, toy: Toy) -> None:
+    parts = _parts(toy, tiny_calc_model_dir)
+    with async_loop.async_runner(parts, LoopState(), workers_of=lambda r: []) as a:
+        a.queue.put(async_loop.Finished(_scored(5), 0.0, 0))
+        a._take(1)  # (5, 0) taken before the checkpoint
+        snapshot = a.snapshot()
+    with async_loop.async_runner(parts, LoopState(), workers_of=lambda r: [],
+                                 restored=snapshot) as b:  # fmt: skip
+        b.queue.put(async_loop.Finished(_scored(5), 0.0, 0))
+        with pytest.raises(RuntimeError, match=r"\(5, 0\) was taken twice"):
+            b._take(1)

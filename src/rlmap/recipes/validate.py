@@ -323,6 +323,11 @@ def _system(cfg: RecipeConfig) -> Iterator[str]:
         yield (f"sampling.filter: '{cfg.sampling.filter}' filters whole groups, but the "
                "asynchronous queue consumes trajectories as they finish, not groups; use "
                "sampling.filter=none with system.mode=async")  # fmt: skip
+    bound = cfg.behaviour.max_staleness + 1
+    if cfg.system.mode == "async" and cfg.system.publish_every > bound:
+        yield (f"system.publish_every: {cfg.system.publish_every} steps between publications "
+               f"exceed behaviour.max_staleness + 1 = {bound}: before each publication "
+               "every queued trajectory would be too stale to consume")  # fmt: skip
     for name in ("workers", "publish_every", "learners"):
         if getattr(cfg.system, name) < 1:
             yield f"system.{name}: must be >= 1, got {getattr(cfg.system, name)}"
@@ -338,8 +343,9 @@ def _deterministic(cfg: RecipeConfig) -> Iterator[str]:
         yield ("system.deterministic: not with system.partial_rollout (which weights arrive "
                "between two turns is up to timing)")  # fmt: skip
     if s.backend == "ray":
-        yield ("system.deterministic: not with system.backend=ray yet (its actors' sampling is "
-               "not seeded per round); use system.backend=inprocess")  # fmt: skip
+        yield ("system.deterministic: not with system.backend=ray yet (the actors' own python, "
+               "numpy and torch generators, which environments draw from, are not seeded per "
+               "round); use system.backend=inprocess")  # fmt: skip
 
 
 def _learners(cfg: RecipeConfig) -> Iterator[str]:

@@ -143,6 +143,13 @@ class Admission:
             self.version, self.dropped = version, self.dropped + dropped
             self.cond.notify_all()
 
+    def release(self, n: int) -> None:
+        """``n`` admitted trajectories will never be consumed (aborted, or dropped as stale):
+        their slots are free again."""
+        with self.cond:
+            self.dropped += n
+            self.cond.notify_all()
+
 
 @dataclass(frozen=True)
 class Finished:
@@ -271,11 +278,12 @@ class AsyncRunner:
         """What a resumed runner needs to go on exactly (module docstring), as plain values.
         Taken by the learner between its steps (so nothing is being consumed)."""
         with self.lock, self.counts.lock:
-            rounds = sorted(self.in_flight.items()) + self.redo
-            lost = sum(n for _, n in rounds) * self.p.cfg.sampling.group_size
+            lost = sum(self.in_flight.values()) * self.p.cfg.sampling.group_size
+            rounds = sorted(self.in_flight.items()) + self.redo  # then those not redone yet
             return {
                 "queue": [f.to_record() for f in list(self.queue.queue)],
                 "redo": [[c, n] for c, n in rounds],
+                "lost": lost,
                 "started": self.admission.started - lost,  # the redone are admitted anew
                 "dropped": self.admission.dropped,
                 "cursor": self.cursor,
@@ -302,8 +310,7 @@ class AsyncRunner:
         c.aborted_rounds = r["aborted_rounds"]
         self.consumed, self.stale_dropped = r["consumed"], r["stale_dropped"]
         self.rejected, self.empty_steps = r["rejected"], r["empty_steps"]
-        group = self.p.cfg.sampling.group_size
-        self.restarted = r["restarted"] + sum(n for _, n in self.redo) * group
+        self.restarted = r["restarted"] + r["lost"]  # those still to redo were counted before
         self.taken = {int(g): int(m) for g, m in r["taken"]}
         self.rounds = r["rounds"]
 
@@ -345,10 +352,10 @@ class AsyncRunner:
         except TrainingError:  # the policy itself is broken: every round would fail
             raise
         except Exception as exc:  # an engine, environment or worker fault: this round
-            with self.lock, self.counts.lock:
+            with self.lock, self.counts.lock:  # one change, as a snapshot must see it
                 del self.in_flight[cursor]
                 self.counts.aborted_rounds += 1
-            self.admission.advance(self.admission.version, n * group)  # its slots free again
+                self.admission.release(n * group)  # its slots are free again
             failed[0] += 1
             if failed[0] >= FAILED_IN_A_ROW:  # not a passing fault: stop, saying which
                 raise TrainingError(f"rollout: {failed[0]} rounds in a row failed in a "
@@ -387,9 +394,12 @@ class AsyncRunner:
         trajectory taken before (a bug in the bookkeeping) stops the run."""
         items: list[Finished] = []
         started = time.perf_counter()
-        if self.deterministic:
-            self._produce()
         while len(items) < n:
+            if self.deterministic and self.queue.empty():
+                self._produce()
+                if self.queue.empty():  # no thread will ever fill it
+                    raise RuntimeError("deterministic mode: the staleness bound admits no "
+                                       "round and the queue is empty")  # fmt: skip
             if self.errors:
                 if isinstance(self.errors[0], TrainingError):  # one line at the CLI
                     raise TrainingError(str(self.errors[0]))
@@ -426,6 +436,7 @@ class AsyncRunner:
             lag = [version - oldest_version(x.scored) for x in took]
             lags += lag
             fresh += [x.scored for x, k in zip(took, lag, strict=True) if k <= eta]
+            self.admission.release(sum(k > eta for k in lag))  # room for fresh rounds now
         kept = [x for x in fresh if x.status == RewardStatus.OK and x.episode.end != End.ABORTED]
         stale = len(items) - len(fresh)
         self.consumed += len(kept)
@@ -446,7 +457,7 @@ class AsyncRunner:
         state = replace(state, step=state.step + 1, cursor=cursor)
         if state.step % self.p.cfg.system.publish_every == 0:
             self.board.publish(self.p.policy, state.step)
-        self.admission.advance(state.step, stale)
+        self.admission.advance(state.step, 0)  # the stale were released as they were taken
         total = time.perf_counter() - started
         return state, metrics | {
             "system/update_s": update_s,
@@ -559,8 +570,8 @@ def thread_workers(runner: AsyncRunner) -> list[Worker]:
 
 
 def round_seed(seed: int, worker: int, round_: int) -> int:
-    """A seed of its own for each (run seed, worker, round): distinct triples, distinct seeds
-    (below 2⁶³, as torch takes them)."""
+    """A seed of its own for each (run seed, worker, round), below 2⁶³ as torch takes them: a
+    63-bit hash, so distinct triples collide with probability ~2⁻⁶³."""
     digest = hashlib.blake2b(f"{seed}/{worker}/{round_}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big") >> 1
 
@@ -570,15 +581,18 @@ def seeded(seed: int) -> Iterator[None]:
     """Python's, numpy's and torch's generators seeded with ``seed`` inside the block, and
     as they were afterwards (the learner's own draws do not depend on the rounds run)."""
     states = random.getstate(), np.random.get_state(), torch.get_rng_state()
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
     random.seed(seed)
     np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
+    torch.manual_seed(seed)  # CUDA's generators too
     try:
         yield
     finally:
         random.setstate(states[0])
         np.random.set_state(states[1])
         torch.set_rng_state(states[2])
+        if cuda is not None:
+            torch.cuda.set_rng_state_all(cuda)
 
 
 def oldest_version(x: Scored) -> int:

@@ -1,0 +1,133 @@
+"""The asynchronous loop's headline figures over seeds: async/sync throughput under two
+latency distributions, held-out pass@1 at equal wall-clock and at equal generated tokens,
+and ``rlmap simulate --from-run``'s prediction error for every run.
+
+    python bench/async_seeds.py --train --root runs/async-seeds      # train, then report
+    python bench/async_seeds.py --root runs/async-seeds              # report only
+
+``--train`` runs ``rlmap train --recipe sao data.task=calculator`` with each tool latency
+(``data.env_latency``) in both modes, ``--seeds`` seeds each, ``--steps`` steps, into
+``ROOT/<dist>-<mode>/seed<S>``. The report prints one markdown table (docs/simulate.md).
+
+Measured throughput: trajectories the learner took per second of the steps that ran no
+held-out evaluation (the wall-clock of each step is the difference of
+``budget/wall_clock_s``). Predicted: ``rlmap simulate --from-run`` on the same run, with
+the run's own mode, η and workers (an asynchronous run's worker rounds are scaled by the
+trajectories per round; a synchronous run is a replay of its own step times).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rlmap.experiments.compare import curve, interpolate, load_run
+from rlmap.system.sim_inputs import profile_from_run
+from rlmap.system.sim_report import SimulateArgs, build_config
+from rlmap.system.simulate import simulate
+
+LATENCIES = {"lognormal": "lognormal:-2.5,1.0", "pareto": "pareto:1.5,0.05"}
+"""Seconds each tool step waits: a median of 0.08 s either way, the Pareto with a heavy tail."""
+MODES = ("sync", "async")
+
+
+def train(root: Path, seeds: int, steps: int, extra: Sequence[str] = ()) -> None:
+    for name, spec in LATENCIES.items():
+        for mode in MODES:
+            out = root / f"{name}-{mode}"
+            if (out / f"seed{seeds - 1}" / "summary.json").exists():
+                continue
+            cmd = [sys.executable, "-m", "rlmap.cli", "train", "--recipe", "sao", "--seeds",
+                   str(seeds), "--out", str(out), "data.task=calculator",
+                   f"data.env_latency={spec}", f"system.mode={mode}", f"optim.steps={steps}",
+                   "run.progress=false", *extra]  # fmt: skip
+            print("$", " ".join(cmd[2:]), flush=True)
+            subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+
+
+def records(run: Path) -> list[dict[str, Any]]:
+    return [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def measured_rate(run: Path) -> float:
+    """Trajectories taken per second over the steps without a held-out evaluation."""
+    previous, seconds, taken = 0.0, 0.0, 0.0
+    for r in records(run):
+        wall = r.get("budget/wall_clock_s", previous)
+        if "sampling/generated" in r and not any(k.startswith("eval/") for k in r):
+            seconds += wall - previous
+            taken += r["sampling/generated"]
+        previous = wall
+    return taken / seconds
+
+
+def predicted_rate(run: Path) -> float:
+    """``rlmap simulate --from-run`` on the run (its own mode, η and workers)."""
+    steps = sum(1 for r in records(run) if "sampling/generated" in r)
+    config, _ = build_config(SimulateArgs(from_run=str(run), steps=max(steps, 50)))
+    return simulate(config).trajectories_per_s * profile_from_run(run).round_size
+
+
+def at_budget(runs: Sequence[Path], key: str, budget: float) -> list[float]:
+    """Each run's held-out pass@1 at ``budget`` of ``key`` (piecewise linear)."""
+    out = []
+    for run in runs:
+        xs, ys = curve(load_run(run), key)
+        out.append(interpolate(xs, ys, [budget])[0])
+    return out
+
+
+def spread(values: Sequence[float], fmt: str = ".3f") -> str:
+    return (f"{statistics.mean(values):{fmt}} [{min(values):{fmt}}–{max(values):{fmt}}]")
+
+
+def report(root: Path, seeds: int) -> str:
+    lines = [
+        "| latency | async / sync throughput | measured trajectories/s, sync · async "
+        "| simulator error, sync · async (each seed) | held-out pass@1 at equal wall-clock, "
+        "sync · async | at equal generated tokens, sync · async |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name in LATENCIES:
+        runs = {m: [root / f"{name}-{m}" / f"seed{s}" for s in range(seeds)] for m in MODES}
+        rate = {m: [measured_rate(r) for r in runs[m]] for m in MODES}
+        ratio = [a / s for a, s in zip(rate["async"], rate["sync"], strict=True)]
+        error = {m: [predicted_rate(r) / measured_rate(r) - 1 for r in runs[m]] for m in MODES}
+        # the common budget: the least any of the six runs reached
+        walls = [max(curve(load_run(r), "budget/wall_clock_s")[0]) for m in MODES
+                 for r in runs[m]]  # fmt: skip
+        tokens = [max(curve(load_run(r), "budget/generated_tokens")[0]) for m in MODES
+                  for r in runs[m]]  # fmt: skip
+        wall = {m: at_budget(runs[m], "budget/wall_clock_s", min(walls)) for m in MODES}
+        toks = {m: at_budget(runs[m], "budget/generated_tokens", min(tokens)) for m in MODES}
+        errors = " · ".join(", ".join(f"{e:+.0%}" for e in error[m]) for m in MODES)
+        lines.append(
+            f"| {LATENCIES[name]} | {spread(ratio, '.2f')} | {spread(rate['sync'], '.1f')} · "
+            f"{spread(rate['async'], '.1f')} | {errors} | {spread(wall['sync'])} · "
+            f"{spread(wall['async'])} (at {min(walls):.0f} s) | {spread(toks['sync'])} · "
+            f"{spread(toks['async'])} (at {min(tokens):,.0f}) |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--root", type=Path, default=Path("runs/async-seeds"))
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--train", action="store_true", help="train the runs first")
+    parser.add_argument("--extra", nargs="*", default=[], help="more overrides for --train")
+    args = parser.parse_args(argv)
+    if args.train:
+        train(args.root, args.seeds, args.steps, args.extra)
+    print(report(args.root, args.seeds))
+
+
+if __name__ == "__main__":
+    main()
