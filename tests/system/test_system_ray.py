@@ -113,3 +113,20 @@ def test_an_actor_killed_mid_episode_under_partial_rollout_costs_its_round_once(
     assert t["consumed"] + t["stale_dropped"] + t["rejected"] == pulled
     ledger = json.loads((tmp_path / "run" / "ledger.json").read_text())
     assert ledger["aborted_rollouts"] == 4 and ledger["rollouts"] == pulled
+
+
+def test_deterministic_runs_on_ray_actors_repeat_exactly(
+    tiny_calc_model_dir: Path, tmp_path: Path, toy: Toy
+) -> None:
+    def timeless(run: Path) -> list[dict[str, Any]]:
+        return [{k: v for k, v in r.items()
+                 if not k.startswith("system/") and not k.endswith("_s")}
+                for r in _records(run)]  # fmt: skip
+
+    overrides = [*_sao(toy, tiny_calc_model_dir), "system.deterministic=true",
+                 "generation.temperature=1.5"]  # fmt: skip
+    for name in ("one", "two"):
+        run_training(build_config("sao", None, overrides), tmp_path / name)
+    one = timeless(tmp_path / "one")
+    assert len(one) == 4 and one == timeless(tmp_path / "two")
+    assert len({r["length/mean"] for r in one[1:]}) > 1  # the steps differ: a real comparison

@@ -229,8 +229,6 @@ def test_bf16_rollout_engine_makes_the_mismatch_measurable(
      (["system.deterministic=true"], "system.deterministic:"),  # the sync loop repeats anyway
      (["system.mode=async", "system.deterministic=true", "system.partial_rollout=true"],
       "system.deterministic:"),
-     (["system.mode=async", "system.deterministic=true", "system.backend=ray"],
-      "system.deterministic:"),
      (["system.mode=async", "system.publish_every=3", "behaviour.max_staleness=1"],
       "system.publish_every:"),  # before each publication all would be stale: no step ends
      (["system.engine=vllm", "system.learners=2"], "system.learners:"),

@@ -342,10 +342,6 @@ def _deterministic(cfg: RecipeConfig) -> Iterator[str]:
     if s.partial_rollout:
         yield ("system.deterministic: not with system.partial_rollout (which weights arrive "
                "between two turns is up to timing)")  # fmt: skip
-    if s.backend == "ray":
-        yield ("system.deterministic: not with system.backend=ray yet (the actors' own python, "
-               "numpy and torch generators, which environments draw from, are not seeded per "
-               "round); use system.backend=inprocess")  # fmt: skip
 
 
 def _learners(cfg: RecipeConfig) -> Iterator[str]:

@@ -23,10 +23,11 @@ class SystemParams:
     partial_rollout: bool = False
     """Pause unfinished trajectories at a weight update and resume them later (Kimi k1.5)."""
     deterministic: bool = False
-    """async, for debugging: the workers' rounds run in a fixed order on the learner's
-    thread, each seeded from (run seed, worker, round), as far ahead as the staleness bound
-    admits; learner step k always consumes the same trajectories and a run repeats exactly
-    (resume included). Slower: no rollout overlaps learning."""
+    """async, for debugging: the workers' rounds run one at a time in a fixed order, driven
+    by the learner's thread (in this process, or on the Ray actors), each seeded from (run
+    seed, worker, round), as far ahead as the staleness bound admits; learner step k
+    always consumes the same trajectories and a run repeats exactly (resume included).
+    Slower: no rollout overlaps learning."""
     engine: Literal["hf", "vllm"] = "hf"
     """Rollout engine: Hugging Face ``generate`` or vLLM (:mod:`rlmap.system.vllm_engine`; its
     CUDA build on a GPU, its CPU build elsewhere), both in the learner's process."""

@@ -75,12 +75,16 @@ class RolloutActor:
         """Prompts ``cursor .. cursor + n − 1`` on weights ``version``, sampling from a
         generator seeded with ``seed``; with ``newest`` (partial rollout: the driver's board
         of the newest weights) new weights between turns."""
+        from rlmap.system.async_loop import seeded
         from rlmap.system.sync import next_prompts, rollout_round
 
         self._load(version, state)
         self.p.engine.reseed(seed)
         refresh = None if newest is None else (lambda: self._refresh(newest))
         examples = next_prompts(self.p.train, cursor, n, self.p.cfg.seed)
+        if self.p.cfg.system.deterministic and seed is not None:  # the environments' draws too
+            with seeded(seed):
+                return rollout_round(self.p, examples, cursor, before_turn=refresh)
         return rollout_round(self.p, examples, cursor, before_turn=refresh)
 
     def _load(self, version: int, state: dict[str, Any]) -> None:
