@@ -235,6 +235,23 @@ def _cmd_diagnose(args: argparse.Namespace) -> None:
     print(render_json(report) if args.json else render_text(report), end="\n" if args.json else "")
 
 
+def _cmd_samples(args: argparse.Namespace) -> None:
+    import json
+    from pathlib import Path
+
+    from rlmap.experiments.samples import read_samples, render, select
+
+    if args.n < 1:
+        raise InputError(f"--n: must be >= 1, got {args.n}")
+    run_dir = Path(args.run_dir)
+    step, rows = read_samples(run_dir, args.step)
+    shown = select(rows, args.klass, args.n)
+    if args.json:
+        print("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in shown), end="")
+    else:
+        print(render(run_dir, step, rows, shown), end="")
+
+
 def _cmd_simulate(args: argparse.Namespace) -> None:
     from rlmap.system.sim_report import command, simulate_args
 
@@ -424,6 +441,15 @@ def _add_map_commands(sub: Any) -> None:
     p.add_argument("run_dir", help="a run directory (reads metrics.jsonl, ledger.json)")
     p.add_argument("--json", action="store_true", help="the report as JSON")
     p.set_defaults(func=_cmd_diagnose)
+    p = _command(sub, "samples", help="read what the policy wrote: held-out samples by class")
+    p.add_argument("run_dir", help="a run directory (reads samples/step_N.jsonl)")
+    p.add_argument("--step", type=int, default=None, help="an evaluated step (default: newest)")
+    p.add_argument("--class", dest="klass", default=None, metavar="C",
+                   help="only this class (wrong_answer, truncated, ..., correct, or all); "
+                        "default: every failure, grouped by class")  # fmt: skip
+    p.add_argument("--n", type=int, default=10, help="at most this many samples (default 10)")
+    p.add_argument("--json", action="store_true", help="the samples as JSON lines")
+    p.set_defaults(func=_cmd_samples)
     p = _command(sub, "simulate", help="discrete-event model of sync, async and partial rollout")
     p.add_argument(
         "--mode",

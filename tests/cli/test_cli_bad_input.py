@@ -843,11 +843,52 @@ def case_rm_train_without_pairs(ws: Workspace) -> tuple[list[str], list[str]]:
     return ["reward-model", "train"], ["--pairs"]
 
 
+@case
+def case_samples_missing_run(ws: Workspace) -> tuple[list[str], list[str]]:
+    return ["samples", "runs/x"], ["runs/x: no such run directory"]
+
+
+@case
+def case_samples_run_without_samples(ws: Workspace) -> tuple[list[str], list[str]]:
+    ws.run()
+    return ["samples", "run"], ["run: no samples", "older runs have none"]
+
+
+def _sampled(ws: Workspace) -> None:
+    ws.run()
+    ws.jsonl("run/samples/step_10.jsonl", [{"step": 10, "class": "wrong_answer"}])
+
+
+@case
+def case_samples_step_not_evaluated(ws: Workspace) -> tuple[list[str], list[str]]:
+    _sampled(ws)
+    return ["samples", "run", "--step", "7"], ["--step: no samples at step 7", "steps: 10"]
+
+
+@case
+def case_samples_unknown_class(ws: Workspace) -> tuple[list[str], list[str]]:
+    _sampled(ws)
+    return ["samples", "run", "--class", "wrong"], ["--class: 'wrong' is not a class"]
+
+
+@case
+def case_samples_n_zero(ws: Workspace) -> tuple[list[str], list[str]]:
+    _sampled(ws)
+    return ["samples", "run", "--n", "0"], ["--n: must be >= 1"]
+
+
+@case
+def case_samples_corrupt_line(ws: Workspace) -> tuple[list[str], list[str]]:
+    ws.run()
+    ws.file("run/samples/step_3.jsonl", '{"class": "correct"}\nnot json\n')
+    return ["samples", "run"], ["run/samples/step_3.jsonl:2:", "invalid JSON"]
+
+
 # -------------------------------------------------------------------------------------------------
 
 
 COMMANDS = {"recipes", "explain", "papers", "config", "train", "eval", "compare", "advise",
-            "diagnose", "simulate", "reward-model"}  # fmt: skip
+            "diagnose", "simulate", "reward-model", "samples"}  # fmt: skip
 PREFIXES = {"model": "train", "task": "train", "resume": "train", "critic": "train",
             "reward": "train", "pairs": "reward-model", "rm": "reward-model",
             "unknown": "recipes"}  # fmt: skip

@@ -4,6 +4,7 @@ The loop itself is :func:`rlmap.system.sync.sync_step`; this module only wraps i
 with what a run leaves on disk (DESIGN.md, "Run directory")::
 
     config.yaml  metrics.jsonl  ledger.json  checkpoints/step_N/  summary.json  plots/
+    samples/step_N.jsonl
 
 Each step's timing metrics are charged to the ledger by who spent them: sampling
 (``system/rollout_s``), the actor (``system/old_logprobs_s`` + ``system/policy_update_s``),
@@ -58,6 +59,7 @@ from rlmap.experiments.rundir import (
     write_json_atomic,
     write_text_atomic,
 )
+from rlmap.experiments.samples import write_samples
 from rlmap.recipes import composition, load_config
 from rlmap.recipes.config import RecipeConfig
 from rlmap.system import setup
@@ -119,7 +121,7 @@ def run_training(
             MetricsLog.truncate_after(run_dir / "metrics.jsonl", -1)  # a resume that starts over
             write_text_atomic(run_dir / "config.yaml", f"# {composition(cfg)}\n{cfg.to_yaml()}")
         seed_everything(cfg.seed, world.rank)
-        before = _evaluate(parts) if main else {}
+        before = _evaluate(parts, run_dir, 0) if main else {}
         if main:
             log = StepRecords(run_dir, tensorboard=cfg.run.tensorboard)
             log.write(0, before | ledger.metrics())
@@ -227,7 +229,7 @@ def _one_step(
         new_state, metrics = loop.step(parts, state)
         last = new_state.step == cfg.optim.steps
         if parts.world.main and (last or new_state.step % cfg.run.eval_every == 0):
-            metrics |= _evaluate(parts)
+            metrics |= _evaluate(parts, run_dir, new_state.step)
     except TrainingError as exc:  # the run directory keeps every step before this one
         raise TrainingError(f"step {state.step + 1}: {exc}") from None
     state = new_state
@@ -329,17 +331,22 @@ def _optimizers(parts: setup.Parts) -> tuple[dict[str, Any], dict[str, Any]]:
     return optimizers, schedulers
 
 
-def _evaluate(parts: setup.Parts) -> dict[str, float]:
-    """Held-out scores; an engine with a cache (vLLM's prefix cache) forgets the held-out
-    prompts after (:func:`rlmap.system.engine.forget_cache`)."""
-    g = parts.cfg.generation
+def _evaluate(parts: setup.Parts, run_dir: Path, step: int) -> dict[str, float]:
+    """Held-out scores, and ``samples/step_<step>.jsonl`` (``run.samples`` of the held-out
+    generations, :mod:`rlmap.experiments.samples`); an engine with a cache (vLLM's prefix
+    cache) forgets the held-out prompts after (:func:`rlmap.system.engine.forget_cache`)."""
+    cfg, g = parts.cfg, parts.cfg.generation
     environment = parts.eval_environment or parts.environment
+    rows: list[dict[str, Any]] = []
     scores = evaluate(parts.engine, environment, parts.tokenizer, parts.heldout,
                       samples=g.eval_samples, max_new_tokens=g.max_new_tokens,
                       temperature=g.temperature, top_p=g.top_p, seed=EVAL_SEED,
-                      multi_turn=parts.cfg.data.multi_turn, rescore=parts.eval_rescore,
-                      max_turns=parts.cfg.data.turn_budget)  # fmt: skip
+                      multi_turn=cfg.data.multi_turn, rescore=parts.eval_rescore,
+                      max_turns=cfg.data.turn_budget, keep=cfg.run.samples, samples_out=rows,
+                      format_pattern=cfg.feedback.format_pattern)  # fmt: skip
     forget_cache(parts.engine)
+    if rows:
+        write_samples(run_dir, step, rows)
     return scores
 
 

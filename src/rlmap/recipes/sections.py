@@ -127,6 +127,10 @@ class RunConfig:
     """Also write metrics as TensorBoard events under ``<run>/tensorboard``."""
     progress: bool = True
     """Show a progress bar on the console."""
+    samples: int = 16
+    """Held-out generations written per evaluation to ``samples/step_N.jsonl``: the first
+    sample of each of the first this many prompts, as text with its error class (``rlmap
+    samples``); 0 writes none."""
     save_merged: bool = False
     """LoRA runs (``model.lora_rank`` > 0): also write each checkpoint's merged model,
     W + (α/r)·BA, into its ``merged/`` directory, which loads with plain

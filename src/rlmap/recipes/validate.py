@@ -76,6 +76,7 @@ _AT_LEAST_ZERO = (
     "optim.warmup_steps",
     "optim.weight_decay",
     "model.lora_rank",
+    "run.samples",
 )
 """Bounds and weights where 0 means "none" and a negative value means nothing (η < 0 would
 admit no trajectory ever: the asynchronous loop would wait for ever)."""

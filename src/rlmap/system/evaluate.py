@@ -9,13 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 from transformers import PreTrainedTokenizerBase
 
-from rlmap.core.batch import RewardStatus
+from rlmap.core.batch import End, RewardStatus
 from rlmap.core.errors import ConfigError, InputError
 from rlmap.diagnostics.passk import pass_at_k_tensor
+from rlmap.experiments.samples import CORRECT, Judged, class_fractions, error_class
 from rlmap.system.engine import RolloutEngine
 from rlmap.system.hf_engine import HFEngine
 from rlmap.system.lora import ADAPTER_CONFIG
@@ -39,6 +41,9 @@ def evaluate(
     multi_turn: bool = False,
     rescore: Verifier | None = None,
     max_turns: int | None = None,
+    keep: int = 0,
+    samples_out: list[dict[str, Any]] | None = None,
+    format_pattern: str | None = None,
 ) -> dict[str, float]:
     """``eval/pass@1``, ``eval/pass@k`` (k = ``eval/k`` = samples), ``eval/length`` (mean
     generated tokens), ``eval/diversity`` (mean distinct final answers per prompt) and, with
@@ -48,6 +53,10 @@ def evaluate(
     crashing verifier or environment counts as wrong here, and never stops evaluation.
     With ``rescore`` (the training verifier, when evaluation uses a stricter one), the
     same samples' final answers are also scored by it: ``eval/train_verifier_pass@1``.
+
+    Every sample gets an error class (:func:`rlmap.experiments.samples.error_class`, with
+    ``format_pattern``): ``eval/errors/<class>_frac``. With ``samples_out``, the first
+    sample of each of the first ``keep`` prompts is appended to it, as text.
     """
     envs = [environment(e) for e in examples for _ in range(samples)]
     with torch.random.fork_rng():
@@ -55,7 +64,7 @@ def evaluate(
         episodes = run_episodes(engine, envs, max_new_tokens=max_new_tokens,
                                 temperature=temperature, top_p=top_p,
                                 max_turns=max_turns)  # fmt: skip
-    correct, distinct, loose = [], [], []
+    correct, distinct, loose, classes = [], [], [], []
     for k, example in enumerate(examples):
         group = episodes[k * samples : (k + 1) * samples]
         correct.append(sum(e.outcome > 0 and e.status == RewardStatus.OK for e in group))
@@ -63,6 +72,13 @@ def evaluate(
         distinct.append(len(set(answers)))
         if rescore is not None:
             loose.append(sum(verify_safely(rescore, a, example.answer)[0] > 0 for a in answers))
+        judged = [
+            error_class(Judged(e.outcome, e.status, e.end, e.eos, e.tool_errors, a), format_pattern)
+            for e, a in zip(group, answers, strict=True)
+        ]
+        classes += judged
+        if samples_out is not None and k < keep:
+            samples_out.append(sample_row(tokenizer, group[0], answers[0], example, judged[0]))
     n = torch.full((len(examples),), samples)
     c = torch.tensor(correct)
     return (
@@ -73,6 +89,7 @@ def evaluate(
             "eval/length": sum(e.action_tokens for e in episodes) / max(len(episodes), 1),
             "eval/diversity": sum(distinct) / max(len(distinct), 1),
         }
+        | class_fractions(classes)
         | ({f"eval/{k}": v for k, v in episode_metrics(episodes).items()} if multi_turn else {})
         | (
             {
@@ -84,6 +101,26 @@ def evaluate(
             else {}
         )
     )
+
+
+def sample_row(tokenizer: PreTrainedTokenizerBase, e: Episode, answer: str, example: Example,
+               klass: str) -> dict[str, Any]:  # fmt: skip
+    """One held-out sample as the run's ``samples/`` file holds it (text, not token ids)."""
+    return {
+        "prompt": decode_response(tokenizer, e.prompt_ids),
+        "response": decode_response(tokenizer, e.response_ids),
+        "answer": answer,
+        "reference": example.answer,
+        "reward": e.outcome,
+        "status": e.status.name.lower(),
+        "correct": klass == CORRECT,
+        "length": e.action_tokens,
+        "truncated": not e.eos or e.end == End.TRUNCATED,
+        "turns": e.turns,
+        "tool_calls": e.tool_calls,
+        "tool_errors": e.tool_errors,
+        "class": klass,
+    }
 
 
 def final_answer(tokenizer: PreTrainedTokenizerBase, episode: Episode) -> str:

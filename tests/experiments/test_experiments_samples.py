@@ -1,0 +1,116 @@
+"""Held-out samples: error classes, the samples files, and ``rlmap samples``."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from rlmap.cli import main
+from rlmap.core.batch import End, RewardStatus
+from rlmap.core.errors import InputError
+from rlmap.experiments.samples import (
+    ERROR_CLASSES,
+    Judged,
+    class_fractions,
+    error_class,
+    read_samples,
+    select,
+    write_samples,
+)
+from rlmap.experiments.train import run_training
+from rlmap.recipes import build_config
+
+OK, BAD = RewardStatus.OK, RewardStatus.INFRA_ERROR
+
+
+def judged(outcome: float = 0.0, status: RewardStatus = OK, end: End = End.TERMINAL,
+           eos: bool = True, tool_errors: int = 0, answer: str = "42") -> Judged:  # fmt: skip
+    return Judged(outcome, status, end, eos, tool_errors, answer)
+
+
+@pytest.mark.parametrize(
+    ("x", "klass"),
+    [
+        (judged(outcome=1.0), "correct"),
+        (judged(status=BAD), "infra_error"),
+        (judged(status=RewardStatus.TIMEOUT), "timeout"),
+        (judged(status=RewardStatus.INVALID), "unparseable"),
+        (judged(eos=False), "truncated"),  # the last turn ran into the length limit
+        (judged(end=End.TRUNCATED), "truncated"),  # the turn budget ran out
+        (judged(tool_errors=1), "tool_error"),
+        (judged(answer="  "), "format_miss"),  # nothing to compare
+        (judged(answer="41"), "wrong_answer"),
+        # the order: the reward's trust first (a crash beats a positive outcome), then
+        # correctness, then the cause of the miss
+        (judged(outcome=1.0, status=BAD), "infra_error"),
+        (judged(outcome=1.0, eos=False), "correct"),  # a cut answer the verifier accepted
+        (judged(eos=False, tool_errors=2, answer=""), "truncated"),
+        (judged(tool_errors=1, answer=""), "tool_error"),
+    ],
+)
+def test_each_failure_gets_the_first_class_that_applies(x: Judged, klass: str) -> None:
+    assert error_class(x) == klass
+
+
+def test_a_format_pattern_makes_a_format_miss() -> None:
+    assert error_class(judged(answer="x = 41"), r"-?\d+") == "format_miss"
+    assert error_class(judged(answer="41"), r"-?\d+") == "wrong_answer"
+
+
+def test_class_fractions_are_shares_of_all_samples() -> None:
+    # 5 samples: 2 correct, 2 wrong, 1 truncated -> 0.4 wrong, 0.2 truncated, 0 elsewhere
+    shares = class_fractions(["correct", "wrong_answer", "truncated", "correct", "wrong_answer"])
+    assert shares["eval/errors/wrong_answer_frac"] == 0.4
+    assert shares["eval/errors/truncated_frac"] == 0.2
+    assert set(shares) == {f"eval/errors/{c}_frac" for c in ERROR_CLASSES}
+    assert sum(shares.values()) == pytest.approx(0.6)  # + pass@1's 0.4 = 1
+
+
+def test_samples_files_round_trip_and_select_groups_failures(tmp_path: Path) -> None:
+    classes = ["wrong_answer", "correct", "truncated", "wrong_answer", "infra_error"]
+    rows = [{"class": c, "k": k} for k, c in enumerate(classes)]
+    write_samples(tmp_path, 0, rows[:1])
+    write_samples(tmp_path, 20, rows)
+    step, back = read_samples(tmp_path)
+    assert step == 20 and [r["k"] for r in back] == [0, 1, 2, 3, 4] and back[0]["step"] == 20
+    assert read_samples(tmp_path, 0)[1] == [{"step": 0, **rows[0]}]
+    # failures in the classes' order (infra first), the correct one left out
+    assert [r["k"] for r in select(back, None, 10)] == [4, 2, 0, 3]
+    assert [r["k"] for r in select(back, None, 2)] == [4, 2]
+    assert [r["k"] for r in select(back, "wrong_answer", 10)] == [0, 3]
+    assert [r["k"] for r in select(back, "all", 3)] == [0, 1, 2]
+    with pytest.raises(InputError, match="--class: 'nope' is not a class"):
+        select(back, "nope", 1)
+
+
+Toy = Callable[..., list[str]]
+
+
+def test_a_run_writes_its_samples_and_rlmap_samples_reads_them(
+    tiny_calc_model_dir: Path, tmp_path: Path, toy: Toy, capsys: pytest.CaptureFixture[str]
+) -> None:
+    overrides = [*toy(tiny_calc_model_dir, steps=2), "data.task=calculator", "data.max_turns=2",
+                 "generation.max_new_tokens=6", "run.eval_every=2", "run.samples=3"]  # fmt: skip
+    run = tmp_path / "run"
+    run_training(build_config("grpo", None, overrides), run)
+    assert sorted(p.name for p in (run / "samples").iterdir()) == ["step_0.jsonl", "step_2.jsonl"]
+    _, rows = read_samples(run)
+    assert len(rows) == 3  # run.samples prompts (the eval set has 4)
+    for r in rows:
+        assert r["class"] in (*ERROR_CLASSES, "correct") and isinstance(r["prompt"], str)
+        assert r["correct"] == (r["class"] == "correct") and r["length"] >= 1
+    records = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    shares = sum(v for k, v in records[-1].items() if k.startswith("eval/errors/"))
+    assert shares + records[-1]["eval/pass@1"] == pytest.approx(1.0)  # every sample once
+    assert (run / "plots" / "errors.png").is_file()
+
+    assert main(["samples", str(run), "--class", "all"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"rlmap samples {run}: step 2, 3 samples (")
+    assert out.count("\n[") == 3 and "  prompt:    " in out and "  reference: " in out
+    assert main(["samples", str(run), "--step", "0", "--json", "--class", "all", "--n", "2"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2 and all(json.loads(x)["step"] == 0 for x in lines)
