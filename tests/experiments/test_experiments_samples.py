@@ -114,3 +114,30 @@ def test_a_run_writes_its_samples_and_rlmap_samples_reads_them(
     assert main(["samples", str(run), "--step", "0", "--json", "--class", "all", "--n", "2"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 2 and all(json.loads(x)["step"] == 0 for x in lines)
+
+
+def test_training_rollouts_log_their_error_mix() -> None:
+    from types import SimpleNamespace
+
+    from rlmap.system.engine import Completion
+    from rlmap.system.rollout import Scored, single_turn
+    from rlmap.system.sync import rollout_errors
+    from rlmap.tasks.tokenizer import build_tokenizer
+
+    tok = build_tokenizer()
+    eos = int(tok.eos_token_id)
+
+    def scored(
+        text: str, outcome: float, status: RewardStatus = OK, stopped: bool = True
+    ) -> Scored:
+        ids = tuple(tok(text, add_special_tokens=False)["input_ids"]) + ((eos,) if stopped else ())
+        c = Completion(prompt_ids=(1,), response_ids=ids, logprobs=(0.0,) * len(ids),
+                       stopped=stopped, version=0)  # fmt: skip
+        return Scored(single_turn(c, outcome, status), 0, outcome, outcome, status)
+
+    p = SimpleNamespace(cfg=build_config("grpo", None, []), tokenizer=tok)
+    # 4 rollouts: correct, wrong, cut by the length limit, a crashed verifier
+    mix = rollout_errors([scored("12", 1.0), scored("13", 0.0), scored("1", 0.0, stopped=False),
+                          scored("12", 0.0, BAD)], p)  # type: ignore[arg-type]  # fmt: skip
+    assert mix["errors/wrong_answer_frac"] == 0.25 and mix["errors/truncated_frac"] == 0.25
+    assert mix["errors/infra_error_frac"] == 0.25 and sum(mix.values()) == 0.75

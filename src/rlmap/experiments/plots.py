@@ -122,10 +122,13 @@ PLOTS: tuple[PlotSpec, ...] = (
     ),
     PlotSpec(
         "errors.png",
-        "Held-out failures by class (a class shift shows a parser bug or a loophole)",
+        "Failures by class (a class shift shows a parser bug or a loophole)",
         "step",
         "step",
-        (Panel("fraction of held-out samples", (r"eval/errors/.+_frac",)),),
+        (
+            Panel("fraction of rollouts", (r"errors/.+_frac",)),
+            Panel("fraction of held-out samples", (r"eval/errors/.+_frac",)),
+        ),
     ),
     PlotSpec(
         "system.png", "System", "step", "step", (Panel("", (r"system/.+",)),), panel_per_key=True

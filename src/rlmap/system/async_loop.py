@@ -476,7 +476,7 @@ class AsyncRunner:
             recent, self.counts.durations = self.counts.durations, []
         durations = torch.tensor(recent or [x.duration_s for x in items])
         lag = torch.tensor(lags, dtype=torch.float32)
-        return rollout_metrics(scored, multi_turn=self.p.cfg.data.multi_turn) | {
+        return rollout_metrics(scored, self.p) | {
             "sampling/generated": float(len(items)),
             "sampling/generated_tokens": float(sum(tokens)),
             "sampling/kept": float(len(kept)),

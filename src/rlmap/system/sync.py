@@ -33,11 +33,13 @@ from rlmap.core.batch import Batch, End, RewardStatus
 from rlmap.core.ops import masked_mean
 from rlmap.correction import adaptive_beta, kl_in_reward
 from rlmap.estimators import Credit, CreditParams
+from rlmap.experiments.samples import Judged, class_fractions, error_class
 from rlmap.feedback.reward_model import score_batch
 from rlmap.sampling.refill import first_groups, sample_more
 from rlmap.system.critic import compute_values, update_critic
 from rlmap.system.distributed import full_state_dict, gather
 from rlmap.system.engine import RolloutEngine, forget_cache
+from rlmap.system.evaluate import final_answer
 from rlmap.system.learner import UpdateSettings, prepare_batch, update_policy
 from rlmap.system.memory import autocast_to
 from rlmap.system.rollout import Episode, Scored, episode_metrics, run_episodes, to_batch
@@ -218,7 +220,7 @@ def collect(p: Parts, state: LoopState) -> tuple[list[Scored], LoopState, dict[s
         ),
         "sampling/timeouts": float(sum(x.status == RewardStatus.TIMEOUT for x in generated)),
     }
-    metrics = rollout_metrics(generated, multi_turn=p.cfg.data.multi_turn)
+    metrics = rollout_metrics(generated, p)
     if p.reward_model is not None:  # what the verifier says of the same rollouts
         ok = [x.episode.outcome for x in generated if _valid(x)]
         metrics["reward/verifier_mean"] = sum(ok) / len(ok) if ok else math.nan
@@ -244,21 +246,36 @@ def _groups(generated: list[Scored], keep: torch.Tensor) -> int:
     return len({x.group for x, k in zip(generated, keep.tolist(), strict=True) if k})
 
 
-def rollout_metrics(scored: list[Scored], *, multi_turn: bool) -> dict[str, float]:
-    """reward/*, length/* (generated tokens) and, for multi-turn tasks, env/* (turns, tool
-    calls: :func:`rlmap.system.rollout.episode_metrics`) over every generated episode."""
+def rollout_metrics(scored: list[Scored], p: Parts) -> dict[str, float]:
+    """reward/*, length/* (generated tokens), errors/* (each error class's share,
+    :func:`rollout_errors`) and, for multi-turn tasks, env/* (turns, tool calls:
+    :func:`rlmap.system.rollout.episode_metrics`) over every generated episode."""
     episodes = [x.episode for x in scored]
     lengths = torch.tensor([e.action_tokens for e in episodes], dtype=torch.float32)
+    multi_turn = p.cfg.data.multi_turn
     env = {f"env/{k}": v for k, v in episode_metrics(episodes).items()} if multi_turn else {}
     return (
         reward_metrics(scored)
         | env
+        | rollout_errors(scored, p)
         | {
             "length/mean": float(lengths.mean()),
             "length/p95": float(lengths.quantile(0.95)),
             "length/truncated_frac": sum(not e.eos for e in episodes) / len(episodes),
         }
     )
+
+
+def rollout_errors(scored: list[Scored], p: Parts) -> dict[str, float]:
+    """``errors/<class>_frac``: the share of the rollouts failing with each error class
+    (:mod:`rlmap.experiments.samples`; the reward's status and return, not the episode's)."""
+    pattern = p.cfg.feedback.format_pattern
+    classes = [
+        error_class(Judged(x.outcome, x.status, x.episode.end, x.episode.eos,
+                           x.episode.tool_errors, final_answer(p.tokenizer, x.episode)), pattern)
+        for x in scored
+    ]  # fmt: skip
+    return {k.removeprefix("eval/"): v for k, v in class_fractions(classes).items()}
 
 
 def reward_metrics(scored: list[Scored]) -> dict[str, float]:
