@@ -488,3 +488,41 @@ def test_a_run_without_empty_steps_is_quiet_and_an_old_run_not_checked() -> None
     run = make_run(healthy_train() | {"system/empty_step": lambda s: 0.0})
     assert verdict(run, "empty_steps").status == "quiet"
     assert verdict(make_run(), "empty_steps").status == "not checked"
+
+
+def test_a_detected_symptom_cites_the_samples_of_its_steps(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from rlmap.experiments.samples import write_samples
+
+    run_dir = write_run(tmp_path / "run", entropy_collapsing_run())
+    for step, classes in ((0, ["wrong_answer"] * 3), (50, ["correct", "wrong_answer"]),
+                          (100, ["truncated", "truncated", "correct"])):  # fmt: skip
+        write_samples(run_dir, step, [{"class": c} for c in classes])
+    assert main(["diagnose", str(run_dir)]) == 0
+    out = capsys.readouterr().out
+    block = out.split("DETECTED  entropy collapses quickly")[1].split("\n\n")[0]
+    assert "  samples to read:\n" in block
+    cited = [line for line in block.splitlines() if "samples/step_" in line]
+    # the collapse shows over steps 1–19: the evaluations just before (0) and after (50)
+    assert verdict(entropy_collapsing_run(), "entropy_collapse").window == (1, 19)
+    assert [line.split("samples/step_")[1].split(".")[0] for line in cited] == ["0", "50"]
+    assert f"samples/step_50.jsonl: correct 1, wrong_answer 1 (rlmap samples {run_dir} " in block
+    assert main(["diagnose", str(run_dir), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["samples"] == {"entropy_collapse": [c.strip("- ").strip() for c in cited]}
+
+
+def test_citations_bracket_the_window_or_take_the_newest(tmp_path: Path) -> None:
+    from rlmap.diagnostics.report import cite_samples
+    from rlmap.experiments.samples import write_samples
+
+    for step in (0, 10, 20, 30):
+        write_samples(tmp_path, step, [{"class": "correct"}])
+
+    def steps(window: tuple[int, int] | None) -> list[str]:
+        return [c.split("step_")[1].split(".")[0] for c in cite_samples(tmp_path, window)]
+
+    assert steps((12, 18)) == ["10", "20"] and steps((10, 20)) == ["10", "20"]
+    assert steps((25, 40)) == ["20"] and steps(None) == ["30"]
+    assert cite_samples(tmp_path / "none", None) == ()

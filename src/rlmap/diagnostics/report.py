@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+from rlmap.core.errors import InputError
 from rlmap.diagnostics.rules import check_all
 from rlmap.diagnostics.run import RunData, load_run
 from rlmap.diagnostics.symptoms import Finding
 from rlmap.experiments.rundir import to_jsonable
+from rlmap.experiments.samples import read_samples, sample_steps
 
 
 @dataclass(frozen=True)
@@ -22,6 +25,10 @@ class Report:
     steps: tuple[int, int]
     records: int
     findings: tuple[Finding, ...]
+    samples: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+    """Per detected symptom, the held-out samples to read as evidence: the samples files of
+    the evaluations just before and just after the steps where it shows (the newest when
+    the rule names no steps), each with its class mix and the command that prints it."""
 
     @property
     def detected(self) -> tuple[Finding, ...]:
@@ -34,8 +41,35 @@ def diagnose_run(run: RunData, run_dir: str = "") -> Report:
 
 
 def diagnose(run_dir: Path) -> Report:
-    """Every rule on the run in ``run_dir`` (InputError, naming the file, if it cannot be read)."""
-    return diagnose_run(load_run(Path(run_dir)), str(run_dir))
+    """Every rule on the run in ``run_dir`` (InputError, naming the file, if it cannot be read),
+    citing its held-out samples where a rule fires."""
+    report = diagnose_run(load_run(Path(run_dir)), str(run_dir))
+    cited = {f.symptom: lines for f in report.detected
+             if (lines := cite_samples(Path(run_dir), f.window))}  # fmt: skip
+    return dataclasses.replace(report, samples=cited)
+
+
+def cite_samples(run_dir: Path, window: tuple[int, int] | None) -> tuple[str, ...]:
+    """The samples files of the evaluations that bracket ``window`` — the last at or before
+    its start, the first at or after its end — or the newest (``window`` None), each as
+    ``samples/step_N.jsonl: <class mix> (rlmap samples RUN --step N)``."""
+    steps = sample_steps(run_dir)
+    if window is None:
+        chosen = steps[-1:]
+    else:
+        before = [s for s in steps if s <= window[0]][-1:]
+        after = [s for s in steps if s >= window[1]][:1]
+        chosen = sorted(set(before + after))
+    out = []
+    for step in chosen:
+        try:
+            _, rows = read_samples(run_dir, step)
+        except InputError:  # a damaged samples file is no evidence; the rest of the report is
+            continue
+        counts = Counter(r["class"] for r in rows)
+        mix = ", ".join(f"{c} {n}" for c, n in counts.most_common())
+        out.append(f"samples/step_{step}.jsonl: {mix} (rlmap samples {run_dir} --step {step})")
+    return tuple(out)
 
 
 def render_json(report: Report) -> str:
@@ -56,6 +90,10 @@ def render_text(report: Report) -> str:
     lines.append(", ".join(f"{n} {s}" for s, n in counts.items()))
     for finding in report.detected:
         lines += ["", *_detected_lines(finding)]
+        cited = report.samples.get(finding.symptom, ())
+        if cited:
+            lines.append("  samples to read:")
+            lines += [f"    - {text}" for text in cited]
     rest = [f for f in report.findings if f.status != "detected"]
     if rest:
         lines.append("")

@@ -512,9 +512,8 @@ def check(run: RunData, rule: Rule) -> Finding:
     window = (outcome.window or run.steps) if status == "detected" else None
     s = rule.symptom
     checks = _checks(run, s, window)
-    return Finding(
-        s.id, s.title, s.source, status, outcome.evidence, checks, s.not_first, outcome.needs
-    )
+    return Finding(s.id, s.title, s.source, status, outcome.evidence, checks, s.not_first,
+                   outcome.needs, outcome.window if status == "detected" else None)  # fmt: skip
 
 
 def check_all(run: RunData) -> tuple[Finding, ...]:

@@ -89,6 +89,8 @@ class Finding:
     not_first: tuple[str, ...]
     needs: tuple[str, ...]
     """For ``not checked``: the inputs the rule needs."""
+    window: tuple[int, int] | None = None
+    """Detected: the steps where the symptom shows, when the rule names them."""
 
 
 REWARD_UP_HELDOUT_DOWN = Symptom(
