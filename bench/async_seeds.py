@@ -84,7 +84,7 @@ def at_budget(runs: Sequence[Path], key: str, budget: float) -> list[float]:
 
 
 def spread(values: Sequence[float], fmt: str = ".3f") -> str:
-    return (f"{statistics.mean(values):{fmt}} [{min(values):{fmt}}–{max(values):{fmt}}]")
+    return f"{statistics.mean(values):{fmt}} [{min(values):{fmt}}–{max(values):{fmt}}]"
 
 
 def report(root: Path, seeds: int) -> str:

@@ -156,3 +156,42 @@ def test_async_seeds_benchmark_runs_at_toy_size(
     for row in rows:
         ratio = float(row.split("|")[2].split()[0])
         assert ratio > 0 and "%" in row.split("|")[4]
+
+
+def test_mismatch_table_reads_a_sweep(tmp_path: Path) -> None:
+    import json
+
+    def run(path: Path, kappa: bool, final: float) -> None:
+        path.mkdir(parents=True)
+        rows = [{"step": 0, "eval/pass@1": 0.1, "budget/generated_tokens": 0}]
+        for step in (1, 2):
+            r = {"step": step, "ratio/rho/clipped_frac": 0.01, "length/mean": 3.0,
+                 "budget/generated_tokens": 100 * step}  # fmt: skip
+            if kappa:
+                r |= {
+                    "ratio/kappa/mean_abs_log": 0.002,
+                    "ratio/kappa/p99_abs_log": 0.03,
+                    "ratio/kappa/max_abs_log": 0.05 * step,
+                    "ratio/kappa/capped_frac": 0.0,
+                }
+            rows.append(r)
+        rows[-1] |= {"eval/pass@1": final}
+        (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        summary = {"before": {"eval/pass@1": 0.1}, "after": {"eval/pass@1": final},
+                   "generated_tokens": 200}  # fmt: skip
+        (path / "summary.json").write_text(json.dumps(summary))
+        (path / "ledger.json").write_text(json.dumps({"actor_s": 2.5}))
+
+    for seed, final in enumerate((0.5, 0.7)):
+        run(tmp_path / "t-decoupled-tis" / f"seed{seed}", True, final)
+        run(tmp_path / "t-bypass-none" / f"seed{seed}", False, final)
+    out = run_script("mismatch_table.py", str(tmp_path), "t", "--plot", str(tmp_path / "k.png"))
+    rows = {line.split("|")[1].strip() + " " + line.split("|")[2].strip(): line
+            for line in out.splitlines() if line.startswith("| decoupled") or
+            line.startswith("| bypass")}  # fmt: skip
+    # TIS: after 0.6 [0.5–0.7] over 2 seeds, κ mean 0.002, p99 0.03, max (0.05 + 0.1) / 2
+    assert "0.100 → 0.600 [0.500–0.700] (2 seeds)" in rows["decoupled tis"]
+    assert "| 0.0020 | 0.030 | 0.075 | 0.100 |" in rows["decoupled tis"]
+    assert "capped_frac max 0.0000" in rows["decoupled tis"]
+    assert "κ ≡ 1" in rows["bypass none"] and "(no runs)" in rows["decoupled none"]
+    assert (tmp_path / "k.png").read_bytes().startswith(b"\x89PNG")
