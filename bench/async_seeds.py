@@ -6,20 +6,27 @@ and ``rlmap simulate --from-run``'s prediction error for every run.
     python bench/async_seeds.py --root runs/async-seeds              # report only
 
 ``--train`` runs ``rlmap train --recipe sao data.task=calculator`` with each tool latency
-(``data.env_latency``) in both modes, ``--seeds`` seeds each, ``--steps`` steps, into
-``ROOT/<dist>-<mode>/seed<S>``. The report prints one markdown table (docs/simulate.md).
+(``data.env_latency``) in both modes, ``--seeds`` seeds each, ``--steps`` steps, twice:
+into ``ROOT/heldout/<dist>-<mode>/seed<S>`` with the held-out evaluation every 10 steps
+(the held-out comparisons), and into ``ROOT/throughput/...`` with no evaluation or
+checkpoint until the last step (the throughput figures: asynchronous workers go on
+rolling out while the learner evaluates or writes a checkpoint, time the ledger's
+wall-clock does not hold, so a run with intermediate evaluations overstates the
+asynchronous rate). The report prints one markdown table (docs/simulate.md).
 
-Measured throughput: trajectories the learner took per second of the steps that ran no
-held-out evaluation (the wall-clock of each step is the difference of
-``budget/wall_clock_s``). Predicted: ``rlmap simulate --from-run`` on the same run, with
-the run's own mode, η and workers (an asynchronous run's worker rounds are scaled by the
-trajectories per round; a synchronous run is a replay of its own step times).
+Measured throughput: trajectories the learner consumed (taken minus dropped as stale)
+per second of the steps that ran no held-out evaluation (each step's wall-clock is the
+difference of ``budget/wall_clock_s``). Predicted: ``rlmap simulate --from-run`` on the
+same run, with the run's own mode, η and workers (an asynchronous run's worker rounds
+are scaled by the trajectories per round; a synchronous run is a replay of its own step
+times); it counts consumed trajectories too.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import subprocess
 import sys
@@ -37,18 +44,25 @@ LATENCIES = {"lognormal": "lognormal:-2.5,1.0", "pareto": "pareto:1.5,0.05"}
 MODES = ("sync", "async")
 
 
-def train(root: Path, seeds: int, steps: int, extra: Sequence[str] = ()) -> None:
-    for name, spec in LATENCIES.items():
-        for mode in MODES:
-            out = root / f"{name}-{mode}"
-            if (out / f"seed{seeds - 1}" / "summary.json").exists():
-                continue
-            cmd = [sys.executable, "-m", "rlmap.cli", "train", "--recipe", "sao", "--seeds",
-                   str(seeds), "--out", str(out), "data.task=calculator",
-                   f"data.env_latency={spec}", f"system.mode={mode}", f"optim.steps={steps}",
-                   "run.progress=false", *extra]  # fmt: skip
-            print("$", " ".join(cmd[2:]), flush=True)
-            subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+SETS = {"heldout": [], "throughput": ["run.eval_every=1000000", "run.checkpoint_every=1000000"]}
+"""The two sets of runs and what each adds to the command."""
+
+
+def train(root: Path, seeds: int, steps: int, extra: Sequence[str] = (),
+          sets: Sequence[str] = tuple(SETS)) -> None:  # fmt: skip
+    for group, more in ((g, SETS[g]) for g in sets):
+        for name, spec in LATENCIES.items():
+            for mode in MODES:
+                out = root / group / f"{name}-{mode}"
+                if all((out / f"seed{s}" / "summary.json").exists() for s in range(seeds)):
+                    continue
+                shutil.rmtree(out, ignore_errors=True)  # a cell cut short: train it again
+                cmd = [sys.executable, "-m", "rlmap.cli", "train", "--recipe", "sao",
+                       "--seeds", str(seeds), "--out", str(out), "data.task=calculator",
+                       f"data.env_latency={spec}", f"system.mode={mode}",
+                       f"optim.steps={steps}", "run.progress=false", *more, *extra]  # fmt: skip
+                print("$", " ".join(cmd[2:]), flush=True)
+                subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
 
 
 def records(run: Path) -> list[dict[str, Any]]:
@@ -56,15 +70,17 @@ def records(run: Path) -> list[dict[str, Any]]:
 
 
 def measured_rate(run: Path) -> float:
-    """Trajectories taken per second over the steps without a held-out evaluation."""
-    previous, seconds, taken = 0.0, 0.0, 0.0
+    """Trajectories consumed per second over the steps without a held-out evaluation."""
+    previous, seconds, consumed = 0.0, 0.0, 0.0
     for r in records(run):
         wall = r.get("budget/wall_clock_s", previous)
         if "sampling/generated" in r and not any(k.startswith("eval/") for k in r):
             seconds += wall - previous
-            taken += r["sampling/generated"]
+            consumed += r["sampling/generated"] - r.get("system/stale_dropped", 0.0)
         previous = wall
-    return taken / seconds
+    if seconds <= 0:
+        raise SystemExit(f"{run}: every step ran an evaluation; no throughput to measure")
+    return consumed / seconds
 
 
 def predicted_rate(run: Path) -> float:
@@ -87,7 +103,7 @@ def spread(values: Sequence[float], fmt: str = ".3f") -> str:
     return f"{statistics.mean(values):{fmt}} [{min(values):{fmt}}–{max(values):{fmt}}]"
 
 
-def report(root: Path, seeds: int) -> str:
+def report(root: Path, seeds: int, throughput: str = "throughput") -> str:
     lines = [
         "| latency | async / sync throughput | measured trajectories/s, sync · async "
         "| simulator error, sync · async (each seed) | held-out pass@1 at equal wall-clock, "
@@ -95,10 +111,13 @@ def report(root: Path, seeds: int) -> str:
         "|---|---|---|---|---|---|",
     ]
     for name in LATENCIES:
-        runs = {m: [root / f"{name}-{m}" / f"seed{s}" for s in range(seeds)] for m in MODES}
-        rate = {m: [measured_rate(r) for r in runs[m]] for m in MODES}
+        fast = {m: [root / throughput / f"{name}-{m}" / f"seed{s}" for s in range(seeds)]
+                for m in MODES}  # fmt: skip
+        runs = {m: [root / "heldout" / f"{name}-{m}" / f"seed{s}" for s in range(seeds)]
+                for m in MODES}  # fmt: skip
+        rate = {m: [measured_rate(r) for r in fast[m]] for m in MODES}
         ratio = [a / s for a, s in zip(rate["async"], rate["sync"], strict=True)]
-        error = {m: [predicted_rate(r) / measured_rate(r) - 1 for r in runs[m]] for m in MODES}
+        error = {m: [predicted_rate(r) / measured_rate(r) - 1 for r in fast[m]] for m in MODES}
         # the common budget: the least any of the six runs reached
         walls = [max(curve(load_run(r), "budget/wall_clock_s")[0]) for m in MODES
                  for r in runs[m]]  # fmt: skip
@@ -123,10 +142,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--train", action="store_true", help="train the runs first")
     parser.add_argument("--extra", nargs="*", default=[], help="more overrides for --train")
+    quick = "a quick look: train only the held-out set, the throughput from it too (too high)"
+    parser.add_argument("--one-set", action="store_true", help=quick)
     args = parser.parse_args(argv)
+    sets = ("heldout",) if args.one_set else tuple(SETS)
     if args.train:
-        train(args.root, args.seeds, args.steps, args.extra)
-    print(report(args.root, args.seeds))
+        train(args.root, args.seeds, args.steps, args.extra, sets)
+    print(report(args.root, args.seeds, "heldout" if args.one_set else "throughput"))
 
 
 if __name__ == "__main__":

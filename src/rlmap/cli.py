@@ -249,7 +249,7 @@ def _cmd_samples(args: argparse.Namespace) -> None:
     if args.json:
         print("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in shown), end="")
     else:
-        print(render(run_dir, step, rows, shown), end="")
+        print(render(run_dir, step, rows, shown, args.klass), end="")
 
 
 def _cmd_simulate(args: argparse.Namespace) -> None:

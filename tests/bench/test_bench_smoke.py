@@ -148,8 +148,10 @@ def test_async_seeds_benchmark_runs_at_toy_size(
 ) -> None:
     extra = [*toy(tiny_calc_model_dir, steps=3), "data.max_turns=2", "generation.max_new_tokens=6",
              "critic.warmup_steps=1", "run.eval_every=3"]  # fmt: skip
-    out = run_script("async_seeds.py", "--train", "--root", str(tmp_path), "--seeds", "1",
-                     "--steps", "3", "--extra", *extra)  # fmt: skip
+    out = run_script("async_seeds.py", "--train", "--one-set", "--root", str(tmp_path),
+                     "--seeds", "1", "--steps", "3", "--extra", *extra)  # fmt: skip
+    assert sorted(p.name for p in (tmp_path / "heldout").iterdir() if p.is_dir()) == [
+        "lognormal-async", "lognormal-sync", "pareto-async", "pareto-sync"]  # fmt: skip
     rows = [line for line in out.splitlines() if line.startswith("| lognormal") or
             line.startswith("| pareto")]  # fmt: skip
     assert len(rows) == 2

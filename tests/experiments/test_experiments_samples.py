@@ -105,6 +105,8 @@ def test_a_run_writes_its_samples_and_rlmap_samples_reads_them(
     records = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     shares = sum(v for k, v in records[-1].items() if k.startswith("eval/errors/"))
     assert shares + records[-1]["eval/pass@1"] == pytest.approx(1.0)  # every sample once
+    for r in records[1:]:  # the training rollouts' mix, every step
+        assert {f"errors/{c}_frac" for c in ERROR_CLASSES} <= set(r)
     assert (run / "plots" / "errors.png").is_file()
 
     assert main(["samples", str(run), "--class", "all"]) == 0
@@ -141,3 +143,56 @@ def test_training_rollouts_log_their_error_mix() -> None:
                           scored("12", 0.0, BAD)], p)  # type: ignore[arg-type]  # fmt: skip
     assert mix["errors/wrong_answer_frac"] == 0.25 and mix["errors/truncated_frac"] == 0.25
     assert mix["errors/infra_error_frac"] == 0.25 and sum(mix.values()) == 0.75
+    # a learned reward model scored a wrong answer 0.9: still a wrong answer (the
+    # environment's return decides, as for held-out samples)
+    wrong = scored("13", 0.0)
+    liked = Scored(wrong.episode, 0, 0.9, 0.9, OK)
+    assert rollout_errors([liked], p)["errors/wrong_answer_frac"] == 1.0  # type: ignore[arg-type]
+
+
+def test_samples_of_redone_evaluations_are_dropped(tmp_path: Path) -> None:
+    from rlmap.experiments.samples import drop_samples_after, sample_steps
+
+    for step in (0, 2, 4, 6):
+        write_samples(tmp_path, step, [{"class": "correct"}])
+    (tmp_path / "samples" / "step_007.jsonl").write_text("")  # not a samples file's name
+    drop_samples_after(tmp_path, 3)
+    assert sample_steps(tmp_path) == [0, 2]
+    drop_samples_after(tmp_path, -1)
+    assert sample_steps(tmp_path) == []
+    assert (tmp_path / "samples" / "step_007.jsonl").exists()  # left alone
+
+
+def test_run_samples_zero_writes_none(tiny_model_dir: Path, tmp_path: Path, toy: Toy) -> None:
+    run_training(build_config("grpo", None, [*toy(tiny_model_dir), "run.samples=0"]),
+                 tmp_path / "run")  # fmt: skip
+    assert not (tmp_path / "run" / "samples").exists()
+    with pytest.raises(InputError, match=r"unless run\.samples=0"):
+        read_samples(tmp_path / "run")
+
+
+def test_a_resume_drops_the_samples_of_the_steps_it_redoes(
+    tiny_model_dir: Path, tmp_path: Path, toy: Toy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rlmap.experiments import train as train_module
+    from rlmap.experiments.samples import sample_steps
+
+    cfg = build_config("grpo", None, [*toy(tiny_model_dir, steps=4), "run.checkpoint_every=2",
+                                      "run.eval_every=1"])  # fmt: skip
+    real = train_module.sync_step
+
+    def crashing(parts, state):  # type: ignore[no-untyped-def]
+        if state.step + 1 == 4:
+            raise KeyboardInterrupt("simulated crash")
+        return real(parts, state)
+
+    monkeypatch.setattr(train_module, "sync_step", crashing)
+    with pytest.raises(KeyboardInterrupt):
+        run_training(cfg, tmp_path / "run")
+    assert sample_steps(tmp_path / "run") == [0, 1, 2, 3]  # step 3 evaluated after step_2
+    stale = tmp_path / "run" / "samples" / "step_3.jsonl"
+    stale.write_text('{"class": "correct", "marker": 1}\n')
+    monkeypatch.setattr(train_module, "sync_step", real)
+    run_training(cfg, tmp_path / "run", resume=True)
+    assert sample_steps(tmp_path / "run") == [0, 1, 2, 3, 4]
+    assert "marker" not in stale.read_text()  # step 3 was redone and written anew

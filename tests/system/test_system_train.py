@@ -351,3 +351,9 @@ def test_an_engine_cache_is_forgotten_after_every_step_and_every_evaluation(
     engine.forget_cache(cached)  # type: ignore[arg-type]
     assert cached.cleared == 1
     engine.forget_cache(object())  # type: ignore[arg-type]  # no cache: nothing to do
+
+
+def test_publishing_every_eta_plus_one_steps_is_allowed() -> None:
+    # P − 1 ≤ η: the newest trajectories before a publication are P − 1 versions old
+    cfg = build_config("sao", None, ["system.publish_every=2", "behaviour.max_staleness=1"])
+    assert cfg.system.publish_every == 2

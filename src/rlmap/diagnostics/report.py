@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shlex
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,7 +69,8 @@ def cite_samples(run_dir: Path, window: tuple[int, int] | None) -> tuple[str, ..
             continue
         counts = Counter(r["class"] for r in rows)
         mix = ", ".join(f"{c} {n}" for c, n in counts.most_common())
-        out.append(f"samples/step_{step}.jsonl: {mix} (rlmap samples {run_dir} --step {step})")
+        command = f"rlmap samples {shlex.quote(str(run_dir))} --step {step}"
+        out.append(f"samples/step_{step}.jsonl: {mix} ({command})")
     return tuple(out)
 
 

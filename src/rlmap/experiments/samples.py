@@ -94,14 +94,25 @@ def write_samples(run_dir: Path, step: int, rows: Sequence[dict[str, Any]]) -> P
     return path
 
 
+STEP_FILE = re.compile(r"step_(0|[1-9][0-9]*)\.jsonl")
+"""A samples file's name: ``step_N.jsonl``, N in ASCII digits without leading zeros."""
+
+
 def sample_steps(run_dir: Path) -> list[int]:
     """The steps that have a samples file, in order."""
     found = []
     for p in (run_dir / SAMPLES_DIR).glob("step_*.jsonl"):
-        suffix = p.stem.removeprefix("step_")
-        if suffix.isdigit():
-            found.append(int(suffix))
+        if (m := STEP_FILE.fullmatch(p.name)) is not None:
+            found.append(int(m.group(1)))
     return sorted(found)
+
+
+def drop_samples_after(run_dir: Path, step: int) -> None:
+    """Remove the samples of evaluations after ``step`` (a resume redoes them; -1: all),
+    as ``metrics.jsonl`` is cut back."""
+    for s in sample_steps(run_dir):
+        if s > step:
+            (run_dir / SAMPLES_DIR / f"step_{s}.jsonl").unlink(missing_ok=True)
 
 
 def read_samples(run_dir: Path, step: int | None = None) -> tuple[int, list[dict[str, Any]]]:
@@ -112,15 +123,21 @@ def read_samples(run_dir: Path, step: int | None = None) -> tuple[int, list[dict
     steps = sample_steps(run_dir)
     if not steps:
         raise InputError(f"{run_dir}: no samples (runs write {SAMPLES_DIR}/step_N.jsonl at "
-                         "each evaluation; older runs have none)")  # fmt: skip
+                         "each evaluation unless run.samples=0; older runs have none)")  # fmt: skip
     if step is None:
         step = steps[-1]
     elif step not in steps:
         raise InputError(f"--step: no samples at step {step} in {run_dir} (evaluated steps: "
                          f"{', '.join(map(str, steps))})")  # fmt: skip
     path = run_dir / SAMPLES_DIR / f"step_{step}.jsonl"
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise InputError(f"{path}: not UTF-8 (byte {err.start})") from None
+    except OSError as err:
+        raise InputError(f"{path}: cannot read it ({err.strerror})") from None
     rows = []
-    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    for lineno, line in enumerate(text.splitlines(), 1):
         try:
             row = json.loads(line)
         except json.JSONDecodeError as err:
@@ -147,7 +164,7 @@ def select(rows: Sequence[dict[str, Any]], wanted: str | None, n: int) -> list[d
 
 
 def render(run_dir: Path, step: int, rows: Sequence[dict[str, Any]],
-           shown: Sequence[dict[str, Any]]) -> str:  # fmt: skip
+           shown: Sequence[dict[str, Any]], wanted: str | None = None) -> str:  # fmt: skip
     """The samples as text: the class mix of the step, then each shown sample."""
     counts = Counter(r["class"] for r in rows)
     mix = ", ".join(f"{c} {counts[c]}" for c in (CORRECT, *ERROR_CLASSES) if counts[c])
@@ -161,7 +178,7 @@ def render(run_dir: Path, step: int, rows: Sequence[dict[str, Any]],
         out.append(f"  answer:    {_one_line(r.get('answer', ''))}")
         out.append(f"  reference: {_one_line(r.get('reference', ''))}")
     if not shown:
-        out.append("\n(no sample of that class)")
+        out.append("\n(no sample of that class)" if wanted else "\n(no failures)")
     return "\n".join(out) + "\n"
 
 

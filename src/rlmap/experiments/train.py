@@ -59,7 +59,7 @@ from rlmap.experiments.rundir import (
     write_json_atomic,
     write_text_atomic,
 )
-from rlmap.experiments.samples import write_samples
+from rlmap.experiments.samples import drop_samples_after, write_samples
 from rlmap.recipes import composition, load_config
 from rlmap.recipes.config import RecipeConfig
 from rlmap.system import setup
@@ -114,11 +114,13 @@ def run_training(
         state, ledger, before = _restore(parts, ckpt, saved)
         if main:
             MetricsLog.truncate_after(run_dir / "metrics.jsonl", state.step)  # drop the redone
+            drop_samples_after(run_dir, state.step)
             log = StepRecords(run_dir, tensorboard=cfg.run.tensorboard)
     else:
         if main:
             run_dir.mkdir(parents=True, exist_ok=True)
             MetricsLog.truncate_after(run_dir / "metrics.jsonl", -1)  # a resume that starts over
+            drop_samples_after(run_dir, -1)
             write_text_atomic(run_dir / "config.yaml", f"# {composition(cfg)}\n{cfg.to_yaml()}")
         seed_everything(cfg.seed, world.rank)
         before = _evaluate(parts, run_dir, 0) if main else {}

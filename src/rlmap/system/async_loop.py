@@ -310,7 +310,7 @@ class AsyncRunner:
         c.aborted_rounds = r["aborted_rounds"]
         self.consumed, self.stale_dropped = r["consumed"], r["stale_dropped"]
         self.rejected, self.empty_steps = r["rejected"], r["empty_steps"]
-        self.restarted = r["restarted"] + r["lost"]  # those still to redo were counted before
+        self.restarted = r["restarted"] + r.get("lost", 0)  # those still to redo: counted
         self.taken = {int(g): int(m) for g, m in r["taken"]}
         self.rounds = r["rounds"]
 
@@ -394,6 +394,8 @@ class AsyncRunner:
         trajectory taken before (a bug in the bookkeeping) stops the run."""
         items: list[Finished] = []
         started = time.perf_counter()
+        if self.deterministic:  # every round the bound admits now, as far ahead as it goes
+            self._produce()
         while len(items) < n:
             if self.deterministic and self.queue.empty():
                 self._produce()

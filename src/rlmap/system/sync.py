@@ -268,10 +268,12 @@ def rollout_metrics(scored: list[Scored], p: Parts) -> dict[str, float]:
 
 def rollout_errors(scored: list[Scored], p: Parts) -> dict[str, float]:
     """``errors/<class>_frac``: the share of the rollouts failing with each error class
-    (:mod:`rlmap.experiments.samples`; the reward's status and return, not the episode's)."""
+    (:mod:`rlmap.experiments.samples`): whether the reward can be trusted from its status,
+    whether the answer was right from the environment's return (the verifier's, even when a
+    learned reward model is trained on), as for the held-out samples."""
     pattern = p.cfg.feedback.format_pattern
     classes = [
-        error_class(Judged(x.outcome, x.status, x.episode.end, x.episode.eos,
+        error_class(Judged(x.episode.outcome, x.status, x.episode.end, x.episode.eos,
                            x.episode.tool_errors, final_answer(p.tokenizer, x.episode)), pattern)
         for x in scored
     ]  # fmt: skip
