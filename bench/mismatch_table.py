@@ -51,7 +51,7 @@ def row(runs: list[Path], mode: str, correction: str) -> str:
     tokens = mean([s["generated_tokens"] for s in summary])
     actor = mean([json.loads((r / "ledger.json").read_text())["actor_s"] for r in runs])
     tails = [[series(r, f"ratio/kappa/{k}_abs_log") for r in runs] for k in ("mean", "p99", "max")]
-    if all(tails[0]):
+    if all(all(t) for t in tails):  # every seed logged every tail
         largest = max(max(s) for s in tails[2])
         kappa = " | ".join(f"{mean([mean(s) for s in t]):.{d}f}"
                            for t, d in zip(tails, (4, 3, 3), strict=True))  # fmt: skip
