@@ -381,3 +381,21 @@ def test_a_restored_runner_remembers_what_was_taken(tiny_calc_model_dir: Path, t
         b.queue.put(async_loop.Finished(_scored(5), 0.0, 0))
         with pytest.raises(RuntimeError, match=r"\(5, 0\) was taken twice"):
             b._take(1)
+
+
+def test_deterministic_mode_fills_to_the_bound_before_every_take(
+    tiny_calc_model_dir: Path, toy: Toy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # B = 2, η = 2: at version v the bound admits (v + 3)·2 trajectories. Before step 2 the
+    # learner has taken 2 of the first 6, so the queue holds 4 + the 2 version 1 admits;
+    # producing only when the queue ran dry would leave 4.
+    parts = _parts(toy, tiny_calc_model_dir)
+    cfg = parts.cfg.model_copy(update={"system": dataclasses.replace(
+        parts.cfg.system, deterministic=True, partial_rollout=False)})  # fmt: skip
+    parts = dataclasses.replace(parts, cfg=cfg)
+    monkeypatch.setattr(async_loop, "learn", lambda p, batch, state: {})
+    with async_loop.async_runner(parts, LoopState(), workers_of=lambda r: [_Fresh(r)]) as runner:
+        state, _ = runner.step(LoopState())
+        assert runner.queue.qsize() == 4
+        runner.step(state)
+        assert runner.rounds == 4  # (1 + 3)·2 / 2 per round
