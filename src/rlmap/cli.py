@@ -112,8 +112,8 @@ def _cmd_train(args: argparse.Namespace) -> int | None:
     import os
     from pathlib import Path
 
-    from rlmap.experiments.rundir import check_new_dir, create_run_dir
-    from rlmap.experiments.train import resume_config, run_training
+    from rlmap.experiments.rundir import check_new_dir
+    from rlmap.experiments.train import resume_config
     from rlmap.recipes import build_config
     from rlmap.recipes.config import read_yaml
     from rlmap.system import distributed
@@ -129,8 +129,7 @@ def _cmd_train(args: argparse.Namespace) -> int | None:
                 f"{given[0]}: does not apply with --resume (the run directory holds its "
                 "config; resume each seed's directory on its own)"
             )
-        run_dir, existed = Path(args.resume), True
-        cfg = resume_config(run_dir, args.overrides)
+        cfg = resume_config(Path(args.resume), args.overrides)
     else:
         if args.recipe is not None and args.config is not None:
             raise ConfigError("--recipe and --config: give one (a config file names its recipe)")
@@ -147,7 +146,22 @@ def _cmd_train(args: argparse.Namespace) -> int | None:
     world = _learner_world(cfg)
     if world is None:  # several learners and no launcher: this process starts the ranks
         return distributed.launch(cfg.system.learners, args.argv)
-    if args.resume is None:
+    with distributed.joined(world):
+        return _train_rank(args, cfg, world)
+
+
+def _train_rank(args: argparse.Namespace, cfg: RecipeConfig, world: World) -> int:
+    """One learner rank's training (the only one, in one process); rank 0 reports."""
+    from pathlib import Path
+
+    from rlmap.experiments.rundir import create_run_dir
+    from rlmap.experiments.train import run_training
+    from rlmap.system import distributed
+
+    existed = True
+    if args.resume is not None:
+        run_dir = Path(args.resume)
+    else:
         existed = args.out is not None and Path(args.out).exists()
         run_dir = distributed.on_main(world, lambda: create_run_dir(
             out=Path(args.out) if args.out else None).resolve())  # fmt: skip

@@ -9,6 +9,7 @@ and the loop state come back).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -152,3 +153,24 @@ def test_an_error_every_rank_hits_is_said_once(
     assert done.returncode == 1, done.stderr[-3000:]
     errors = [line for line in done.stderr.splitlines() if line.startswith("rlmap: error:")]
     assert len(errors) == 1 and "step 1" in errors[0], done.stderr[-3000:]
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_a_rank_leaves_with_its_process_group_destroyed(tmp_path: Path, fails: bool) -> None:
+    """A rank that exits with its gloo group alive can die of SIGABRT at interpreter exit
+    ("terminate called without an active exception"); ``joined`` tears the group down on
+    the way out, whether the rank's work ended or raised."""
+    import torch.distributed as dist
+
+    from rlmap.system.distributed import World, joined
+
+    store = dist.FileStore(str(tmp_path / "store"), 1)
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    try:
+        with contextlib.suppress(RuntimeError), joined(World(rank=0, size=2)):
+            if fails:
+                raise RuntimeError("the rank's work failed")
+        assert not dist.is_initialized()
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()

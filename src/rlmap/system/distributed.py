@@ -87,6 +87,25 @@ def world_of_env(sharding: Sharding) -> World:
     return World(rank=rank, size=size, sharding=sharding)
 
 
+@contextlib.contextmanager
+def joined(world: World) -> Iterator[None]:
+    """The ranks' work, then the process group torn down on every path out. A rank that
+    exits with the group still alive can die of SIGABRT ("terminate called without an
+    active exception": gloo's threads outlive the interpreter), so this is not optional.
+    On success the ranks meet first, so that none closes its connections while another
+    still sends; after an error they do not (a peer may be dead, and the barrier would
+    wait for ever)."""
+    if not world.parallel:
+        yield
+        return
+    try:
+        yield
+        dist.barrier()
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
 TIMEOUT = datetime.timedelta(hours=2)
 """How long a rank waits in a collective: long enough for what rank 0 does alone while the
 others wait (building the warm start, evaluating, writing a large checkpoint)."""
