@@ -43,6 +43,12 @@ def _cmd_papers(args: argparse.Namespace) -> None:
     print(paper_index_markdown(), end="")
 
 
+def _cmd_tasks(args: argparse.Namespace) -> None:
+    from rlmap.tasks.catalog import describe, listing
+
+    print(listing() if args.name is None else describe(args.name), end="")
+
+
 def _cmd_config(args: argparse.Namespace) -> None:
     from rlmap.recipes import build_config, composition
     from rlmap.recipes.config import read_yaml
@@ -403,6 +409,10 @@ def _add_run_commands(sub: Any) -> None:
     p.add_argument("--samples", type=int, default=None, help="samples per prompt (k of pass@k)")
     p.add_argument("overrides", nargs="*", help="dotted.key=value overrides of the data config")
     p.set_defaults(func=_cmd_eval)
+    p = _command(sub, "tasks", help="the tasks data.task names: built in, and reasoning-gym's")
+    p.add_argument("name", nargs="?", default=None,
+                   help="a reasoning-gym task: its settings and an example")  # fmt: skip
+    p.set_defaults(func=_cmd_tasks)
     p = _command(sub, "papers", help="the paper index: each preset's paper and quoted values")
     p.set_defaults(func=_cmd_papers)
     p = _command(sub, "config", help="print the resolved, validated config of a run")

@@ -345,7 +345,8 @@ def _evaluate(parts: setup.Parts, run_dir: Path, step: int) -> dict[str, float]:
                       temperature=g.temperature, top_p=g.top_p, seed=EVAL_SEED,
                       multi_turn=cfg.data.multi_turn, rescore=parts.eval_rescore,
                       max_turns=cfg.data.turn_budget, keep=cfg.run.samples, samples_out=rows,
-                      format_pattern=cfg.feedback.format_pattern)  # fmt: skip
+                      format_pattern=cfg.feedback.format_pattern,
+                      rescore_items=parts.eval_rescore_items)  # fmt: skip
     forget_cache(parts.engine)
     if rows:
         write_samples(run_dir, step, rows)

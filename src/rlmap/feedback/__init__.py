@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from rlmap.core.registry import Registry
+from rlmap.feedback import reasoning_gym as _reasoning_gym
 from rlmap.feedback import verifiers
 from rlmap.feedback.math_equiv import MathEquiv
 from rlmap.feedback.params import FeedbackParams, RewardSource
@@ -28,6 +29,16 @@ class Verifier:
     service): environments that call it are stepped concurrently
     (:func:`rlmap.system.rollout.step_all`). False for pure Python, which threads under
     the GIL cannot speed up; True by default, as a verifier added later may wait."""
+    items: bool = False
+    """Its reference is the example's item key (:attr:`rlmap.tasks.arithmetic.Example.reference`,
+    e.g. a reasoning-gym item), not the answer text."""
+    isolated: bool = False
+    """Always run in its isolation worker (``feedback.timeout_s``, or ``ISOLATION_TIMEOUT_S``
+    when unset): code rlmap does not control, which may hang or crash."""
+
+
+ISOLATION_TIMEOUT_S = 30.0
+"""The per-call timeout of an ``isolated`` verifier when ``feedback.timeout_s`` is unset."""
 
 
 registry: Registry[Verifier] = Registry("verifier")
@@ -43,6 +54,24 @@ registry.add("math_equiv", Verifier(MathEquiv(), "1 if math-verify finds the ans
 registry.add("code_tests", Verifier(verifiers.code_tests, "1 if the code passes its unit tests"))
 registry.add("json_schema", _pure(verifiers.json_schema, "1 if the JSON validates against it"))
 registry.add("regex", _pure(verifiers.regex_format, "1 if the response fully matches it"))
+registry.add(
+    "reasoning_gym",
+    Verifier(
+        _reasoning_gym.score_full,
+        "reasoning-gym's score_answer: 1 on a full score",
+        items=True,
+        isolated=True,
+    ),
+)
+registry.add(
+    "reasoning_gym_partial",
+    Verifier(
+        _reasoning_gym.score,
+        "reasoning-gym's score_answer, partial credit kept",
+        items=True,
+        isolated=True,
+    ),
+)
 registry.add(
     "contains_answer",
     _pure(verifiers.contains_answer, "LOOSE on purpose (hacking demo): its digits anywhere"),

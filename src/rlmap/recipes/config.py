@@ -182,9 +182,23 @@ def build_config(
     base = preset(name).model_dump(mode="json")
     merged = apply_overrides(_merge(base, file_data), overrides)
     merged["recipe"] = merged.get("recipe", name) if recipe is None else recipe
+    if _names_reasoning_gym(merged) and not _given(file_data, overrides, "feedback", "verifier"):
+        merged["feedback"]["verifier"] = "reasoning_gym"  # the task's own score_answer
     config = from_mapping(merged)
     validate(config)
     return config
+
+
+def _names_reasoning_gym(data: Mapping[str, Any]) -> bool:
+    task = data.get("data", {}).get("task") if isinstance(data.get("data"), Mapping) else None
+    return isinstance(task, str) and task.startswith("reasoning_gym:")
+
+
+def _given(file_data: Mapping[str, Any], overrides: Sequence[str], section: str, key: str) -> bool:
+    """Whether the file or an override sets ``section.key`` (rather than the preset)."""
+    part = file_data.get(section)
+    in_file = isinstance(part, Mapping) and key in part
+    return in_file or any(o.partition("=")[0].strip() == f"{section}.{key}" for o in overrides)
 
 
 def load_config(path: str | Path, overrides: Sequence[str] = ()) -> RecipeConfig:

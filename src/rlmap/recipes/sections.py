@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 
 @dataclass(frozen=True)
@@ -56,8 +56,13 @@ class DataConfig:
     task: str = "arithmetic"
     """``arithmetic`` (built in, one answer per prompt), ``calculator`` (built in, multi-turn:
     the model may call a calculator tool before answering; :mod:`rlmap.tasks.calculator`),
-    or a JSONL file with ``prompt`` and ``answer`` per line (then ``eval_path`` names the
+    ``reasoning_gym:NAME`` (one of reasoning-gym's procedural tasks, or a mixture
+    ``NAME*W+NAME2``; :mod:`rlmap.tasks.reasoning_gym`; ``rlmap tasks`` lists them), or a
+    JSONL file with ``prompt`` and ``answer`` per line (then ``eval_path`` names the
     held-out file)."""
+    task_args: dict[str, Any] | None = None
+    """reasoning-gym tasks: the generator's settings, e.g. ``{"min_terms": 2}``; for a
+    mixture, keyed by task name. None: the task's defaults."""
     eval_path: str | None = None
     """Held-out JSONL file when ``task`` is a file; None holds out ``eval_size`` of it."""
     train_size: int = 6000

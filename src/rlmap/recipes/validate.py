@@ -288,7 +288,22 @@ def _feedback(cfg: RecipeConfig) -> Iterator[str]:
 
 
 def _data(cfg: RecipeConfig) -> Iterator[str]:
+    from rlmap.tasks import reasoning_gym
+
     d = cfg.data
+    gym = reasoning_gym.is_reasoning_gym(d.task)
+    if gym:
+        reasoning_gym.parse(d.task, d.task_args)  # a ConfigError naming the field
+    elif d.task_args is not None:
+        yield f"data.task_args: only reasoning-gym tasks take settings, not {d.task!r}"
+    named = (("feedback.verifier", cfg.feedback.verifier),
+             ("feedback.eval_verifier", cfg.feedback.eval_verifier))  # fmt: skip
+    for name, verifier in named:
+        if verifier is None or verifier not in feedback.registry:
+            continue
+        if feedback.registry.get(verifier).items and not gym:
+            yield (f"{name}: {verifier} scores reasoning-gym items; it needs "
+                   "data.task=reasoning_gym:NAME")  # fmt: skip
     if d.max_turns < 1:
         yield f"data.max_turns: must be >= 1, got {d.max_turns}"
     if d.max_digits < 1:

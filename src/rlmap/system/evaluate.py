@@ -23,7 +23,7 @@ from rlmap.system.hf_engine import HFEngine
 from rlmap.system.lora import ADAPTER_CONFIG
 from rlmap.system.rollout import Episode, episode_metrics, run_episodes
 from rlmap.tasks.arithmetic import Example
-from rlmap.tasks.env import EnvFactory, Verifier, verify_safely
+from rlmap.tasks.env import EnvFactory, Verifier, reference_for, verify_safely
 from rlmap.tasks.prompts import decode_response
 
 
@@ -44,6 +44,7 @@ def evaluate(
     keep: int = 0,
     samples_out: list[dict[str, Any]] | None = None,
     format_pattern: str | None = None,
+    rescore_items: bool = False,
 ) -> dict[str, float]:
     """``eval/pass@1``, ``eval/pass@k`` (k = ``eval/k`` = samples), ``eval/length`` (mean
     generated tokens), ``eval/diversity`` (mean distinct final answers per prompt) and, with
@@ -52,7 +53,10 @@ def evaluate(
     A sample is correct when its episode's return is positive with an OK status: a
     crashing verifier or environment counts as wrong here, and never stops evaluation.
     With ``rescore`` (the training verifier, when evaluation uses a stricter one), the
-    same samples' final answers are also scored by it: ``eval/train_verifier_pass@1``.
+    same samples' final answers are also scored by it: ``eval/train_verifier_pass@1``
+    (``rescore_items``: it reads the examples' item keys, not their answers).
+    Examples that name their ``task`` (a mixture) are also scored per task:
+    ``eval/<task>/pass@1`` and ``eval/<task>/pass@k``.
 
     Every sample gets an error class (:func:`rlmap.experiments.samples.error_class`, with
     ``format_pattern``): ``eval/errors/<class>_frac``. With ``samples_out``, the first
@@ -71,7 +75,8 @@ def evaluate(
         answers = [final_answer(tokenizer, e) for e in group]
         distinct.append(len(set(answers)))
         if rescore is not None:
-            loose.append(sum(verify_safely(rescore, a, example.answer)[0] > 0 for a in answers))
+            reference = reference_for(example, rescore_items)
+            loose.append(sum(verify_safely(rescore, a, reference)[0] > 0 for a in answers))
         judged = [
             error_class(Judged(e.outcome, e.status, e.end, e.eos, e.tool_errors, a), format_pattern)
             for e, a in zip(group, answers, strict=True)
@@ -82,7 +87,8 @@ def evaluate(
     n = torch.full((len(examples),), samples)
     c = torch.tensor(correct)
     return (
-        {
+        per_task(examples, correct, samples)
+        | {
             "eval/pass@1": float(pass_at_k_tensor(n, c, 1).mean()),
             "eval/pass@k": float(pass_at_k_tensor(n, c, samples).mean()),
             "eval/k": float(samples),
@@ -101,6 +107,19 @@ def evaluate(
             else {}
         )
     )
+
+
+def per_task(examples: Sequence[Example], correct: Sequence[int], samples: int) -> dict[str, float]:
+    """``eval/<task>/pass@1`` and ``eval/<task>/pass@k`` of each task the examples name
+    (none when they name none)."""
+    tasks = sorted({e.task for e in examples if e.task})
+    out: dict[str, float] = {}
+    for task in tasks:
+        c = torch.tensor([k for e, k in zip(examples, correct, strict=True) if e.task == task])
+        n = torch.full_like(c, samples)
+        out[f"eval/{task}/pass@1"] = float(pass_at_k_tensor(n, c, 1).mean())
+        out[f"eval/{task}/pass@k"] = float(pass_at_k_tensor(n, c, samples).mean())
+    return out
 
 
 def sample_row(tokenizer: PreTrainedTokenizerBase, e: Episode, answer: str, example: Example,
@@ -158,9 +177,9 @@ def evaluate_checkpoint(
     engine = HFEngine(model, pad_token_id=int(tokenizer.pad_token_id),
                       eos_token_id=int(tokenizer.eos_token_id))  # fmt: skip
     g = cfg.generation
-    environment, rescore = setup.evaluation_scoring(cfg, tokenizer)
+    environment, rescore, items = setup.evaluation_scoring(cfg, tokenizer)
     return evaluate(engine, environment, tokenizer, heldout,
                     samples=samples or g.eval_samples, max_new_tokens=g.max_new_tokens,
                     temperature=g.temperature, top_p=g.top_p, seed=0,
                     multi_turn=cfg.data.multi_turn, rescore=rescore,
-                    max_turns=cfg.data.turn_budget)  # fmt: skip
+                    max_turns=cfg.data.turn_budget, rescore_items=items)  # fmt: skip

@@ -12,7 +12,7 @@ import random
 import threading
 import zipfile
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -36,9 +36,10 @@ from rlmap.system.memory import MASTER_DTYPE, checkpoint_activations
 from rlmap.system.routing import check_replayable
 from rlmap.system.scoring import EpisodeReturn, base_reward, shaping_reward
 from rlmap.system.sim_inputs import parse_duration
+from rlmap.tasks import reasoning_gym
 from rlmap.tasks.arithmetic import Example, make_splits
 from rlmap.tasks.calculator import CalculatorEnv, marker_ids
-from rlmap.tasks.env import AnswerEnv, EnvFactory
+from rlmap.tasks.env import AnswerEnv, EnvFactory, reference_for
 from rlmap.tasks.jsonl import load_examples, load_numbered_examples
 from rlmap.tasks.preferences import PreferenceSpec, embedded_reward_model
 from rlmap.tasks.prompts import PromptEncoder, encode_prompt
@@ -85,6 +86,8 @@ class Parts:
     """Environments of the held-out evaluation (``feedback.eval_verifier``); None: as training."""
     eval_rescore: Verify | None = None
     """The training verifier, to rescore held-out samples when evaluation uses another one."""
+    eval_rescore_items: bool = False
+    """``eval_rescore`` reads the examples' item keys (a reasoning-gym verifier)."""
     reward_model: torch.nn.Module | None = None
     """The learned reward model scoring rollouts (``feedback.source=reward_model``)."""
     base_reward: Reward = field(default_factory=EpisodeReturn)
@@ -112,12 +115,35 @@ class Parts:
 
 
 def warm_start_spec(cfg: RecipeConfig) -> WarmStartSpec:
-    """The warm start of the embedded default, on the run's own train split."""
+    """The warm start of the embedded default, on the run's own train split. On a
+    reasoning-gym task the model's context is built to fit the task (:func:`fitted_context`)."""
     d = cfg.data
+    model = EMBEDDED_MODELS.get(cfg.model.path, TinySpec())
+    if reasoning_gym.is_reasoning_gym(d.task):
+        model = replace(model, max_position_embeddings=fitted_context(cfg))
     return WarmStartSpec(task=d.task, split_seed=d.split_seed, eval_size=d.eval_size,
                          train_size=d.train_size, max_digits=d.max_digits, ops=d.resolved_ops,
                          tool_demos=TOOL_DEMOS if d.task == "calculator" else 0.0,
-                         model=EMBEDDED_MODELS.get(cfg.model.path, TinySpec()))  # fmt: skip
+                         task_args=json.dumps(d.task_args or {}, sort_keys=True),
+                         model=model)  # fmt: skip
+
+
+CONTEXT_BLOCK = 64
+"""The embedded model's context is a multiple of this (so that a few characters more in a
+task's prompts seldom changes the model, and with it the cached warm start)."""
+
+
+def fitted_context(cfg: RecipeConfig) -> int:
+    """Positions the embedded model needs for the task: its longest prompt (as the embedded
+    tokenizer encodes it) plus the response budget (``generation.max_new_tokens``, at least
+    32), rounded up to a multiple of ``CONTEXT_BLOCK``; the default 64 at least."""
+    train, heldout = load_data(cfg)
+    tokenizer = task_tokenizer(cfg.data.task)
+    longest = max(
+        len(ids) for ids in tokenizer([e.prompt for e in (*train, *heldout)])["input_ids"]
+    )
+    need = longest + max(cfg.generation.max_new_tokens, 32)
+    return max(TinySpec().max_position_embeddings, -(-need // CONTEXT_BLOCK) * CONTEXT_BLOCK)
 
 
 def model_path(
@@ -323,7 +349,7 @@ def labelled_prompts(cfg: RecipeConfig) -> list[tuple[str, str]]:
     """Every prompt the run will see, each labelled by where it comes from: ``file:line``
     for a JSONL task (and ``data.eval_path``), ``data.task=<name> example <i>`` otherwise."""
     d = cfg.data
-    if d.task in BUILT_IN_TASKS:
+    if d.task in BUILT_IN_TASKS or reasoning_gym.is_reasoning_gym(d.task):
         train, heldout = load_data(cfg)
         return [(f"data.task={d.task} example {i}", e.prompt)
                 for i, e in enumerate([*train, *heldout])]  # fmt: skip
@@ -412,6 +438,9 @@ def load_data(cfg: RecipeConfig) -> tuple[list[Example], list[Example]]:
     if d.task in BUILT_IN_TASKS:
         return make_splits(d.split_seed, d.train_size, d.eval_size, max_digits=d.max_digits,
                            ops=d.resolved_ops)  # fmt: skip
+    if reasoning_gym.is_reasoning_gym(d.task):
+        return reasoning_gym.make_splits(d.task, d.task_args, d.split_seed, d.train_size,
+                                         d.eval_size)  # fmt: skip
     train = load_examples(Path(d.task))
     if d.eval_path is not None:
         return train, load_examples(Path(d.eval_path))
@@ -421,10 +450,13 @@ def load_data(cfg: RecipeConfig) -> tuple[list[Example], list[Example]]:
 
 
 def make_verifier(cfg: RecipeConfig, name: str) -> Verify:
-    """The named verifier, in its own process when ``feedback.timeout_s`` is set."""
-    verify = feedback.registry.get(name).fn
+    """The named verifier, in its own process when ``feedback.timeout_s`` is set or the
+    verifier is always isolated (then with ``ISOLATION_TIMEOUT_S`` by default)."""
+    entry = feedback.registry.get(name)
     timeout = cfg.feedback.timeout_s
-    return verify if timeout is None else IsolatedVerifier(verify, timeout)
+    if timeout is None and entry.isolated:
+        timeout = feedback.ISOLATION_TIMEOUT_S
+    return entry.fn if timeout is None else IsolatedVerifier(entry.fn, timeout)
 
 
 def environment_factory(
@@ -441,27 +473,32 @@ def environment_factory(
     task (checked once, here).
     """
     name = verifier or cfg.feedback.verifier
-    verify = make_verifier(cfg, name)
+    verify, entry = make_verifier(cfg, name), feedback.registry.get(name)
     # in its own process when isolated (feedback.timeout_s): a call then waits on it
-    waits = feedback.registry.get(name).waits or cfg.feedback.timeout_s is not None
+    waits = entry.waits or entry.isolated or cfg.feedback.timeout_s is not None
     encode = PromptEncoder(tokenizer)  # shared: the G episodes of a prompt encode it once
     if cfg.data.task == "calculator":
         marker_ids(tokenizer)
         turns, wait = cfg.data.max_turns, latency_source(cfg) if latency else None
         return lambda e: CalculatorEnv(tokenizer, e, verify, max_turns=turns, latency=wait,
                                        encode=encode, verify_waits=waits)  # fmt: skip
+    if entry.items:  # the environment checks against the item's key, not the answer text
+        return lambda e: AnswerEnv(tokenizer, replace(e, answer=reference_for(e, True)), verify,
+                                   encode=encode, verify_waits=waits)  # fmt: skip
     return lambda e: AnswerEnv(tokenizer, e, verify, encode=encode, verify_waits=waits)
 
 
 def evaluation_scoring(
     cfg: RecipeConfig, tokenizer: PreTrainedTokenizerBase
-) -> tuple[EnvFactory, Verify | None]:
+) -> tuple[EnvFactory, Verify | None, bool]:
     """(held-out environments, the training verifier to rescore them with — only when
-    ``feedback.eval_verifier`` names another one). Evaluation never waits on latency."""
+    ``feedback.eval_verifier`` names another one —, whether that verifier reads item keys).
+    Evaluation never waits on latency."""
     f = cfg.feedback
     other = f.eval_verifier is not None and f.eval_verifier != f.verifier
     environment = environment_factory(cfg, tokenizer, verifier=f.eval_verifier)
-    return environment, make_verifier(cfg, f.verifier) if other else None
+    rescore = make_verifier(cfg, f.verifier) if other else None
+    return environment, rescore, feedback.registry.get(f.verifier).items
 
 
 def latency_source(cfg: RecipeConfig) -> Callable[[], float] | None:
@@ -573,13 +610,14 @@ def build(
     learner = wrap(policy, world) if world.parallel else None
     optimizer, scheduler = make_optimizer(policy if learner is None else learner, cfg)
     train, heldout = load_data(cfg)
-    eval_environment, eval_rescore = evaluation_scoring(cfg, tokenizer)
+    eval_environment, eval_rescore, rescore_items = evaluation_scoring(cfg, tokenizer)
     critic, critic_optimizer, critic_scheduler, critic_learner = build_critic(
         cfg, start, resume_from, world)  # fmt: skip
     return Parts(cfg, tokenizer, policy, reference, engine, optimizer, scheduler, train, heldout,
                  environment_factory(cfg, tokenizer, latency=True), update_settings(cfg),
                  critic, critic_optimizer, critic_scheduler,
                  eval_environment=eval_environment, eval_rescore=eval_rescore,
+                 eval_rescore_items=rescore_items,
                  reward_model=_reward_model(cfg, tokenizer, reward_path),
                  base_reward=base_reward(cfg), shaping=shaping_reward(cfg),
                  world=world, learner=learner, critic_learner=critic_learner)  # fmt: skip

@@ -21,6 +21,11 @@ class Example:
     """What the policy sees, e.g. ``37+85=``."""
     answer: str
     """The exact expected response, e.g. ``122``."""
+    reference: str | None = None
+    """What a verifier that reads items rather than answers checks against (a
+    reasoning-gym item's key); None: the answer."""
+    task: str = ""
+    """The task it comes from, when a run mixes several (``eval/<task>/pass@1``)."""
 
 
 def make_problem(a: int, op: str, b: int) -> Example:

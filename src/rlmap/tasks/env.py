@@ -104,6 +104,16 @@ def verify_safely(verify: Verifier, response: str, reference: str) -> tuple[floa
     return score.value, score.status
 
 
+def reference_for(example: Example, items: bool) -> str:
+    """What a verifier checks a response to ``example`` against: the item's key
+    (``example.reference``) for a verifier that reads items, else the answer."""
+    if items:
+        if example.reference is None:
+            raise ValueError("the verifier reads items, and this example is no task's item")
+        return example.reference
+    return example.answer
+
+
 PromptIds = Callable[[str], list[int]]
 """A prompt's text → its ids (:func:`rlmap.tasks.prompts.encode_prompt`, or a shared
 :class:`~rlmap.tasks.prompts.PromptEncoder`)."""

@@ -30,6 +30,7 @@ import json
 import os
 import random
 import shutil
+import string
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -37,11 +38,12 @@ from pathlib import Path
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerFast
 
+from rlmap.tasks import reasoning_gym
 from rlmap.tasks.arithmetic import Example, make_splits
 from rlmap.tasks.calculator import TOOL_TOKENS, demonstration
 from rlmap.tasks.prompts import encode_prompt, encode_response
 from rlmap.tasks.tiny import TinySpec, build_tiny_model
-from rlmap.tasks.tokenizer import build_tokenizer
+from rlmap.tasks.tokenizer import CHARACTERS, build_tokenizer
 
 FORMAT_VERSION = 2
 """Bump when the warm-start procedure changes, so old cache entries are not reused."""
@@ -52,7 +54,10 @@ class WarmStartSpec:
     """Everything that determines the warm-start checkpoint."""
 
     task: str = "arithmetic"
-    """``arithmetic`` or ``calculator`` (its tokenizer has the tool markers)."""
+    """``arithmetic``, ``calculator`` (its tokenizer has the tool markers) or a reasoning-gym
+    task (``reasoning_gym:NAME``: its tokenizer has every printable ASCII character)."""
+    task_args: str = "{}"
+    """A reasoning-gym task's generator settings (``data.task_args``), as JSON."""
     tool_demos: float = 0.0
     """Calculator: fraction of demonstrations that call the tool before answering."""
     seed: int = 0
@@ -88,8 +93,30 @@ TOOL_DEMOS = 0.25
 
 
 def task_tokenizer(task: str) -> PreTrainedTokenizerFast:
-    """The embedded tokenizer of a built-in task (the calculator's has the tool markers)."""
+    """The embedded tokenizer of a task: the calculator's has the tool markers; a
+    reasoning-gym task's has every printable ASCII character (its questions are prose)."""
+    if reasoning_gym.is_reasoning_gym(task):
+        return build_tokenizer(characters=PRINTABLE)
     return build_tokenizer(extra_tokens=TOOL_TOKENS if task == "calculator" else ())
+
+
+PRINTABLE = CHARACTERS + "".join(
+    c for c in string.printable if c not in CHARACTERS + "\t\r\x0b\x0c"
+)
+"""The embedded characters, then the rest of printable ASCII and the newline."""
+
+
+def demonstrations(spec: WarmStartSpec) -> list[Example]:
+    """The examples the warm start imitates: the task's train split (never held-out ones)."""
+    if reasoning_gym.is_reasoning_gym(spec.task):
+        args = json.loads(spec.task_args)
+        return reasoning_gym.make_splits(
+            spec.task, args, spec.split_seed, spec.train_size, spec.eval_size
+        )[0]
+    train, _ = make_splits(
+        spec.split_seed, spec.train_size, spec.eval_size, max_digits=spec.max_digits, ops=spec.ops
+    )
+    return train
 
 
 def cache_root() -> Path:
@@ -120,8 +147,9 @@ def warm_start(
 
 
 def noisy_answer(answer: str, noise: float, rng: random.Random) -> str:
-    """With probability ``noise``, the answer with its last digit drawn uniformly (0-9)."""
-    if rng.random() < noise:
+    """With probability ``noise``, the answer with its last digit drawn uniformly (0-9); an
+    answer that does not end in a digit is kept."""
+    if rng.random() < noise and answer[-1:].isdigit():
         return answer[:-1] + str(rng.randrange(10))
     return answer
 
@@ -133,9 +161,7 @@ def supervised_finetune(
     progress: Callable[[int, int, float], None] | None = None,
 ) -> PreTrainedModel:
     """Train a fresh tiny model: correct demonstrations, then noisy ones (see module doc)."""
-    train, _ = make_splits(
-        spec.split_seed, spec.train_size, spec.eval_size, max_digits=spec.max_digits, ops=spec.ops
-    )
+    train = demonstrations(spec)
     rng = random.Random(spec.seed)
     total = spec.steps + spec.blur_steps
     with torch.random.fork_rng():
@@ -150,7 +176,8 @@ def supervised_finetune(
         blur = torch.optim.AdamW(net.parameters(), lr=spec.blur_lr)
         for step in range(total):
             clean = step < spec.steps
-            examples = rng.sample(train, spec.batch_size)
+            examples = (rng.sample(train, spec.batch_size) if len(train) >= spec.batch_size
+                        else rng.choices(train, k=spec.batch_size))  # fmt: skip
             noise = 0.0 if clean else spec.noise
             batch = sft_batch(tokenizer, examples, noise, rng, tool_demos=spec.tool_demos)
             loss = _sft_step(net, learn if clean else blur, batch)

@@ -1,0 +1,68 @@
+"""What ``data.task`` can name, for ``rlmap tasks``: the built-in tasks and reasoning-gym's."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import textwrap
+
+from rlmap.core.errors import ConfigError
+from rlmap.feedback.reasoning_gym import dataset, require
+from rlmap.tasks import reasoning_gym
+
+BUILT_IN = {
+    "arithmetic": "integer arithmetic, one answer per prompt (37+85= → 122); the default",
+    "calculator": "multi-turn: the model may call a calculator tool before answering",
+    "FILE.jsonl": 'your own prompts: one {"prompt": ..., "answer": ...} object per line',
+}
+
+
+def listing() -> str:
+    """The built-in tasks, then reasoning-gym's by category (or how to install it)."""
+    lines = ["built in (data.task=NAME):"]
+    lines += [f"  {name:<12} {what}" for name, what in BUILT_IN.items()]
+    try:
+        names = reasoning_gym.names()
+    except ConfigError:
+        lines += ["", "reasoning-gym: not installed (pip install reasoning-gym==0.1.25) — its "
+                  "106 procedural tasks then run as data.task=reasoning_gym:NAME"]  # fmt: skip
+        return "\n".join(lines) + "\n"
+    from reasoning_gym.factory import DATASETS
+
+    by_category: dict[str, list[str]] = {}
+    for name in names:
+        module = DATASETS[name][0].__module__.split(".")
+        by_category.setdefault(module[1] if len(module) > 2 else "other", []).append(name)
+    lines += ["", f"reasoning-gym, {len(names)} tasks (data.task=reasoning_gym:NAME, a mixture "
+              "NAME*W+NAME2; rlmap tasks NAME shows one):"]  # fmt: skip
+    for category, members in sorted(by_category.items()):
+        lines += textwrap.wrap(", ".join(members), width=96, initial_indent=f"  {category}: ",
+                               subsequent_indent=" " * (len(category) + 4))  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def describe(name: str) -> str:
+    """A reasoning-gym task's settings (its config's fields and defaults) and one item."""
+    require()
+    from reasoning_gym.factory import DATASETS
+
+    if name not in DATASETS:
+        reasoning_gym.parse(reasoning_gym.PREFIX + name, None)  # the error names the closest
+    config = DATASETS[name][1]
+    fields = [f for f in dataclasses.fields(config) if f.name not in ("seed", "size")]
+    settings = {f.name: _default(f) for f in fields}
+    item = dataset(name, "{}", 0, 1)[0]
+    lines = [f"reasoning_gym:{name}", "settings (data.task_args), with their defaults:"]
+    lines += [f"  {k}: {json.dumps(v, default=str)}" for k, v in settings.items()]
+    lines += ["example (seed 0):", *textwrap.wrap(f"question: {item['question']}", width=96,
+              initial_indent="  ", subsequent_indent="    ")]  # fmt: skip
+    lines += [f"  answer: {item['answer']}"]
+    return "\n".join(lines) + "\n"
+
+
+def _default(f: dataclasses.Field[object]) -> object:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return None

@@ -1,0 +1,168 @@
+"""reasoning-gym's procedural tasks as rlmap tasks: ``data.task=reasoning_gym:NAME``.
+
+``reasoning_gym:chain_sum`` is one task; ``reasoning_gym:chain_sum+basic_arithmetic`` a
+mixture, with optional weights ``chain_sum*3+basic_arithmetic`` (three chain sums to one
+arithmetic problem). ``data.task_args`` holds the generator's settings: for one task its
+config's fields (``{"min_terms": 2, "max_terms": 3}``); for a mixture a mapping from task
+name to such fields.
+
+Splits: reasoning-gym draws item ``i`` of a dataset with seed ``s`` from ``Random(s + i)``,
+so two seeds a few apart share almost every item. The training and held-out items of a
+task come from bases ``SPLIT_STRIDE`` apart (no index reaches the next base), and any
+training question that is also a held-out one is dropped, as are repeats, so the splits are
+disjoint in their questions, not only in their seeds.
+
+Scoring: the task's own ``score_answer``. Its reference is the item's key (task, settings,
+seed, index) as JSON, from which the item is regenerated exactly — metadata and all — in
+whichever process scores it (the verifier runs in its isolation worker). reasoning-gym
+gives partial credit on some tasks (a response *containing* the answer scores
+len(answer)/len(response)); ``reasoning_gym`` counts only a full score (1 or 0, what
+pass@k means), ``reasoning_gym_partial`` passes the score through as the reward.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from rlmap.core.errors import ConfigError
+from rlmap.feedback.reasoning_gym import dataset, item_key, require
+from rlmap.tasks.arithmetic import Example
+
+PREFIX = "reasoning_gym:"
+SPLIT_STRIDE = 10**9
+"""Distance between the seed bases of the train and held-out items (larger than any size)."""
+_PART = re.compile(r"^([a-z0-9_]+)(?:\*(\d+(?:\.\d+)?))?$")
+
+
+def is_reasoning_gym(task: str) -> bool:
+    return task.startswith(PREFIX)
+
+
+def names() -> list[str]:
+    """Every task reasoning-gym registers, sorted."""
+    require()
+    from reasoning_gym.factory import DATASETS
+
+    return sorted(DATASETS)
+
+
+@dataclass(frozen=True)
+class Part:
+    """One task of a mixture: its name, weight and generator settings."""
+
+    name: str
+    weight: float
+    args: Mapping[str, Any]
+
+
+def parse(task: str, task_args: Mapping[str, Any] | None) -> list[Part]:
+    """The parts of ``data.task`` (``reasoning_gym:a*2+b``) with their ``data.task_args``;
+    ConfigError naming the field on an unknown task, a bad weight or settings that the
+    task's config does not take."""
+    spec = task.removeprefix(PREFIX)
+    known = set(names())
+    parts, args = [], dict(task_args or {})
+    pieces = spec.split("+")
+    for piece in pieces:
+        match = _PART.match(piece.strip())
+        if match is None:
+            raise ConfigError(f"data.task: {piece!r} in {task!r} is not NAME or NAME*WEIGHT")
+        name, weight = match.group(1), float(match.group(2) or 1)
+        if name not in known:
+            close = sorted(known, key=lambda k: _distance(k, name))[:3]
+            raise ConfigError(f"data.task: reasoning-gym has no task {name!r} (closest: "
+                              f"{', '.join(close)}; rlmap tasks lists them)")  # fmt: skip
+        if weight <= 0:
+            raise ConfigError(f"data.task: weight of {name!r} must be > 0, got {weight:g}")
+        parts.append(Part(name, weight, {}))
+    if len({p.name for p in parts}) < len(parts):
+        raise ConfigError(f"data.task: a task appears twice in {task!r}")
+    if len(parts) > 1:
+        unknown = set(args) - {p.name for p in parts}
+        if unknown:
+            raise ConfigError(f"data.task_args: a mixture's settings are keyed by task name; "
+                              f"{sorted(unknown)[0]!r} is not one of its tasks")  # fmt: skip
+        parts = [Part(p.name, p.weight, dict(args.get(p.name) or {})) for p in parts]
+    else:
+        parts = [Part(parts[0].name, parts[0].weight, args)]
+    for p in parts:
+        dataset(p.name, json.dumps(dict(p.args), sort_keys=True), 0, 1)  # settings checked now
+    return parts
+
+
+def _distance(a: str, b: str) -> int:
+    """Edit distance, for naming the closest task to a misspelt one."""
+    row = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        prev, row[0] = row[0], i
+        for j, cb in enumerate(b, 1):
+            prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (ca != cb))
+    return row[-1]
+
+
+def _counts(parts: list[Part], size: int) -> list[int]:
+    """Items per part for ``size`` in all, in proportion to the weights (largest remainder)."""
+    total = sum(p.weight for p in parts)
+    exact = [size * p.weight / total for p in parts]
+    counts = [math.floor(x) for x in exact]
+    by_remainder = sorted(range(len(parts)), key=lambda i: counts[i] - exact[i])
+    for i in by_remainder[: size - sum(counts)]:
+        counts[i] += 1
+    return counts
+
+
+def _items(part: Part, seed: int, size: int) -> list[Example]:
+    args = json.dumps(dict(part.args), sort_keys=True)
+    items = dataset(part.name, args, seed, size)
+    out = []
+    for index in range(size):
+        item = items[index]
+        key = item_key(part.name, args, seed, size, index)
+        out.append(Example(prompt=str(item["question"]), answer=str(item["answer"]),
+                           reference=key, task=part.name))  # fmt: skip
+    return out
+
+
+@functools.lru_cache(maxsize=8)
+def _splits(task: str, args: str, split_seed: int, train_size: int,
+            eval_size: int) -> tuple[tuple[Example, ...], tuple[Example, ...]]:  # fmt: skip
+    parts = parse(task, json.loads(args))
+    base = 2 * SPLIT_STRIDE * split_seed
+    heldout: list[Example] = []
+    train: list[Example] = []
+    for part, n_eval, n_train in zip(parts, _counts(parts, eval_size),
+                                     _counts(parts, train_size), strict=True):  # fmt: skip
+        heldout += _distinct(_items(part, base + SPLIT_STRIDE, n_eval), set())
+        train += _distinct(_items(part, base, n_train), {e.prompt for e in heldout})
+    return tuple(train), tuple(heldout)
+
+
+def _distinct(examples: list[Example], taken: set[str]) -> list[Example]:
+    """``examples`` without repeated questions or ones in ``taken``."""
+    out = []
+    for e in examples:
+        if e.prompt not in taken:
+            taken.add(e.prompt)
+            out.append(e)
+    return out
+
+
+def make_splits(
+    task: str, task_args: Mapping[str, Any] | None, split_seed: int, train_size: int,
+    eval_size: int,
+) -> tuple[list[Example], list[Example]]:  # fmt: skip
+    """(train, held-out) examples of a reasoning-gym task or mixture: disjoint questions
+    (module docstring); each example's ``task`` is its reasoning-gym task. A ConfigError
+    when the task's questions run out before one training prompt is left."""
+    args = json.dumps(dict(task_args or {}), sort_keys=True)
+    train, heldout = _splits(task, args, split_seed, train_size, eval_size)
+    if not train:
+        raise ConfigError(f"data.task: {task} has no training question left that is not "
+                          "held out; lower data.eval_size or widen data.task_args")  # fmt: skip
+    return list(train), list(heldout)

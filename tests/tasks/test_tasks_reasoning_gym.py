@@ -1,0 +1,216 @@
+"""reasoning-gym tasks: parsing ``data.task``, disjoint splits, scoring by the task's own
+``score_answer`` (in the isolation worker), per-task evaluation, and a short training run."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rlmap.core.batch import RewardStatus
+from rlmap.core.errors import ConfigError
+from rlmap.feedback.isolation import IsolatedVerifier
+from rlmap.feedback.reasoning_gym import score, score_full
+from rlmap.recipes import build_config
+from rlmap.system import setup
+from rlmap.system.evaluate import per_task
+from rlmap.tasks import reasoning_gym as rg
+from rlmap.tasks.arithmetic import Example
+from rlmap.tasks.tiny import TinySpec, build_tiny_model
+from rlmap.tasks.tokenizer import build_tokenizer
+from rlmap.tasks.warmstart import PRINTABLE, task_tokenizer
+
+pytest.importorskip("reasoning_gym")
+
+SMALL = {"min_terms": 2, "max_terms": 3, "min_digits": 1, "max_digits": 1}
+SMALL_SUMS = ["data.task=reasoning_gym:chain_sum", f"data.task_args={json.dumps(SMALL)}"]
+
+
+def test_a_task_and_a_weighted_mixture_parse() -> None:
+    (one,) = rg.parse("reasoning_gym:chain_sum", {"min_terms": 2})
+    assert (one.name, one.weight, dict(one.args)) == ("chain_sum", 1.0, {"min_terms": 2})
+    a, b = rg.parse("reasoning_gym:chain_sum*3+basic_arithmetic", {"chain_sum": {"max_terms": 3}})
+    assert (a.name, a.weight, dict(a.args)) == ("chain_sum", 3.0, {"max_terms": 3})
+    assert (b.name, b.weight, dict(b.args)) == ("basic_arithmetic", 1.0, {})
+
+
+@pytest.mark.parametrize(
+    ("task", "args", "says"),
+    [
+        ("reasoning_gym:chain_sun", None, "no task 'chain_sun' (closest: chain_sum"),
+        ("reasoning_gym:chain_sum*0", None, "weight of 'chain_sum' must be > 0"),
+        ("reasoning_gym:chain_sum+chain_sum", None, "appears twice"),
+        ("reasoning_gym:chain_sum+gcd", {"min_terms": 2}, "keyed by task name; 'min_terms'"),
+        ("reasoning_gym:chain_sum", {"bogus": 1}, "chain_sum refuses its settings"),
+        ("reasoning_gym:chain_sum", {"min_terms": 5, "max_terms": 2}, "max_terms must be >="),
+        ("reasoning_gym:chain sum", None, "is not NAME or NAME*WEIGHT"),
+    ],
+)
+def test_a_bad_task_is_one_line_naming_the_field(task: str, args: dict | None, says: str) -> None:
+    with pytest.raises(ConfigError, match=r"^data\.task(_args)?: .*" + _escaped(says)):
+        rg.parse(task, args)
+
+
+def _escaped(text: str) -> str:
+    import re
+
+    return re.escape(text)
+
+
+def test_mixture_counts_follow_the_weights() -> None:
+    # 10 items, weights 3:1 → 7.5 and 2.5 → floors 7 and 2, the one left goes to the first
+    # of the tied remainders → 8, 2. Three equal weights for 5 → 1.67 each → 1, 1, 1 + 2 → 2, 2, 1
+    parts = rg.parse("reasoning_gym:chain_sum*3+gcd", None)
+    assert rg._counts(parts, 10) == [8, 2]
+    three = rg.parse("reasoning_gym:chain_sum+gcd+lcm", None)
+    assert rg._counts(three, 5) == [2, 2, 1]
+    train, heldout = rg.make_splits("reasoning_gym:chain_sum*3+gcd", None, 0, 40, 8)
+    assert [e.task for e in heldout].count("chain_sum") == 6  # 3:1 of 8, none repeated
+    assert {e.task for e in train} == {"chain_sum", "gcd"}
+
+
+def test_train_and_heldout_share_no_question() -> None:
+    # a small space (4,200 distinct sums): the seed streams overlap in questions, and the
+    # split drops the training questions that are held out, and repeats
+    train, heldout = rg.make_splits("reasoning_gym:chain_sum", SMALL, 0, 3000, 200)
+    questions = [e.prompt for e in train]
+    assert not set(questions) & {e.prompt for e in heldout}
+    assert len(set(questions)) == len(questions)
+    assert 0 < len(train) < 3000 and len(heldout) <= 200
+    seeds = {json.loads(e.reference or "")["seed"] for e in train}
+    held_seeds = {json.loads(e.reference or "")["seed"] for e in heldout}
+    assert seeds == {0} and held_seeds == {rg.SPLIT_STRIDE}
+    assert rg.make_splits("reasoning_gym:chain_sum", SMALL, 0, 3000, 200)[0] == train
+
+
+def test_another_split_seed_gives_other_questions() -> None:
+    a, _ = rg.make_splits("reasoning_gym:chain_sum", None, 0, 50, 10)
+    b, _ = rg.make_splits("reasoning_gym:chain_sum", None, 1, 50, 10)
+    assert {e.prompt for e in a} != {e.prompt for e in b}
+
+
+def test_the_task_own_score_answer_scores_with_and_without_partial_credit() -> None:
+    train, _ = rg.make_splits("reasoning_gym:chain_sum", None, 0, 5, 2)
+    e = train[0]
+    assert e.reference is not None
+    assert score_full(e.answer, e.reference) == 1.0
+    assert score_full(f" {e.answer}\n", e.reference) == 1.0  # surrounding space stripped
+    assert score_full(e.answer + "1", e.reference) == 0.0
+    # reasoning-gym's default partial credit: the answer inside a longer response scores
+    # len(answer) / len(response): one character more → n / (n + 1)
+    n = len(e.answer)
+    assert score("9" + e.answer, e.reference) == pytest.approx(n / (n + 1))
+    assert score_full("9" + e.answer, e.reference) == 0.0
+    with pytest.raises(ValueError, match="not a reasoning-gym item's key"):
+        score_full(e.answer, e.answer)
+
+
+def test_the_verifier_runs_isolated_and_scores_through_the_environment(tmp_path: Path) -> None:
+    cfg = build_config("grpo", None, SMALL_SUMS)
+    assert cfg.feedback.verifier == "reasoning_gym"  # the task's own scorer, chosen for it
+    verify = setup.make_verifier(cfg, "reasoning_gym")
+    assert isinstance(verify, IsolatedVerifier)
+    tokenizer = task_tokenizer(cfg.data.task)
+    train, _ = setup.load_data(cfg)
+    make_env = setup.environment_factory(cfg, tokenizer)
+    for text, reward in ((train[0].answer, 1.0), ("x" + train[0].answer, 0.0)):
+        env = make_env(train[0])
+        assert tokenizer.decode(env.reset(), skip_special_tokens=True) == train[0].prompt
+        ids = [*tokenizer.encode(text, add_special_tokens=False), tokenizer.eos_token_id]
+        step = env.step(ids)
+        assert (step.reward, step.status, step.terminated) == (reward, RewardStatus.OK, True)
+
+
+def test_an_explicit_verifier_is_kept_and_an_item_verifier_needs_the_task() -> None:
+    cfg = build_config("grpo", None, [*SMALL_SUMS, "feedback.verifier=exact_match"])
+    assert cfg.feedback.verifier == "exact_match"  # it reads the answer text
+    with pytest.raises(ConfigError, match=r"^feedback.verifier: reasoning_gym scores"):
+        build_config("grpo", None, ["feedback.verifier=reasoning_gym"])
+    with pytest.raises(ConfigError, match=r"^feedback.eval_verifier: reasoning_gym_partial"):
+        build_config("grpo", None, ["feedback.eval_verifier=reasoning_gym_partial"])
+    with pytest.raises(ConfigError, match=r"^data.task_args: only reasoning-gym tasks"):
+        build_config("grpo", None, ["data.task_args={a: 1}"])
+
+
+def test_per_task_pass_at_k_by_hand() -> None:
+    # two samples per prompt; task a: 2 and 0 correct, task b: 1 correct
+    # pass@1 = mean c/n: a (1 + 0)/2 = 0.5, b 0.5; pass@2: a (1 + 0)/2 = 0.5, b 1
+    examples = [Example("p1", "1", task="a"), Example("p2", "2", task="a"),
+                Example("p3", "3", task="b")]  # fmt: skip
+    got = per_task(examples, [2, 0, 1], 2)
+    assert got == {"eval/a/pass@1": 0.5, "eval/a/pass@k": 0.5,
+                   "eval/b/pass@1": 0.5, "eval/b/pass@k": 1.0}  # fmt: skip
+    assert per_task([Example("p", "1")], [1], 2) == {}  # no task named: no per-task keys
+
+
+def test_the_embedded_model_gets_the_context_the_task_needs() -> None:
+    cfg = build_config("grpo", None, SMALL_SUMS)
+    train, heldout = setup.load_data(cfg)
+    tokenizer = task_tokenizer(cfg.data.task)
+    longest = max(len(tokenizer(e.prompt)["input_ids"]) for e in (*train, *heldout))
+    context = setup.warm_start_spec(cfg).model.max_position_embeddings
+    assert context % 64 == 0 and longest + 32 <= context < longest + 32 + 64
+    assert context > TinySpec().max_position_embeddings  # 64 would not hold ~72 characters
+    setup.check_inputs(cfg)  # every prompt fits
+
+
+def test_the_wide_tokenizer_round_trips_a_question_without_unknowns() -> None:
+    tokenizer = task_tokenizer("reasoning_gym:chain_sum")
+    question = rg.make_splits("reasoning_gym:basic_arithmetic", None, 0, 3, 1)[0][0].prompt
+    ids = tokenizer(question)["input_ids"]
+    assert tokenizer.unk_token_id not in ids
+    assert tokenizer.decode(ids, skip_special_tokens=True) == question
+    assert len(set(PRINTABLE)) == len(PRINTABLE)
+
+
+def _wide_model(path: Path) -> Path:
+    tokenizer = build_tokenizer(characters=PRINTABLE)
+    spec = TinySpec(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                    num_attention_heads=2, num_key_value_heads=1,
+                    max_position_embeddings=128)  # fmt: skip
+    build_tiny_model(tokenizer, spec, seed=0).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def test_training_on_a_mixture_logs_each_task(tmp_path: Path) -> None:
+    model = _wide_model(tmp_path / "model")
+    out = tmp_path / "run"
+    args = ["--recipe", "grpo", "--out", str(out), f"model.path={model}", "optim.steps=1",
+            "data.task=reasoning_gym:chain_sum+basic_arithmetic", "sampling.prompts_per_step=2",
+            "sampling.group_size=2", "generation.max_new_tokens=4", "generation.eval_samples=2",
+            "data.train_size=20", "data.eval_size=4", "run.progress=false",
+            "optim.micro_batch_size=4"]  # fmt: skip
+    done = subprocess.run([sys.executable, "-m", "rlmap.cli", "train", *args], text=True,
+                          capture_output=True, env={"OMP_NUM_THREADS": "1", **_env()})  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    evals = [r for r in rows if "eval/pass@1" in r]
+    for task in ("chain_sum", "basic_arithmetic"):
+        assert all(f"eval/{task}/pass@1" in r for r in evals)
+    # the held-out set is 2 + 2: the overall pass@1 is the mean of the two tasks'
+    last = evals[-1]
+    mean = (last["eval/chain_sum/pass@1"] + last["eval/basic_arithmetic/pass@1"]) / 2
+    assert last["eval/pass@1"] == pytest.approx(mean)
+    assert (out / "checkpoints" / "step_1" / "trainer_state.pt").is_file()
+
+
+def _env() -> dict[str, str]:
+    import os
+
+    return dict(os.environ)
+
+
+def test_rlmap_tasks_lists_and_shows_reasoning_gym_tasks() -> None:
+    run = [sys.executable, "-m", "rlmap.cli", "tasks"]
+    listing = subprocess.run(run, text=True, capture_output=True, check=True).stdout
+    assert "arithmetic" in listing and "calculator" in listing
+    assert "chain_sum" in listing and "reasoning-gym, 106 tasks" in listing
+    shown = subprocess.run([*run, "chain_sum"], text=True, capture_output=True, check=True).stdout
+    assert "min_terms: 2" in shown and "max_digits: 4" in shown and "answer: " in shown
+    bad = subprocess.run([*run, "chain_sun"], text=True, capture_output=True)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1
+    assert "no task 'chain_sun' (closest: chain_sum" in bad.stderr
