@@ -393,6 +393,78 @@ def case_eval_file_bad_row(ws: Workspace) -> tuple[list[str], list[str]]:
 
 
 @case
+def case_task_not_a_task_or_a_file(ws: Workspace) -> tuple[list[str], list[str]]:
+    return _train_task(ws, "arithmetc"), ["data.task: 'arithmetc' is neither a built-in task"]
+
+
+@case
+def case_task_json_row_missing_field(ws: Workspace) -> tuple[list[str], list[str]]:
+    ws.file("data.json", json.dumps([*GOOD_ROWS[:4], {"prompt": "1+1="}]))
+    return _train_task(ws, "data.json"), ["data.json row 4:", "missing field 'answer'"]
+
+
+@case
+def case_task_json_not_an_array(ws: Workspace) -> tuple[list[str], list[str]]:
+    ws.file("data.json", json.dumps({"rows": GOOD_ROWS}))
+    return _train_task(ws, "data.json"), ["data.json:", "expected a JSON array of rows"]
+
+
+@case
+def case_task_json_lines_in_a_json_file(ws: Workspace) -> tuple[list[str], list[str]]:
+    ws.jsonl("data.json", GOOD_ROWS[:3])
+    return _train_task(ws, "data.json"), ["data.json:2:", "invalid JSON", "a .jsonl file"]
+
+
+@case
+def case_task_parquet_damaged(ws: Workspace) -> tuple[list[str], list[str]]:
+    ws.file("data.parquet", b"PAR1 not really")
+    return _train_task(ws, "data.parquet"), ["data.parquet:", "not a Parquet file"]
+
+
+@case
+def case_task_parquet_row_field_not_a_string(ws: Workspace) -> tuple[list[str], list[str]]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.table({"prompt": ["1+1=", "2+2="], "answer": ["2", None]})
+    pq.write_table(table, ws.root / "data.parquet")
+    return _train_task(ws, "data.parquet"), ["data.parquet row 1:", "'answer' must be a string"]
+
+
+@case
+def case_task_chat_row_bad_role(ws: Workspace) -> tuple[list[str], list[str]]:
+    chat = {"messages": [{"role": "human", "content": "1+1="}, {"role": "assistant",
+                                                                 "content": "2"}]}  # fmt: skip
+    ws.jsonl("data.jsonl", [*GOOD_ROWS[:2], chat])
+    return _train_task(ws, "data.jsonl"), ["data.jsonl:3:", "messages[0].role must be one of"]
+
+
+@case
+def case_task_chat_row_without_user(ws: Workspace) -> tuple[list[str], list[str]]:
+    chat = {"messages": [{"role": "system", "content": "add"}, {"role": "assistant",
+                                                                "content": "2"}]}  # fmt: skip
+    ws.jsonl("data.jsonl", [chat])
+    return _train_task(ws, "data.jsonl"), ["data.jsonl:1:", "no user message"]
+
+
+@case
+def case_task_field_renamed_but_absent(ws: Workspace) -> tuple[list[str], list[str]]:
+    ws.jsonl("data.jsonl", GOOD_ROWS)
+    argv = _train_task(ws, "data.jsonl", "data.prompt_field=question")
+    return argv, ["data.jsonl:1:", "missing field 'question'"]
+
+
+@case
+def case_task_reasoning_gym_unknown(ws: Workspace) -> tuple[list[str], list[str]]:
+    return _train_task(ws, "reasoning_gym:chain_sun"), ["no task 'chain_sun'", "chain_sum"]
+
+
+@case
+def case_tasks_unknown(ws: Workspace) -> tuple[list[str], list[str]]:
+    return ["tasks", "chain_sun"], ["no task 'chain_sun' (closest: chain_sum"]
+
+
+@case
 def case_task_file_too_small_for_eval_size(ws: Workspace) -> tuple[list[str], list[str]]:
     ws.jsonl("data.jsonl", GOOD_ROWS[:3])
     return _train_task(ws, "data.jsonl"), ["data.eval_size"]
@@ -888,7 +960,7 @@ def case_samples_corrupt_line(ws: Workspace) -> tuple[list[str], list[str]]:
 
 
 COMMANDS = {"recipes", "explain", "papers", "config", "train", "eval", "compare", "advise",
-            "diagnose", "simulate", "reward-model", "samples"}  # fmt: skip
+            "diagnose", "simulate", "reward-model", "samples", "tasks"}  # fmt: skip
 PREFIXES = {"model": "train", "task": "train", "resume": "train", "critic": "train",
             "reward": "train", "pairs": "reward-model", "rm": "reward-model",
             "unknown": "recipes"}  # fmt: skip

@@ -8,7 +8,7 @@ import pytest
 
 from rlmap.core.errors import InputError
 from rlmap.tasks.arithmetic import Example
-from rlmap.tasks.jsonl import load_examples
+from rlmap.tasks.datafiles import load_file_examples as load_examples
 
 
 def test_loads_examples_skipping_blank_lines(tmp_path: Path) -> None:

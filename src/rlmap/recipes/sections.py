@@ -58,13 +58,19 @@ class DataConfig:
     the model may call a calculator tool before answering; :mod:`rlmap.tasks.calculator`),
     ``reasoning_gym:NAME`` (one of reasoning-gym's procedural tasks, or a mixture
     ``NAME*W+NAME2``; :mod:`rlmap.tasks.reasoning_gym`; ``rlmap tasks`` lists them), or a
-    JSONL file with ``prompt`` and ``answer`` per line (then ``eval_path`` names the
-    held-out file)."""
+    data file — ``.jsonl``, ``.json`` or ``.parquet`` — of ``prompt``/``answer`` rows or
+    chat-format ``messages`` rows (:mod:`rlmap.tasks.datafiles`; then ``eval_path`` may name
+    the held-out file)."""
+    prompt_field: str = "prompt"
+    """Data files: the field that holds a row's prompt."""
+    answer_field: str = "answer"
+    """Data files: the field that holds a row's reference answer (a chat row's final
+    assistant message takes its place)."""
     task_args: dict[str, Any] | None = None
     """reasoning-gym tasks: the generator's settings, e.g. ``{"min_terms": 2}``; for a
     mixture, keyed by task name. None: the task's defaults."""
     eval_path: str | None = None
-    """Held-out JSONL file when ``task`` is a file; None holds out ``eval_size`` of it."""
+    """Held-out data file when ``task`` is a file; None holds out ``eval_size`` of it."""
     train_size: int = 6000
     """Number of training prompts generated for a built-in task."""
     eval_size: int = 256

@@ -39,10 +39,10 @@ from rlmap.system.sim_inputs import parse_duration
 from rlmap.tasks import reasoning_gym
 from rlmap.tasks.arithmetic import Example, make_splits
 from rlmap.tasks.calculator import CalculatorEnv, marker_ids
+from rlmap.tasks.datafiles import load_file_examples, load_labelled_examples
 from rlmap.tasks.env import AnswerEnv, EnvFactory, reference_for
-from rlmap.tasks.jsonl import load_examples, load_numbered_examples
 from rlmap.tasks.preferences import PreferenceSpec, embedded_reward_model
-from rlmap.tasks.prompts import PromptEncoder, encode_prompt
+from rlmap.tasks.prompts import Messages, PromptEncoder, encode_prompt
 from rlmap.tasks.tiny import TinySpec
 from rlmap.tasks.tokenizer import restore_bos
 from rlmap.tasks.warmstart import TOOL_DEMOS, WarmStartSpec, task_tokenizer, warm_start
@@ -345,20 +345,22 @@ def context_length(config: Any) -> int | None:
     return None
 
 
-def labelled_prompts(cfg: RecipeConfig) -> list[tuple[str, str]]:
-    """Every prompt the run will see, each labelled by where it comes from: ``file:line``
-    for a JSONL task (and ``data.eval_path``), ``data.task=<name> example <i>`` otherwise."""
+def labelled_prompts(cfg: RecipeConfig) -> list[tuple[str, str | Messages]]:
+    """Every prompt the run will see (a text, or a chat row's messages), each labelled by
+    where it comes from: ``file:line`` for a JSONL task (and ``data.eval_path``), ``file row
+    N`` for another data file, ``data.task=<name> example <i>`` otherwise."""
     d = cfg.data
     if d.task in BUILT_IN_TASKS or reasoning_gym.is_reasoning_gym(d.task):
         train, heldout = load_data(cfg)
         return [(f"data.task={d.task} example {i}", e.prompt)
                 for i, e in enumerate([*train, *heldout])]  # fmt: skip
     files = [Path(d.task), *([Path(d.eval_path)] if d.eval_path is not None else [])]
-    return [(f"{f}:{n}", e.prompt) for f in files for n, e in load_numbered_examples(f)]
+    return [(label, e.chat) for f in files
+            for label, e in load_labelled_examples(f, d.prompt_field, d.answer_field)]  # fmt: skip
 
 
 def check_prompt_lengths(
-    prompts: list[tuple[str, str]],
+    prompts: list[tuple[str, str | Messages]],
     tokenizer: PreTrainedTokenizerBase,
     context: int,
     source: str = "the model",
@@ -367,14 +369,17 @@ def check_prompt_lengths(
     them) leave no room for a response in ``context`` positions.
 
     The whole list is tokenised in one batch without the chat template, plus the
-    template's own tokens; only prompts near the limit are encoded exactly, one by one.
+    template's own tokens; only prompts near the limit, and chat messages, are encoded
+    exactly, one by one.
     """
     if not prompts:
         return
     overhead = len(encode_prompt(tokenizer, ""))
-    raw = tokenizer([text for _, text in prompts], add_special_tokens=False)["input_ids"]
+    texts = [text if isinstance(text, str) else "" for _, text in prompts]
+    raw = tokenizer(texts, add_special_tokens=False)["input_ids"]
     for (label, text), ids in zip(prompts, raw, strict=True):
-        if len(ids) + overhead < context - 8:  # 8: slack for merges at the template's seams
+        near = len(ids) + overhead >= context - 8  # 8: slack for merges at the template's seams
+        if isinstance(text, str) and not near:
             continue
         n = len(encode_prompt(tokenizer, text))
         if n >= context:
@@ -441,9 +446,9 @@ def load_data(cfg: RecipeConfig) -> tuple[list[Example], list[Example]]:
     if reasoning_gym.is_reasoning_gym(d.task):
         return reasoning_gym.make_splits(d.task, d.task_args, d.split_seed, d.train_size,
                                          d.eval_size)  # fmt: skip
-    train = load_examples(Path(d.task))
+    train = load_file_examples(Path(d.task), d.prompt_field, d.answer_field)
     if d.eval_path is not None:
-        return train, load_examples(Path(d.eval_path))
+        return train, load_file_examples(Path(d.eval_path), d.prompt_field, d.answer_field)
     if len(train) <= d.eval_size:
         raise ConfigError(f"data.eval_size: {d.eval_size} held out leaves no training prompts")
     return train[d.eval_size :], train[: d.eval_size]

@@ -26,6 +26,14 @@ class Example:
     reasoning-gym item's key); None: the answer."""
     task: str = ""
     """The task it comes from, when a run mixes several (``eval/<task>/pass@1``)."""
+    messages: tuple[tuple[str, str], ...] | None = None
+    """A chat-format prompt: its (role, content) messages, rendered with the model's chat
+    template; ``prompt`` is then the last user message. None: the prompt is ``prompt``."""
+
+    @property
+    def chat(self) -> str | tuple[tuple[str, str], ...]:
+        """What is encoded as the prompt: the messages, else the prompt text."""
+        return self.prompt if self.messages is None else self.messages
 
 
 def make_problem(a: int, op: str, b: int) -> Example:

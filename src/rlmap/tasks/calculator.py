@@ -138,7 +138,7 @@ class CalculatorEnv:
 
     def reset(self) -> list[int]:
         self.turns = 0
-        return self.encode(self.example.prompt)
+        return self.encode(self.example.chat)
 
     def step(self, action_ids: Sequence[int]) -> EnvStep:
         if self.latency is not None:

@@ -45,7 +45,7 @@ from transformers import PreTrainedTokenizerBase
 from rlmap.core.batch import RewardStatus
 from rlmap.feedback.reward import verify_score
 from rlmap.tasks.arithmetic import Example
-from rlmap.tasks.prompts import decode_response, encode_prompt
+from rlmap.tasks.prompts import Messages, decode_response, encode_prompt
 
 Verifier = Callable[[str, str], float]
 """(response text, reference answer) → reward."""
@@ -114,9 +114,9 @@ def reference_for(example: Example, items: bool) -> str:
     return example.answer
 
 
-PromptIds = Callable[[str], list[int]]
-"""A prompt's text → its ids (:func:`rlmap.tasks.prompts.encode_prompt`, or a shared
-:class:`~rlmap.tasks.prompts.PromptEncoder`)."""
+PromptIds = Callable[[str | Messages], list[int]]
+"""A prompt's text (or chat messages) → its ids (:func:`rlmap.tasks.prompts.encode_prompt`,
+or a shared :class:`~rlmap.tasks.prompts.PromptEncoder`)."""
 
 
 class AnswerEnv:
@@ -145,7 +145,7 @@ class AnswerEnv:
         self.waits = verify_waits
 
     def reset(self) -> list[int]:
-        return self.encode(self.example.prompt)
+        return self.encode(self.example.chat)
 
     def step(self, action_ids: Sequence[int]) -> EnvStep:
         text = decode_response(self.tokenizer, tuple(action_ids))

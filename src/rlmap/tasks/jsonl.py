@@ -1,4 +1,4 @@
-"""A user task from a JSONL file: one ``{"prompt": ..., "answer": ...}`` object per line.
+"""JSONL files: one JSON object per line (a task's examples, preference pairs).
 
 Blank lines are skipped; anything else that is not such an object stops the run
 before any work starts, with a one-line :class:`InputError` naming ``path:lineno``
@@ -13,19 +13,20 @@ from __future__ import annotations
 
 import itertools
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from rlmap.core.errors import InputError
-from rlmap.tasks.arithmetic import Example
 
+T = TypeVar("T")
 FIELDS = ("prompt", "answer")
 MAX_ROW_BYTES = 1 << 20
 """The longest line accepted, in bytes (1 MiB, about 250k tokens of English text)."""
 
 
-def parse_record(line: str, fields: tuple[str, ...] = FIELDS) -> dict[str, str]:
-    """One line's string ``fields``; raises ValueError saying what is wrong (no location)."""
+def parse_object(line: str) -> dict[str, Any]:
+    """One line's JSON object; raises ValueError saying what is wrong (no location)."""
     try:
         obj: Any = json.loads(line)
     except json.JSONDecodeError as err:
@@ -34,17 +35,22 @@ def parse_record(line: str, fields: tuple[str, ...] = FIELDS) -> dict[str, str]:
         raise ValueError("invalid JSON (nested too deeply)") from None
     if not isinstance(obj, dict):
         raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
+    return obj
+
+
+def parse_record(line: str, fields: tuple[str, ...] = FIELDS) -> dict[str, str]:
+    """One line's string ``fields``; raises ValueError saying what is wrong (no location)."""
+    return string_fields(parse_object(line), fields)
+
+
+def string_fields(obj: dict[str, Any], fields: tuple[str, ...]) -> dict[str, str]:
+    """``obj``'s string ``fields``; ValueError naming the first missing or non-string one."""
     for field in fields:
         if field not in obj:
             raise ValueError(f"missing field {field!r}")
         if not isinstance(obj[field], str):
             raise ValueError(f"field {field!r} must be a string, got {type(obj[field]).__name__}")
     return {field: obj[field] for field in fields}
-
-
-def parse_example(line: str) -> Example:
-    """One line as an Example; raises ValueError saying what is wrong (no location)."""
-    return Example(**parse_record(line))
 
 
 def _decode(raw: bytes, lineno: int) -> str:
@@ -76,38 +82,36 @@ def _lines(path: Path, kind: str) -> list[tuple[int, bytes]]:
     return lines
 
 
-def load_numbered_records(
-    path: Path, fields: tuple[str, ...], kind: str
-) -> list[tuple[int, dict[str, str]]]:
-    """(line number, string ``fields``) of every non-blank line; InputError
-    ``path:lineno: problem`` on a bad line.
+def load_numbered(
+    path: Path, kind: str, convert: Callable[[dict[str, Any]], T]
+) -> list[tuple[int, T]]:
+    """(line number, ``convert(object)``) of every non-blank line, in order; InputError
+    ``path:lineno: problem`` at the first bad line (not JSON, not an object, or refused by
+    ``convert`` with a ValueError).
 
     A missing, unreadable or empty file (no non-blank line) is an InputError too;
     ``kind`` (plural) names what the file holds in that message.
     """
-    records = []
+    rows = []
     for lineno, raw in _lines(Path(path), kind):
         try:
             line = _decode(raw.rstrip(b"\r\n"), lineno)
             if line.strip():
-                records.append((lineno, parse_record(line, fields)))
+                rows.append((lineno, convert(parse_object(line))))
         except ValueError as err:
             raise InputError(f"{path}:{lineno}: {err}") from None
-    if not records:
+    if not rows:
         raise InputError(f"{path}: no {kind} (the file is empty)")
-    return records
+    return rows
+
+
+def load_numbered_records(
+    path: Path, fields: tuple[str, ...], kind: str
+) -> list[tuple[int, dict[str, str]]]:
+    """(line number, string ``fields``) of every non-blank line (see :func:`load_numbered`)."""
+    return load_numbered(path, kind, lambda obj: string_fields(obj, fields))
 
 
 def load_records(path: Path, fields: tuple[str, ...], kind: str) -> list[dict[str, str]]:
     """The string ``fields`` of every line (see :func:`load_numbered_records`)."""
     return [record for _, record in load_numbered_records(path, fields, kind)]
-
-
-def load_numbered_examples(path: Path) -> list[tuple[int, Example]]:
-    """(line number, example) of every example of a JSONL file; InputError on a bad line."""
-    return [(n, Example(**r)) for n, r in load_numbered_records(path, FIELDS, "examples")]
-
-
-def load_examples(path: Path) -> list[Example]:
-    """All examples of a JSONL file; raises InputError ``path:lineno: problem``."""
-    return [example for _, example in load_numbered_examples(path)]

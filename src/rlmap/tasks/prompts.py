@@ -14,16 +14,25 @@ from typing import Any
 
 from transformers import PreTrainedTokenizerBase
 
+Messages = tuple[tuple[str, str], ...]
+"""A chat-format prompt: (role, content) pairs."""
 
-def encode_prompt(tokenizer: PreTrainedTokenizerBase, text: str) -> list[int]:
-    """Token ids of a prompt, chat-templated when the tokenizer has a template, else as
-    ``tokenizer(text)`` encodes it (never a special token the tokenizer would not add)."""
+
+def encode_prompt(tokenizer: PreTrainedTokenizerBase, text: str | Messages) -> list[int]:
+    """Token ids of a prompt — a text (one user turn) or chat messages —, chat-templated
+    when the tokenizer has a template, else as ``tokenizer(text)`` encodes it (never a
+    special token the tokenizer would not add); messages without a template are their
+    contents, one per line."""
     if getattr(tokenizer, "chat_template", None):
+        messages = [{"role": "user", "content": text}] if isinstance(text, str) else [
+            {"role": role, "content": content} for role, content in text]  # fmt: skip
         out: Any = tokenizer.apply_chat_template(
-            [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True
+            messages, add_generation_prompt=True, tokenize=True
         )
         ids = out["input_ids"] if hasattr(out, "keys") else out  # a BatchEncoding in newer versions
         return [int(i) for i in ids]
+    if not isinstance(text, str):
+        text = "\n".join(content for _, content in text)
     ids = [int(i) for i in tokenizer(text, add_special_tokens=True)["input_ids"]]
     ends = {tokenizer.eos_token_id, tokenizer.sep_token_id} - {None}
     while ids and ids[-1] in ends:  # T5/BERT-style tokenizers close every text; a prompt is open
@@ -45,10 +54,10 @@ class PromptEncoder:
         self.tokenizer = tokenizer
         self._ids = lru_cache(maxsize=memo)(self._encode)  # thread-safe: async workers share it
 
-    def _encode(self, text: str) -> tuple[int, ...]:
+    def _encode(self, text: str | Messages) -> tuple[int, ...]:
         return tuple(encode_prompt(self.tokenizer, text))
 
-    def __call__(self, text: str) -> list[int]:
+    def __call__(self, text: str | Messages) -> list[int]:
         return list(self._ids(text))
 
 

@@ -217,7 +217,7 @@ def sft_batch(
     """
     rows = []
     for e in examples:
-        prompt = encode_prompt(tokenizer, e.prompt)
+        prompt = encode_prompt(tokenizer, e.chat)
         answer = noisy_answer(e.answer, noise, rng)
         if tool_demos > 0:
             segments = demonstration(tokenizer, e, answer, use_tool=rng.random() < tool_demos)

@@ -1,0 +1,146 @@
+"""A user task from a data file: JSONL, JSON or Parquet, plain or chat-format rows.
+
+``data.task=FILE`` reads, by the file's suffix:
+
+- ``.jsonl``: one JSON object per line (:mod:`rlmap.tasks.jsonl`: errors name ``file:line``);
+- ``.json``: a JSON array of objects (errors name ``file row N``, counted from 0 as
+  ``datasets`` and pandas count);
+- ``.parquet``: a table, read with pyarrow (the reader ``datasets`` itself uses; nothing is
+  cached, no progress bar), errors as for ``.json``.
+
+A row is either plain — ``data.prompt_field`` (default ``prompt``) and
+``data.answer_field`` (default ``answer``), both strings — or in chat format: a
+``messages`` list of ``{"role", "content"}`` (roles system, user, assistant, tool). A
+chat row's final assistant message is its answer (without one, the answer field is); the
+messages before it are the prompt, rendered with the model's chat template. Other keys of a
+row are ignored (exported files carry ids).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from rlmap.core.errors import ConfigError, InputError
+from rlmap.tasks.arithmetic import Example
+from rlmap.tasks.jsonl import load_numbered, string_fields
+
+ROLES = ("system", "user", "assistant", "tool")
+SUFFIXES = (".jsonl", ".json", ".parquet")
+
+
+def is_data_file(task: str) -> bool:
+    """Whether ``data.task`` names a data file (by its suffix)."""
+    return Path(task).suffix.lower() in SUFFIXES
+
+
+def row_converter(prompt_field: str = "prompt", answer_field: str = "answer"
+                  ) -> Callable[[dict[str, Any]], Example]:  # fmt: skip
+    """A row (a mapping) → an Example; ValueError saying what is wrong (no location)."""
+
+    def convert(row: dict[str, Any]) -> Example:
+        if prompt_field not in row and "messages" in row:
+            return _chat_row(row, answer_field)
+        fields = string_fields(row, (prompt_field, answer_field))
+        return Example(prompt=fields[prompt_field], answer=fields[answer_field])
+
+    return convert
+
+
+def _chat_row(row: dict[str, Any], answer_field: str) -> Example:
+    messages = row["messages"]
+    if not isinstance(messages, list) or not messages:
+        raise ValueError("field 'messages' must be a non-empty list of {role, content}")
+    turns: list[tuple[str, str]] = []
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict):
+            raise ValueError(f"messages[{i}] must be an object, got {type(message).__name__}")
+        role, content = message.get("role"), message.get("content")
+        if role not in ROLES:
+            raise ValueError(f"messages[{i}].role must be one of {', '.join(ROLES)}, got {role!r}")
+        if not isinstance(content, str):
+            raise ValueError(f"messages[{i}].content must be a string, got "
+                             f"{type(content).__name__}")  # fmt: skip
+        turns.append((role, content))
+    if turns[-1][0] == "assistant":
+        *prompt, (_, answer) = turns
+    else:
+        prompt, answer = turns, string_fields(row, (answer_field,))[answer_field]
+    users = [content for role, content in prompt if role == "user"]
+    if not users:
+        raise ValueError("messages: no user message before the answer")
+    return Example(prompt=users[-1], answer=answer, messages=tuple(prompt))
+
+
+def load_labelled_examples(
+    path: Path, prompt_field: str = "prompt", answer_field: str = "answer"
+) -> list[tuple[str, Example]]:
+    """(label, example) of every row of a data file: the label is ``file:line`` (JSONL) or
+    ``file row N``; InputError naming the file and row on the first bad one, and on a
+    file that cannot be read or holds no rows."""
+    convert = row_converter(prompt_field, answer_field)
+    suffix = path.suffix.lower()
+    if suffix == ".jsonl":
+        return [(f"{path}:{n}", e) for n, e in load_numbered(path, "examples", convert)]
+    if suffix == ".json":
+        rows: Iterable[Any] = _json_rows(path)
+    elif suffix == ".parquet":
+        rows = _parquet_rows(path)
+    else:
+        raise ConfigError(f"data.task: {str(path)!r} is neither a built-in task (arithmetic, "
+                          "calculator), reasoning_gym:NAME, nor a data file (.jsonl, .json, "
+                          ".parquet); rlmap tasks lists the tasks")  # fmt: skip
+    out = []
+    for i, row in enumerate(rows):
+        try:
+            if not isinstance(row, dict):
+                raise ValueError(f"expected an object, got {type(row).__name__}")
+            out.append((f"{path} row {i}", convert(row)))
+        except ValueError as err:
+            raise InputError(f"{path} row {i}: {err}") from None
+    if not out:
+        raise InputError(f"{path}: no examples (the file has no rows)")
+    return out
+
+
+def load_file_examples(
+    path: Path, prompt_field: str = "prompt", answer_field: str = "answer"
+) -> list[Example]:
+    """Every example of a data file (see :func:`load_labelled_examples`)."""
+    return [e for _, e in load_labelled_examples(path, prompt_field, answer_field)]
+
+
+def _json_rows(path: Path) -> list[Any]:
+    try:
+        data = json.loads(path.read_bytes().decode("utf-8-sig"))
+    except OSError as err:
+        raise InputError(f"{path}: cannot read the file of examples ({err.strerror})") from None
+    except UnicodeDecodeError as err:
+        raise InputError(f"{path}: not UTF-8 (byte {err.start})") from None
+    except json.JSONDecodeError as err:
+        hint = "; one object per line is a .jsonl file" if "Extra data" in err.msg else ""
+        raise InputError(f"{path}:{err.lineno}: invalid JSON ({err.msg} at column "
+                         f"{err.colno}){hint}") from None  # fmt: skip
+    except RecursionError:
+        raise InputError(f"{path}: invalid JSON (nested too deeply)") from None
+    if not isinstance(data, list):
+        raise InputError(f"{path}: expected a JSON array of rows, got {type(data).__name__}")
+    return data
+
+
+def _parquet_rows(path: Path) -> list[Any]:
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise ConfigError("data.task: Parquet files need pyarrow (pip install pyarrow, or "
+                          "datasets, which brings it)") from None  # fmt: skip
+    try:
+        return list(pq.read_table(path).to_pylist())
+    except OSError as err:
+        raise InputError(f"{path}: cannot read the file of examples "
+                         f"({err.strerror or err})") from None  # fmt: skip
+    except Exception as err:  # pyarrow's ArrowInvalid for a damaged or foreign file
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise InputError(f"{path}: not a Parquet file ({first})") from None

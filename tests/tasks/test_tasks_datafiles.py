@@ -1,0 +1,109 @@
+"""Data files as people have them: JSONL, JSON and Parquet, plain or chat rows, fields
+named in config; the chat rows rendered with the model's chat template."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from rlmap.recipes import build_config
+from rlmap.system import setup
+from rlmap.tasks.arithmetic import Example
+from rlmap.tasks.datafiles import load_file_examples, load_labelled_examples
+from rlmap.tasks.prompts import encode_prompt
+from rlmap.tasks.tokenizer import build_tokenizer
+
+ROWS = [{"question": f"{a}+1=", "solution": str(a + 1), "id": a} for a in range(6)]
+EXPECTED = [Example(f"{a}+1=", str(a + 1)) for a in range(6)]
+
+
+def _write_all(tmp_path: Path) -> dict[str, Path]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    paths = {s: tmp_path / f"task.{s}" for s in ("jsonl", "json", "parquet")}
+    paths["jsonl"].write_text("".join(json.dumps(r) + "\n" for r in ROWS))
+    paths["json"].write_text(json.dumps(ROWS, indent=2))
+    pq.write_table(pa.Table.from_pylist(ROWS), paths["parquet"])
+    return paths
+
+
+def test_the_three_formats_give_the_same_examples(tmp_path: Path) -> None:
+    for path in _write_all(tmp_path).values():
+        assert load_file_examples(path, "question", "solution") == EXPECTED, path.suffix
+
+
+def test_labels_name_the_line_or_the_row(tmp_path: Path) -> None:
+    paths = _write_all(tmp_path)
+    assert [label for label, _ in load_labelled_examples(paths["jsonl"], "question",
+            "solution")][:2] == [f"{paths['jsonl']}:1", f"{paths['jsonl']}:2"]  # fmt: skip
+    assert load_labelled_examples(paths["parquet"], "question", "solution")[5][0] == (
+        f"{paths['parquet']} row 5")  # fmt: skip
+
+
+def test_a_chat_row_answer_is_its_final_assistant_message(tmp_path: Path) -> None:
+    rows = [
+        {"messages": [{"role": "system", "content": "Add."}, {"role": "user", "content": "1+1="},
+                      {"role": "assistant", "content": "2"}]},
+        {"messages": [{"role": "user", "content": "2+2="}], "answer": "4"},
+    ]  # fmt: skip
+    path = tmp_path / "chat.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    first, second = load_file_examples(path)
+    assert (first.prompt, first.answer) == ("1+1=", "2")
+    assert first.messages == (("system", "Add."), ("user", "1+1="))
+    assert (second.prompt, second.answer, second.messages) == ("2+2=", "4", (("user", "2+2="),))
+
+
+TEMPLATE = (
+    "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}<assistant>{% endif %}"
+)
+
+
+def test_chat_messages_go_through_the_template_and_plain_text_without_one() -> None:
+    plain = build_tokenizer(characters="0123456789+-*=() abcdefghijklmnopqrstuvwxyz.,:?<>\n")
+    messages = (("system", "add"), ("user", "1+1="))
+    # no template: the contents one per line, with the tokenizer's own <bos>
+    assert encode_prompt(plain, messages) == plain("add\n1+1=")["input_ids"]
+    templated = build_tokenizer(characters="0123456789+-*=() abcdefghijklmnopqrstuvwxyz.,:?<>\n")
+    templated.chat_template = TEMPLATE
+    ids = encode_prompt(templated, messages)
+    text = templated.decode(ids, skip_special_tokens=True)
+    assert text == "<system>add\n<user>1+1=\n<assistant>"
+    # one user text is the one-message conversation
+    assert encode_prompt(templated, "1+1=") == encode_prompt(templated, (("user", "1+1="),))
+
+
+def test_a_chat_task_trains_on_its_rendered_prompts(tmp_path: Path) -> None:
+    def chat(a: int) -> dict[str, object]:
+        return {"messages": [{"role": "user", "content": f"{a}+1="},
+                             {"role": "assistant", "content": str(a + 1)}]}  # fmt: skip
+
+    rows = [chat(a) for a in range(12)]
+    path = tmp_path / "chat.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cfg = build_config("grpo", None, [f"data.task={path}", "data.eval_size=4"])
+    train, heldout = setup.load_data(cfg)
+    assert len(train) == 8 and len(heldout) == 4 and train[0].messages is not None
+    tokenizer = build_tokenizer()
+    tokenizer.chat_template = "{% for m in messages %}{{ m['content'] }}={% endfor %}"
+    env = setup.environment_factory(cfg, tokenizer)(train[0])
+    assert tokenizer.decode(env.reset(), skip_special_tokens=True) == f"{train[0].prompt}="
+    step = env.step([*tokenizer.encode(train[0].answer, add_special_tokens=False),
+                     tokenizer.eos_token_id])  # fmt: skip
+    assert step.reward == 1.0
+
+
+def test_a_chat_prompt_longer_than_the_context_names_its_row(tmp_path: Path) -> None:
+    from rlmap.core.errors import InputError
+
+    long = {"messages": [{"role": "system", "content": "1" * 40}, {"role": "user", "content": "1"},
+                         {"role": "assistant", "content": "1"}]}  # fmt: skip
+    path = tmp_path / "chat.json"
+    path.write_text(json.dumps([ROWS[0] | {"prompt": "1=", "answer": "1"}, long]))
+    cfg = build_config("grpo", None, [f"data.task={path}"])
+    with pytest.raises(InputError, match=r"chat\.json row 1: prompt of \d+ tokens .* 32-position"):
+        setup.check_prompt_lengths(setup.labelled_prompts(cfg), build_tokenizer(), 32)
