@@ -58,7 +58,8 @@ class DataConfig:
     the model may call a calculator tool before answering; :mod:`rlmap.tasks.calculator`),
     ``reasoning_gym:NAME`` (one of reasoning-gym's procedural tasks, or a mixture
     ``NAME*W+NAME2``; :mod:`rlmap.tasks.reasoning_gym`; ``rlmap tasks`` lists them), or a
-    data file — ``.jsonl``, ``.json`` or ``.parquet`` — of ``prompt``/``answer`` rows or
+    ``gym:ENV_ID`` (a gymnasium environment, one action per turn; :mod:`rlmap.tasks.gym_text`),
+    or a data file — ``.jsonl``, ``.json`` or ``.parquet`` — of ``prompt``/``answer`` rows or
     chat-format ``messages`` rows (:mod:`rlmap.tasks.datafiles`; then ``eval_path`` may name
     the held-out file)."""
     prompt_field: str = "prompt"
@@ -68,7 +69,8 @@ class DataConfig:
     assistant message takes its place)."""
     task_args: dict[str, Any] | None = None
     """reasoning-gym tasks: the generator's settings, e.g. ``{"min_terms": 2}``; for a
-    mixture, keyed by task name. None: the task's defaults."""
+    mixture, keyed by task name. gym tasks: ``gymnasium.make``'s keyword arguments. None:
+    the task's defaults."""
     eval_path: str | None = None
     """Held-out data file when ``task`` is a file; None holds out ``eval_size`` of it."""
     train_size: int = 6000
@@ -83,8 +85,8 @@ class DataConfig:
     """Built-in tasks: operators to draw from (any of ``+-*``); None is the task's default
     (``+`` for arithmetic, ``*`` for calculator, where the tool pays off)."""
     max_turns: int = 3
-    """Calculator: the turn budget — policy turns per episode; an episode that spends it on
-    tool calls ends truncated (bootstrapped, not terminal)."""
+    """Multi-turn tasks (calculator, gym): the turn budget — policy turns per episode; an
+    episode that spends it without ending ends truncated (bootstrapped, not terminal)."""
 
     env_latency: str | None = None
     """Calculator: seconds each environment step waits, as a distribution —
@@ -94,8 +96,8 @@ class DataConfig:
 
     @property
     def multi_turn(self) -> bool:
-        """Episodes may have several policy turns (the tool task)."""
-        return self.task == "calculator"
+        """Episodes may have several policy turns (the tool task, gymnasium environments)."""
+        return self.task == "calculator" or self.task.startswith("gym:")
 
     @property
     def turn_budget(self) -> int:

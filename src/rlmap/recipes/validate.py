@@ -288,14 +288,16 @@ def _feedback(cfg: RecipeConfig) -> Iterator[str]:
 
 
 def _data(cfg: RecipeConfig) -> Iterator[str]:
-    from rlmap.tasks import reasoning_gym
+    from rlmap.tasks import gym_text, reasoning_gym
 
     d = cfg.data
     gym = reasoning_gym.is_reasoning_gym(d.task)
     if gym:
         reasoning_gym.parse(d.task, d.task_args)  # a ConfigError naming the field
+    elif gym_text.is_gym(d.task):
+        gym_text.check(d.task, d.task_args)
     elif d.task_args is not None:
-        yield f"data.task_args: only reasoning-gym tasks take settings, not {d.task!r}"
+        yield f"data.task_args: only reasoning-gym and gym tasks take settings, not {d.task!r}"
     named = (("feedback.verifier", cfg.feedback.verifier),
              ("feedback.eval_verifier", cfg.feedback.eval_verifier))  # fmt: skip
     for name, verifier in named:

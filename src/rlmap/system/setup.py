@@ -36,7 +36,7 @@ from rlmap.system.memory import MASTER_DTYPE, checkpoint_activations
 from rlmap.system.routing import check_replayable
 from rlmap.system.scoring import EpisodeReturn, base_reward, shaping_reward
 from rlmap.system.sim_inputs import parse_duration
-from rlmap.tasks import reasoning_gym
+from rlmap.tasks import gym_text, reasoning_gym
 from rlmap.tasks.arithmetic import Example, make_splits
 from rlmap.tasks.calculator import CalculatorEnv, marker_ids
 from rlmap.tasks.datafiles import load_file_examples, load_labelled_examples
@@ -119,9 +119,10 @@ def warm_start_spec(cfg: RecipeConfig) -> WarmStartSpec:
     reasoning-gym task the model's context is built to fit the task (:func:`fitted_context`)."""
     d = cfg.data
     model = EMBEDDED_MODELS.get(cfg.model.path, TinySpec())
-    if reasoning_gym.is_reasoning_gym(d.task):
+    if reasoning_gym.is_reasoning_gym(d.task) or gym_text.is_gym(d.task):
         model = replace(model, max_position_embeddings=fitted_context(cfg))
-    return WarmStartSpec(task=d.task, split_seed=d.split_seed, eval_size=d.eval_size,
+    steps = {"steps": 0, "blur_steps": 0} if gym_text.is_gym(d.task) else {}  # nothing to imitate
+    return WarmStartSpec(**steps,task=d.task, split_seed=d.split_seed, eval_size=d.eval_size,
                          train_size=d.train_size, max_digits=d.max_digits, ops=d.resolved_ops,
                          tool_demos=TOOL_DEMOS if d.task == "calculator" else 0.0,
                          task_args=json.dumps(d.task_args or {}, sort_keys=True),
@@ -136,13 +137,19 @@ task's prompts seldom changes the model, and with it the cached warm start)."""
 def fitted_context(cfg: RecipeConfig) -> int:
     """Positions the embedded model needs for the task: its longest prompt (as the embedded
     tokenizer encodes it) plus the response budget (``generation.max_new_tokens``, at least
-    32), rounded up to a multiple of ``CONTEXT_BLOCK``; the default 64 at least."""
-    train, heldout = load_data(cfg)
+    32), rounded up to a multiple of ``CONTEXT_BLOCK``; the default 64 at least. A gym
+    task's episode is its first prompt, then ``data.max_turns`` responses, each followed by
+    an observation (taken as long as the first one, plus a line)."""
     tokenizer = task_tokenizer(cfg.data.task)
-    longest = max(
-        len(ids) for ids in tokenizer([e.prompt for e in (*train, *heldout)])["input_ids"]
-    )
-    need = longest + max(cfg.generation.max_new_tokens, 32)
+    texts = [text if isinstance(text, str) else "" for _, text in labelled_prompts(cfg)]
+    longest = max(len(ids) for ids in tokenizer(texts)["input_ids"])
+    per_turn = max(cfg.generation.max_new_tokens, 32)
+    need = longest + per_turn
+    if gym_text.is_gym(cfg.data.task):
+        d = cfg.data
+        _, first = gym_text.opening(gym_text.make(d.task, d.task_args), load_data(cfg)[0][0])
+        observation = len(tokenizer(first, add_special_tokens=False)["input_ids"]) + 16
+        need = longest + d.max_turns * per_turn + (d.max_turns - 1) * observation
     return max(TinySpec().max_position_embeddings, -(-need // CONTEXT_BLOCK) * CONTEXT_BLOCK)
 
 
@@ -350,6 +357,11 @@ def labelled_prompts(cfg: RecipeConfig) -> list[tuple[str, str | Messages]]:
     where it comes from: ``file:line`` for a JSONL task (and ``data.eval_path``), ``file row
     N`` for another data file, ``data.task=<name> example <i>`` otherwise."""
     d = cfg.data
+    if gym_text.is_gym(d.task):  # all episodes begin alike: the first one's text stands for all
+        train, _ = load_data(cfg)
+        env = gym_text.make(d.task, d.task_args)
+        return [(f"data.task={d.task} episode {train[0].reference}",
+                 gym_text.first_text(env, train[0]))]  # fmt: skip
     if d.task in BUILT_IN_TASKS or reasoning_gym.is_reasoning_gym(d.task):
         train, heldout = load_data(cfg)
         return [(f"data.task={d.task} example {i}", e.prompt)
@@ -446,6 +458,8 @@ def load_data(cfg: RecipeConfig) -> tuple[list[Example], list[Example]]:
     if reasoning_gym.is_reasoning_gym(d.task):
         return reasoning_gym.make_splits(d.task, d.task_args, d.split_seed, d.train_size,
                                          d.eval_size)  # fmt: skip
+    if gym_text.is_gym(d.task):
+        return gym_text.splits(d.task, d.split_seed, d.train_size, d.eval_size)
     train = load_file_examples(Path(d.task), d.prompt_field, d.answer_field)
     if d.eval_path is not None:
         return train, load_file_examples(Path(d.eval_path), d.prompt_field, d.answer_field)
@@ -482,6 +496,8 @@ def environment_factory(
     # in its own process when isolated (feedback.timeout_s): a call then waits on it
     waits = entry.waits or entry.isolated or cfg.feedback.timeout_s is not None
     encode = PromptEncoder(tokenizer)  # shared: the G episodes of a prompt encode it once
+    if gym_text.is_gym(cfg.data.task):  # the environment's own reward: no verifier
+        return gym_text.factory(tokenizer, cfg.data.task, cfg.data.task_args, cfg.data.max_turns)
     if cfg.data.task == "calculator":
         marker_ids(tokenizer)
         turns, wait = cfg.data.max_turns, latency_source(cfg) if latency else None

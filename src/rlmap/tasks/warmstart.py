@@ -95,7 +95,7 @@ TOOL_DEMOS = 0.25
 def task_tokenizer(task: str) -> PreTrainedTokenizerFast:
     """The embedded tokenizer of a task: the calculator's has the tool markers; a
     reasoning-gym task's has every printable ASCII character (its questions are prose)."""
-    if reasoning_gym.is_reasoning_gym(task):
+    if reasoning_gym.is_reasoning_gym(task) or task.startswith("gym:"):
         return build_tokenizer(characters=PRINTABLE)
     return build_tokenizer(extra_tokens=TOOL_TOKENS if task == "calculator" else ())
 
@@ -107,7 +107,10 @@ PRINTABLE = CHARACTERS + "".join(
 
 
 def demonstrations(spec: WarmStartSpec) -> list[Example]:
-    """The examples the warm start imitates: the task's train split (never held-out ones)."""
+    """The examples the warm start imitates: the task's train split (never held-out ones);
+    none for a gym task (nothing to imitate: it starts from the initialisation)."""
+    if spec.task.startswith("gym:"):
+        return []
     if reasoning_gym.is_reasoning_gym(spec.task):
         args = json.loads(spec.task_args)
         return reasoning_gym.make_splits(
