@@ -121,13 +121,23 @@ def warm_start_spec(cfg: RecipeConfig) -> WarmStartSpec:
     model = EMBEDDED_MODELS.get(cfg.model.path, TinySpec())
     if reasoning_gym.is_reasoning_gym(d.task) or gym_text.is_gym(d.task):
         model = replace(model, max_position_embeddings=fitted_context(cfg))
-    steps = {"steps": 0, "blur_steps": 0} if gym_text.is_gym(d.task) else {}  # nothing to imitate
-    return WarmStartSpec(**steps,task=d.task, split_seed=d.split_seed, eval_size=d.eval_size,
+    schedule: dict[str, int] = {}
+    if gym_text.is_gym(d.task):
+        schedule = {"steps": 0, "blur_steps": 0}  # nothing to imitate: the initialisation
+    elif reasoning_gym.is_reasoning_gym(d.task):
+        schedule = {"batch_size": REASONING_GYM_SFT_BATCH}
+    return WarmStartSpec(**schedule,task=d.task, split_seed=d.split_seed, eval_size=d.eval_size,
                          train_size=d.train_size, max_digits=d.max_digits, ops=d.resolved_ops,
                          tool_demos=TOOL_DEMOS if d.task == "calculator" else 0.0,
                          task_args=json.dumps(d.task_args or {}, sort_keys=True),
                          model=model)  # fmt: skip
 
+
+REASONING_GYM_SFT_BATCH = 32
+"""The warm start's batch on a reasoning-gym task: its prompts are prose, ~7 times as many
+tokens as an arithmetic prompt, so a quarter of the default batch holds about as many
+tokens (measured: held-out pass@1 after the warm start 0.091 with 32, 0.094 with 64, for
+2.2 times the time)."""
 
 CONTEXT_BLOCK = 64
 """The embedded model's context is a multiple of this (so that a few characters more in a
