@@ -181,3 +181,21 @@ def test_the_context_fits_the_turn_budget() -> None:
     many = setup.fitted_context(build_config("grpo", None, [*LAKE, "data.max_turns=8"]))
     assert few % 64 == 0 and many % 64 == 0 and many > few
     assert gym_text.is_gym("gym:FrozenLake-v1")
+
+
+def test_the_data_fingerprint_sees_the_environment_settings_and_item_keys() -> None:
+    import hashlib
+
+    from rlmap.experiments.fingerprint import DIGITS, data_fingerprint
+    from rlmap.tasks.arithmetic import Example
+
+    plain = [Example("1+1=", "2")]
+    # examples without keys or messages hash as before the keys existed
+    old = hashlib.sha256(json.dumps([[["1+1=", "2"]], [["1+1=", "2"]]]).encode()).hexdigest()
+    assert data_fingerprint(plain, plain) == old[:DIGITS]
+    cfg = build_config("grpo", None, [*LAKE, "data.train_size=4", "data.eval_size=2"])
+    train, heldout = setup.load_data(cfg)
+    slippery = data_fingerprint(train, heldout, {"is_slippery": True})
+    assert slippery != data_fingerprint(train, heldout, {"is_slippery": False})
+    keyed = [Example("1+1=", "2", reference='{"index": 0}')]
+    assert data_fingerprint(keyed, plain) != data_fingerprint(plain, plain)

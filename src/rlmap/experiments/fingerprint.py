@@ -18,6 +18,7 @@ import hashlib
 import json
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from transformers import PreTrainedTokenizerBase
 
@@ -56,7 +57,19 @@ def tokenizer_fingerprint(tokenizer: PreTrainedTokenizerBase) -> str:
     return hashlib.sha256(json.dumps(payload).encode()).hexdigest()[:DIGITS]
 
 
-def data_fingerprint(train: Sequence[Example], heldout: Sequence[Example]) -> str:
-    """Hash of the training prompts and the held-out set, answers included, in order."""
-    payload = [[[e.prompt, e.answer] for e in train], [[e.prompt, e.answer] for e in heldout]]
-    return hashlib.sha256(json.dumps(payload).encode()).hexdigest()[:DIGITS]
+def data_fingerprint(
+    train: Sequence[Example], heldout: Sequence[Example], settings: Any = None
+) -> str:
+    """Hash of the training prompts and the held-out set, answers included, in order; also
+    what checks them when it is not the answer (an item's key, a chat prompt's messages),
+    and the task's ``settings`` (``data.task_args``: a gymnasium environment's arguments
+    change the task, not its prompts). Examples without those hash as they always did."""
+
+    def row(e: Example) -> list[Any]:
+        extra = [] if e.reference is None else [e.reference]
+        return [e.prompt, e.answer, *extra, *([] if e.messages is None else [e.messages])]
+
+    payload: list[Any] = [[row(e) for e in train], [row(e) for e in heldout]]
+    if settings is not None:
+        payload.append(settings)
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:DIGITS]

@@ -369,7 +369,7 @@ def _initial_ledger(cfg: RecipeConfig, parts: setup.Parts, start: Path) -> Ledge
         base_model=cfg.model.path,
         base_fingerprint=checkpoint_fingerprint(start),
         tokenizer_fingerprint=tokenizer_fingerprint(parts.tokenizer),
-        data_fingerprint=data_fingerprint(parts.train, parts.heldout),
+        data_fingerprint=data_fingerprint(parts.train, parts.heldout, cfg.data.task_args),
         verifier=cfg.feedback.verifier,
         eval_verifier=cfg.feedback.eval_verifier or cfg.feedback.verifier,
         task=cfg.data.task,
