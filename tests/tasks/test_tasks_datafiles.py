@@ -107,3 +107,27 @@ def test_a_chat_prompt_longer_than_the_context_names_its_row(tmp_path: Path) -> 
     cfg = build_config("grpo", None, [f"data.task={path}"])
     with pytest.raises(InputError, match=r"chat\.json row 1: prompt of \d+ tokens .* 32-position"):
         setup.check_prompt_lengths(setup.labelled_prompts(cfg), build_tokenizer(), 32)
+
+
+def test_a_file_of_another_suffix_is_read_as_json_lines(tmp_path: Path) -> None:
+    path = tmp_path / "task.ndjson"
+    path.write_text("".join(json.dumps(r) + "\n" for r in ROWS))
+    assert load_file_examples(path, "question", "solution") == EXPECTED
+
+
+def test_a_chat_template_that_refuses_a_row_names_it(tmp_path: Path) -> None:
+    from rlmap.core.errors import InputError
+
+    rows = [{"messages": [{"role": "system", "content": "be brief"},
+                          {"role": "user", "content": "1+1="}], "answer": "2"}]  # fmt: skip
+    path = tmp_path / "chat.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    tokenizer = build_tokenizer()
+    tokenizer.chat_template = (
+        "{% for m in messages %}{% if m['role'] == 'system' %}"
+        "{{ raise_exception('System role not supported') }}{% endif %}"
+        "{{ m['content'] }}{% endfor %}"
+    )
+    cfg = build_config("grpo", None, [f"data.task={path}", f"data.eval_path={path}"])
+    with pytest.raises(InputError, match=r"chat\.jsonl:1: the tokenizer's chat template refuses"):
+        setup.check_prompt_lengths(setup.labelled_prompts(cfg), tokenizer, 512)

@@ -140,7 +140,7 @@ def test_a_text_environment_gets_text_and_a_failure_aborts_the_episode() -> None
 
 def test_frozen_lake_episodes_through_the_runner() -> None:
     # episode 0 walks the shortest path; episode 1 falls in the hole at 5 on its second
-    # turn; episode 2 wanders left for ever and meets the turn budget (4)
+    # turn; episode 2 keeps walking into the west wall and meets the turn budget (6)
     cfg = build_config("grpo", None, [*LAKE, "data.max_turns=6"])
     train, _ = setup.load_data(cfg)
     make = setup.environment_factory(cfg, TOKENIZER)
@@ -176,10 +176,19 @@ def test_a_short_run_on_frozen_lake_completes(tmp_path: Path) -> None:
     assert all("eval/turns" in r and "eval/aborted_frac" in r for r in rows if "eval/pass@1" in r)
 
 
-def test_the_context_fits_the_turn_budget() -> None:
-    few = setup.fitted_context(build_config("grpo", None, [*LAKE, "data.max_turns=2"]))
-    many = setup.fitted_context(build_config("grpo", None, [*LAKE, "data.max_turns=8"]))
-    assert few % 64 == 0 and many % 64 == 0 and many > few
+@pytest.mark.parametrize("turns", [1, 3, 8])
+def test_the_longest_episode_fits_the_context(turns: int) -> None:
+    # the longest episode: every turn the whole response budget (its last token EOS), each
+    # an action that keeps the episode going (left, into the wall), every observation kept
+    extra = [f"data.max_turns={turns}", "generation.max_new_tokens=16"]
+    cfg = build_config("grpo", None, [*LAKE, *extra])
+    context = setup.fitted_context(cfg)
+    env = _env(*extra)
+    length = len(env.reset())
+    for _ in range(turns):
+        turn = [*TOKENIZER.encode("0" + " " * 14, add_special_tokens=False), TOKENIZER.eos_token_id]
+        length += len(turn) + len(env.step(turn).observation)
+    assert context % 64 == 0 and length <= context
     assert gym_text.is_gym("gym:FrozenLake-v1")
 
 

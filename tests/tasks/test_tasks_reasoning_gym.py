@@ -131,7 +131,7 @@ def test_an_explicit_verifier_is_kept_and_an_item_verifier_needs_the_task() -> N
         build_config("grpo", None, ["feedback.verifier=reasoning_gym"])
     with pytest.raises(ConfigError, match=r"^feedback.eval_verifier: reasoning_gym_partial"):
         build_config("grpo", None, ["feedback.eval_verifier=reasoning_gym_partial"])
-    with pytest.raises(ConfigError, match=r"^data.task_args: only reasoning-gym tasks"):
+    with pytest.raises(ConfigError, match=r"^data.task_args: only reasoning-gym and gym tasks"):
         build_config("grpo", None, ["data.task_args={a: 1}"])
 
 
@@ -214,3 +214,54 @@ def test_rlmap_tasks_lists_and_shows_reasoning_gym_tasks() -> None:
     bad = subprocess.run([*run, "chain_sun"], text=True, capture_output=True)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1
     assert "no task 'chain_sun' (closest: chain_sum" in bad.stderr
+
+
+def test_a_task_is_scored_by_its_own_settings() -> None:
+    # decimal_arithmetic scores within a tolerance its precision sets: at 14 significant
+    # digits an answer 9e-4 off is wrong; at the default settings' tolerance it would pass
+    args = {"min_num_decimal_places": 6, "max_num_decimal_places": 6, "precision": 14}
+    (e, *_), _ = rg.make_splits("reasoning_gym:decimal_arithmetic", args, 0, 3, 1)
+    assert e.reference is not None
+    off = f"{float(e.answer) + 9e-4:.12f}"
+    assert score_full(e.answer, e.reference) == 1.0
+    assert score_full(off, e.reference) == 0.0
+
+
+def test_partial_credit_trains_but_pass_at_k_counts_full_scores() -> None:
+    cfg = build_config("grpo", None, [*SMALL_SUMS, "feedback.verifier=reasoning_gym_partial"])
+    assert (cfg.feedback.verifier, cfg.feedback.eval_verifier) == (
+        "reasoning_gym_partial", "reasoning_gym")  # fmt: skip
+    kept = build_config("grpo", None, [*SMALL_SUMS, "feedback.verifier=reasoning_gym_partial",
+                                       "feedback.eval_verifier=reasoning_gym_partial"])  # fmt: skip
+    assert kept.feedback.eval_verifier == "reasoning_gym_partial"  # an override is kept
+
+
+def test_a_saved_reasoning_gym_config_reused_for_another_task_gets_its_verifier() -> None:
+    saved = build_config("grpo", None, SMALL_SUMS).model_dump(mode="json")
+    other = build_config(None, saved, ["data.task=arithmetic", "data.task_args=null"])
+    assert (other.feedback.verifier, other.feedback.eval_verifier) == ("exact_match", None)
+    plain = build_config("grpo", None, []).model_dump(mode="json")
+    back = build_config(None, plain, SMALL_SUMS)
+    assert back.feedback.verifier == "reasoning_gym"
+
+
+def test_tasks_whose_items_depend_on_the_hash_seed_are_refused() -> None:
+    with pytest.raises(ConfigError, match=r"^data.task: reasoning-gym's word_ladder does not"):
+        rg.parse("reasoning_gym:chain_sum+word_ladder", None)
+
+
+def test_the_items_are_the_same_in_another_process() -> None:
+    code = ("import json, sys; from rlmap.tasks import reasoning_gym as rg; "
+            "t, h = rg.make_splits('reasoning_gym:chain_sum+basic_arithmetic', None, 3, 30, 6); "
+            "print(json.dumps([[e.prompt, e.answer, e.reference] for e in t + h]))")  # fmt: skip
+    runs = [subprocess.run([sys.executable, "-c", code], text=True, capture_output=True,
+                           check=True, env={**_env(), "PYTHONHASHSEED": seed}).stdout
+            for seed in ("1", "2")]  # fmt: skip
+    assert runs[0] == runs[1] and len(json.loads(runs[0])) == 36
+
+
+def test_mixture_settings_must_be_mappings_and_every_task_held_out() -> None:
+    with pytest.raises(ConfigError, match=r"^data.task_args.chain_sum: a task's settings"):
+        rg.parse("reasoning_gym:chain_sum+gcd", {"chain_sum": 3})
+    with pytest.raises(ConfigError, match=r"^data.eval_size: 1 held out for 2 tasks"):
+        rg.make_splits("reasoning_gym:chain_sum+gcd", None, 0, 10, 1)

@@ -209,6 +209,11 @@ LINES: tuple[Line, ...] = (
     Line("tokenizer + chat template", "setup", _ledger("tokenizer_fingerprint")),
     Line("prompts (train + held-out)", "setup", _ledger("data_fingerprint")),
     Line("task", "setup", _cfg("data", "task")),
+    Line(
+        "task settings",
+        "setup",
+        lambda run: json.dumps(_cfg("data", "task_args")(run), sort_keys=True),
+    ),
     Line("training verifier", "setup", _ledger("verifier")),
     Line(
         "held-out verifier",

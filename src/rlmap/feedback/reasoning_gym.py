@@ -49,13 +49,13 @@ def item_key(name: str, args: str, seed: int, size: int, index: int) -> str:
 
 
 @functools.lru_cache(maxsize=65536)
-def _entry(reference: str) -> tuple[str, dict[str, Any]]:
-    """(task name, item) of the item a reference names."""
+def _entry(reference: str) -> tuple[Any, dict[str, Any]]:
+    """(its dataset, item) of the item a reference names."""
     try:
         key = json.loads(reference)
         items = dataset(key["task"], json.dumps(key["args"], sort_keys=True), key["seed"],
                         key["size"])  # fmt: skip
-        return str(key["task"]), dict(items[key["index"]])
+        return items, dict(items[key["index"]])
     except (ValueError, KeyError, TypeError, ConfigError) as exc:
         raise ValueError(
             f"reasoning_gym: the reference is not a reasoning-gym item's key ({exc}); this "
@@ -65,14 +65,11 @@ def _entry(reference: str) -> tuple[str, dict[str, Any]]:
 
 def score(response: str, reference: str) -> float:
     """reasoning-gym's own ``score_answer`` of the response for the item ``reference``
-    names (its key, as :func:`make_splits` writes it); partial credit included."""
-    name, entry = _entry(reference)
-    return float(_scorer(name)(response.strip(), entry))
-
-
-@functools.lru_cache(maxsize=256)
-def _scorer(name: str) -> Any:
-    return require().get_score_answer_fn(name)
+    names (its key, as :func:`item_key` writes it); partial credit included. The dataset
+    that made the item scores it: some tasks score by their settings (a tolerance, a
+    precision), which ``reasoning_gym.get_score_answer_fn`` would take at their defaults."""
+    items, entry = _entry(reference)
+    return float(items.score_answer(response.strip(), entry))
 
 
 def score_full(response: str, reference: str) -> float:

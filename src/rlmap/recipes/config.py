@@ -182,23 +182,44 @@ def build_config(
     base = preset(name).model_dump(mode="json")
     merged = apply_overrides(_merge(base, file_data), overrides)
     merged["recipe"] = merged.get("recipe", name) if recipe is None else recipe
-    if _names_reasoning_gym(merged) and not _given(file_data, overrides, "feedback", "verifier"):
-        merged["feedback"]["verifier"] = "reasoning_gym"  # the task's own score_answer
+    _task_verifier(merged, overrides)
     config = from_mapping(merged)
     validate(config)
     return config
 
 
-def _names_reasoning_gym(data: Mapping[str, Any]) -> bool:
-    task = data.get("data", {}).get("task") if isinstance(data.get("data"), Mapping) else None
-    return isinstance(task, str) and task.startswith("reasoning_gym:")
+ITEM_VERIFIERS = ("reasoning_gym", "reasoning_gym_partial")
+"""The verifiers that read reasoning-gym items (:mod:`rlmap.feedback.reasoning_gym`)."""
 
 
-def _given(file_data: Mapping[str, Any], overrides: Sequence[str], section: str, key: str) -> bool:
-    """Whether the file or an override sets ``section.key`` (rather than the preset)."""
-    part = file_data.get(section)
-    in_file = isinstance(part, Mapping) and key in part
-    return in_file or any(o.partition("=")[0].strip() == f"{section}.{key}" for o in overrides)
+def _task_verifier(merged: dict[str, Any], overrides: Sequence[str]) -> None:
+    """The verifier follows the task unless an override names one: a reasoning-gym task is
+    scored by its own ``score_answer`` (``reasoning_gym``, in place of the default
+    ``exact_match``), any other task by ``exact_match`` in place of an item verifier (a
+    reasoning-gym run's saved config reused for another task). ``reasoning_gym_partial``
+    trains on partial credit; its held-out pass@k counts full scores (``eval_verifier``
+    ``reasoning_gym``) unless an override says otherwise."""
+    feedback = merged.setdefault("feedback", {})
+    data = merged.get("data") if isinstance(merged.get("data"), Mapping) else {}
+    task = data.get("task") if isinstance(data, Mapping) else None
+    gym = isinstance(task, str) and task.startswith("reasoning_gym:")
+    if not _overridden(overrides, "feedback.verifier"):
+        verifier = feedback.get("verifier", "exact_match")
+        if gym and verifier == "exact_match":
+            feedback["verifier"] = "reasoning_gym"
+        elif not gym and verifier in ITEM_VERIFIERS:
+            feedback["verifier"] = "exact_match"
+    if not _overridden(overrides, "feedback.eval_verifier"):
+        if feedback.get("verifier") == "reasoning_gym_partial" and not feedback.get(
+            "eval_verifier"
+        ):
+            feedback["eval_verifier"] = "reasoning_gym"
+        elif not gym and feedback.get("eval_verifier") in ITEM_VERIFIERS:
+            feedback["eval_verifier"] = None
+
+
+def _overridden(overrides: Sequence[str], dotted: str) -> bool:
+    return any(o.partition("=")[0].strip() == dotted for o in overrides)
 
 
 def load_config(path: str | Path, overrides: Sequence[str] = ()) -> RecipeConfig:

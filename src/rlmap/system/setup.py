@@ -149,7 +149,8 @@ def fitted_context(cfg: RecipeConfig) -> int:
     tokenizer encodes it) plus the response budget (``generation.max_new_tokens``, at least
     32), rounded up to a multiple of ``CONTEXT_BLOCK``; the default 64 at least. A gym
     task's episode is its first prompt, then ``data.max_turns`` responses, each followed by
-    an observation (taken as long as the first one, plus a line)."""
+    an observation (taken as long as the first one, plus a line; the one after the last
+    turn stays in the final state)."""
     tokenizer = task_tokenizer(cfg.data.task)
     texts = [text if isinstance(text, str) else "" for _, text in labelled_prompts(cfg)]
     longest = max(len(ids) for ids in tokenizer(texts)["input_ids"])
@@ -159,7 +160,7 @@ def fitted_context(cfg: RecipeConfig) -> int:
         d = cfg.data
         _, first = gym_text.opening(gym_text.make(d.task, d.task_args), load_data(cfg)[0][0])
         observation = len(tokenizer(first, add_special_tokens=False)["input_ids"]) + 16
-        need = longest + d.max_turns * per_turn + (d.max_turns - 1) * observation
+        need = longest + d.max_turns * (per_turn + observation)  # the last one is kept too
     return max(TinySpec().max_position_embeddings, -(-need // CONTEXT_BLOCK) * CONTEXT_BLOCK)
 
 
@@ -403,7 +404,11 @@ def check_prompt_lengths(
         near = len(ids) + overhead >= context - 8  # 8: slack for merges at the template's seams
         if isinstance(text, str) and not near:
             continue
-        n = len(encode_prompt(tokenizer, text))
+        try:
+            n = len(encode_prompt(tokenizer, text))
+        except Exception as exc:  # the chat template refuses the row (a role it does not know)
+            raise InputError(f"{label}: the tokenizer's chat template refuses this prompt "
+                             f"({_first_line(exc)})") from None  # fmt: skip
         if n >= context:
             raise InputError(
                 f"{label}: prompt of {n} tokens leaves no room for a response in the "

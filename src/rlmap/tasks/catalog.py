@@ -13,7 +13,8 @@ from rlmap.tasks import reasoning_gym
 BUILT_IN = {
     "arithmetic": "integer arithmetic, one answer per prompt (37+85= → 122); the default",
     "calculator": "multi-turn: the model may call a calculator tool before answering",
-    "FILE.jsonl": 'your own prompts: one {"prompt": ..., "answer": ...} object per line',
+    "FILE": "your own rows: .jsonl, .json or .parquet, prompt/answer or chat messages",
+    "gym:ENV_ID": "a gymnasium environment, one action per turn (gym:FrozenLake-v1)",
 }
 
 

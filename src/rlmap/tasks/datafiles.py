@@ -2,7 +2,8 @@
 
 ``data.task=FILE`` reads, by the file's suffix:
 
-- ``.jsonl``: one JSON object per line (:mod:`rlmap.tasks.jsonl`: errors name ``file:line``);
+- ``.jsonl`` (and any other existing file: ``.ndjson``, ``.txt``): one JSON object per line
+  (:mod:`rlmap.tasks.jsonl`: errors name ``file:line``);
 - ``.json``: a JSON array of objects (errors name ``file row N``, counted from 0 as
   ``datasets`` and pandas count);
 - ``.parquet``: a table, read with pyarrow (the reader ``datasets`` itself uses; nothing is
@@ -82,7 +83,7 @@ def load_labelled_examples(
     file that cannot be read or holds no rows."""
     convert = row_converter(prompt_field, answer_field)
     suffix = path.suffix.lower()
-    if suffix == ".jsonl":
+    if suffix == ".jsonl" or (suffix not in SUFFIXES and path.is_file()):  # .ndjson, .txt: lines
         return [(f"{path}:{n}", e) for n, e in load_numbered(path, "examples", convert)]
     if suffix == ".json":
         rows: Iterable[Any] = _json_rows(path)

@@ -37,6 +37,11 @@ from rlmap.tasks.arithmetic import Example
 PREFIX = "reasoning_gym:"
 SPLIT_STRIDE = 10**9
 """Distance between the seed bases of the train and held-out items (larger than any size)."""
+UNREPEATABLE = frozenset({"isomorphic_strings", "knight_swap", "list_functions",
+                          "polynomial_multiplication", "ransom_note", "word_ladder"})  # fmt: skip
+"""Tasks whose items differ between processes (measured under two ``PYTHONHASHSEED``
+values; ``list_functions`` even within one): a resume, a second learner rank, a rollout
+actor or a later ``rlmap eval`` would each see other items, so rlmap refuses them."""
 _PART = re.compile(r"^([a-z0-9_]+)(?:\*(\d+(?:\.\d+)?))?$")
 
 
@@ -80,6 +85,10 @@ def parse(task: str, task_args: Mapping[str, Any] | None) -> list[Part]:
                               f"{', '.join(close)}; rlmap tasks lists them)")  # fmt: skip
         if weight <= 0:
             raise ConfigError(f"data.task: weight of {name!r} must be > 0, got {weight:g}")
+        if name in UNREPEATABLE:
+            raise ConfigError(f"data.task: reasoning-gym's {name} does not generate the same "
+                              "items in every process (they depend on Python's hash seed), so "
+                              "a resume or a second process would see other items")  # fmt: skip
         parts.append(Part(name, weight, {}))
     if len({p.name for p in parts}) < len(parts):
         raise ConfigError(f"data.task: a task appears twice in {task!r}")
@@ -88,6 +97,11 @@ def parse(task: str, task_args: Mapping[str, Any] | None) -> list[Part]:
         if unknown:
             raise ConfigError(f"data.task_args: a mixture's settings are keyed by task name; "
                               f"{sorted(unknown)[0]!r} is not one of its tasks")  # fmt: skip
+        for name, value in args.items():
+            if not isinstance(value, Mapping):
+                kind = type(value).__name__
+                raise ConfigError(f"data.task_args.{name}: a task's settings are a mapping "
+                                  f"of its config's fields, got {kind}")  # fmt: skip
         parts = [Part(p.name, p.weight, dict(args.get(p.name) or {})) for p in parts]
     else:
         parts = [Part(parts[0].name, parts[0].weight, args)]
@@ -133,13 +147,15 @@ def _items(part: Part, seed: int, size: int) -> list[Example]:
 def _splits(task: str, args: str, split_seed: int, train_size: int,
             eval_size: int) -> tuple[tuple[Example, ...], tuple[Example, ...]]:  # fmt: skip
     parts = parse(task, json.loads(args))
+    if eval_size < len(parts):
+        raise ConfigError(f"data.eval_size: {eval_size} held out for {len(parts)} tasks; each "
+                          "task needs one at least")  # fmt: skip
     base = 2 * SPLIT_STRIDE * split_seed
-    heldout: list[Example] = []
-    train: list[Example] = []
-    for part, n_eval, n_train in zip(parts, _counts(parts, eval_size),
-                                     _counts(parts, train_size), strict=True):  # fmt: skip
-        heldout += _distinct(_items(part, base + SPLIT_STRIDE, n_eval), set())
-        train += _distinct(_items(part, base, n_train), {e.prompt for e in heldout})
+    taken: set[str] = set()  # every held-out question first, then the training ones
+    heldout = [e for part, n in zip(parts, _counts(parts, eval_size), strict=True)
+               for e in _distinct(_items(part, base + SPLIT_STRIDE, n), taken)]  # fmt: skip
+    train = [e for part, n in zip(parts, _counts(parts, train_size), strict=True)
+             for e in _distinct(_items(part, base, n), taken)]  # fmt: skip
     return tuple(train), tuple(heldout)
 
 
