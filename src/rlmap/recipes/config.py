@@ -202,19 +202,19 @@ def _task_verifier(merged: dict[str, Any], overrides: Sequence[str]) -> None:
     feedback = merged.setdefault("feedback", {})
     data = merged.get("data") if isinstance(merged.get("data"), Mapping) else {}
     task = data.get("task") if isinstance(data, Mapping) else None
-    gym = isinstance(task, str) and task.startswith("reasoning_gym:")
+    items = isinstance(task, str) and task.startswith("reasoning_gym:")
     if not _overridden(overrides, "feedback.verifier"):
         verifier = feedback.get("verifier", "exact_match")
-        if gym and verifier == "exact_match":
+        if items and verifier == "exact_match":
             feedback["verifier"] = "reasoning_gym"
-        elif not gym and verifier in ITEM_VERIFIERS:
+        elif not items and verifier in ITEM_VERIFIERS:
             feedback["verifier"] = "exact_match"
     if not _overridden(overrides, "feedback.eval_verifier"):
         if feedback.get("verifier") == "reasoning_gym_partial" and not feedback.get(
             "eval_verifier"
         ):
             feedback["eval_verifier"] = "reasoning_gym"
-        elif not gym and feedback.get("eval_verifier") in ITEM_VERIFIERS:
+        elif not items and feedback.get("eval_verifier") in ITEM_VERIFIERS:
             feedback["eval_verifier"] = None
 
 
