@@ -111,11 +111,11 @@ def held_out_pass1(
     _, heldout = setup.load_data(cfg)
     engine = HFEngine(model, pad_token_id=int(tok.pad_token_id), eos_token_id=int(tok.eos_token_id))
     g = cfg.generation
-    environment, rescore = setup.evaluation_scoring(cfg, tok)  # as ``rlmap eval`` builds them
+    environment, rescore, items = setup.evaluation_scoring(cfg, tok)  # as ``rlmap eval`` does
     return evaluate(engine, environment, tok, heldout, samples=g.eval_samples,
                     max_new_tokens=g.max_new_tokens, temperature=g.temperature, top_p=g.top_p,
                     seed=EVAL_SEED, multi_turn=cfg.data.multi_turn, rescore=rescore,
-                    max_turns=cfg.data.turn_budget)  # fmt: skip
+                    max_turns=cfg.data.turn_budget, rescore_items=items)  # fmt: skip
 
 
 def run_rlmap(cfg: RecipeConfig, start: Path, budget: int, max_steps: int) -> Run:
