@@ -131,3 +131,12 @@ def test_a_chat_template_that_refuses_a_row_names_it(tmp_path: Path) -> None:
     cfg = build_config("grpo", None, [f"data.task={path}", f"data.eval_path={path}"])
     with pytest.raises(InputError, match=r"chat\.jsonl:1: the tokenizer's chat template refuses"):
         setup.check_prompt_lengths(setup.labelled_prompts(cfg), tokenizer, 512)
+
+
+def test_field_names_are_refused_where_there_is_no_file() -> None:
+    from rlmap.core.errors import ConfigError
+
+    for task in ("arithmetic", "reasoning_gym:chain_sum"):
+        with pytest.raises(ConfigError, match=r"^data.prompt_field: only data files"):
+            build_config("grpo", None, [f"data.task={task}", "data.prompt_field=question"])
+    assert build_config("grpo", None, ["data.task=x.jsonl", "data.answer_field=a"])

@@ -298,6 +298,11 @@ def _data(cfg: RecipeConfig) -> Iterator[str]:
         gym_text.check(d.task, d.task_args)
     elif d.task_args is not None:
         yield f"data.task_args: only reasoning-gym and gym tasks take settings, not {d.task!r}"
+    built_in = d.task in ("arithmetic", "calculator") or gym or gym_text.is_gym(d.task)
+    for name, value, default in (("prompt_field", d.prompt_field, "prompt"),
+                                 ("answer_field", d.answer_field, "answer")):  # fmt: skip
+        if built_in and value != default:
+            yield f"data.{name}: only data files have fields to name, not {d.task!r}"
     named = (("feedback.verifier", cfg.feedback.verifier),
              ("feedback.eval_verifier", cfg.feedback.eval_verifier))  # fmt: skip
     for name, verifier in named:
