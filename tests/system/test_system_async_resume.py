@@ -68,6 +68,9 @@ def test_sao_killed_at_any_point_resumes_exactly_once(
     for r in records[resumed_from + 1 :]:  # a full batch in every step after the resume
         assert r["sampling/kept"] == BATCH, r["step"]
         assert r["system/empty_step"] == 0
+    # and the workers did not run ahead (admission counters not restored: most of each
+    # take stale); a round overtaken by later ones can still be stale once in a while
+    assert sum(r["system/stale_dropped"] for r in records[resumed_from + 1 :]) <= BATCH
     t = json.loads((run / "summary.json").read_text())["trajectories"]
     taken = sum(r["sampling/generated"] for r in records[1:])
     assert t["consumed"] + t["stale_dropped"] + t["rejected"] == taken  # over the whole run
@@ -155,6 +158,25 @@ def test_a_step_whose_take_was_all_stale_takes_again(
         _, metrics = runner.step(LoopState(step=5))
     assert seen == [2] and metrics["system/stale_dropped"] == 2
     assert metrics["sampling/generated"] == 4 and metrics["system/empty_step"] == 0
+
+
+def test_a_step_takes_one_more_for_each_stale_one_and_learns_from_a_full_batch(
+    tiny_calc_model_dir: Path, toy: Toy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Before: a take of 1 fresh + 1 stale learnt from 1. The admission bound (v + η + 1)·B
+    # counts B consumed per version, so each short step left the workers one slot further
+    # ahead for the rest of the run: more lag, more stale, shorter steps (CI saw 4 of 8).
+    parts = _parts(toy, tiny_calc_model_dir)  # B = 2, η = 2
+    seen: list[int] = []
+    monkeypatch.setattr(async_loop, "learn",
+                        lambda p, batch, state: seen.append(batch.size) or {})  # fmt: skip
+    with async_loop.async_runner(parts, LoopState(step=5), workers_of=lambda r: []) as runner:
+        for k, version in enumerate((5, 0, 4)):  # lags 0, 5 (stale), then 1
+            runner.queue.put(async_loop.Finished(_scored(k, version), 0.0, 0))
+        _, metrics = runner.step(LoopState(step=5))
+        left = runner.queue.qsize()
+    assert seen == [2] and metrics["sampling/kept"] == 2 and left == 0
+    assert metrics["system/stale_dropped"] == 1 and metrics["sampling/generated"] == 3
 
 
 def test_a_step_with_every_reward_failed_is_an_empty_step(

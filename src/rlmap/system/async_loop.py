@@ -50,8 +50,11 @@ worker r mod W, each under the python, numpy and torch generators seeded from (r
 worker, round) and restored afterwards. The queue's contents are then a function of the
 seed, and so is every step.
 
-A learner step whose take is all stale takes again (the workers are rolling out on newer
-weights); one with nothing to train on otherwise (every reward failed) is an *empty step*:
+A learner step takes one more trajectory for each stale one it drops (the workers are
+rolling out on newer weights), so every step learns from B: the admission bound counts B
+consumed per version, and a step that learnt from fewer would leave the workers that much
+further ahead for the rest of the run. A step with nothing to train on otherwise (every
+reward failed) is an *empty step*:
 ``system/empty_step`` 1, counted in the ledger, flagged by ``rlmap diagnose``.
 """
 
@@ -422,8 +425,8 @@ class AsyncRunner:
         return items, time.perf_counter() - started
 
     def step(self, state: LoopState) -> tuple[LoopState, dict[str, float]]:
-        """One learner step: take B trajectories, drop the stale (taking again while a take
-        was all stale), learn, publish."""
+        """One learner step: take B trajectories, drop the stale and take one more for each
+        (so B are learnt from, and the admission bound stays exact), learn, publish."""
         started = time.perf_counter()
         queued_before = self.queue.qsize()
         version = state.step
@@ -432,8 +435,8 @@ class AsyncRunner:
         lags: list[int] = []
         fresh: list[Scored] = []
         waited = 0.0
-        while not fresh:  # all stale: the workers are already on newer weights
-            took, seconds = self._take(self.batch)
+        while len(fresh) < self.batch:  # each stale one is replaced by a fresh one
+            took, seconds = self._take(self.batch - len(fresh))
             items, waited = items + took, waited + seconds
             lag = [version - oldest_version(x.scored) for x in took]
             lags += lag
