@@ -347,6 +347,42 @@ def _cmd_reward_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_judge_model(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from rlmap.experiments.progress import ProgressView
+    from rlmap.experiments.rundir import check_new_dir, create_run_dir
+    from rlmap.recipes import build_config
+    from rlmap.system.setup import check_model_dir, model_path, warm_start_spec
+    from rlmap.tasks.arithmetic import make_splits
+    from rlmap.tasks.judge_model import JudgeModelSpec, save_judge, train_judge
+
+    _quiet_transformers()
+    _at_least(1, steps=args.steps)
+    if args.base:
+        check_model_dir(Path(args.base), "--base")
+    kind, hint = "judge model directory", "choose another --out"
+    if args.out:
+        check_new_dir(Path(args.out), kind=kind, hint=hint)
+    view = ProgressView(enabled=True)
+    cfg = build_config(None, None, [f"model.path={args.base}"] if args.base else [])
+    base = model_path(cfg, progress=view.warm_start)
+    ws = warm_start_spec(cfg)
+    train, heldout = make_splits(ws.split_seed, ws.train_size, ws.eval_size,
+                                 max_digits=ws.max_digits, ops=ws.ops)  # fmt: skip
+    spec = JudgeModelSpec(steps=args.steps, seed=args.seed)
+    out = create_run_dir(root=Path("judges"), out=Path(args.out) if args.out else None,
+                         kind=kind, hint=hint)  # fmt: skip
+    model, tokenizer, metrics = train_judge(base, train, heldout, spec,
+                                            progress=view.phase("judge model"))  # fmt: skip
+    save_judge(out, model, tokenizer, {"base": str(base), "steps": args.steps,
+                                       "seed": args.seed, **metrics})  # fmt: skip
+    for key, value in metrics.items():
+        print(f"{key:<40} {value:.4f}")
+    print(out)
+    return 0
+
+
 def _at_least(low: int, **values: int | None) -> None:
     """ConfigError naming the flag (``--batch-size``) of the first given value below ``low``."""
     for name, value in values.items():
@@ -508,7 +544,7 @@ def _add_map_commands(sub: Any) -> None:
 
 
 def _add_reward_model_commands(sub: Any) -> None:
-    """Learned reward models: preference pairs and training."""
+    """Learned reward models (preference pairs, training), and the embedded judge."""
     p = _command(sub, "reward-model", help="learned reward models: preference pairs, training")
     rm = p.add_subparsers(dest="reward_command", required=True, metavar="{train,pairs}")
     q = _command(rm, "train", help="train a reward model (Bradley-Terry) from preference pairs")
@@ -533,6 +569,15 @@ def _add_reward_model_commands(sub: Any) -> None:
     q.add_argument("--seed", type=int, default=0)
     q.add_argument("overrides", nargs="*", help="dotted overrides of the data config")
     q.set_defaults(func=_cmd_reward_pairs)
+    help_ = "fine-tune the embedded task's judge, for an OpenAI-compatible server"
+    q = _command(sub, "judge-model", help=help_)
+    q.add_argument(
+        "--base", default=None, help="causal LM to start from (default: the embedded warm start)"
+    )
+    q.add_argument("--out", default=None, help="output directory (default: judges/<time>)")
+    q.add_argument("--steps", type=int, default=1500, help="optimiser steps")
+    q.add_argument("--seed", type=int, default=0)
+    q.set_defaults(func=_cmd_judge_model)
 
 
 def parse(argv: Sequence[str] | None) -> argparse.Namespace:

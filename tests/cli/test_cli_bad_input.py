@@ -787,6 +787,25 @@ def case_simulate_zero_workers(ws: Workspace) -> tuple[list[str], list[str]]:
     return ["simulate", "--workers", "0"], ["--workers", ">= 1"]
 
 
+# --- judge-model ----------------------------------------------------------------------------------
+
+
+@case
+def case_judgemodel_zero_steps(ws: Workspace) -> tuple[list[str], list[str]]:
+    return ["judge-model", "--steps", "0"], ["--steps: must be >= 1"]
+
+
+@case
+def case_judgemodel_base_missing(ws: Workspace) -> tuple[list[str], list[str]]:
+    return ["judge-model", "--base", "nowhere"], ["--base", "nowhere"]
+
+
+@case
+def case_judgemodel_out_not_empty(ws: Workspace) -> tuple[list[str], list[str]]:
+    ws.file("judge/config.json", "{}")
+    return ["judge-model", "--out", "judge"], ["judge", "choose another --out"]
+
+
 # --- reward-model pairs ---------------------------------------------------------------------------
 
 
@@ -960,9 +979,10 @@ def case_samples_corrupt_line(ws: Workspace) -> tuple[list[str], list[str]]:
 
 
 COMMANDS = {"recipes", "explain", "papers", "config", "train", "eval", "compare", "advise",
-            "diagnose", "simulate", "reward-model", "samples", "tasks"}  # fmt: skip
+            "diagnose", "simulate", "reward-model", "samples", "tasks", "judge-model"}  # fmt: skip
 PREFIXES = {"model": "train", "task": "train", "resume": "train", "critic": "train",
             "reward": "train", "pairs": "reward-model", "rm": "reward-model",
+            "judgemodel": "judge-model",
             "unknown": "recipes"}  # fmt: skip
 """Case-name prefixes of cases of another command (``model_dir_...`` cases run ``train``)."""
 

@@ -83,12 +83,12 @@ def verdict(run: RunData, symptom: str) -> Finding:
 def test_rules_follow_the_map_in_order() -> None:
     assert registry.names() == ("reward_up_heldout_down", "entropy_collapse", "zero_group_loss",
                                 "length_drift", "late_collapse", "async_efficiency",
-                                "moe_route_mismatch", "empty_steps")  # fmt: skip
+                                "moe_route_mismatch", "empty_steps", "judge_bias")  # fmt: skip
 
 
 def test_a_healthy_synthetic_run_is_quiet() -> None:
     findings = diagnose_run(make_run()).findings
-    assert [f.status for f in findings] == ["quiet"] * 5 + ["not checked"] * 3
+    assert [f.status for f in findings] == ["quiet"] * 5 + ["not checked"] * 4
 
 
 @pytest.mark.parametrize("name", ["grpo", "ppo_turn", "vapo"])
@@ -399,7 +399,7 @@ def test_cli_text_names_the_symptom(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert main(["diagnose", str(run_dir)]) == 0
     out = capsys.readouterr().out
     assert out.startswith(f"rlmap diagnose {run_dir}: 101 records, steps 0–100\n  grpo: a comp")
-    assert "1 detected, 4 quiet, 3 not checked" in out
+    assert "1 detected, 4 quiet, 4 not checked" in out
     assert "DETECTED  entropy collapses quickly [entropy_collapse]" in out
     assert "check, in this order:\n    1. positive-advantage ratio" in out
     assert "not checked  async throughput up, sample efficiency down — needs" in out
@@ -488,6 +488,33 @@ def test_a_run_without_empty_steps_is_quiet_and_an_old_run_not_checked() -> None
     run = make_run(healthy_train() | {"system/empty_step": lambda s: 0.0})
     assert verdict(run, "empty_steps").status == "quiet"
     assert verdict(make_run(), "empty_steps").status == "not checked"
+
+
+# --- 9. the AI judge's biases ------------------------------------------------------------
+
+
+def test_a_judge_that_prefers_the_first_shown_is_flagged() -> None:
+    # agreement 0.5 on every step: mean 0.5 < 0.8 (POSITION_AGREEMENT_MIN)
+    run = make_run(healthy_train() | {"judge/position_agreement": lambda s: 0.5,
+                                      "judge/first_preferred_frac": lambda s: 0.75})  # fmt: skip
+    finding = verdict(run, "judge_bias")
+    assert finding.status == "detected"
+    assert finding.evidence[0].values == {"mean": 0.5}
+    assert "first shown preferred in 0.75" in finding.evidence[0].text
+    assert finding.checks[0].interface == "position bias"
+
+
+@pytest.mark.parametrize(("corr", "status"), [(0.35, "detected"), (-0.4, "detected"),
+                                              (0.1, "quiet")])  # fmt: skip
+def test_a_judge_that_rewards_length_is_flagged(corr: float, status: str) -> None:
+    run = make_run(healthy_train() | {"judge/position_agreement": lambda s: 0.95,
+                                      "judge/length_corr": lambda s: corr})  # fmt: skip
+    assert verdict(run, "judge_bias").status == status
+
+
+def test_a_run_without_a_judge_is_not_checked_for_its_bias() -> None:
+    finding = verdict(make_run(healthy_train()), "judge_bias")
+    assert finding.status == "not checked" and "judge/position_agreement" in finding.needs[0]
 
 
 def test_a_detected_symptom_cites_the_samples_of_its_steps(

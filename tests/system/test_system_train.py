@@ -124,13 +124,6 @@ def test_vapo_pretrains_the_critic_before_any_policy_update(
     assert (tmp_path / "run" / "plots" / "critic.png").exists()
 
 
-def test_what_rlmap_cannot_run_yet_is_refused_in_one_line(tiny_model_dir: Path, toy: Toy) -> None:
-    cfg = build_config("sao", None, [*toy(tiny_model_dir), "feedback.source=comparison"])
-    with pytest.raises(ConfigError) as info:
-        setup.check_inputs(cfg)
-    assert str(info.value).startswith("feedback.source:") and "\n" not in str(info.value)
-
-
 def test_run_directory_and_plain_transformers_checkpoint(
     tiny_model_dir: Path, tmp_path: Path, toy: Toy
 ) -> None:

@@ -455,6 +455,50 @@ def empty_steps(run: RunData) -> Outcome:
     return Outcome(bool(empty), tuple(evidence), window=window)
 
 
+# --- 9. the AI judge's biases ------------------------------------------------------
+
+POSITION_AGREEMENT_MIN = 0.8
+"""Mean ``judge/position_agreement`` below which the judge's verdict depends on the order
+the pair is shown in: one pair in five flips when swapped. A judge that picks at random
+agrees half the time; one that always prefers the first shown, never."""
+LENGTH_CORR_MAX = 0.3
+"""Mean |``judge/length_corr``| from which the judge rewards length itself: the
+within-outcome correlation of its score with the response's length, where the verifier
+says the responses are alike."""
+JUDGE_STEPS = 2
+"""Fewest steps with a bias probe that the rule reads (one step sees few pairs)."""
+
+
+def judge_bias(run: RunData) -> Outcome:
+    """A judge whose verdicts follow the order of the pair (mean position agreement below
+    POSITION_AGREEMENT_MIN) or the length of the response at equal verifier outcome (mean
+    |length correlation| at or above LENGTH_CORR_MAX)."""
+    position = trace(run.records, "judge/position_agreement")
+    length = trace(run.records, "judge/length_corr")
+    if len(position) < JUDGE_STEPS and len(length) < JUDGE_STEPS:
+        why = " (logged by runs with feedback.source=judge or comparison)"
+        return Outcome(False, needs=(f"judge/position_agreement or judge/length_corr on >= "
+                                     f"{JUDGE_STEPS} steps{why}",))  # fmt: skip
+    evidence, detected = [], False
+    if len(position) >= JUDGE_STEPS:
+        agree = mean(_values(position))
+        first = trace(run.records, "judge/first_preferred_frac")
+        shown = f"; the first shown preferred in {_fmt(mean(_values(first)))}" if first else ""
+        text = (f"pairs shown both ways agree in {_fmt(agree)} (biased below "
+                f"{POSITION_AGREEMENT_MIN}){shown}")  # fmt: skip
+        evidence.append(Evidence("judge/position_agreement", _span(position), text,
+                                 {"mean": agree}))  # fmt: skip
+        detected |= agree < POSITION_AGREEMENT_MIN
+    if len(length) >= JUDGE_STEPS:
+        corr = mean(_values(length))
+        evidence.append(Evidence("judge/length_corr", _span(length),
+                                 f"score–length correlation at equal verifier outcome "
+                                 f"{_fmt(corr)} (biased at |r| >= {LENGTH_CORR_MAX})",
+                                 {"mean": corr}))  # fmt: skip
+        detected |= abs(corr) >= LENGTH_CORR_MAX
+    return Outcome(detected, tuple(evidence))
+
+
 # --- the registry and applying it ---------------------------------------------------
 
 registry: Registry[Rule] = Registry("symptom")
@@ -467,6 +511,7 @@ for _rule in (
     Rule(symptoms.ASYNC_EFFICIENCY, async_efficiency),
     Rule(symptoms.MOE_ROUTE_MISMATCH, moe_route_mismatch),
     Rule(symptoms.EMPTY_STEPS, empty_steps),
+    Rule(symptoms.JUDGE_BIAS, judge_bias),
 ):
     registry.add(_rule.symptom.id, _rule)
 

@@ -331,3 +331,33 @@ EMPTY_STEPS = Symptom(
         "the environment, the judge) first",
     ),
 )
+
+JUDGE_BIAS = Symptom(
+    id="judge_bias",
+    title="the AI judge is biased",
+    source="AI 反馈：评审偏差、一致性",
+    check=(
+        Interface(
+            "position bias",
+            (
+                "judge/position_agreement",
+                "judge/first_preferred_frac",
+                "config:feedback.judge_position_check",
+            ),
+            "pairwise judges (feedback.source=comparison) log it on the pairs shown both ways",
+        ),
+        Interface("the judge's prompt template", ("config:feedback.judge_template",)),
+        Interface("length bias", ("judge/length_corr", "length/mean")),
+        Interface("agreement with the verifier", ("reward/verifier_mean", "reward/mean")),
+        Interface(
+            "self-consistency",
+            ("judge/self_consistency", "config:feedback.judge_temperature"),
+            "logged when feedback.judge_repeat_check > 0",
+        ),
+    ),
+    not_first=(
+        "the policy's learning rate, clip range or KL: the policy is learning what the judge "
+        "rewards; fix the judge (randomise or average the order, change the template, or "
+        "another judge model) and check it against the verifier before tuning the learner",
+    ),
+)

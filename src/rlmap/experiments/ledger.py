@@ -70,6 +70,14 @@ class Ledger:
     """Learner steps with nothing to train on (every trajectory's reward failed or was
     excluded): logged as ``system/empty_step``, no optimiser step; ``rlmap diagnose`` flags
     them."""
+    judge_calls: int = 0
+    """Requests sent to an AI judge (``feedback.source=judge`` or ``comparison``), retries
+    included, cache hits not."""
+    judge_tokens: int = 0
+    """Prompt plus completion tokens the judge reported for them (its ``usage``)."""
+    comparison_pairs: int = 0
+    """Pairwise verdicts asked for (``feedback.comparison_pairs`` per group, and the
+    position check's second orders)."""
     wall_clock_s: float = 0.0
     """Seconds spent running, summed over resumes (time while stopped is not counted)."""
     rollout_s: float = 0.0
@@ -125,6 +133,9 @@ class Ledger:
         infra_error_rollouts: int = 0,
         timeout_rollouts: int = 0,
         empty_steps: int = 0,
+        judge_calls: int = 0,
+        judge_tokens: int = 0,
+        comparison_pairs: int = 0,
         wall_clock_s: float = 0.0,
         rollout_s: float = 0.0,
         actor_s: float = 0.0,
@@ -143,6 +154,9 @@ class Ledger:
             "infra_error_rollouts": infra_error_rollouts,
             "timeout_rollouts": timeout_rollouts,
             "empty_steps": empty_steps,
+            "judge_calls": judge_calls,
+            "judge_tokens": judge_tokens,
+            "comparison_pairs": comparison_pairs,
             "wall_clock_s": wall_clock_s,
             "rollout_s": rollout_s,
             "actor_s": actor_s,
@@ -175,6 +189,9 @@ class Ledger:
             "budget/learner_steps": float(self.learner_steps),
             "budget/critic_steps": float(self.critic_steps),
             "budget/empty_steps": float(self.empty_steps),
+            "budget/judge_calls": float(self.judge_calls),
+            "budget/judge_tokens": float(self.judge_tokens),
+            "budget/comparison_pairs": float(self.comparison_pairs),
             "budget/wall_clock_s": float(self.wall_clock_s),
             "budget/rollout_s": float(self.rollout_s),
             "budget/actor_s": float(self.actor_s),

@@ -6,7 +6,8 @@ first sample of each of the first ``run.samples`` held-out prompts — the same 
 every evaluation, so one can follow a prompt through training. A line holds the prompt,
 the response (observations included), the final answer, the reference, the reward and
 its status, whether it was correct, its length, whether it was truncated, its turns and
-tool calls, and its class.
+tool calls, and its class; with a pointwise AI judge (``feedback.source=judge``), also
+the judge's reward for the same answer (``judge``, None when it failed) and its status.
 
 A sample is ``correct`` (positive return, reward status ok), or fails with the first of
 these that applies — the order goes from "the reward cannot be trusted" to "the answer
@@ -177,6 +178,8 @@ def render(run_dir: Path, step: int, rows: Sequence[dict[str, Any]],
         out.append(f"  response:  {_one_line(r.get('response', ''))}")
         out.append(f"  answer:    {_one_line(r.get('answer', ''))}")
         out.append(f"  reference: {_one_line(r.get('reference', ''))}")
+        if "judge_status" in r:  # a pointwise judge's verdict on the same answer
+            out.append(f"  judge:     {r['judge']} ({r['judge_status']})")
     if not shown:
         out.append("\n(no sample of that class)" if wanted else "\n(no failures)")
     return "\n".join(out) + "\n"

@@ -60,6 +60,7 @@ from rlmap.experiments.rundir import (
     write_text_atomic,
 )
 from rlmap.experiments.samples import drop_samples_after, write_samples
+from rlmap.feedback.judge import judge_samples
 from rlmap.recipes import composition, load_config
 from rlmap.recipes.config import RecipeConfig
 from rlmap.system import setup
@@ -124,6 +125,7 @@ def run_training(
             write_text_atomic(run_dir / "config.yaml", f"# {composition(cfg)}\n{cfg.to_yaml()}")
         seed_everything(cfg.seed, world.rank)
         before = _evaluate(parts, run_dir, 0) if main else {}
+        ledger = ledger.add(**_judge_spent(before))
         if main:
             log = StepRecords(run_dir, tensorboard=cfg.run.tensorboard)
             log.write(0, before | ledger.metrics())
@@ -248,6 +250,8 @@ def _one_step(
         infra_error_rollouts=int(metrics["sampling/infra_errors"]),
         timeout_rollouts=int(metrics["sampling/timeouts"]),
         empty_steps=int(metrics.get("system/empty_step", 0)),
+        **_judge_spent(metrics),
+        comparison_pairs=int(metrics.get("judge/pairs", 0)),
         wall_clock_s=time.perf_counter() - started,
         rollout_s=_seconds(metrics, "system/rollout_s"),
         actor_s=_seconds(metrics, "system/old_logprobs_s", "system/policy_update_s"),
@@ -311,8 +315,18 @@ def _checkpoint(
     barrier(world)  # no rank goes on (or is killed) before the checkpoint is in place
 
 
+def _judge_spent(metrics: dict[str, float]) -> dict[str, int]:
+    """The judge's requests and tokens of a step (training rollouts and the evaluation's
+    samples), as the ledger counts them."""
+    calls = _seconds(metrics, "judge/calls", "eval/judge/calls")
+    tokens = _seconds(metrics, "judge/prompt_tokens", "judge/completion_tokens",
+                      "eval/judge/prompt_tokens", "eval/judge/completion_tokens")  # fmt: skip
+    return {"judge_calls": int(calls), "judge_tokens": int(tokens)}
+
+
 def _seconds(metrics: dict[str, float], *names: str) -> float:
-    """The sum of these timing metrics; a part that did not run this step logged none (0 s)."""
+    """The sum of these timing (or count) metrics; a part that did not run this step logged
+    none (0)."""
     return sum(metrics.get(name, 0.0) for name in names)
 
 
@@ -348,9 +362,10 @@ def _evaluate(parts: setup.Parts, run_dir: Path, step: int) -> dict[str, float]:
                       format_pattern=cfg.feedback.format_pattern,
                       rescore_items=parts.eval_rescore_items)  # fmt: skip
     forget_cache(parts.engine)
+    spent = judge_samples(parts.base_reward, rows)
     if rows:
         write_samples(run_dir, step, rows)
-    return scores
+    return scores | spent
 
 
 def _initial_ledger(cfg: RecipeConfig, parts: setup.Parts, start: Path) -> Ledger:

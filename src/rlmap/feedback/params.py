@@ -5,7 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-RewardSource = Literal["verifier", "reward_model", "process_reward", "environment", "comparison"]
+RewardSource = Literal[
+    "verifier", "reward_model", "process_reward", "environment", "judge", "comparison"
+]
 
 
 @dataclass(frozen=True)
@@ -14,7 +16,8 @@ class FeedbackParams:
 
     source: RewardSource = "verifier"
     """Kind of feedback: deterministic verifier, learned reward model, process reward,
-    environment return, or pairwise comparisons."""
+    environment return, an AI judge's rating (``judge``), or pairwise verdicts within
+    each group (``comparison``; :mod:`rlmap.feedback.judge`)."""
     verifier: str = "exact_match"
     """Name in ``rlmap.feedback.registry`` when ``source`` is ``verifier``."""
     eval_verifier: str | None = None
@@ -40,3 +43,40 @@ class FeedbackParams:
     process_reward: str | None = None
     """A per-turn scorer (``rlmap.feedback.process.registry``) for ``source=process_reward``:
     its per-turn scores sit at each turn's last token (turn-level credit)."""
+    judge_url: str | None = None
+    """The judge's OpenAI-compatible endpoint, e.g. ``http://127.0.0.1:8000/v1``, for
+    ``source=judge`` and ``source=comparison``; a run does not start if nothing answers."""
+    judge_model: str = "judge"
+    """The ``model`` named in each request (a server may serve several)."""
+    judge_template: str | None = None
+    """A prompt template file (``str.format`` text: pointwise ``{prompt}``, ``{response}``,
+    ``{reference}``, ``{lo}``, ``{hi}``; pairwise ``{prompt}``, ``{first}``, ``{second}``,
+    ``{reference}``); None uses the built-in one of the mode, ``embedded`` the embedded
+    judge's short one (``rlmap judge-model``)."""
+    judge_min: float = 0.0
+    """The lowest rating a pointwise judge may give (reward 0)."""
+    judge_max: float = 10.0
+    """The highest rating (reward 1); a rating outside [min, max] is unparseable (invalid)."""
+    judge_concurrency: int = 8
+    """Requests in flight at once, at most."""
+    judge_retries: int = 2
+    """Retries of a request that failed in transport or with HTTP 5xx / 429 (backoff 0.25 s,
+    doubling); a 4xx is not retried."""
+    judge_timeout_s: float = 30.0
+    """Seconds per request; a request that outlives it (every retry) is ``timeout``."""
+    judge_max_tokens: int = 16
+    """The reply's token limit."""
+    judge_temperature: float = 0.0
+    """The judge's sampling temperature."""
+    judge_position_check: float = 0.1
+    """Comparisons: the fraction of pairs also shown in the other order
+    (``judge/position_agreement``); both verdicts count in the rewards."""
+    judge_repeat_check: float = 0.0
+    """The fraction of requests sent twice, the repeat past the cache
+    (``judge/self_consistency``; meaningful with ``judge_temperature`` > 0)."""
+    comparison: Literal["winrate", "bt"] = "winrate"
+    """How ``source=comparison`` turns a group's verdicts into rewards: each response's win
+    rate (ties ½), or Bradley–Terry strengths fitted per group, σ(s_i − s̄)."""
+    comparison_pairs: int | Literal["all"] = "all"
+    """Pairs judged per group: all G(G−1)/2, or K (G − 1 ≤ K ≤ G(G−1)/2) of a connected
+    design in which every response is compared about equally often."""

@@ -225,7 +225,7 @@ class VerifierReward:
 
     def __call__(self, batch: Sequence[Trajectory]) -> list[Score]:
         return [
-            _on_last_turn(verify_score(self.verify, t.response, t.reference, self.name), t)
+            on_last_turn(verify_score(self.verify, t.response, t.reference, self.name), t)
             for t in batch
         ]
 
@@ -246,7 +246,7 @@ class FormatReward:
         re.compile(self.pattern)  # a bad pattern fails at construction, not per batch
 
     def __call__(self, batch: Sequence[Trajectory]) -> list[Score]:
-        return [_on_last_turn(Score(self._matches(t.response)), t) for t in batch]
+        return [on_last_turn(Score(self._matches(t.response)), t) for t in batch]
 
     def _matches(self, response: str) -> float:
         return float(re.fullmatch(self.pattern, response.strip()) is not None)
@@ -280,7 +280,7 @@ class OverlongPunishment:
             penalty_B = overlong_penalty(lengths_B, max_len, self.cache)  # (B',)
             for i, v in zip(rows, penalty_B.tolist(), strict=True):
                 values[i] = v
-        return [_on_last_turn(Score(v), t) for v, t in zip(values, batch, strict=True)]
+        return [on_last_turn(Score(v), t) for v, t in zip(values, batch, strict=True)]
 
 
 @dataclass(frozen=True)
@@ -307,7 +307,7 @@ class LengthReward:
             )
 
     def __call__(self, batch: Sequence[Trajectory]) -> list[Score]:
-        return [_on_last_turn(Score(-abs(t.length - self.target) / self.scale), t) for t in batch]
+        return [on_last_turn(Score(-abs(t.length - self.target) / self.scale), t) for t in batch]
 
 
 @dataclass(frozen=True)
@@ -397,7 +397,7 @@ class ProcessReward:
         try:
             per_turn = tuple(float(x) for x in self.score_turns(t))
         except Exception as exc:  # one trajectory's failure, never the batch's
-            return _on_last_turn(_item_failure(self.name, exc), t)
+            return on_last_turn(_item_failure(self.name, exc), t)
         return Score(math.fsum(per_turn), per_turn=per_turn)
 
 
@@ -514,7 +514,7 @@ def _item_failure(name: str, exc: Exception) -> Score:
     return Score.failed(status, f"{name}: {type(exc).__name__}: {exc}")
 
 
-def _on_last_turn(score: Score, t: Trajectory) -> Score:
+def on_last_turn(score: Score, t: Trajectory) -> Score:
     """An outcome's value placed on the last turn, so it sums per turn with process rewards."""
     if score.status in _FAILED or not t.turns:
         return score

@@ -18,6 +18,7 @@ from rlmap import correction, estimators, feedback, reduction, sampling
 from rlmap.core.errors import ConfigError
 from rlmap.core.registry import Registry
 from rlmap.feedback import process
+from rlmap.feedback.params import FeedbackParams
 from rlmap.recipes.config import RecipeConfig
 from rlmap.system.lora import TARGET_NAME
 from rlmap.system.params import SystemParams
@@ -279,12 +280,51 @@ def _feedback(cfg: RecipeConfig) -> Iterator[str]:
     timeout = cfg.feedback.timeout_s
     if timeout is not None and timeout <= 0:
         yield f"feedback.timeout_s: must be > 0 (or null: in-process), got {timeout}"
+    yield from _judge(cfg)
     cache = cfg.feedback.overlong_cache
     if cache is not None and not 0 < cache < cfg.generation.max_new_tokens:
         yield (
             f"feedback.overlong_cache: L_c must be in (0, generation.max_new_tokens="
             f"{cfg.generation.max_new_tokens}), got {cache}"
         )
+
+
+JUDGE_DEFAULTS = FeedbackParams()
+
+
+def _judge(cfg: RecipeConfig) -> Iterator[str]:
+    f = cfg.feedback
+    judged = f.source in ("judge", "comparison")
+    if not judged:
+        for name in (x.name for x in dataclasses.fields(FeedbackParams)
+                     if x.name.startswith(("judge_", "comparison"))):  # fmt: skip
+            if getattr(f, name) != getattr(JUDGE_DEFAULTS, name):
+                yield (f"feedback.{name}: only a judge uses it (feedback.source=judge or "
+                       f"comparison), not feedback.source={f.source}")  # fmt: skip
+                return
+        return
+    if f.judge_url is None:
+        yield f"feedback.judge_url: feedback.source={f.source} needs the judge's endpoint"
+    elif not f.judge_url.startswith(("http://", "https://")):
+        yield f"feedback.judge_url: an http(s):// URL ending in /v1, got {f.judge_url!r}"
+    if not f.judge_min < f.judge_max:
+        yield f"feedback.judge_max: must exceed judge_min={f.judge_min}, got {f.judge_max}"
+    for name in ("judge_position_check", "judge_repeat_check"):
+        if not 0.0 <= getattr(f, name) <= 1.0:
+            yield f"feedback.{name}: a fraction in [0, 1], got {getattr(f, name)}"
+    for name, low in (("judge_concurrency", 1), ("judge_retries", 0), ("judge_max_tokens", 1)):
+        if getattr(f, name) < low:
+            yield f"feedback.{name}: must be >= {low}, got {getattr(f, name)}"
+    if not f.judge_timeout_s > 0 or f.judge_temperature < 0:
+        yield (f"feedback.judge_timeout_s: must be > 0 (and judge_temperature >= 0), got "
+               f"{f.judge_timeout_s} ({f.judge_temperature})")  # fmt: skip
+    g = cfg.sampling.group_size
+    if f.source == "comparison" and g < 2:
+        yield f"sampling.group_size: feedback.source=comparison compares within a group, got {g}"
+    k = f.comparison_pairs
+    if f.source == "comparison" and k != "all" and g >= 2 and not g - 1 <= k <= g * (g - 1) // 2:
+        yield (f"feedback.comparison_pairs: a group of {g} needs {g - 1} to {g * (g - 1) // 2} "
+               f"pairs (connected, at most all), got {k}")  # fmt: skip
 
 
 def _data(cfg: RecipeConfig) -> Iterator[str]:

@@ -4,8 +4,11 @@ the configured shaping terms, through the one reward interface (:mod:`rlmap.feed
 - **base** — ``feedback.source``: ``verifier`` or ``environment`` (the environment's
   return; the built-in tasks' environments judge the answer with ``feedback.verifier``),
   ``reward_model`` (the learned score, computed in a batch before
-  and passed in), ``process_reward`` (a per-turn scorer). Its value is the episode's
-  *outcome*: what "correct" means in metrics and for the group filter.
+  and passed in), ``process_reward`` (a per-turn scorer), ``judge`` or ``comparison`` (an
+  AI judge's rating, or its pairwise verdicts within each group:
+  :mod:`rlmap.feedback.judge`; the trajectories carry their group in ``metadata``).
+  Its value is the episode's *outcome*: what "correct" means in metrics and for the
+  group filter.
 - **shaping** — DAPO's soft overlong punishment (weight 1), the format reward and the
   length reward, each present only when configured; placed on the last turn.
 
@@ -25,6 +28,7 @@ from transformers import PreTrainedTokenizerBase
 
 from rlmap.core.batch import End, RewardStatus
 from rlmap.feedback import process
+from rlmap.feedback.judge import judge_reward
 from rlmap.feedback.reward import (
     ProcessReward,
     Reward,
@@ -61,6 +65,8 @@ class EpisodeReturn:
 
 def base_reward(cfg: RecipeConfig) -> Reward:
     """The base term of ``feedback.source``."""
+    if cfg.feedback.source in ("judge", "comparison"):
+        return judge_reward(cfg.feedback, cfg.seed)
     name = cfg.feedback.process_reward
     if cfg.feedback.source == "process_reward" and name is not None:
         return ProcessReward(process.registry.get(name).fn, name)
@@ -88,12 +94,14 @@ def trajectory(
     rewards: Sequence[float] | None = None,
     *,
     decode: Decode | None = None,
+    group: int | None = None,
 ) -> Trajectory:
     """The reward interface's view of an episode: decoded turns and observations.
 
     ``rewards`` replaces the environment's per-turn rewards (a learned reward's score).
     ``decode`` defaults to ``decode_response`` with ``tokenizer`` (:func:`trajectories`
-    passes a memo of it).
+    passes a memo of it). ``group``: the prompt's group id, in ``metadata["group"]`` (what a
+    comparison reward compares within).
     """
     text = partial(decode_response, tokenizer) if decode is None else decode
     turns: dict[int, tuple[int, ...]] = {}
@@ -115,6 +123,7 @@ def trajectory(
         metadata={
             "rewards": tuple(e.rewards if rewards is None else rewards),
             "status": int(e.status),
+            **({} if group is None else {"group": group}),
         },
         length=e.action_tokens,
         max_length=max_length,
@@ -128,15 +137,18 @@ def trajectories(
     references: Sequence[str],
     max_length: int,
     rewards: Sequence[Sequence[float] | None] | None = None,
+    groups: Sequence[int] | None = None,
 ) -> list[Trajectory]:
-    """:func:`trajectory` of each episode (``rewards``: each one's, or None for all), each
-    distinct token sequence decoded once: the G episodes of a prompt share its ids, and
-    often their answers; a tokenizer's ``decode`` costs about 7 µs a call."""
+    """:func:`trajectory` of each episode (``rewards``: each one's, or None for all;
+    ``groups``: each one's group id, or None), each distinct token sequence decoded once:
+    the G episodes of a prompt share its ids, and often their answers; a tokenizer's
+    ``decode`` costs about 7 µs a call."""
     decode: Decode = lru_cache(maxsize=None)(partial(decode_response, tokenizer))
     per_episode = [None] * len(episodes) if rewards is None else rewards
+    group_of = [None] * len(episodes) if groups is None else groups
     return [
-        trajectory(tokenizer, e, reference, max_length, r, decode=decode)
-        for e, reference, r in zip(episodes, references, per_episode, strict=True)
+        trajectory(tokenizer, e, reference, max_length, r, decode=decode, group=g)
+        for e, reference, r, g in zip(episodes, references, per_episode, group_of, strict=True)
     ]
 
 

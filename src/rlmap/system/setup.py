@@ -22,6 +22,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTra
 
 from rlmap import feedback
 from rlmap.core.errors import ConfigError, InputError
+from rlmap.feedback import judge
 from rlmap.feedback.isolation import IsolatedVerifier, Verify
 from rlmap.feedback.reward import Reward
 from rlmap.feedback.reward_model import load_reward_model
@@ -202,14 +203,19 @@ def reward_model_path(
 
 
 def check_inputs(cfg: RecipeConfig) -> None:
-    """Fail on what rlmap cannot run yet, bad data files or a missing or damaged model,
-    and on a prompt that does not fit the model's context, before any work.
+    """Fail on what rlmap cannot run yet, bad data files, a judge that does not answer or a
+    bad judge template, a missing or damaged model, and on a prompt that does not fit the
+    model's context, before any work.
 
     Everything here reads headers and text, never weights: it runs before the run
     directory is created, so bad input leaves nothing behind.
     """
     refuse_unavailable(cfg)
     load_data(cfg)
+    f = cfg.feedback
+    if f.source in ("judge", "comparison") and f.judge_url is not None:
+        judge.probe(f.judge_url)  # a run does not start against a dead judge
+        judge.load_template(f.judge_template, "pointwise" if f.source == "judge" else "pairwise")
     if cfg.model.path in EMBEDDED_MODELS:
         tokenizer: PreTrainedTokenizerBase = task_tokenizer(cfg.data.task)
         context: int | None = warm_start_spec(cfg).model.max_position_embeddings
@@ -423,9 +429,6 @@ def _first_line(exc: BaseException) -> str:
 
 def refuse_unavailable(cfg: RecipeConfig) -> None:
     """One-line ConfigError, naming the field, for parts of a recipe rlmap does not have yet."""
-    for source in ("comparison",):
-        if cfg.feedback.source == source:
-            raise ConfigError(f"feedback.source: '{source}' is not available in rlmap yet")
     if cfg.model.lora_rank:
         lora.require_peft()
     if cfg.system.engine == "vllm":

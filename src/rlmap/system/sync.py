@@ -34,6 +34,7 @@ from rlmap.core.ops import masked_mean
 from rlmap.correction import adaptive_beta, kl_in_reward
 from rlmap.estimators import Credit, CreditParams
 from rlmap.experiments.samples import Judged, class_fractions, error_class
+from rlmap.feedback.judge import judge_metrics
 from rlmap.feedback.reward_model import score_batch
 from rlmap.sampling.refill import first_groups, sample_more
 from rlmap.system.critic import compute_values, update_critic
@@ -148,7 +149,8 @@ def rollout_round(
     rewards = None if learned is None else [
         (*[0.0] * (len(e.rewards) - 1), r) for e, r in zip(episodes, learned, strict=True)
     ]  # fmt: skip
-    seen = trajectories(p.tokenizer, episodes, references, limit, rewards)
+    groups = [first_group + k // group_size for k in range(len(episodes))]
+    seen = trajectories(p.tokenizer, episodes, references, limit, rewards, groups)
     verdicts = score_episodes(p.base_reward, p.shaping, seen)
     if rm_failed:
         verdicts = [replace(v, status=RewardStatus.INFRA_ERROR) for v in verdicts]
@@ -220,11 +222,7 @@ def collect(p: Parts, state: LoopState) -> tuple[list[Scored], LoopState, dict[s
         ),
         "sampling/timeouts": float(sum(x.status == RewardStatus.TIMEOUT for x in generated)),
     }
-    metrics = rollout_metrics(generated, p)
-    if p.reward_model is not None:  # what the verifier says of the same rollouts
-        ok = [x.episode.outcome for x in generated if _valid(x)]
-        metrics["reward/verifier_mean"] = sum(ok) / len(ok) if ok else math.nan
-    return kept, replace(state, cursor=cursor), stats | metrics
+    return kept, replace(state, cursor=cursor), stats | rollout_metrics(generated, p)
 
 
 def barrier_idle(lengths: list[int]) -> float:
@@ -249,14 +247,23 @@ def _groups(generated: list[Scored], keep: torch.Tensor) -> int:
 def rollout_metrics(scored: list[Scored], p: Parts) -> dict[str, float]:
     """reward/*, length/* (generated tokens), errors/* (each error class's share,
     :func:`rollout_errors`) and, for multi-turn tasks, env/* (turns, tool calls:
-    :func:`rlmap.system.rollout.episode_metrics`) over every generated episode."""
+    :func:`rlmap.system.rollout.episode_metrics`) over every generated episode; with a
+    learned reward or a judge, what the task's verifier says of the same rollouts
+    (``reward/verifier_mean``), and the judge's ``judge/*`` since the last step (this
+    process's requests: with data-parallel learners, rank 0's share)."""
     episodes = [x.episode for x in scored]
     lengths = torch.tensor([e.action_tokens for e in episodes], dtype=torch.float32)
     multi_turn = p.cfg.data.multi_turn
     env = {f"env/{k}": v for k, v in episode_metrics(episodes).items()} if multi_turn else {}
+    verifier = {}
+    if p.reward_model is not None or p.cfg.feedback.source in ("judge", "comparison"):
+        ok = [x.episode.outcome for x in scored if _valid(x)]
+        verifier["reward/verifier_mean"] = sum(ok) / len(ok) if ok else math.nan
     return (
         reward_metrics(scored)
         | env
+        | verifier
+        | judge_metrics(p.base_reward)
         | rollout_errors(scored, p)
         | {
             "length/mean": float(lengths.mean()),

@@ -36,7 +36,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
-from transformers import PreTrainedModel, PreTrainedTokenizerFast
+from transformers import PreTrainedModel, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
 from rlmap.tasks import reasoning_gym
 from rlmap.tasks.arithmetic import Example, make_splits
@@ -206,7 +206,7 @@ def _sft_step(
 
 
 def sft_batch(
-    tokenizer: PreTrainedTokenizerFast,
+    tokenizer: PreTrainedTokenizerBase,
     examples: Sequence[Example],
     noise: float,
     rng: random.Random,

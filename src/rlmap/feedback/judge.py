@@ -1,0 +1,630 @@
+"""AI judges over an OpenAI-compatible HTTP endpoint, and rewards from comparisons.
+
+Two rewards, both :class:`rlmap.feedback.reward.Reward` s (so the trainer calls them
+through ``score_batch`` like any other):
+
+- :class:`PointwiseJudge` (``feedback.source=judge``): one request per trajectory; the
+  first number of the reply, in ``feedback.judge_range`` = [lo, hi], is the score, and
+  the reward is (score − lo) / (hi − lo) ∈ [0, 1].
+- :class:`ComparisonReward` (``feedback.source=comparison``): within each group of G
+  responses to one prompt, pairwise verdicts ("A" or "B") on a connected design of pairs
+  (:func:`pair_design`: all G(G−1)/2, or K of them), each pair shown in a seeded random
+  order; the verdicts become per-response rewards, the win rate (ties ½) or the
+  Bradley–Terry strength σ(s_i − s̄) fitted per group (:func:`bt_rewards`).
+
+Failures are statuses, never zeros (``docs/rewards.md``): a reply with no parsable
+verdict is ``INVALID``; a refused connection, an HTTP error or a malformed body is
+``INFRA_ERROR``, a request that outlived ``feedback.judge_timeout_s`` ``TIMEOUT``, after
+``feedback.judge_retries`` retries with exponential backoff. A response whose every
+comparison failed takes the most severe of their statuses; one with some verdicts is
+scored on those.
+
+The client (:class:`JudgeClient`) sends at most ``feedback.judge_concurrency`` requests
+at once (threads: one blocking ``urllib`` call each), and caches replies by a hash of the
+request body, so a repeated (prompt, response) pair costs nothing. Each request's usage
+(prompt and completion tokens) is counted; :class:`JudgeStats` turns the counts and the
+bias probes into the ``judge/*`` metrics of a step:
+
+- ``judge/position_agreement``: of the pairs shown in both orders (a fraction
+  ``feedback.judge_position_check`` of them), the share whose two verdicts name the same
+  response. A judge that always prefers the first shown scores 0.
+- ``judge/first_preferred_frac``: the share of pairwise verdicts that preferred the first
+  response shown (0.5 for a judge without position bias, since orders are random).
+- ``judge/length_corr``: the correlation between the judge's score and the response's
+  length among responses of equal verifier outcome (pooled within-outcome Pearson: both
+  centred within each outcome, then correlated), so a judge that rewards length, not
+  correctness, shows up even when correct answers are longer.
+- ``judge/self_consistency``: of the requests sent twice (a fraction
+  ``feedback.judge_repeat_check``, the repeat bypassing the cache), the share whose two
+  verdicts agree.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import random
+import re
+import socket
+import string
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+
+from rlmap.core.batch import RewardStatus
+from rlmap.core.errors import ConfigError
+from rlmap.feedback.params import FeedbackParams
+from rlmap.feedback.reward import Score, Trajectory, on_last_turn, score_batch, worst
+
+POINTWISE_TEMPLATE = """\
+Rate the response to the task below for correctness, from {lo} (wrong) to {hi} (correct).
+Reply with the number only.
+
+Task:
+{prompt}
+
+Response:
+{response}
+
+Rating:"""
+
+PAIRWISE_TEMPLATE = """\
+Which response answers the task below correctly? Reply with A or B only.
+
+Task:
+{prompt}
+
+Response A:
+{first}
+
+Response B:
+{second}
+
+Better response:"""
+
+EMBEDDED_POINTWISE = "{prompt}{response}?"
+"""The embedded judge's pointwise template (``feedback.judge_template=embedded``):
+``12+7=19?``, answered ``1`` or ``0`` (:mod:`rlmap.tasks.judge_model`)."""
+EMBEDDED_PAIRWISE = "{prompt}{first},{second}?"
+"""... and its pairwise one: ``12+7=18,19?``, answered ``a`` or ``b``."""
+
+FIELDS = {
+    "pointwise": ({"prompt", "response", "reference", "lo", "hi"}, {"response"}),
+    "pairwise": ({"prompt", "first", "second", "reference"}, {"first", "second"}),
+}
+"""Per mode: the placeholders a template may use, and those it must use."""
+
+CACHE_SIZE = 100_000
+"""Replies kept in a client's cache (a few MB), the oldest dropped first."""
+BACKOFF_S = 0.25
+"""The first retry's wait; each later one waits twice as long."""
+
+_NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
+_LETTER = re.compile(r"\b([AB])\b")
+
+
+def load_template(path: str | None, mode: Literal["pointwise", "pairwise"]) -> str:
+    """The prompt template of ``mode``: the file at ``path``, the built-in one (None), or the
+    embedded judge's short one (``embedded``).
+
+    A template is ``str.format`` text; it may use only the mode's placeholders and must use
+    the ones that carry the responses. Errors are one line naming ``feedback.judge_template``.
+    """
+    if path is None:
+        return POINTWISE_TEMPLATE if mode == "pointwise" else PAIRWISE_TEMPLATE
+    if path == "embedded":
+        return EMBEDDED_POINTWISE if mode == "pointwise" else EMBEDDED_PAIRWISE
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise ConfigError(f"feedback.judge_template: cannot read {path} ({exc.strerror})") from None
+    allowed, required = FIELDS[mode]
+    try:
+        names = {name for _, name, _, _ in string.Formatter().parse(text) if name is not None}
+    except ValueError as exc:
+        raise ConfigError(f"feedback.judge_template: {path}: {exc}") from None
+    unknown, missing = sorted(names - allowed), sorted(required - names)
+    if unknown or missing:
+        what = (f"unknown placeholder(s) {unknown}" if unknown else "") + (
+            "; " if unknown and missing else "") + (
+            f"missing {missing}" if missing else "")  # fmt: skip
+        raise ConfigError(f"feedback.judge_template: {path}: {what} (a {mode} template may use "
+                          f"{sorted(allowed)})")  # fmt: skip
+    return text
+
+
+# --- parsing -----------------------------------------------------------------------------
+
+
+def parse_score(reply: str, lo: float, hi: float) -> float | None:
+    """The reply's first number mapped from [lo, hi] to [0, 1] ("7/10" is 7); None if there
+    is none, or it lies outside the range (an unparseable reply: ``INVALID``)."""
+    numbers = _NUMBER.findall(reply)
+    if not numbers:
+        return None
+    value = float(numbers[0])
+    if not lo <= value <= hi:
+        return None
+    return (value - lo) / (hi - lo)
+
+
+def parse_choice(reply: str) -> int | None:
+    """0 if the reply picks A (the first shown), 1 for B, None if it names neither or both;
+    a reply that is one letter, ``a`` or ``b`` in either case, picks it."""
+    alone = reply.strip().rstrip(".!").upper()
+    if alone in ("A", "B"):
+        return "AB".index(alone)
+    letters = set(_LETTER.findall(reply.strip()))
+    if len(letters) == 1:
+        return 0 if letters == {"A"} else 1
+    first = re.match(r"\W*([AB])\b", reply.strip())  # "A, because B is wrong"
+    return None if first is None else "AB".index(first.group(1))
+
+
+# --- the client --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One request's outcome: the reply text, or why there is none."""
+
+    text: str | None
+    status: RewardStatus = RewardStatus.OK
+    reason: str = ""
+
+
+@dataclass
+class JudgeStats:
+    """What the judge did since the last :meth:`drain`: counts, and the bias probes'
+    observations (thread-safe: asynchronous workers score concurrently)."""
+
+    calls: int = 0
+    cache_hits: int = 0
+    failed: int = 0
+    invalid: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    pairs: int = 0
+    first_preferred: list[bool] = field(default_factory=list)
+    position: list[bool] = field(default_factory=list)
+    repeats: list[bool] = field(default_factory=list)
+    scored: list[tuple[float, float, float]] = field(default_factory=list)
+    """(judge's score, length, verifier outcome) of each scored response."""
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def drain(self) -> dict[str, float]:
+        """The ``judge/*`` metrics of what happened since the last drain (module docstring);
+        a probe with no observation is left out, not logged as 0."""
+        with self.lock:
+            out = {
+                "judge/calls": float(self.calls),
+                "judge/cache_hits": float(self.cache_hits),
+                "judge/failed": float(self.failed),
+                "judge/invalid": float(self.invalid),
+                "judge/prompt_tokens": float(self.prompt_tokens),
+                "judge/completion_tokens": float(self.completion_tokens),
+                "judge/pairs": float(self.pairs),
+            }
+            for name, seen in (("first_preferred_frac", self.first_preferred),
+                               ("position_agreement", self.position),
+                               ("self_consistency", self.repeats)):  # fmt: skip
+                if seen:
+                    out[f"judge/{name}"] = sum(seen) / len(seen)
+            corr = within_outcome_corr(self.scored)
+            if corr is not None:
+                out["judge/length_corr"] = corr
+            fresh = JudgeStats()
+            for f in ("calls", "cache_hits", "failed", "invalid", "prompt_tokens",
+                      "completion_tokens", "pairs", "first_preferred", "position", "repeats",
+                      "scored"):  # fmt: skip
+                setattr(self, f, getattr(fresh, f))
+        return out
+
+
+def within_outcome_corr(rows: Sequence[tuple[float, float, float]]) -> float | None:
+    """Pearson's correlation of score and length after centring both within each outcome
+    (the pooled within-group correlation); None when either has no spread left."""
+    if len(rows) < 3:
+        return None
+    by: dict[float, list[tuple[float, float]]] = {}
+    for score, length, outcome in rows:
+        by.setdefault(outcome, []).append((score, length))
+    xs: list[float] = []
+    ys: list[float] = []
+    for group in by.values():
+        ms = sum(s for s, _ in group) / len(group)
+        ml = sum(n for _, n in group) / len(group)
+        xs += [s - ms for s, _ in group]
+        ys += [n - ml for _, n in group]
+    sxx, syy = sum(x * x for x in xs), sum(y * y for y in ys)
+    if sxx < 1e-12 or syy < 1e-12:
+        return None
+    return sum(x * y for x, y in zip(xs, ys, strict=True)) / math.sqrt(sxx * syy)
+
+
+@dataclass
+class JudgeClient:
+    """Chat completions at ``url`` (``…/v1``): concurrent, retried, cached (module docstring;
+    the cache keeps the newest CACHE_SIZE replies)."""
+
+    url: str
+    model: str
+    timeout_s: float = 30.0
+    retries: int = 2
+    concurrency: int = 8
+    max_tokens: int = 16
+    temperature: float = 0.0
+    stats: JudgeStats = field(default_factory=JudgeStats)
+    cache: dict[str, str] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def ask(self, prompts: Sequence[str], *, fresh: Sequence[bool] = ()) -> list[Reply]:
+        """One reply per prompt, in order; ``fresh[i]`` bypasses the cache (a repeat)."""
+        fresh = list(fresh) or [False] * len(prompts)
+        if not prompts:
+            return []
+        with ThreadPoolExecutor(max_workers=min(self.concurrency, len(prompts)),
+                                thread_name_prefix="rlmap-judge") as pool:  # fmt: skip
+            return list(pool.map(self._one, prompts, fresh))
+
+    def _one(self, prompt: str, fresh: bool) -> Reply:
+        body = json.dumps({"model": self.model, "messages": [{"role": "user", "content": prompt}],
+                           "max_tokens": self.max_tokens, "temperature": self.temperature},
+                          sort_keys=True).encode()  # fmt: skip
+        key = hashlib.sha256(body).hexdigest()
+        if not fresh:
+            with self.lock:
+                cached = self.cache.get(key)
+            if cached is not None:
+                with self.stats.lock:
+                    self.stats.cache_hits += 1
+                return Reply(cached)
+        reply = self._post(body)
+        if reply.text is not None:
+            with self.lock:
+                self.cache[key] = reply.text
+                if len(self.cache) > CACHE_SIZE:  # dicts keep insertion order: the oldest
+                    del self.cache[next(iter(self.cache))]
+        return reply
+
+    def _post(self, body: bytes) -> Reply:
+        request = urllib.request.Request(self.url.rstrip("/") + "/chat/completions", data=body,
+                                         headers={"Content-Type": "application/json"})  # fmt: skip
+        failure = Reply(None, RewardStatus.INFRA_ERROR, "judge: no attempt")
+        for attempt in range(self.retries + 1):
+            if attempt:
+                time.sleep(BACKOFF_S * 2 ** (attempt - 1))
+            with self.stats.lock:
+                self.stats.calls += 1
+            try:
+                with urllib.request.urlopen(request, timeout=self.timeout_s) as r:
+                    payload = json.loads(r.read())
+                text = payload["choices"][0]["message"]["content"]
+                if not isinstance(text, str):
+                    raise ValueError("the message has no text content")
+            except urllib.error.HTTPError as exc:
+                failure = Reply(None, RewardStatus.INFRA_ERROR, f"judge: HTTP {exc.code}")
+                if exc.code < 500 and exc.code != 429:  # the request itself is refused
+                    break
+                continue
+            except TimeoutError:
+                failure = Reply(
+                    None, RewardStatus.TIMEOUT, f"judge: no reply in {self.timeout_s} s"
+                )
+                continue
+            except urllib.error.URLError as exc:
+                timed_out = isinstance(exc.reason, TimeoutError | socket.timeout)
+                status = RewardStatus.TIMEOUT if timed_out else RewardStatus.INFRA_ERROR
+                failure = Reply(None, status, f"judge: {exc.reason}")
+                continue
+            except (OSError, ValueError, KeyError, IndexError, TypeError) as exc:
+                failure = Reply(None, RewardStatus.INFRA_ERROR,
+                                f"judge: bad reply ({type(exc).__name__}: {exc})")  # fmt: skip
+                continue
+            usage = payload.get("usage") or {}
+            with self.stats.lock:
+                self.stats.prompt_tokens += int(usage.get("prompt_tokens") or 0)
+                self.stats.completion_tokens += int(usage.get("completion_tokens") or 0)
+            return Reply(text)
+        with self.stats.lock:
+            self.stats.failed += 1
+        return failure
+
+
+def probe(url: str, timeout_s: float = 10.0) -> None:
+    """Raise a one-line ConfigError naming ``feedback.judge_url`` unless a server answers
+    ``GET {url}/models`` (a run does not start against a dead judge)."""
+    try:
+        with urllib.request.urlopen(url.rstrip("/") + "/models", timeout=timeout_s) as r:
+            r.read()
+    except urllib.error.HTTPError as exc:
+        raise ConfigError(f"feedback.judge_url: {url} answered GET /models with HTTP "
+                          f"{exc.code}; is it an OpenAI-compatible endpoint (…/v1)?"
+                          ) from None  # fmt: skip
+    except (OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise ConfigError(f"feedback.judge_url: no server answers at {url} ({reason})") from None
+
+
+# --- the rewards -------------------------------------------------------------------------
+
+
+def _verifier_outcome(t: Trajectory) -> float:
+    """What the task's verifier said of the trajectory (the environment's return)."""
+    return float(sum(t.metadata.get("rewards", ())))
+
+
+@dataclass
+class PointwiseJudge:
+    """R = (score − lo) / (hi − lo), the judge's rating of the last turn (module docstring)."""
+
+    client: JudgeClient
+    template: str
+    lo: float = 0.0
+    hi: float = 10.0
+    repeat_check: float = 0.0
+    seed: int = 0
+    name: str = "judge"
+
+    def __call__(self, batch: Sequence[Trajectory]) -> list[Score]:
+        prompts = [self.template.format(prompt=t.prompt, response=t.response,
+                                        reference=t.reference, lo=f"{self.lo:g}",
+                                        hi=f"{self.hi:g}") for t in batch]  # fmt: skip
+        replies = self.client.ask(prompts)
+        parse = lambda r: None if r.text is None else parse_score(r.text, self.lo, self.hi)  # noqa: E731
+        scores = [parse(r) for r in replies]
+        rng = random.Random(_batch_seed(self.seed, prompts))
+        again = [i for i in range(len(batch)) if rng.random() < self.repeat_check]
+        repeats = self.client.ask([prompts[i] for i in again], fresh=[True] * len(again))
+        stats = self.client.stats
+        with stats.lock:
+            for i, r in zip(again, repeats, strict=True):
+                if scores[i] is not None and r.text is not None:
+                    stats.repeats.append(parse(r) == scores[i])
+            for t, s, r in zip(batch, scores, replies, strict=True):
+                stats.invalid += r.text is not None and s is None
+                if s is not None:
+                    stats.scored.append((s, float(t.length), _verifier_outcome(t)))
+        out = []
+        for t, s, r in zip(batch, scores, replies, strict=True):
+            if r.text is None:
+                out.append(Score.failed(r.status, r.reason))
+            elif s is None:
+                out.append(Score.failed(RewardStatus.INVALID,
+                                        f"judge: no score in [{self.lo:g}, {self.hi:g}] "
+                                        f"in {r.text[:60]!r}"))  # fmt: skip
+            else:
+                out.append(on_last_turn(Score(s), t))
+        return out
+
+
+def pair_design(g: int, k: int | None = None) -> list[tuple[int, int]]:
+    """Pairs (i, j), i ≠ j, of a group of ``g``: all g(g−1)/2 for ``k`` None, else the first
+    ``k`` of the cyclic order — (i, i+1) for i < g−1 first (a path: every response in a
+    comparison, the design connected), then the pair closing the ring, then distance 2, 3, …
+    so the comparisons spread evenly over the responses. Needs g − 1 ≤ k ≤ g(g−1)/2."""
+    everything = [(i, (i + d) % g) for d in range(1, g // 2 + 1) for i in range(g)]
+    seen: set[frozenset[int]] = set()
+    ordered = []
+    for i, j in everything:  # distance g/2 lists each pair twice when g is even
+        if frozenset((i, j)) not in seen:
+            seen.add(frozenset((i, j)))
+            ordered.append((min(i, j), max(i, j)))
+    if k is None:
+        return ordered
+    if not g - 1 <= k <= len(ordered):
+        raise ValueError(f"pair_design: need {g - 1} <= k <= {len(ordered)} for a group of {g}")
+    return ordered[:k]
+
+
+def win_rates(g: int, verdicts: Sequence[tuple[int, int, float]]) -> list[float | None]:
+    """Each response's share of its comparisons won; ``verdicts`` are (i, j, w) with w = 1
+    when i won, 0 when j won, ½ a tie. None for a response in no comparison."""
+    won, played = [0.0] * g, [0] * g
+    for i, j, w in verdicts:
+        won[i] += w
+        won[j] += 1.0 - w
+        played[i] += 1
+        played[j] += 1
+    return [w / n if n else None for w, n in zip(won, played, strict=True)]
+
+
+def bt_rewards(g: int, verdicts: Sequence[tuple[int, int, float]],
+               prior: float = 0.1, iterations: int = 50) -> list[float | None]:  # fmt: skip
+    """Bradley–Terry strengths fitted to the group's verdicts, as σ(s_i − s̄) ∈ (0, 1).
+
+    Maximises Σ_(i,j,w) [w·log σ(s_i − s_j) + (1 − w)·log σ(s_j − s_i)] − (prior/2)·Σ s_i²
+    by Newton's method (the objective is concave; the ridge ``prior`` keeps the strengths
+    finite when one response wins all its comparisons, and 0 gives the maximum-likelihood
+    fit, unique up to a shift when the comparisons connect the group). None for a response
+    in no comparison."""
+    wins = torch.zeros(g, g, dtype=torch.float64)  # wins[i, j]: i over j, ties ½ each
+    for i, j, w in verdicts:
+        wins[i, j] += w
+        wins[j, i] += 1.0 - w
+    n = wins + wins.T
+    s = torch.zeros(g, dtype=torch.float64)
+    for _ in range(iterations):
+        p = torch.sigmoid(s[:, None] - s[None, :])  # p[i, j] = P(i beats j)
+        grad = (wins - n * p).sum(1) - prior * s
+        c = n * p * (1 - p)
+        hessian = c - torch.diag(c.sum(1)) - prior * torch.eye(g, dtype=torch.float64)
+        step = torch.linalg.lstsq(hessian, grad[:, None]).solution[:, 0]  # min-norm: no shift
+        s = s - step
+        if float(step.abs().max()) < 1e-10:
+            break
+    strength = torch.sigmoid(s - s.mean()).tolist()
+    played = n.sum(1)
+    return [x if played[i] > 0 else None for i, x in enumerate(strength)]
+
+
+AGGREGATE: dict[str, Callable[[int, Sequence[tuple[int, int, float]]], list[float | None]]] = {
+    "winrate": win_rates,
+    "bt": bt_rewards,
+}
+
+
+@dataclass
+class ComparisonReward:
+    """Per-response rewards from pairwise verdicts within each group (module docstring).
+
+    Trajectories are grouped by ``metadata["group"]`` (the prompt's group id); a
+    trajectory without one is a group of its own, and so has no comparison (``INVALID``
+    would be the model's fault: it is ``INFRA_ERROR``, a misuse)."""
+
+    client: JudgeClient
+    template: str
+    aggregate: Literal["winrate", "bt"] = "winrate"
+    pairs: int | None = None
+    position_check: float = 0.0
+    repeat_check: float = 0.0
+    seed: int = 0
+    name: str = "comparison"
+
+    def __call__(self, batch: Sequence[Trajectory]) -> list[Score]:
+        groups: dict[Any, list[int]] = {}
+        for k, t in enumerate(batch):
+            groups.setdefault(t.metadata.get("group", ("alone", k)), []).append(k)
+        asks: list[tuple[int, int]] = []  # (first shown, second shown), batch indices
+        rng = random.Random(_batch_seed(self.seed, [t.prompt + t.response for t in batch]))
+        for members in groups.values():
+            if len(members) < 2:
+                continue
+            for i, j in pair_design(len(members), self._pairs(len(members))):
+                a, b = members[i], members[j]
+                asks.append((a, b) if rng.random() < 0.5 else (b, a))
+        swapped = [(b, a) for a, b in asks if rng.random() < self.position_check]
+        again = [x for x in asks if rng.random() < self.repeat_check]
+        shown = asks + swapped
+        prompts = [self._prompt(batch, a, b) for a, b in shown + again]
+        replies = self.client.ask(prompts, fresh=[False] * len(shown) + [True] * len(again))
+        choices = [None if r.text is None else parse_choice(r.text) for r in replies]
+        self._record(shown, again, choices, replies)
+        return self._scores(batch, groups, shown, choices[: len(shown)], replies)
+
+    def _pairs(self, g: int) -> int | None:
+        return None if self.pairs is None else min(max(self.pairs, g - 1), g * (g - 1) // 2)
+
+    def _prompt(self, batch: Sequence[Trajectory], a: int, b: int) -> str:
+        t = batch[a]
+        return self.template.format(prompt=t.prompt, first=t.response,
+                                    second=batch[b].response, reference=t.reference)  # fmt: skip
+
+    def _record(self, shown: list[tuple[int, int]], again: list[tuple[int, int]],
+                choices: list[int | None], replies: list[Reply]) -> None:  # fmt: skip
+        n = len(shown)
+        winner = {}  # (a, b) as first shown → the batch index preferred
+        for (a, b), c in zip(shown, choices[:n], strict=True):
+            if c is not None:
+                winner[a, b] = (a, b)[c]
+        stats = self.client.stats
+        with stats.lock:
+            stats.pairs += n
+            stats.invalid += sum(r.text is not None and c is None
+                                 for r, c in zip(replies, choices, strict=True))  # fmt: skip
+            stats.first_preferred += [c == 0 for c in choices[:n] if c is not None]
+            for (a, b), w in winner.items():
+                if (b, a) in winner and a < b:  # shown both ways: one observation per pair
+                    stats.position.append(w == winner[b, a])
+            for (a, b), c in zip(again, choices[n:], strict=True):
+                if c is not None and (a, b) in winner:
+                    stats.repeats.append((a, b)[c] == winner[a, b])
+
+    def _scores(self, batch: Sequence[Trajectory], groups: dict[Any, list[int]],
+                shown: list[tuple[int, int]], choices: list[int | None],
+                replies: list[Reply]) -> list[Score]:  # fmt: skip
+        failures: dict[int, list[Reply]] = {}
+        verdicts: dict[int, list[tuple[int, int, float]]] = {}  # batch index pairs, w for a
+        for (a, b), c, r in zip(shown, choices, replies, strict=True):
+            if c is None:
+                why = f"judge: no A or B in {(r.text or '')[:60]!r}"
+                bad = r if r.text is None else Reply(None, RewardStatus.INVALID, why)
+                failures.setdefault(a, []).append(bad)
+                failures.setdefault(b, []).append(bad)
+            else:
+                verdicts.setdefault(a, []).append((a, b, 1.0 if c == 0 else 0.0))
+        out: list[Score | None] = [None] * len(batch)
+        aggregate = AGGREGATE[self.aggregate]
+        for members in groups.values():
+            local = {k: m for m, k in enumerate(members)}
+            seen = [(local[a], local[b], w) for k in members for a, b, w in verdicts.get(k, ())]
+            rewards = aggregate(len(members), seen)
+            for k, reward in zip(members, rewards, strict=True):
+                if reward is not None:
+                    out[k] = on_last_turn(Score(reward), batch[k])
+                    with self.client.stats.lock:
+                        self.client.stats.scored.append(
+                            (reward, float(batch[k].length), _verifier_outcome(batch[k]))
+                        )
+                    continue
+                lost = failures.get(k, [])
+                status = worst(r.status for r in lost) if lost else RewardStatus.INFRA_ERROR
+                reason = lost[0].reason if lost else "comparison: no other response to compare with"
+                out[k] = Score.failed(status, reason)
+        return [s for s in out if s is not None]
+
+
+def _batch_seed(seed: int, texts: Sequence[str]) -> int:
+    """A seed of the run's seed and the batch's texts: the probes' draws repeat with them."""
+    h = hashlib.blake2b(str(seed).encode(), digest_size=8)
+    for text in texts:
+        h.update(text.encode())
+    return int.from_bytes(h.digest(), "big")
+
+
+def judge_reward(f: FeedbackParams, seed: int) -> PointwiseJudge | ComparisonReward:
+    """The reward of ``feedback.source=judge`` (pointwise) or ``comparison`` (pairwise), its
+    client built from the ``feedback.judge_*`` fields (validated in config)."""
+    assert f.judge_url is not None  # validated: a judged source needs one
+    client = JudgeClient(f.judge_url, f.judge_model, timeout_s=f.judge_timeout_s,
+                         retries=f.judge_retries, concurrency=f.judge_concurrency,
+                         max_tokens=f.judge_max_tokens,
+                         temperature=f.judge_temperature)  # fmt: skip
+    if f.source == "judge":
+        return PointwiseJudge(client, load_template(f.judge_template, "pointwise"),
+                              lo=f.judge_min, hi=f.judge_max,
+                              repeat_check=f.judge_repeat_check, seed=seed)  # fmt: skip
+    pairs = None if f.comparison_pairs == "all" else f.comparison_pairs
+    return ComparisonReward(client, load_template(f.judge_template, "pairwise"),
+                            aggregate=f.comparison, pairs=pairs,
+                            position_check=f.judge_position_check,
+                            repeat_check=f.judge_repeat_check, seed=seed)  # fmt: skip
+
+
+def judge_samples(reward: object, rows: list[dict[str, Any]]) -> dict[str, float]:
+    """Add a pointwise judge's verdict on each held-out sample row (its final answer) as
+    ``judge`` (the reward, or None) and ``judge_status``, and return what that cost
+    (``eval/judge/calls``, ``eval/judge/prompt_tokens``, ``eval/judge/completion_tokens``)
+    and the mean verdict (``eval/judge/mean``); nothing for other rewards. The requests go
+    through the training judge's cache, not into its ``judge/*`` (the bias probes read
+    training rollouts only)."""
+    if not isinstance(reward, PointwiseJudge) or not rows:
+        return {}
+    own = replace(reward, client=replace(reward.client, stats=JudgeStats()))
+    seen = [Trajectory(prompt=r["prompt"], turns=(r["answer"],), reference=r["reference"],
+                       length=r["length"], max_length=max(r["length"], 1),
+                       metadata={"rewards": (r["reward"],)}) for r in rows]  # fmt: skip
+    scores = score_batch(own, seen)
+    for row, score in zip(rows, scores, strict=True):
+        row["judge"] = score.value if score.ok else None
+        row["judge_status"] = score.status.name.lower()
+    spent = own.client.stats.drain()
+    ok = [s.value for s in scores if s.ok]
+    return {f"eval/{k}": spent[k] for k in ("judge/calls", "judge/prompt_tokens",
+                                             "judge/completion_tokens")} | (
+        {"eval/judge/mean": sum(ok) / len(ok)} if ok else {})  # fmt: skip
+
+
+def judge_metrics(reward: object) -> dict[str, float]:
+    """The ``judge/*`` metrics since the last call, when ``reward`` is a judge; else none."""
+    client = getattr(reward, "client", None)
+    return client.stats.drain() if isinstance(client, JudgeClient) else {}

