@@ -111,12 +111,12 @@ def always_first(prompt: str) -> str:
 
 
 def correct_first(prompt: str) -> str:
-    """A fair pairwise judge of the arithmetic tasks: prefers the correct response, A on a
-    tie (both or neither correct)."""
+    """A fair pairwise judge of the arithmetic tasks: prefers the correct response, and
+    calls a tie when both or neither is."""
     task = _between(prompt, "Task:", "Response A:")
     a = _correct(task, _between(prompt, "Response A:", "Response B:"))
     b = _correct(task, _between(prompt, "Response B:", "Better response:"))
-    return "B" if b and not a else "A"
+    return "TIE" if a == b else "A" if a else "B"
 
 
 def correct_score(prompt: str) -> str:

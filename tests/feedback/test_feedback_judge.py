@@ -44,9 +44,13 @@ def _client(url: str, **kw: object) -> JudgeClient:
 # --- parsing ---------------------------------------------------------------------------
 
 
-def test_a_score_is_the_first_number_in_range_mapped_to_0_1() -> None:
+def test_a_score_is_the_rating_in_range_mapped_to_0_1() -> None:
     assert parse_score("7", 0, 10) == pytest.approx(0.7)
-    assert parse_score("Rating: 7/10", 0, 10) == pytest.approx(0.7)  # first number, not 10
+    assert parse_score("7/10", 0, 10) == pytest.approx(0.7)  # the leading number, not 10
+    assert parse_score("Rating: 7/10", 0, 10) == pytest.approx(0.7)  # after "rating"
+    assert parse_score("On a scale of 0-10: 8", 0, 10) == pytest.approx(0.8)  # the last
+    assert parse_score("19:1", 0, 1) == 1.0 and parse_score("8 out of 10", 0, 10) == 0.8
+    assert parse_score("It is wrong; my score is 2.", 0, 10) == pytest.approx(0.2)
     assert parse_score(" 3.5 ", 1, 6) == pytest.approx(0.5)  # (3.5 − 1) / (6 − 1)
     assert parse_score("11", 0, 10) is None  # out of range: unparseable, not clipped
     assert parse_score("good", 0, 10) is None
@@ -54,9 +58,12 @@ def test_a_score_is_the_first_number_in_range_mapped_to_0_1() -> None:
 
 def test_a_choice_is_a_or_b() -> None:
     assert parse_choice("A") == 0 and parse_choice(" B.") == 1
-    assert parse_choice("A, because B is wrong") == 0  # the leading letter
+    assert parse_choice("A, because B is wrong") == 0  # the leading letter, punctuated
     assert parse_choice("I prefer B") == 1
-    assert parse_choice("b") == 1 and parse_choice("a.") == 0  # the embedded judge's replies
+    assert parse_choice("TIE") == 0.5 and parse_choice("equal.") == 0.5
+    for both in ("A is wrong, B is right", "A better answer is B", "A and B are equal"):
+        assert parse_choice(both) is None, both  # names both, leads with neither alone
+    assert parse_choice("b") == 1 and parse_choice("19:a") == 0  # the embedded judge's replies
     assert parse_choice("C") is None and parse_choice("") is None
     assert parse_choice("Both A and B are fine") is None  # names both, leads with neither
 
@@ -77,10 +84,28 @@ def test_replies_are_cached_by_request_and_tokens_counted() -> None:
     assert client.stats.drain()["judge/calls"] == 0  # drained
 
 
-def test_requests_run_concurrently_within_the_bound() -> None:
+def test_requests_run_concurrently_within_the_bound_over_every_caller() -> None:
     with JudgeServer(lambda p: "1", delay_s=0.2) as server:
         _client(server.url, concurrency=3).ask([str(k) for k in range(9)])
     assert server.max_in_flight == 3
+    with JudgeServer(lambda p: "1", delay_s=0.2) as server:  # three workers, one client
+        client = _client(server.url, concurrency=2)
+        callers = [threading.Thread(target=client.ask, args=([f"{w}-{k}" for k in range(4)],))
+                   for w in range(3)]  # fmt: skip
+        for t in callers:
+            t.start()
+        for t in callers:
+            t.join()
+    assert server.requests == 12 and server.max_in_flight == 2
+
+
+def test_a_prompt_asked_twice_in_one_call_is_sent_once() -> None:
+    with JudgeServer(lambda p: "3", delay_s=0.05) as server:
+        client = _client(server.url)
+        replies = client.ask(["same"] * 8 + ["other"])
+        repeat = client.ask(["same"], fresh=[True])  # a repeat goes past the cache
+    assert [r.text for r in replies] == ["3"] * 9 and server.requests == 3
+    assert client.stats.drain()["judge/cache_hits"] == 7 and repeat[0].text == "3"
 
 
 def test_a_server_error_is_retried_and_a_refusal_is_not() -> None:
@@ -260,7 +285,26 @@ def test_comparison_rewards_from_a_fair_judge_rank_the_correct_first() -> None:
             assert min(values[0], values[2]) > max(values[1], values[3]), aggregate
             assert values[4] > values[5], aggregate
     stats = reward.client.stats.drain()
-    assert stats["judge/pairs"] == 2 * (6 + 1)  # every pair shown both ways (check = 1)
+    # every pair shown both ways (check = 1), but "5" against "5": a tie, never asked
+    assert stats["judge/pairs"] == 2 * (5 + 1) + 1
+
+
+def test_a_fair_judge_is_not_flagged_and_identical_responses_tie_unasked() -> None:
+    # two prompts; identical responses ("5", "5") are a tie without a request; the fair
+    # judge calls a tie when both or neither is correct, so every pair agrees both ways
+    batch = _group("2+3=", ["5", "4", "5", "7"]) + _group("1+1=", ["2", "3", "9"], group=1)
+    with JudgeServer(correct_first) as server:
+        reward = ComparisonReward(_client(server.url), judge.PAIRWISE_TEMPLATE,
+                                  position_check=1.0)  # fmt: skip
+        scores = score_batch(reward, batch)
+    stats = reward.client.stats.drain()
+    assert stats["judge/position_agreement"] == 1.0
+    # distinct texts, each order asked once: {5, 4}, {5, 7}, {4, 7} and {2, 3}, {2, 9},
+    # {3, 9}, two orders each (the second "5" asks what the first did: the cache)
+    assert server.requests == 2 * (3 + 3)
+    assert scores[0].value == scores[2].value  # the same text: the same reward
+    # the first "5": beats "4" and "7" both ways (4 wins), ties the other "5" once: 4.5 / 5
+    assert scores[0].value == pytest.approx(0.9)
 
 
 def test_a_judge_that_always_prefers_the_first_has_no_position_agreement() -> None:
@@ -311,16 +355,22 @@ def test_the_embedded_judges_examples_say_which_answer_is_right() -> None:
     point = [e for e in examples if "," not in e.prompt]
     pair = [e for e in examples if "," in e.prompt]
     assert 150 < len(point) < 250 and len(point) + len(pair) == 400
-    for e in point:  # "a+b=c?" → 1 exactly when c is a + b
-        a, b, c = re.fullmatch(r"(\d+)\+(\d+)=(.*)\?", e.prompt, re.S).groups()  # type: ignore[union-attr]
-        assert e.answer == ("1" if c == str(int(a) + int(b)) else "0"), e
-    for e in pair:  # "a+b=c,d?" → a when c is right; exactly one of c, d is
-        a, b, c = re.fullmatch(r"(\d+)\+(\d+)=(.*)\?", e.prompt, re.S).groups()  # type: ignore[union-attr]
+    for e in point:  # "c?a+b=" → "s:1" exactly when c is s = a + b
+        c, a, b = re.fullmatch(r"(.*)\?(\d+)\+(\d+)=", e.prompt, re.S).groups()  # type: ignore[union-attr]
+        total = str(int(a) + int(b))
+        assert e.answer == f"{total}:{1 if c == total else 0}", e
+        assert parse_score(e.answer, 0, 1) == (c == total)  # the reply's verdict parses
+    for e in pair:  # "c,d?a+b=" → "s:a" when c is right; exactly one of c, d is
+        c, a, b = re.fullmatch(r"(.*)\?(\d+)\+(\d+)=", e.prompt, re.S).groups()  # type: ignore[union-attr]
         first, second = c.split(",")
         total = str(int(a) + int(b))
         assert (first == total) != (second == total), e
-        assert e.answer == ("a" if first == total else "b"), e
-    assert {e.answer for e in point} == {"0", "1"} and {e.answer for e in pair} == {"a", "b"}
+        assert e.answer == f"{total}:{'a' if first == total else 'b'}", e
+        assert parse_choice(e.answer) == (0 if first == total else 1)
+    assert {e.answer[-1] for e in point} == {"0", "1"} and {e.answer[-1] for e in pair} == {
+        "a",
+        "b",
+    }
     assert (
-        judge.load_template("embedded", "pointwise").format(prompt="1+2=", response="3") == "1+2=3?"
+        judge.load_template("embedded", "pointwise").format(prompt="1+2=", response="3") == "3?1+2="
     )

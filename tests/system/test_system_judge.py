@@ -135,6 +135,15 @@ def test_a_dead_judge_or_a_bad_setting_stops_the_run_before_it_starts(
         "feedback.comparison_pairs: a group of 4 needs 3 to 6": [
             "feedback.source=comparison", "feedback.judge_url=http://127.0.0.1:9/v1",
             "feedback.comparison_pairs=2"],
+        "feedback.comparison: only pairwise comparisons use it": [
+            "feedback.source=judge", "feedback.judge_url=http://127.0.0.1:9/v1",
+            "feedback.comparison=bt"],
+        "system.backend: a judge's requests would be made": [
+            "feedback.source=judge", "feedback.judge_url=http://127.0.0.1:9/v1",
+            "system.backend=ray"],
+        "feedback.judge_api_key_env: the environment variable RLMAP_NO_SUCH_KEY": [
+            "feedback.source=judge", "feedback.judge_url=http://127.0.0.1:9/v1",
+            "feedback.judge_api_key_env=RLMAP_NO_SUCH_KEY"],
     }  # fmt: skip
     for message, args in cases.items():
         assert main([*base, *args]) == 2, message

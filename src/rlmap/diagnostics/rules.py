@@ -462,7 +462,7 @@ POSITION_AGREEMENT_MIN = 0.8
 the pair is shown in: one pair in five flips when swapped. A judge that picks at random
 agrees half the time; one that always prefers the first shown, never."""
 LENGTH_CORR_MAX = 0.3
-"""Mean |``judge/length_corr``| from which the judge rewards length itself: the
+"""|Mean ``judge/length_corr``| from which the judge rewards length itself: the
 within-outcome correlation of its score with the response's length, where the verifier
 says the responses are alike."""
 JUDGE_STEPS = 2
@@ -471,8 +471,9 @@ JUDGE_STEPS = 2
 
 def judge_bias(run: RunData) -> Outcome:
     """A judge whose verdicts follow the order of the pair (mean position agreement below
-    POSITION_AGREEMENT_MIN) or the length of the response at equal verifier outcome (mean
-    |length correlation| at or above LENGTH_CORR_MAX)."""
+    POSITION_AGREEMENT_MIN) or the length of the response at equal verifier outcome (|mean
+    length correlation| at or above LENGTH_CORR_MAX: the mean over the steps first, so a
+    step's noise averages out)."""
     position = trace(run.records, "judge/position_agreement")
     length = trace(run.records, "judge/length_corr")
     if len(position) < JUDGE_STEPS and len(length) < JUDGE_STEPS:

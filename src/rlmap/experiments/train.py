@@ -241,7 +241,8 @@ def _one_step(
     metrics["system/peak_memory_mb"] = peak_memory_mb(*peaks)
     ledger = ledger.add(
         generated_tokens=int(metrics["sampling/generated_tokens"]),
-        prompts=int(metrics["sampling/rounds"]) * cfg.sampling.prompts_per_step,
+        # asynchronous: rounds = taken / B, fractional when stale ones were replaced
+        prompts=round(metrics["sampling/rounds"] * cfg.sampling.prompts_per_step),
         rollouts=int(metrics["sampling/generated"]),
         learner_steps=int(metrics.get("optim/policy_steps", 0)),
         critic_steps=int(metrics.get("optim/critic_steps", 0)),

@@ -28,12 +28,13 @@ bias probes into the ``judge/*`` metrics of a step:
 - ``judge/position_agreement``: of the pairs shown in both orders (a fraction
   ``feedback.judge_position_check`` of them), the share whose two verdicts name the same
   response. A judge that always prefers the first shown scores 0.
-- ``judge/first_preferred_frac``: the share of pairwise verdicts that preferred the first
-  response shown (0.5 for a judge without position bias, since orders are random).
+- ``judge/first_preferred_frac``: the share of pairwise verdicts (ties aside) that
+  preferred the first response shown (0.5 for a judge without position bias, since
+  orders are random). Pairs of identical responses are ties, never asked.
 - ``judge/length_corr``: the correlation between the judge's score and the response's
-  length among responses of equal verifier outcome (pooled within-outcome Pearson: both
-  centred within each outcome, then correlated), so a judge that rewards length, not
-  correctness, shows up even when correct answers are longer.
+  length among responses to the same prompt with equal verifier outcome (pooled
+  within-stratum Pearson: both centred within each stratum, then correlated), so a judge
+  that rewards length, not correctness, shows up even when correct answers are longer.
 - ``judge/self_consistency``: of the requests sent twice (a fraction
   ``feedback.judge_repeat_check``, the repeat bypassing the cache), the share whose two
   verdicts agree.
@@ -42,17 +43,18 @@ bias probes into the ``judge/*`` metrics of a step:
 from __future__ import annotations
 
 import hashlib
+import http.client
 import json
 import math
+import os
 import random
 import re
-import socket
 import string
 import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -78,7 +80,8 @@ Response:
 Rating:"""
 
 PAIRWISE_TEMPLATE = """\
-Which response answers the task below correctly? Reply with A or B only.
+Which response answers the task below correctly? Reply with A or B only, or TIE if they
+are equally good.
 
 Task:
 {prompt}
@@ -91,11 +94,12 @@ Response B:
 
 Better response:"""
 
-EMBEDDED_POINTWISE = "{prompt}{response}?"
+EMBEDDED_POINTWISE = "{response}?{prompt}"
 """The embedded judge's pointwise template (``feedback.judge_template=embedded``):
-``12+7=19?``, answered ``1`` or ``0`` (:mod:`rlmap.tasks.judge_model`)."""
-EMBEDDED_PAIRWISE = "{prompt}{first},{second}?"
-"""... and its pairwise one: ``12+7=18,19?``, answered ``a`` or ``b``."""
+``19?12+7=``, answered with its own sum, then ``1`` or ``0`` (``19:1``;
+:mod:`rlmap.tasks.judge_model`)."""
+EMBEDDED_PAIRWISE = "{first},{second}?{prompt}"
+"""... and its pairwise one: ``18,19?12+7=``, answered ``19:b``."""
 
 FIELDS = {
     "pointwise": ({"prompt", "response", "reference", "lo", "hi"}, {"response"}),
@@ -110,6 +114,9 @@ BACKOFF_S = 0.25
 
 _NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
 _LETTER = re.compile(r"\b([AB])\b")
+_KEYWORD = re.compile(r"(?i)\b(?:rating|score)\b\W*(" + _NUMBER.pattern + ")")
+_OUT_OF = re.compile("(" + _NUMBER.pattern + r")\s*(?:/|out of)\s*" + _NUMBER.pattern)
+_LAST_LETTER = re.compile(r"(?:^|[^A-Za-z])([ABab])[.!]?$")
 
 
 def load_template(path: str | None, mode: Literal["pointwise", "pairwise"]) -> str:
@@ -146,28 +153,43 @@ def load_template(path: str | None, mode: Literal["pointwise", "pairwise"]) -> s
 
 
 def parse_score(reply: str, lo: float, hi: float) -> float | None:
-    """The reply's first number mapped from [lo, hi] to [0, 1] ("7/10" is 7); None if there
-    is none, or it lies outside the range (an unparseable reply: ``INVALID``)."""
-    numbers = _NUMBER.findall(reply)
-    if not numbers:
-        return None
-    value = float(numbers[0])
+    """The reply's rating mapped from [lo, hi] to [0, 1]; None if there is none, or it lies
+    outside the range (an unparseable reply: ``INVALID``). The rating is the number after
+    "rating" or "score" ("Rating: 7"), else the one before "/" or "out of" ("7/10", "8 out
+    of 10"), else the last ("On a scale of 0-10: 8", the embedded judge's "19:1")."""
+    text = reply.strip()
+    found = _KEYWORD.search(text) or _OUT_OF.search(text)
+    if found is not None:
+        value = float(found.group(found.lastindex or 0))
+    else:
+        numbers = _NUMBER.findall(text)
+        if not numbers:
+            return None
+        value = float(numbers[-1])
     if not lo <= value <= hi:
         return None
     return (value - lo) / (hi - lo)
 
 
-def parse_choice(reply: str) -> int | None:
-    """0 if the reply picks A (the first shown), 1 for B, None if it names neither or both;
-    a reply that is one letter, ``a`` or ``b`` in either case, picks it."""
-    alone = reply.strip().rstrip(".!").upper()
+def parse_choice(reply: str) -> float | None:
+    """0 if the reply picks A (the first shown), 1 for B, ½ for a tie ("tie", "equal"), None
+    if it names neither or both. A reply that is one letter, ``a`` or ``b`` in either case,
+    picks it; one that names both picks only the letter it leads with, alone or followed by
+    punctuation ("A, because B is wrong"; not "A better answer is B"); one that names
+    neither picks a lone letter that ends it (the embedded judge's "19:b")."""
+    text = reply.strip()
+    alone = text.rstrip(".!").upper()
     if alone in ("A", "B"):
-        return "AB".index(alone)
-    letters = set(_LETTER.findall(reply.strip()))
+        return float("AB".index(alone))
+    if alone in ("TIE", "EQUAL"):
+        return 0.5
+    letters = set(_LETTER.findall(text))
     if len(letters) == 1:
-        return 0 if letters == {"A"} else 1
-    first = re.match(r"\W*([AB])\b", reply.strip())  # "A, because B is wrong"
-    return None if first is None else "AB".index(first.group(1))
+        return 0.0 if letters == {"A"} else 1.0
+    first = re.match(r"\W*([AB])\s*(?:[,.:;)!]|$)", text)
+    if first is None and not letters:  # "19:b": a lowercase letter alone at the end
+        first = _LAST_LETTER.search(text)
+    return None if first is None else float("AB".index(first.group(1).upper()))
 
 
 # --- the client --------------------------------------------------------------------------
@@ -197,8 +219,8 @@ class JudgeStats:
     first_preferred: list[bool] = field(default_factory=list)
     position: list[bool] = field(default_factory=list)
     repeats: list[bool] = field(default_factory=list)
-    scored: list[tuple[float, float, float]] = field(default_factory=list)
-    """(judge's score, length, verifier outcome) of each scored response."""
+    scored: list[tuple[float, float, Hashable]] = field(default_factory=list)
+    """(judge's score, length, stratum: prompt and verifier outcome) of each scored response."""
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def drain(self) -> dict[str, float]:
@@ -230,12 +252,12 @@ class JudgeStats:
         return out
 
 
-def within_outcome_corr(rows: Sequence[tuple[float, float, float]]) -> float | None:
-    """Pearson's correlation of score and length after centring both within each outcome
+def within_outcome_corr(rows: Sequence[tuple[float, float, Hashable]]) -> float | None:
+    """Pearson's correlation of score and length after centring both within each stratum
     (the pooled within-group correlation); None when either has no spread left."""
     if len(rows) < 3:
         return None
-    by: dict[float, list[tuple[float, float]]] = {}
+    by: dict[Hashable, list[tuple[float, float]]] = {}
     for score, length, outcome in rows:
         by.setdefault(outcome, []).append((score, length))
     xs: list[float] = []
@@ -253,8 +275,13 @@ def within_outcome_corr(rows: Sequence[tuple[float, float, float]]) -> float | N
 
 @dataclass
 class JudgeClient:
-    """Chat completions at ``url`` (``…/v1``): concurrent, retried, cached (module docstring;
-    the cache keeps the newest CACHE_SIZE replies)."""
+    """Chat completions at ``url`` (``…/v1``): concurrent, retried, cached (module docstring).
+
+    At most ``concurrency`` requests are in flight at once over every caller (asynchronous
+    workers, the evaluation: one semaphore, which a :func:`dataclasses.replace` copy
+    shares). The cache keeps the newest CACHE_SIZE replies; a prompt asked twice in one
+    call is sent once (the copy counts as a cache hit). ``api_key`` goes as a bearer token.
+    """
 
     url: str
     model: str
@@ -263,18 +290,38 @@ class JudgeClient:
     concurrency: int = 8
     max_tokens: int = 16
     temperature: float = 0.0
+    api_key: str | None = field(default=None, repr=False)
     stats: JudgeStats = field(default_factory=JudgeStats)
     cache: dict[str, str] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    slots: threading.BoundedSemaphore | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.slots is None:
+            self.slots = threading.BoundedSemaphore(self.concurrency)
 
     def ask(self, prompts: Sequence[str], *, fresh: Sequence[bool] = ()) -> list[Reply]:
         """One reply per prompt, in order; ``fresh[i]`` bypasses the cache (a repeat)."""
         fresh = list(fresh) or [False] * len(prompts)
         if not prompts:
             return []
-        with ThreadPoolExecutor(max_workers=min(self.concurrency, len(prompts)),
+        jobs: list[tuple[str, bool]] = []
+        where: list[int] = []  # prompt i → its job
+        first: dict[str, int] = {}
+        for prompt, again in zip(prompts, fresh, strict=True):
+            if not again and prompt in first:
+                where.append(first[prompt])
+                continue
+            if not again:
+                first[prompt] = len(jobs)
+            where.append(len(jobs))
+            jobs.append((prompt, again))
+        with self.stats.lock:
+            self.stats.cache_hits += len(prompts) - len(jobs)
+        with ThreadPoolExecutor(max_workers=min(self.concurrency, len(jobs)),
                                 thread_name_prefix="rlmap-judge") as pool:  # fmt: skip
-            return list(pool.map(self._one, prompts, fresh))
+            replies = list(pool.map(lambda job: self._one(*job), jobs))
+        return [replies[k] for k in where]
 
     def _one(self, prompt: str, fresh: bool) -> Reply:
         body = json.dumps({"model": self.model, "messages": [{"role": "user", "content": prompt}],
@@ -288,7 +335,9 @@ class JudgeClient:
                 with self.stats.lock:
                     self.stats.cache_hits += 1
                 return Reply(cached)
-        reply = self._post(body)
+        assert self.slots is not None  # made in __post_init__
+        with self.slots:
+            reply = self._post(body)
         if reply.text is not None:
             with self.lock:
                 self.cache[key] = reply.text
@@ -298,7 +347,7 @@ class JudgeClient:
 
     def _post(self, body: bytes) -> Reply:
         request = urllib.request.Request(self.url.rstrip("/") + "/chat/completions", data=body,
-                                         headers={"Content-Type": "application/json"})  # fmt: skip
+                                         headers=_headers(self.api_key))  # fmt: skip
         failure = Reply(None, RewardStatus.INFRA_ERROR, "judge: no attempt")
         for attempt in range(self.retries + 1):
             if attempt:
@@ -311,6 +360,11 @@ class JudgeClient:
                 text = payload["choices"][0]["message"]["content"]
                 if not isinstance(text, str):
                     raise ValueError("the message has no text content")
+                usage = payload.get("usage") or {}
+                tokens = (
+                    int(usage.get("prompt_tokens") or 0),
+                    int(usage.get("completion_tokens") or 0),
+                )
             except urllib.error.HTTPError as exc:
                 failure = Reply(None, RewardStatus.INFRA_ERROR, f"judge: HTTP {exc.code}")
                 if exc.code < 500 and exc.code != 429:  # the request itself is refused
@@ -322,35 +376,47 @@ class JudgeClient:
                 )
                 continue
             except urllib.error.URLError as exc:
-                timed_out = isinstance(exc.reason, TimeoutError | socket.timeout)
+                timed_out = isinstance(exc.reason, TimeoutError)
                 status = RewardStatus.TIMEOUT if timed_out else RewardStatus.INFRA_ERROR
                 failure = Reply(None, status, f"judge: {exc.reason}")
                 continue
-            except (OSError, ValueError, KeyError, IndexError, TypeError) as exc:
+            except (OSError, http.client.HTTPException, ValueError, KeyError, IndexError,
+                    TypeError, AttributeError) as exc:  # fmt: skip
                 failure = Reply(None, RewardStatus.INFRA_ERROR,
                                 f"judge: bad reply ({type(exc).__name__}: {exc})")  # fmt: skip
                 continue
-            usage = payload.get("usage") or {}
             with self.stats.lock:
-                self.stats.prompt_tokens += int(usage.get("prompt_tokens") or 0)
-                self.stats.completion_tokens += int(usage.get("completion_tokens") or 0)
+                self.stats.prompt_tokens += tokens[0]
+                self.stats.completion_tokens += tokens[1]
             return Reply(text)
         with self.stats.lock:
             self.stats.failed += 1
         return failure
 
 
-def probe(url: str, timeout_s: float = 10.0) -> None:
+def _headers(api_key: str | None) -> dict[str, str]:
+    headers = {"Content-Type": "application/json"}
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    return headers
+
+
+def probe(url: str, timeout_s: float = 10.0, api_key: str | None = None) -> None:
     """Raise a one-line ConfigError naming ``feedback.judge_url`` unless a server answers
     ``GET {url}/models`` (a run does not start against a dead judge)."""
+    request = urllib.request.Request(url.rstrip("/") + "/models", headers=_headers(api_key))
     try:
-        with urllib.request.urlopen(url.rstrip("/") + "/models", timeout=timeout_s) as r:
+        with urllib.request.urlopen(request, timeout=timeout_s) as r:
             r.read()
     except urllib.error.HTTPError as exc:
+        hint = (
+            "set feedback.judge_api_key_env to the variable holding its key"
+            if exc.code in (401, 403)
+            else "is it an OpenAI-compatible endpoint (…/v1)?"
+        )
         raise ConfigError(f"feedback.judge_url: {url} answered GET /models with HTTP "
-                          f"{exc.code}; is it an OpenAI-compatible endpoint (…/v1)?"
-                          ) from None  # fmt: skip
-    except (OSError, ValueError) as exc:
+                          f"{exc.code}; {hint}") from None  # fmt: skip
+    except (OSError, ValueError, http.client.HTTPException) as exc:
         reason = getattr(exc, "reason", exc)
         raise ConfigError(f"feedback.judge_url: no server answers at {url} ({reason})") from None
 
@@ -358,9 +424,15 @@ def probe(url: str, timeout_s: float = 10.0) -> None:
 # --- the rewards -------------------------------------------------------------------------
 
 
-def _verifier_outcome(t: Trajectory) -> float:
-    """What the task's verifier said of the trajectory (the environment's return)."""
-    return float(sum(t.metadata.get("rewards", ())))
+def _observed(score: float, t: Trajectory) -> tuple[float, float, Any]:
+    """(the judge's score, the length, the stratum) of a scored response for the length
+    probe: the stratum is its prompt's group and what the task's verifier said of it (the
+    environment's return), so the probe compares responses to one prompt, equally right."""
+    return (
+        score,
+        float(t.length),
+        (t.metadata.get("group"), float(sum(t.metadata.get("rewards", ())))),
+    )
 
 
 @dataclass
@@ -393,7 +465,7 @@ class PointwiseJudge:
             for t, s, r in zip(batch, scores, replies, strict=True):
                 stats.invalid += r.text is not None and s is None
                 if s is not None:
-                    stats.scored.append((s, float(t.length), _verifier_outcome(t)))
+                    stats.scored.append(_observed(s, t))
         out = []
         for t, s, r in zip(batch, scores, replies, strict=True):
             if r.text is None:
@@ -405,6 +477,10 @@ class PointwiseJudge:
             else:
                 out.append(on_last_turn(Score(s), t))
         return out
+
+
+Verdict = tuple[int, int, float]
+"""(i, j, w): w = 1 when i won the comparison, 0 when j did, ½ a tie."""
 
 
 def pair_design(g: int, k: int | None = None) -> list[tuple[int, int]]:
@@ -467,7 +543,7 @@ def bt_rewards(g: int, verdicts: Sequence[tuple[int, int, float]],
     return [x if played[i] > 0 else None for i, x in enumerate(strength)]
 
 
-AGGREGATE: dict[str, Callable[[int, Sequence[tuple[int, int, float]]], list[float | None]]] = {
+AGGREGATE: dict[str, Callable[[int, Sequence[Verdict]], list[float | None]]] = {
     "winrate": win_rates,
     "bt": bt_rewards,
 }
@@ -495,21 +571,25 @@ class ComparisonReward:
         for k, t in enumerate(batch):
             groups.setdefault(t.metadata.get("group", ("alone", k)), []).append(k)
         asks: list[tuple[int, int]] = []  # (first shown, second shown), batch indices
+        ties: list[Verdict] = []  # the same text twice: a tie, never asked
         rng = random.Random(_batch_seed(self.seed, [t.prompt + t.response for t in batch]))
         for members in groups.values():
             if len(members) < 2:
                 continue
             for i, j in pair_design(len(members), self._pairs(len(members))):
                 a, b = members[i], members[j]
-                asks.append((a, b) if rng.random() < 0.5 else (b, a))
+                if batch[a].response == batch[b].response:
+                    ties.append((a, b, 0.5))
+                else:
+                    asks.append((a, b) if rng.random() < 0.5 else (b, a))
         swapped = [(b, a) for a, b in asks if rng.random() < self.position_check]
         again = [x for x in asks if rng.random() < self.repeat_check]
         shown = asks + swapped
         prompts = [self._prompt(batch, a, b) for a, b in shown + again]
         replies = self.client.ask(prompts, fresh=[False] * len(shown) + [True] * len(again))
         choices = [None if r.text is None else parse_choice(r.text) for r in replies]
-        self._record(shown, again, choices, replies)
-        return self._scores(batch, groups, shown, choices[: len(shown)], replies)
+        self._record(shown, again, choices, replies, len(ties))
+        return self._scores(batch, groups, shown, choices[: len(shown)], replies, ties)
 
     def _pairs(self, g: int) -> int | None:
         return None if self.pairs is None else min(max(self.pairs, g - 1), g * (g - 1) // 2)
@@ -520,38 +600,40 @@ class ComparisonReward:
                                     second=batch[b].response, reference=t.reference)  # fmt: skip
 
     def _record(self, shown: list[tuple[int, int]], again: list[tuple[int, int]],
-                choices: list[int | None], replies: list[Reply]) -> None:  # fmt: skip
+                choices: list[float | None], replies: list[Reply], ties: int) -> None:  # fmt: skip
         n = len(shown)
-        winner = {}  # (a, b) as first shown → the batch index preferred
+        outcome: dict[tuple[int, int], int | None] = {}  # (a, b) as shown → preferred; None: tie
         for (a, b), c in zip(shown, choices[:n], strict=True):
             if c is not None:
-                winner[a, b] = (a, b)[c]
+                outcome[a, b] = None if c == 0.5 else (a, b)[int(c)]
         stats = self.client.stats
         with stats.lock:
-            stats.pairs += n
+            stats.pairs += n + ties
             stats.invalid += sum(r.text is not None and c is None
                                  for r, c in zip(replies, choices, strict=True))  # fmt: skip
-            stats.first_preferred += [c == 0 for c in choices[:n] if c is not None]
-            for (a, b), w in winner.items():
-                if (b, a) in winner and a < b:  # shown both ways: one observation per pair
-                    stats.position.append(w == winner[b, a])
+            stats.first_preferred += [c == 0 for c in choices[:n] if c is not None and c != 0.5]
+            for (a, b), w in outcome.items():
+                if (b, a) in outcome and a < b:  # shown both ways: one observation per pair
+                    stats.position.append(w == outcome[b, a])
             for (a, b), c in zip(again, choices[n:], strict=True):
-                if c is not None and (a, b) in winner:
-                    stats.repeats.append((a, b)[c] == winner[a, b])
+                if c is not None and (a, b) in outcome:
+                    stats.repeats.append((None if c == 0.5 else (a, b)[int(c)]) == outcome[a, b])
 
     def _scores(self, batch: Sequence[Trajectory], groups: dict[Any, list[int]],
-                shown: list[tuple[int, int]], choices: list[int | None],
-                replies: list[Reply]) -> list[Score]:  # fmt: skip
+                shown: list[tuple[int, int]], choices: list[float | None],
+                replies: list[Reply], ties: list[Verdict]) -> list[Score]:  # fmt: skip
         failures: dict[int, list[Reply]] = {}
-        verdicts: dict[int, list[tuple[int, int, float]]] = {}  # batch index pairs, w for a
+        verdicts: dict[int, list[tuple[int, int, float]]] = {}  # by first shown: (a, b, w_a)
+        for a, b, w in ties:
+            verdicts.setdefault(a, []).append((a, b, w))
         for (a, b), c, r in zip(shown, choices, replies, strict=True):
             if c is None:
-                why = f"judge: no A or B in {(r.text or '')[:60]!r}"
+                why = f"judge: no A, B or TIE in {(r.text or '')[:60]!r}"
                 bad = r if r.text is None else Reply(None, RewardStatus.INVALID, why)
                 failures.setdefault(a, []).append(bad)
                 failures.setdefault(b, []).append(bad)
             else:
-                verdicts.setdefault(a, []).append((a, b, 1.0 if c == 0 else 0.0))
+                verdicts.setdefault(a, []).append((a, b, 1.0 - c))  # c = 0: a, the first, won
         out: list[Score | None] = [None] * len(batch)
         aggregate = AGGREGATE[self.aggregate]
         for members in groups.values():
@@ -562,9 +644,7 @@ class ComparisonReward:
                 if reward is not None:
                     out[k] = on_last_turn(Score(reward), batch[k])
                     with self.client.stats.lock:
-                        self.client.stats.scored.append(
-                            (reward, float(batch[k].length), _verifier_outcome(batch[k]))
-                        )
+                        self.client.stats.scored.append(_observed(reward, batch[k]))
                     continue
                 lost = failures.get(k, [])
                 status = worst(r.status for r in lost) if lost else RewardStatus.INFRA_ERROR
@@ -581,14 +661,26 @@ def _batch_seed(seed: int, texts: Sequence[str]) -> int:
     return int.from_bytes(h.digest(), "big")
 
 
+def api_key(f: FeedbackParams) -> str | None:
+    """The key in ``feedback.judge_api_key_env``'s variable; a one-line ConfigError naming
+    the field when it is not set."""
+    if f.judge_api_key_env is None:
+        return None
+    key = os.environ.get(f.judge_api_key_env)
+    if not key:
+        raise ConfigError(f"feedback.judge_api_key_env: the environment variable "
+                          f"{f.judge_api_key_env} is not set")  # fmt: skip
+    return key
+
+
 def judge_reward(f: FeedbackParams, seed: int) -> PointwiseJudge | ComparisonReward:
     """The reward of ``feedback.source=judge`` (pointwise) or ``comparison`` (pairwise), its
     client built from the ``feedback.judge_*`` fields (validated in config)."""
     assert f.judge_url is not None  # validated: a judged source needs one
     client = JudgeClient(f.judge_url, f.judge_model, timeout_s=f.judge_timeout_s,
                          retries=f.judge_retries, concurrency=f.judge_concurrency,
-                         max_tokens=f.judge_max_tokens,
-                         temperature=f.judge_temperature)  # fmt: skip
+                         max_tokens=f.judge_max_tokens, temperature=f.judge_temperature,
+                         api_key=api_key(f))  # fmt: skip
     if f.source == "judge":
         return PointwiseJudge(client, load_template(f.judge_template, "pointwise"),
                               lo=f.judge_min, hi=f.judge_max,

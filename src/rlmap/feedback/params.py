@@ -46,6 +46,9 @@ class FeedbackParams:
     judge_url: str | None = None
     """The judge's OpenAI-compatible endpoint, e.g. ``http://127.0.0.1:8000/v1``, for
     ``source=judge`` and ``source=comparison``; a run does not start if nothing answers."""
+    judge_api_key_env: str | None = None
+    """The environment variable holding the endpoint's API key (sent as a bearer token);
+    None sends none. The key itself never goes in a config."""
     judge_model: str = "judge"
     """The ``model`` named in each request (a server may serve several)."""
     judge_template: str | None = None

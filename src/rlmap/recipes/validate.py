@@ -303,6 +303,17 @@ def _judge(cfg: RecipeConfig) -> Iterator[str]:
                        f"comparison), not feedback.source={f.source}")  # fmt: skip
                 return
         return
+    pairwise_only = ("comparison", "comparison_pairs", "judge_position_check")
+    for name in pairwise_only if f.source == "judge" else ():
+        if getattr(f, name) != getattr(JUDGE_DEFAULTS, name):
+            yield (f"feedback.{name}: only pairwise comparisons use it "
+                   f"(feedback.source=comparison), not feedback.source=judge")  # fmt: skip
+    s = cfg.system
+    if s.backend == "ray" or s.learners > 1:
+        where = "system.backend" if s.backend == "ray" else "system.learners"
+        yield (f"{where}: a judge's requests would be made (and counted) outside the "
+               f"learner's process; with feedback.source={f.source} use "
+               f"system.backend=inprocess and system.learners=1")  # fmt: skip
     if f.judge_url is None:
         yield f"feedback.judge_url: feedback.source={f.source} needs the judge's endpoint"
     elif not f.judge_url.startswith(("http://", "https://")):

@@ -214,7 +214,7 @@ def check_inputs(cfg: RecipeConfig) -> None:
     load_data(cfg)
     f = cfg.feedback
     if f.source in ("judge", "comparison") and f.judge_url is not None:
-        judge.probe(f.judge_url)  # a run does not start against a dead judge
+        judge.probe(f.judge_url, api_key=judge.api_key(f))  # not against a dead judge
         judge.load_template(f.judge_template, "pointwise" if f.source == "judge" else "pairwise")
     if cfg.model.path in EMBEDDED_MODELS:
         tokenizer: PreTrainedTokenizerBase = task_tokenizer(cfg.data.task)

@@ -2,11 +2,13 @@
 serve (``vllm serve``): fine-tuned from a causal LM to say whether an answer is right.
 
 It reads the embedded judge templates (``feedback.judge_template=embedded``), short enough
-for the embedded model's 64 positions:
+for the embedded model's 64 positions. The response comes first and the task last, so the
+judge works the task out as its base model learnt to (after the ``=``), then compares:
 
-- pointwise ``{prompt}{response}?`` → ``1`` (correct) or ``0``: ``12+7=19?`` → ``1``;
-- pairwise ``{prompt}{first},{second}?`` → ``a`` (the first is correct) or ``b``:
-  ``12+7=18,19?`` → ``b``.
+- pointwise ``{response}?{prompt}`` → the sum, ``:``, then ``1`` (correct) or ``0``:
+  ``19?12+7=`` → ``19:1``;
+- pairwise ``{first},{second}?{prompt}`` → the sum, ``:``, then ``a`` (the first is
+  correct) or ``b``: ``18,19?12+7=`` → ``19:b``.
 
 Its training examples come from the task's training prompts, each answer correct or one of
 the plausible wrong kinds of :func:`rlmap.tasks.preferences.wrong_answer` (or, for a tenth,
@@ -49,8 +51,9 @@ class JudgeModelSpec:
     """Everything that determines the embedded judge besides its base model."""
 
     steps: int = 1500
-    batch_size: int = 128
-    lr: float = 1e-3
+    batch_size: int = 64
+    lr: float = 3e-4
+    """As the embedded reward model's (a 1e-3 peak left it at 0.59 held-out accuracy)."""
     seed: int = 0
     pairwise: float = 0.5
     """Fraction of training examples that are pairwise."""
@@ -65,10 +68,11 @@ def judge_example(e: Example, rng: random.Random, pairwise: bool) -> Example:
         first_correct = rng.random() < 0.5
         first, second = (e.answer, wrong) if first_correct else (wrong, e.answer)
         return Example(PAIRWISE.format(prompt=e.prompt, first=first, second=second),
-                       "a" if first_correct else "b")  # fmt: skip
+                       f"{e.answer}:{'a' if first_correct else 'b'}")  # fmt: skip
     correct = rng.random() < 0.5
     response = e.answer if correct else wrong
-    return Example(POINTWISE.format(prompt=e.prompt, response=response), "1" if correct else "0")
+    return Example(POINTWISE.format(prompt=e.prompt, response=response),
+                   f"{e.answer}:{1 if correct else 0}")  # fmt: skip
 
 
 def _wrong(answer: str, rng: random.Random) -> str:
@@ -84,20 +88,29 @@ def judge_examples(task: Sequence[Example], n: int, pairwise: float, seed: int) 
 
 
 @torch.no_grad()
-def accuracy(model: torch.nn.Module, tokenizer: Tokenizer, examples: Sequence[Example]) -> float:
-    """Share of ``examples`` whose greedy first reply token is the target's."""
+def accuracy(model: PreTrainedModel, tokenizer: Tokenizer, examples: Sequence[Example]) -> float:
+    """Share of ``examples`` whose greedy reply ends with the target's verdict (the
+    character after its last ``:``)."""
     model.eval()
     hits = 0
+    pad = int(tokenizer.pad_token_id)
     for start in range(0, len(examples), 64):
         chunk = examples[start : start + 64]
         rows = [tokenizer.encode(e.prompt) for e in chunk]
         width = max(map(len, rows))
-        pad = int(tokenizer.pad_token_id)
         ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows])  # left-padded
-        mask = torch.arange(width)[None, :] >= torch.tensor([width - len(r) for r in rows])[:, None]
-        logits = model(input_ids=ids, attention_mask=mask.long()).logits[:, -1]
-        targets = [tokenizer.convert_tokens_to_ids(e.answer) for e in chunk]
-        hits += sum(int(p) == t for p, t in zip(logits.argmax(-1).tolist(), targets, strict=True))
+        mask = (ids != pad).long()
+        out = model.generate(  # type: ignore[operator]  # HF's typing of generate
+            input_ids=ids,
+            attention_mask=mask,
+            max_new_tokens=8,
+            do_sample=False,
+            pad_token_id=pad,
+            eos_token_id=int(tokenizer.eos_token_id),
+        )
+        replies = tokenizer.batch_decode(out[:, width:], skip_special_tokens=True)
+        hits += sum(r.strip()[-1:] == e.answer.rsplit(":", 1)[-1]
+                    for r, e in zip(replies, chunk, strict=True))  # fmt: skip
     return hits / len(examples)
 
 
