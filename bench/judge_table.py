@@ -49,19 +49,23 @@ def row(run: Path) -> str:
     probes = " / ".join(_fmt(_mean(steps, k), 2) for k in PROBES)
     failed = sum(r.get("sampling/infra_errors", 0) + r.get("sampling/timeouts", 0) for r in steps)
     invalid = sum(r.get("judge/invalid", 0) for r in steps)
-    return (f"| {run.name} | {source} | {evals[0]['eval/pass@1']:.3f} → "
-            f"{evals[-1]['eval/pass@1']:.3f} | {reward} | {verifier} | "
-            f"{ledger.get('judge_calls', 0):,} | {ledger.get('judge_tokens', 0):,} | "
-            f"{int(invalid)} / {int(failed)} | {probes} | {ledger['wall_clock_s']:.0f} |")
+    return (
+        f"| {run.name} | {source} | {evals[0]['eval/pass@1']:.3f} → "
+        f"{evals[-1]['eval/pass@1']:.3f} | {reward} | {verifier} | "
+        f"{ledger.get('judge_calls', 0):,} | {ledger.get('judge_tokens', 0):,} | "
+        f"{int(invalid)} / {int(failed)} | {probes} | {ledger['wall_clock_s']:.0f} |"
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", nargs="+", type=Path)
     args = parser.parse_args()
-    print("| run | source | held-out pass@1 (exact) | reward (first → last 10 steps) | "
-          "verifier on the same rollouts | judge calls | judge tokens | invalid / failed | "
-          "position agreement / first preferred / length corr / self-consistency | s |")
+    print(
+        "| run | source | held-out pass@1 (exact) | reward (first → last 10 steps) | "
+        "verifier on the same rollouts | judge calls | judge tokens | invalid / failed | "
+        "position agreement / first preferred / length corr / self-consistency | s |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|")
     for run in args.runs:
         print(row(run))
