@@ -50,6 +50,13 @@ def test_a_score_is_the_rating_in_range_mapped_to_0_1() -> None:
     assert parse_score("Rating: 7/10", 0, 10) == pytest.approx(0.7)  # after "rating"
     assert parse_score("On a scale of 0-10: 8", 0, 10) == pytest.approx(0.8)  # the last
     assert parse_score("19:1", 0, 1) == 1.0 and parse_score("8 out of 10", 0, 10) == 0.8
+    # ranges are never ratings; a sign after the keyword is kept
+    assert parse_score("I would rate it 7 on a scale of 0 to 10", 0, 10) == pytest.approx(0.7)
+    assert parse_score("7. The answer is right but step 3 is unclear", 0, 10) == pytest.approx(0.7)
+    assert parse_score("8 (on a scale of 0-10)", 0, 10) == pytest.approx(0.8)
+    assert parse_score("Rating (0-10): 7", 0, 10) == pytest.approx(0.7)
+    assert parse_score("Score [1-10]: 7", 1, 10) == pytest.approx(6 / 9)
+    assert parse_score("Rating: -3", -5, 10) == pytest.approx(2 / 15)
     assert parse_score("It is wrong; my score is 2.", 0, 10) == pytest.approx(0.2)
     assert parse_score(" 3.5 ", 1, 6) == pytest.approx(0.5)  # (3.5 − 1) / (6 − 1)
     assert parse_score("11", 0, 10) is None  # out of range: unparseable, not clipped
@@ -61,6 +68,8 @@ def test_a_choice_is_a_or_b() -> None:
     assert parse_choice("A, because B is wrong") == 0  # the leading letter, punctuated
     assert parse_choice("I prefer B") == 1
     assert parse_choice("TIE") == 0.5 and parse_choice("equal.") == 0.5
+    assert parse_choice("It's a tie") == 0.5 and parse_choice("A tie: both are right") == 0.5
+    assert parse_choice("This is a") is None  # a lowercase letter ends it, after no ":" / ","
     for both in ("A is wrong, B is right", "A better answer is B", "A and B are equal"):
         assert parse_choice(both) is None, both  # names both, leads with neither alone
     assert parse_choice("b") == 1 and parse_choice("19:a") == 0  # the embedded judge's replies
@@ -85,10 +94,11 @@ def test_replies_are_cached_by_request_and_tokens_counted() -> None:
 
 
 def test_requests_run_concurrently_within_the_bound_over_every_caller() -> None:
-    with JudgeServer(lambda p: "1", delay_s=0.2) as server:
+    # (under load the threads may overlap less, never more: the bound is what is asserted)
+    with JudgeServer(lambda p: "1", delay_s=0.3) as server:
         _client(server.url, concurrency=3).ask([str(k) for k in range(9)])
-    assert server.max_in_flight == 3
-    with JudgeServer(lambda p: "1", delay_s=0.2) as server:  # three workers, one client
+    assert 1 < server.max_in_flight <= 3
+    with JudgeServer(lambda p: "1", delay_s=0.3) as server:  # three workers, one client
         client = _client(server.url, concurrency=2)
         callers = [threading.Thread(target=client.ask, args=([f"{w}-{k}" for k in range(4)],))
                    for w in range(3)]  # fmt: skip
@@ -96,7 +106,16 @@ def test_requests_run_concurrently_within_the_bound_over_every_caller() -> None:
             t.start()
         for t in callers:
             t.join()
-    assert server.requests == 12 and server.max_in_flight == 2
+    assert server.requests == 12 and server.max_in_flight <= 2  # 6 at once before
+
+
+def test_a_copy_of_a_failed_request_is_a_failure_not_a_cache_hit() -> None:
+    client = _client("http://127.0.0.1:9/v1", retries=0)  # nobody listens on port 9
+    replies = client.ask(["same", "same", "same"])
+    stats = client.stats.drain()
+    assert [r.status for r in replies] == [RewardStatus.INFRA_ERROR] * 3
+    assert stats["judge/failed"] == 3 and stats["judge/cache_hits"] == 0
+    assert stats["judge/calls"] == 1  # one request for the three
 
 
 def test_a_prompt_asked_twice_in_one_call_is_sent_once() -> None:
@@ -317,6 +336,18 @@ def test_a_judge_that_always_prefers_the_first_has_no_position_agreement() -> No
     assert stats["judge/position_agreement"] == 0.0 and stats["judge/first_preferred_frac"] == 1.0
     # each pair shown both ways: one win each way, so every response's win rate is ½
     assert [s.value for s in scores] == [0.5] * 4
+
+
+def test_repeated_comparisons_measure_self_consistency() -> None:
+    # before: the repeats' replies were zipped with the shown pairs, and every batch with a
+    # repeat failed as a whole (infra_error)
+    batch = _group("2+3=", ["5", "4", "6"])
+    with JudgeServer(correct_first) as server:
+        reward = ComparisonReward(_client(server.url), judge.PAIRWISE_TEMPLATE, repeat_check=1.0)
+        scores = score_batch(reward, batch)
+    assert all(s.ok for s in scores) and server.requests == 3 + 3  # each pair once more
+    assert scores[0].value == 1.0  # "5" beats both; "4" and "6" tie
+    assert reward.client.stats.drain()["judge/self_consistency"] == 1.0
 
 
 def test_comparison_pairs_bound_the_requests_and_failures_are_statuses() -> None:

@@ -68,10 +68,11 @@ def test_a_judge_served_by_vllm_trains_both_modes_and_its_death_is_counted(
     server, url = _serve(tmp_path / "judge", tmp_path / "vllm.log")
     try:
         common = [*toy(tiny_model_dir, steps=2), f"feedback.judge_url={url}",
-                  "feedback.judge_template=embedded", "feedback.judge_min=0",
-                  "feedback.judge_max=1"]  # fmt: skip
-        for mode in ("judge", "comparison"):
-            cfg = build_config("grpo", None, [*common, f"feedback.source={mode}"])
+                  "feedback.judge_template=embedded"]  # fmt: skip
+        rating = ["feedback.judge_min=0", "feedback.judge_max=1"]  # the embedded judge's 0 / 1
+        modes = {"judge": rating, "comparison": []}
+        for mode, extra in modes.items():
+            cfg = build_config("grpo", None, [*common, f"feedback.source={mode}", *extra])
             setup.check_inputs(cfg)  # the server answers GET /v1/models
             run_training(cfg, tmp_path / mode)
             steps = _records(tmp_path / mode)[1:]
@@ -91,9 +92,9 @@ def test_a_judge_served_by_vllm_trains_both_modes_and_its_death_is_counted(
 
         killer = threading.Thread(target=kill_after_the_first_step, daemon=True)
         killer.start()
-        cfg = build_config("grpo", None, [*common, "feedback.source=judge", "optim.steps=3",
-                                          "feedback.judge_retries=1",
-                                          "feedback.judge_timeout_s=5"])  # fmt: skip
+        killed = [*common, *rating, "feedback.source=judge", "optim.steps=3",
+                  "feedback.judge_retries=1", "feedback.judge_timeout_s=5"]  # fmt: skip
+        cfg = build_config("grpo", None, killed)
         run_training(cfg, tmp_path / "killed")
         killer.join(timeout=10)
     finally:

@@ -4,10 +4,11 @@ Two rewards, both :class:`rlmap.feedback.reward.Reward` s (so the trainer calls 
 through ``score_batch`` like any other):
 
 - :class:`PointwiseJudge` (``feedback.source=judge``): one request per trajectory; the
-  first number of the reply, in ``feedback.judge_range`` = [lo, hi], is the score, and
-  the reward is (score − lo) / (hi − lo) ∈ [0, 1].
+  reply's rating (:func:`parse_score`), in [lo, hi] = [``feedback.judge_min``,
+  ``feedback.judge_max``], gives the reward (rating − lo) / (hi − lo) ∈ [0, 1].
 - :class:`ComparisonReward` (``feedback.source=comparison``): within each group of G
-  responses to one prompt, pairwise verdicts ("A" or "B") on a connected design of pairs
+  responses to one prompt, pairwise verdicts ("A", "B" or a tie: :func:`parse_choice`;
+  two identical responses are a tie, never asked) on a connected design of pairs
   (:func:`pair_design`: all G(G−1)/2, or K of them), each pair shown in a seeded random
   order; the verdicts become per-response rewards, the win rate (ties ½) or the
   Bradley–Terry strength σ(s_i − s̄) fitted per group (:func:`bt_rewards`).
@@ -35,6 +36,7 @@ bias probes into the ``judge/*`` metrics of a step:
   length among responses to the same prompt with equal verifier outcome (pooled
   within-stratum Pearson: both centred within each stratum, then correlated), so a judge
   that rewards length, not correctness, shows up even when correct answers are longer.
+- ``judge/pairs``: pairwise verdicts of the step, asked or (identical responses) tied.
 - ``judge/self_consistency``: of the requests sent twice (a fraction
   ``feedback.judge_repeat_check``, the repeat bypassing the cache), the share whose two
   verdicts agree.
@@ -114,9 +116,12 @@ BACKOFF_S = 0.25
 
 _NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
 _LETTER = re.compile(r"\b([AB])\b")
-_KEYWORD = re.compile(r"(?i)\b(?:rating|score)\b\W*(" + _NUMBER.pattern + ")")
-_OUT_OF = re.compile("(" + _NUMBER.pattern + r")\s*(?:/|out of)\s*" + _NUMBER.pattern)
-_LAST_LETTER = re.compile(r"(?:^|[^A-Za-z])([ABab])[.!]?$")
+_KEYWORD = re.compile(r"(?i)\b(?:rating|score)\b[^\w+-]*(" + _NUMBER.pattern + ")")
+_LEADING = re.compile("(" + _NUMBER.pattern + r")(?=$|[\s.,;:!)/]|out\b)")
+_RANGE = re.compile(r"\d+(?:\.\d+)?\s*(?:-|–|\bto\b)\s*\d+(?:\.\d+)?")
+_EMBEDDED_REPLY = re.compile(r"-?\d*:(\d)")
+_LAST_LETTER = re.compile(r"(?:^|[:,]\s*)([ABab])[.!]?$")
+_TIE = re.compile(r"(?i)\W*(?:it'?s\s+)?(?:a\s+)?(?:tie|equal(?:ly good)?)\b")
 
 
 def load_template(path: str | None, mode: Literal["pointwise", "pairwise"]) -> str:
@@ -154,34 +159,45 @@ def load_template(path: str | None, mode: Literal["pointwise", "pairwise"]) -> s
 
 def parse_score(reply: str, lo: float, hi: float) -> float | None:
     """The reply's rating mapped from [lo, hi] to [0, 1]; None if there is none, or it lies
-    outside the range (an unparseable reply: ``INVALID``). The rating is the number after
-    "rating" or "score" ("Rating: 7"), else the one before "/" or "out of" ("7/10", "8 out
-    of 10"), else the last ("On a scale of 0-10: 8", the embedded judge's "19:1")."""
+    outside the range (an unparseable reply: ``INVALID``). Ranges ("0-10", "1 to 10") are
+    never ratings. The rating is, in this order: the verdict of the embedded judge's
+    ``SUM:VERDICT`` ("19:1"); the number after "rating" or "score" ("Rating (0-10): 7",
+    "Score: -2"); the number the reply starts with ("7/10", "8 out of 10", "7. The answer
+    is right but step 3 is unclear"); the last ("I would rate it 7 on a scale of 0 to 10")."""
     text = reply.strip()
-    found = _KEYWORD.search(text) or _OUT_OF.search(text)
+    embedded = _EMBEDDED_REPLY.fullmatch(text)
+    if embedded is not None:
+        return _in_range(float(embedded.group(1)), lo, hi)
+    text = _RANGE.sub(" ", text)
+    found = _KEYWORD.search(text) or _LEADING.match(text)
     if found is not None:
-        value = float(found.group(found.lastindex or 0))
+        value = float(found.group(1))
     else:
         numbers = _NUMBER.findall(text)
         if not numbers:
             return None
         value = float(numbers[-1])
+    return _in_range(value, lo, hi)
+
+
+def _in_range(value: float, lo: float, hi: float) -> float | None:
     if not lo <= value <= hi:
         return None
     return (value - lo) / (hi - lo)
 
 
 def parse_choice(reply: str) -> float | None:
-    """0 if the reply picks A (the first shown), 1 for B, ½ for a tie ("tie", "equal"), None
-    if it names neither or both. A reply that is one letter, ``a`` or ``b`` in either case,
-    picks it; one that names both picks only the letter it leads with, alone or followed by
-    punctuation ("A, because B is wrong"; not "A better answer is B"); one that names
-    neither picks a lone letter that ends it (the embedded judge's "19:b")."""
+    """0 if the reply picks A (the first shown), 1 for B, ½ for a tie (a reply that starts
+    "tie", "it's a tie", "equal"), None if it names neither or both. A reply that is one
+    letter, ``a`` or ``b`` in either case, picks it; one that names both picks only the
+    letter it leads with, alone or followed by punctuation ("A, because B is wrong"; not
+    "A better answer is B"); one that names neither picks a lone letter that ends it after
+    ":" or "," (the embedded judge's "19:b")."""
     text = reply.strip()
     alone = text.rstrip(".!").upper()
     if alone in ("A", "B"):
         return float("AB".index(alone))
-    if alone in ("TIE", "EQUAL"):
+    if _TIE.match(text):  # "TIE", "It's a tie", "Equally good: both are right"
         return 0.5
     letters = set(_LETTER.findall(text))
     if len(letters) == 1:
@@ -280,7 +296,9 @@ class JudgeClient:
     At most ``concurrency`` requests are in flight at once over every caller (asynchronous
     workers, the evaluation: one semaphore, which a :func:`dataclasses.replace` copy
     shares). The cache keeps the newest CACHE_SIZE replies; a prompt asked twice in one
-    call is sent once (the copy counts as a cache hit). ``api_key`` goes as a bearer token.
+    call is sent once (the copy counts as a cache hit, or as a failure when the request
+    failed: ``judge/failed`` counts prompts left without a reply). ``api_key`` goes as a
+    bearer token.
     """
 
     url: str
@@ -307,20 +325,23 @@ class JudgeClient:
             return []
         jobs: list[tuple[str, bool]] = []
         where: list[int] = []  # prompt i → its job
+        copies: list[int] = []  # the jobs of prompts that repeat an earlier one's
         first: dict[str, int] = {}
         for prompt, again in zip(prompts, fresh, strict=True):
             if not again and prompt in first:
                 where.append(first[prompt])
+                copies.append(first[prompt])
                 continue
             if not again:
                 first[prompt] = len(jobs)
             where.append(len(jobs))
             jobs.append((prompt, again))
-        with self.stats.lock:
-            self.stats.cache_hits += len(prompts) - len(jobs)
         with ThreadPoolExecutor(max_workers=min(self.concurrency, len(jobs)),
                                 thread_name_prefix="rlmap-judge") as pool:  # fmt: skip
             replies = list(pool.map(lambda job: self._one(*job), jobs))
+        with self.stats.lock:  # a copy shares its reply: a hit, or a failure like it
+            self.stats.cache_hits += sum(replies[k].text is not None for k in copies)
+            self.stats.failed += sum(replies[k].text is None for k in copies)
         return [replies[k] for k in where]
 
     def _one(self, prompt: str, fresh: bool) -> Reply:
@@ -589,7 +610,8 @@ class ComparisonReward:
         replies = self.client.ask(prompts, fresh=[False] * len(shown) + [True] * len(again))
         choices = [None if r.text is None else parse_choice(r.text) for r in replies]
         self._record(shown, again, choices, replies, len(ties))
-        return self._scores(batch, groups, shown, choices[: len(shown)], replies, ties)
+        n = len(shown)
+        return self._scores(batch, groups, shown, choices[:n], replies[:n], ties)
 
     def _pairs(self, g: int) -> int | None:
         return None if self.pairs is None else min(max(self.pairs, g - 1), g * (g - 1) // 2)
@@ -701,7 +723,7 @@ def judge_samples(reward: object, rows: list[dict[str, Any]]) -> dict[str, float
     training rollouts only)."""
     if not isinstance(reward, PointwiseJudge) or not rows:
         return {}
-    own = replace(reward, client=replace(reward.client, stats=JudgeStats()))
+    own = replace(reward, client=replace(reward.client, stats=JudgeStats()), repeat_check=0.0)
     seen = [Trajectory(prompt=r["prompt"], turns=(r["answer"],), reference=r["reference"],
                        length=r["length"], max_length=max(r["length"], 1),
                        metadata={"rewards": (r["reward"],)}) for r in rows]  # fmt: skip

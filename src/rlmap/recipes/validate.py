@@ -308,6 +308,10 @@ def _judge(cfg: RecipeConfig) -> Iterator[str]:
         if getattr(f, name) != getattr(JUDGE_DEFAULTS, name):
             yield (f"feedback.{name}: only pairwise comparisons use it "
                    f"(feedback.source=comparison), not feedback.source=judge")  # fmt: skip
+    for name in ("judge_min", "judge_max") if f.source == "comparison" else ():
+        if getattr(f, name) != getattr(JUDGE_DEFAULTS, name):
+            yield (f"feedback.{name}: only a pointwise judge rates (feedback.source=judge), "
+                   f"not feedback.source=comparison")  # fmt: skip
     s = cfg.system
     if s.backend == "ray" or s.learners > 1:
         where = "system.backend" if s.backend == "ray" else "system.learners"

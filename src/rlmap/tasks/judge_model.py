@@ -14,7 +14,7 @@ Its training examples come from the task's training prompts, each answer correct
 the plausible wrong kinds of :func:`rlmap.tasks.preferences.wrong_answer` (or, for a tenth,
 no number at all: what an untrained policy writes); pairwise examples put one correct and
 one wrong answer in a random order. Held-out accuracy is measured on held-out prompts, by
-the judge's first reply token (greedy), before and after.
+the verdict that the judge rewards read in its greedy reply, before and after.
 
 The saved directory has a chat template that joins the messages after ``<bos>`` (the
 tokenizer adds no ``<bos>`` of its own to chat prompts), so ``/v1/chat/completions`` sends
@@ -35,6 +35,7 @@ from transformers import PreTrainedTokenizerBase as Tokenizer
 
 from rlmap.feedback.judge import EMBEDDED_PAIRWISE as PAIRWISE
 from rlmap.feedback.judge import EMBEDDED_POINTWISE as POINTWISE
+from rlmap.feedback.judge import parse_choice, parse_score
 from rlmap.tasks.arithmetic import Example
 from rlmap.tasks.preferences import wrong_answer
 from rlmap.tasks.tokenizer import restore_bos
@@ -89,8 +90,8 @@ def judge_examples(task: Sequence[Example], n: int, pairwise: float, seed: int) 
 
 @torch.no_grad()
 def accuracy(model: PreTrainedModel, tokenizer: Tokenizer, examples: Sequence[Example]) -> float:
-    """Share of ``examples`` whose greedy reply ends with the target's verdict (the
-    character after its last ``:``)."""
+    """Share of ``examples`` whose greedy reply says what the target says, as the judge
+    reward reads it (:func:`verdict`)."""
     model.eval()
     hits = 0
     pad = int(tokenizer.pad_token_id)
@@ -109,9 +110,18 @@ def accuracy(model: PreTrainedModel, tokenizer: Tokenizer, examples: Sequence[Ex
             eos_token_id=int(tokenizer.eos_token_id),
         )
         replies = tokenizer.batch_decode(out[:, width:], skip_special_tokens=True)
-        hits += sum(r.strip()[-1:] == e.answer.rsplit(":", 1)[-1]
-                    for r, e in zip(replies, chunk, strict=True))  # fmt: skip
+        for reply, e in zip(replies, chunk, strict=True):
+            said, meant = verdict(reply), verdict(e.answer)
+            hits += meant is not None and said == meant
     return hits / len(examples)
+
+
+def verdict(reply: str) -> float | None:
+    """What rlmap's judge reward reads in an embedded judge's reply: the pointwise rating
+    in [0, 1] (``19:1`` → 1), or the pairwise choice (``19:b`` → 1), None if neither."""
+    if reply.strip()[-1:] in ("a", "b"):
+        return parse_choice(reply)
+    return parse_score(reply, 0.0, 1.0)
 
 
 def train_judge(
