@@ -405,3 +405,25 @@ def test_the_embedded_judges_examples_say_which_answer_is_right() -> None:
     assert (
         judge.load_template("embedded", "pointwise").format(prompt="1+2=", response="3") == "3?1+2="
     )
+
+
+# --- comparisons by a learned pairwise model -------------------------------------------
+
+
+def test_learned_comparisons_by_hand() -> None:
+    from rlmap.feedback.judge import LearnedComparison
+
+    # scores r = (0, ln 2, 0): P(1 ≻ 0) = P(1 ≻ 2) = σ(ln 2) = 2/3, P(0 ≻ 2) = ½; win rates
+    # 0: (1/3 + 1/2) / 2 = 5/12, 1: (2/3 + 2/3) / 2 = 2/3, 2: (1/2 + 1/3) / 2 = 5/12
+    def t(score: float | None, group: int = 0) -> Trajectory:
+        extra = {} if score is None else {"learned": score}
+        return Trajectory(prompt="1+1=", turns=("2",), reference="2", length=1, max_length=4,
+                          metadata={"group": group, "rewards": (1.0,), **extra})  # fmt: skip
+
+    reward = LearnedComparison()
+    scores = score_batch(reward, [t(0.0), t(math.log(2)), t(0.0), t(None, group=1)])
+    assert [s.value for s in scores[:3]] == pytest.approx([5 / 12, 2 / 3, 5 / 12])
+    assert scores[3].status == RewardStatus.INFRA_ERROR  # no score to compare
+    assert reward.stats.drain()["judge/pairs"] == 3
+    bt = score_batch(LearnedComparison(aggregate="bt"), [t(0.0), t(math.log(2)), t(0.0)])
+    assert bt[1].value > bt[0].value == pytest.approx(bt[2].value)

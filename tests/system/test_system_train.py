@@ -295,6 +295,25 @@ def test_classic_rlhf_trains_on_a_learned_reward_with_the_kl_in_the_reward(
     assert any(r["reward/mean"] not in (0.0, 1.0) for r in records)
 
 
+def test_comparisons_by_the_learned_reward_model_train(
+    tiny_model_dir: Path, tmp_path: Path, toy: Toy
+) -> None:
+    rm = _reward_model_dir(tiny_model_dir, tmp_path / "rm")
+    cfg = build_config("grpo", None, [*toy(tiny_model_dir), f"model.reward_path={rm}",
+                                      "feedback.source=comparison",
+                                      "feedback.comparison_model=reward_model"])  # fmt: skip
+    setup.check_inputs(cfg)
+    run_training(cfg, tmp_path / "run")
+    records = _records(tmp_path / "run")[1:]
+    for r in records:  # 2 groups of 4: all 6 pairs each; win rates average ½ per group
+        assert r["judge/pairs"] == 12 and r["judge/calls"] == 0 and "reward/verifier_mean" in r
+        assert r["reward/mean"] == pytest.approx(0.5) and r["sampling/rejected"] == 0
+    with pytest.raises(ConfigError, match=r"^feedback\.judge_url: only an AI judge uses it"):
+        build_config("grpo", None, [*toy(tiny_model_dir), f"model.reward_path={rm}",
+                                    "feedback.source=comparison", "feedback.judge_url=http://x/v1",
+                                    "feedback.comparison_model=reward_model"])  # fmt: skip
+
+
 def test_a_learned_reward_needs_a_model_with_the_policys_tokenizer(
     tiny_model_dir: Path, tiny_calc_model_dir: Path, tmp_path: Path, toy: Toy
 ) -> None:

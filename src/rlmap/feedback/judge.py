@@ -523,6 +523,12 @@ def pair_design(g: int, k: int | None = None) -> list[tuple[int, int]]:
     return ordered[:k]
 
 
+def bounded_pairs(k: int | None, g: int) -> int | None:
+    """``k`` pairs (None: all) for a group of ``g``, within what :func:`pair_design` takes
+    (config asks G − 1 ≤ K ≤ G(G−1)/2 of the full group; a smaller group gets what fits)."""
+    return None if k is None else min(max(k, g - 1), g * (g - 1) // 2)
+
+
 def win_rates(g: int, verdicts: Sequence[tuple[int, int, float]]) -> list[float | None]:
     """Each response's share of its comparisons won; ``verdicts`` are (i, j, w) with w = 1
     when i won, 0 when j won, ½ a tie. None for a response in no comparison."""
@@ -597,7 +603,7 @@ class ComparisonReward:
         for members in groups.values():
             if len(members) < 2:
                 continue
-            for i, j in pair_design(len(members), self._pairs(len(members))):
+            for i, j in pair_design(len(members), bounded_pairs(self.pairs, len(members))):
                 a, b = members[i], members[j]
                 if batch[a].response == batch[b].response:
                     ties.append((a, b, 0.5))
@@ -612,9 +618,6 @@ class ComparisonReward:
         self._record(shown, again, choices, replies, len(ties))
         n = len(shown)
         return self._scores(batch, groups, shown, choices[:n], replies[:n], ties)
-
-    def _pairs(self, g: int) -> int | None:
-        return None if self.pairs is None else min(max(self.pairs, g - 1), g * (g - 1) // 2)
 
     def _prompt(self, batch: Sequence[Trajectory], a: int, b: int) -> str:
         t = batch[a]
@@ -675,6 +678,45 @@ class ComparisonReward:
         return [s for s in out if s is not None]
 
 
+@dataclass
+class LearnedComparison:
+    """Per-response rewards from a learned pairwise model's verdicts within each group: the
+    Bradley–Terry reward model's P(i ≻ j) = σ(r_i − r_j) on the same pair design, as a soft
+    verdict (w = that probability), aggregated as :class:`ComparisonReward` does. The
+    scores r come in ``metadata["learned"]`` (the loop scores the batch first); a
+    trajectory without one is ``INFRA_ERROR``. No position probe: the verdict is symmetric
+    by construction."""
+
+    aggregate: Literal["winrate", "bt"] = "winrate"
+    pairs: int | None = None
+    stats: JudgeStats = field(default_factory=JudgeStats)
+    name: str = "comparison"
+
+    def __call__(self, batch: Sequence[Trajectory]) -> list[Score]:
+        groups: dict[Any, list[int]] = {}
+        for k, t in enumerate(batch):
+            groups.setdefault(t.metadata.get("group", ("alone", k)), []).append(k)
+        out: list[Score] = [Score.failed(RewardStatus.INFRA_ERROR, "comparison: no score")] * len(
+            batch
+        )
+        for members in groups.values():
+            scored = [k for k in members if "learned" in batch[k].metadata]
+            if len(scored) < 2:
+                continue
+            pairs = pair_design(len(scored), bounded_pairs(self.pairs, len(scored)))
+            r = [float(batch[k].metadata["learned"]) for k in scored]
+            verdicts = [(i, j, 1.0 / (1.0 + math.exp(r[j] - r[i]))) for i, j in pairs]
+            with self.stats.lock:
+                self.stats.pairs += len(pairs)
+            for k, reward in zip(scored, AGGREGATE[self.aggregate](len(scored), verdicts),
+                                 strict=True):  # fmt: skip
+                if reward is not None:
+                    out[k] = on_last_turn(Score(reward), batch[k])
+                    with self.stats.lock:
+                        self.stats.scored.append(_observed(reward, batch[k]))
+        return out
+
+
 def _batch_seed(seed: int, texts: Sequence[str]) -> int:
     """A seed of the run's seed and the batch's texts: the probes' draws repeat with them."""
     h = hashlib.blake2b(str(seed).encode(), digest_size=8)
@@ -695,9 +737,15 @@ def api_key(f: FeedbackParams) -> str | None:
     return key
 
 
-def judge_reward(f: FeedbackParams, seed: int) -> PointwiseJudge | ComparisonReward:
+def judge_reward(
+    f: FeedbackParams, seed: int
+) -> PointwiseJudge | ComparisonReward | LearnedComparison:
     """The reward of ``feedback.source=judge`` (pointwise) or ``comparison`` (pairwise), its
-    client built from the ``feedback.judge_*`` fields (validated in config)."""
+    client built from the ``feedback.judge_*`` fields (validated in config); comparisons
+    by the learned reward model need no client."""
+    pairs = None if f.comparison_pairs == "all" else f.comparison_pairs
+    if not f.uses_judge:
+        return LearnedComparison(aggregate=f.comparison, pairs=pairs)
     assert f.judge_url is not None  # validated: a judged source needs one
     client = JudgeClient(f.judge_url, f.judge_model, timeout_s=f.judge_timeout_s,
                          retries=f.judge_retries, concurrency=f.judge_concurrency,
@@ -707,7 +755,6 @@ def judge_reward(f: FeedbackParams, seed: int) -> PointwiseJudge | ComparisonRew
         return PointwiseJudge(client, load_template(f.judge_template, "pointwise"),
                               lo=f.judge_min, hi=f.judge_max,
                               repeat_check=f.judge_repeat_check, seed=seed)  # fmt: skip
-    pairs = None if f.comparison_pairs == "all" else f.comparison_pairs
     return ComparisonReward(client, load_template(f.judge_template, "pairwise"),
                             aggregate=f.comparison, pairs=pairs,
                             position_check=f.judge_position_check,
@@ -739,6 +786,8 @@ def judge_samples(reward: object, rows: list[dict[str, Any]]) -> dict[str, float
 
 
 def judge_metrics(reward: object) -> dict[str, float]:
-    """The ``judge/*`` metrics since the last call, when ``reward`` is a judge; else none."""
+    """The ``judge/*`` metrics since the last call, when ``reward`` is a judge or a learned
+    comparison; else none."""
     client = getattr(reward, "client", None)
-    return client.stats.drain() if isinstance(client, JudgeClient) else {}
+    stats = client.stats if isinstance(client, JudgeClient) else getattr(reward, "stats", None)
+    return stats.drain() if isinstance(stats, JudgeStats) else {}

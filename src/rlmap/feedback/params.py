@@ -77,9 +77,28 @@ class FeedbackParams:
     judge_repeat_check: float = 0.0
     """The fraction of requests sent twice, the repeat past the cache
     (``judge/self_consistency``; meaningful with ``judge_temperature`` > 0)."""
+    comparison_model: Literal["judge", "reward_model"] = "judge"
+    """Who gives ``source=comparison``'s pairwise verdicts: the AI judge at ``judge_url``,
+    or the learned Bradley–Terry reward model (``model.reward_path``; on the embedded
+    default, its own), whose verdict on a pair is P(i ≻ j) = σ(r_i − r_j)."""
     comparison: Literal["winrate", "bt"] = "winrate"
     """How ``source=comparison`` turns a group's verdicts into rewards: each response's win
     rate (ties ½), or Bradley–Terry strengths fitted per group, σ(s_i − s̄)."""
     comparison_pairs: int | Literal["all"] = "all"
     """Pairs judged per group: all G(G−1)/2, or K (G − 1 ≤ K ≤ G(G−1)/2) of a connected
     design in which every response is compared about equally often."""
+
+    @property
+    def uses_reward_model(self) -> bool:
+        """A learned reward model scores the rollouts: as the reward, or as the comparisons'
+        verdicts."""
+        return self.source == "reward_model" or (
+            self.source == "comparison" and self.comparison_model == "reward_model"
+        )
+
+    @property
+    def uses_judge(self) -> bool:
+        """An AI judge over HTTP gives the reward or the comparisons' verdicts."""
+        return self.source == "judge" or (
+            self.source == "comparison" and self.comparison_model == "judge"
+        )

@@ -294,8 +294,7 @@ JUDGE_DEFAULTS = FeedbackParams()
 
 def _judge(cfg: RecipeConfig) -> Iterator[str]:
     f = cfg.feedback
-    judged = f.source in ("judge", "comparison")
-    if not judged:
+    if f.source not in ("judge", "comparison"):
         for name in (x.name for x in dataclasses.fields(FeedbackParams)
                      if x.name.startswith(("judge_", "comparison"))):  # fmt: skip
             if getattr(f, name) != getattr(JUDGE_DEFAULTS, name):
@@ -303,7 +302,16 @@ def _judge(cfg: RecipeConfig) -> Iterator[str]:
                        f"comparison), not feedback.source={f.source}")  # fmt: skip
                 return
         return
-    pairwise_only = ("comparison", "comparison_pairs", "judge_position_check")
+    yield from _comparisons(cfg)
+    if not f.uses_judge:  # comparisons by the learned reward model
+        for name in (x.name for x in dataclasses.fields(FeedbackParams)
+                     if x.name.startswith("judge_")):  # fmt: skip
+            if getattr(f, name) != getattr(JUDGE_DEFAULTS, name):
+                yield (f"feedback.{name}: only an AI judge uses it, not "
+                       f"feedback.comparison_model=reward_model")  # fmt: skip
+                return
+        return
+    pairwise_only = ("comparison", "comparison_model", "comparison_pairs", "judge_position_check")
     for name in pairwise_only if f.source == "judge" else ():
         if getattr(f, name) != getattr(JUDGE_DEFAULTS, name):
             yield (f"feedback.{name}: only pairwise comparisons use it "
@@ -333,11 +341,16 @@ def _judge(cfg: RecipeConfig) -> Iterator[str]:
     if not f.judge_timeout_s > 0 or f.judge_temperature < 0:
         yield (f"feedback.judge_timeout_s: must be > 0 (and judge_temperature >= 0), got "
                f"{f.judge_timeout_s} ({f.judge_temperature})")  # fmt: skip
-    g = cfg.sampling.group_size
-    if f.source == "comparison" and g < 2:
+
+
+def _comparisons(cfg: RecipeConfig) -> Iterator[str]:
+    f, g = cfg.feedback, cfg.sampling.group_size
+    if f.source != "comparison":
+        return
+    if g < 2:
         yield f"sampling.group_size: feedback.source=comparison compares within a group, got {g}"
     k = f.comparison_pairs
-    if f.source == "comparison" and k != "all" and g >= 2 and not g - 1 <= k <= g * (g - 1) // 2:
+    if k != "all" and g >= 2 and not g - 1 <= k <= g * (g - 1) // 2:
         yield (f"feedback.comparison_pairs: a group of {g} needs {g - 1} to {g * (g - 1) // 2} "
                f"pairs (connected, at most all), got {k}")  # fmt: skip
 

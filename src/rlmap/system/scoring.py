@@ -95,13 +95,15 @@ def trajectory(
     *,
     decode: Decode | None = None,
     group: int | None = None,
+    learned: float | None = None,
 ) -> Trajectory:
     """The reward interface's view of an episode: decoded turns and observations.
 
     ``rewards`` replaces the environment's per-turn rewards (a learned reward's score).
     ``decode`` defaults to ``decode_response`` with ``tokenizer`` (:func:`trajectories`
     passes a memo of it). ``group``: the prompt's group id, in ``metadata["group"]`` (what a
-    comparison reward compares within).
+    comparison reward compares within); ``learned``: the reward model's score, in
+    ``metadata["learned"]`` (what a learned comparison compares).
     """
     text = partial(decode_response, tokenizer) if decode is None else decode
     turns: dict[int, tuple[int, ...]] = {}
@@ -124,6 +126,7 @@ def trajectory(
             "rewards": tuple(e.rewards if rewards is None else rewards),
             "status": int(e.status),
             **({} if group is None else {"group": group}),
+            **({} if learned is None else {"learned": learned}),
         },
         length=e.action_tokens,
         max_length=max_length,
@@ -138,17 +141,22 @@ def trajectories(
     max_length: int,
     rewards: Sequence[Sequence[float] | None] | None = None,
     groups: Sequence[int] | None = None,
+    learned: Sequence[float] | None = None,
 ) -> list[Trajectory]:
     """:func:`trajectory` of each episode (``rewards``: each one's, or None for all;
-    ``groups``: each one's group id, or None), each distinct token sequence decoded once:
+    ``groups``: each one's group id, or None; ``learned``: each one's reward-model score,
+    or None), each distinct token sequence decoded once:
     the G episodes of a prompt share its ids, and often their answers; a tokenizer's
     ``decode`` costs about 7 µs a call."""
     decode: Decode = lru_cache(maxsize=None)(partial(decode_response, tokenizer))
     per_episode = [None] * len(episodes) if rewards is None else rewards
     group_of = [None] * len(episodes) if groups is None else groups
+    score_of = [None] * len(episodes) if learned is None else learned
     return [
-        trajectory(tokenizer, e, reference, max_length, r, decode=decode, group=g)
-        for e, reference, r, g in zip(episodes, references, per_episode, group_of, strict=True)
+        trajectory(tokenizer, e, reference, max_length, r, decode=decode, group=g, learned=s)
+        for e, reference, r, g, s in zip(
+            episodes, references, per_episode, group_of, score_of, strict=True
+        )
     ]
 
 

@@ -183,12 +183,13 @@ def model_path(
 def reward_model_path(
     cfg: RecipeConfig, progress: Callable[[int, int, float], None] | None = None
 ) -> Path | None:
-    """The reward model of a ``feedback.source=reward_model`` run (None for other sources).
+    """The reward model of a ``feedback.source=reward_model`` run, or of comparisons by it
+    (``feedback.comparison_model=reward_model``); None for other sources.
 
     ``model.reward_path`` when given; on the embedded default without one, the cached
     model trained on the task's preference pairs (:mod:`rlmap.tasks.preferences`).
     """
-    if cfg.feedback.source != "reward_model":
+    if not cfg.feedback.uses_reward_model:
         return None
     if cfg.model.reward_path is not None:
         path = Path(cfg.model.reward_path)
@@ -213,7 +214,7 @@ def check_inputs(cfg: RecipeConfig) -> None:
     refuse_unavailable(cfg)
     load_data(cfg)
     f = cfg.feedback
-    if f.source in ("judge", "comparison") and f.judge_url is not None:
+    if f.uses_judge and f.judge_url is not None:
         judge.probe(f.judge_url, api_key=judge.api_key(f))  # not against a dead judge
         judge.load_template(f.judge_template, "pointwise" if f.source == "judge" else "pairwise")
     if cfg.model.path in EMBEDDED_MODELS:
@@ -229,7 +230,7 @@ def check_inputs(cfg: RecipeConfig) -> None:
             marker_ids(tokenizer)
     if context is not None:
         check_prompt_lengths(labelled_prompts(cfg), tokenizer, context, source)
-    if cfg.feedback.source == "reward_model" and (
+    if cfg.feedback.uses_reward_model and (
         cfg.model.reward_path is not None or cfg.model.path not in EMBEDDED_MODELS
     ):
         reward_model_path(cfg)  # a given path must exist; a real model must have one
@@ -667,8 +668,9 @@ def _reward_model(
 ) -> torch.nn.Module | None:
     """The frozen reward model at ``path``; its tokenizer must be the policy's."""
     if path is None:
-        if cfg.feedback.source == "reward_model":
-            raise ConfigError("model.reward_path: no reward model for feedback.source=reward_model")
+        if cfg.feedback.uses_reward_model:
+            raise ConfigError(f"model.reward_path: no reward model for feedback.source="
+                              f"{cfg.feedback.source}")  # fmt: skip
         return None
     if load_tokenizer(path).get_vocab() != tokenizer.get_vocab():
         raise ConfigError(

@@ -146,11 +146,13 @@ def rollout_round(
             learned, rm_failed = [0.0] * len(episodes), True
     limit = g.max_new_tokens * p.cfg.data.turn_budget  # the episode's length limit, all turns
     references = [examples[k // group_size].answer for k in range(len(episodes))]
-    rewards = None if learned is None else [
+    comparing = p.cfg.feedback.source == "comparison"  # the scores are compared, not summed
+    rewards = None if learned is None or comparing else [
         (*[0.0] * (len(e.rewards) - 1), r) for e, r in zip(episodes, learned, strict=True)
     ]  # fmt: skip
     groups = [first_group + k // group_size for k in range(len(episodes))]
-    seen = trajectories(p.tokenizer, episodes, references, limit, rewards, groups)
+    seen = trajectories(p.tokenizer, episodes, references, limit, rewards, groups,
+                        learned if comparing else None)  # fmt: skip
     verdicts = score_episodes(p.base_reward, p.shaping, seen)
     if rm_failed:
         verdicts = [replace(v, status=RewardStatus.INFRA_ERROR) for v in verdicts]
