@@ -167,11 +167,12 @@ def test_the_learner_drops_what_is_older_than_eta_when_it_consumes(
     seen: list[Batch] = []
     monkeypatch.setattr(async_loop, "learn", lambda p, batch, state: seen.append(batch) or {})
     with async_loop.async_runner(parts, LoopState(step=3), workers_of=lambda r: []) as runner:
-        for k, version in enumerate((0, 3, 1, 2)):  # lags 3, 0, 2, 1 at version 3; η = 1
-            runner.queue.put(async_loop.Finished(_scored(version, 0), 0.0, k))  # keeps 2
+        # lags 3, 0, 2, 1 at version 3 (η = 1: two stale), then two more taken for them
+        for k, version in enumerate((0, 3, 1, 2, 3, 2)):
+            runner.queue.put(async_loop.Finished(_scored(version, k // 4), 0.0, k % 4))
         _, metrics = runner.step(LoopState(step=3))
-    assert metrics["system/stale_dropped"] == 2
-    assert len(seen) == 1 and seen[0].size == 2
+    assert metrics["system/stale_dropped"] == 2 and metrics["sampling/generated"] == 6
+    assert len(seen) == 1 and seen[0].size == 4
     kept = seen[0].policy_version
     assert kept is not None and sorted(int(v) for v in kept[seen[0].action_mask].unique()) == [2, 3]
 

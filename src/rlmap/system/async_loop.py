@@ -405,6 +405,9 @@ class AsyncRunner:
                 if self.queue.empty():  # no thread will ever fill it
                     raise RuntimeError("deterministic mode: the staleness bound admits no "
                                        "round and the queue is empty")  # fmt: skip
+            if not self.deterministic and not self.threads and self.queue.empty():
+                raise RuntimeError("no rollout worker: the queue is empty and nothing will "
+                                   "fill it")  # fmt: skip
             if self.errors:
                 if isinstance(self.errors[0], TrainingError):  # one line at the CLI
                     raise TrainingError(str(self.errors[0]))
