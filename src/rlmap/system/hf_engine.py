@@ -39,7 +39,7 @@ import copy
 import math
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import Tensor
@@ -195,10 +195,10 @@ class HFEngine:
         """One ``generate`` call on at most ``max_batch`` prompts."""
         device = next(self.model.parameters()).device
         input_ids, attention_mask = left_pad(prompts, self.pad_token_id, device)  # (B, P)
+        model: Any = self.model  # transformers' typing of generate differs between releases
         with recording(self.model) as calls:  # MoE routers only; nothing for a dense model
-            out = self.model.generate(input_ids=input_ids, attention_mask=attention_mask,
-                                      generation_config=config,
-                                      logits_processor=chain)  # fmt: skip
+            out = model.generate(input_ids=input_ids, attention_mask=attention_mask,
+                                 generation_config=config, logits_processor=chain)  # fmt: skip
         tokens = out.sequences[:, input_ids.shape[1] :]  # (B, T)
         if draw is not None:  # (B, T): the draws' log μ (the scores returned were forced)
             logprobs = torch.stack(draw.logprobs, dim=1)

@@ -28,6 +28,7 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
@@ -101,7 +102,8 @@ def accuracy(model: PreTrainedModel, tokenizer: Tokenizer, examples: Sequence[Ex
         width = max(map(len, rows))
         ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows])  # left-padded
         mask = (ids != pad).long()
-        out = model.generate(  # type: ignore[operator]  # HF's typing of generate
+        generate: Any = model.generate  # transformers' typing of generate differs by release
+        out = generate(
             input_ids=ids,
             attention_mask=mask,
             max_new_tokens=8,
