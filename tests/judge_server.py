@@ -60,22 +60,23 @@ def _handler(owner: JudgeServer) -> type[BaseHTTPRequestHandler]:
                 owner.requests += 1
                 owner.in_flight += 1
                 owner.max_in_flight = max(owner.max_in_flight, owner.in_flight)
-            try:
+            try:  # the reply is made, and the request leaves the count, before it is sent:
+                # a client that has its answer may send the next at once
                 time.sleep(owner.delay_s)
                 prompt = body["messages"][-1]["content"]
                 reply = owner.reply(prompt)
-                if isinstance(reply, int):
-                    self._send(reply, {"error": "scripted failure"})
-                    return
-                self._send(200, {"object": "chat.completion", "model": body["model"],
-                                 "choices": [{"index": 0, "finish_reason": "stop",
-                                              "message": {"role": "assistant", "content": reply}}],
-                                 "usage": {"prompt_tokens": len(prompt.split()),
-                                           "completion_tokens": 1,
-                                           "total_tokens": len(prompt.split()) + 1}})  # fmt: skip
             finally:
                 with owner.lock:
                     owner.in_flight -= 1
+            if isinstance(reply, int):
+                self._send(reply, {"error": "scripted failure"})
+                return
+            self._send(200, {"object": "chat.completion", "model": body["model"],
+                             "choices": [{"index": 0, "finish_reason": "stop",
+                                          "message": {"role": "assistant", "content": reply}}],
+                             "usage": {"prompt_tokens": len(prompt.split()),
+                                       "completion_tokens": 1,
+                                       "total_tokens": len(prompt.split()) + 1}})  # fmt: skip
 
         def _send(self, code: int, payload: dict[str, Any]) -> None:
             data = json.dumps(payload).encode()

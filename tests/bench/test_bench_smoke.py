@@ -7,6 +7,7 @@ or reports nonsense, fails as well.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import re
 import subprocess
@@ -197,3 +198,28 @@ def test_mismatch_table_reads_a_sweep(tmp_path: Path) -> None:
     assert "capped_frac max 0.0000" in rows["decoupled tis"]
     assert "κ ≡ 1" in rows["bypass none"] and "(no runs)" in rows["decoupled none"]
     assert (tmp_path / "k.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_judge_table_reads_a_run_directory(tmp_path: Path) -> None:
+    # a hand-made run: step 0 evaluates, then 12 steps; rewards are 0.1·step, the
+    # verifier's 0.05·step, so the first 10 steps (1..10) mean 0.55 and 0.275, the last
+    # 10 (3..12) mean 0.75 and 0.375; position agreement is logged on steps 1 and 2 only
+    run = tmp_path / "run-a"
+    run.mkdir()
+    (run / "config.yaml").write_text("recipe: grpo\nfeedback:\n  source: judge\n")
+    records: list[dict[str, float]] = [{"step": 0, "eval/pass@1": 0.25}]
+    for step in range(1, 13):
+        records.append({"step": step, "reward/mean": 0.1 * step,
+                        "reward/verifier_mean": 0.05 * step, "judge/invalid": 1,
+                        "sampling/infra_errors": step == 12})  # fmt: skip
+    records[1]["judge/position_agreement"], records[2]["judge/position_agreement"] = 0.5, 0.7
+    records[-1]["eval/pass@1"] = 0.75
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    ledger = {"judge_calls": 1234, "judge_tokens": 56789, "wall_clock_s": 42.4}
+    (run / "ledger.json").write_text(json.dumps(ledger))
+    lines = run_script("judge_table.py", str(run)).strip().splitlines()
+    assert len(lines) == 3 and lines[0].startswith("| run | source |")
+    cells = [c.strip() for c in lines[2].strip("|").split("|")]
+    assert cells[:9] == ["run-a", "judge", "0.250 → 0.750", "0.550 → 0.750", "0.275 → 0.375",
+                         "1,234", "56,789", "12 / 1", "0.60 / – / – / –"]  # fmt: skip
+    assert cells[9] == "42"

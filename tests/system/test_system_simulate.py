@@ -425,3 +425,25 @@ def test_from_run_simulates_the_runs_own_mode_and_eta_unless_a_flag_overrides(
     assert "--eta 1 overrides the run's η = 4" in said
     config, _ = build_config(SimulateArgs())  # no run: the defaults as before
     assert (config.mode, config.eta) == ("sync", 1)
+
+
+def test_sweep_plots_need_no_math_fonts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # a font list of DejaVu Sans only (as a matplotlib font cache built without the
+    # bundled math fonts has it): log axes labelled with mathtext would warn once per
+    # missing family, on stderr, beside the CLI's one-line error
+    from matplotlib import font_manager
+
+    plain = [f for f in font_manager.fontManager.ttflist if f.name == "DejaVu Sans"]
+    assert plain
+    monkeypatch.setattr(font_manager.fontManager, "ttflist", plain)
+    font_manager.fontManager._findfont_cached.cache_clear()
+    try:
+        with caplog.at_level("WARNING", logger="matplotlib"):
+            assert main(["simulate", "--sweep-workers", "1,2,4", "--batch", "8", "--steps", "5",
+                         "--plot", str(tmp_path)]) == 0  # fmt: skip
+    finally:
+        font_manager.fontManager._findfont_cached.cache_clear()
+    assert [r.getMessage() for r in caplog.records if r.name.startswith("matplotlib")] == []
+    assert (tmp_path / "staleness.png").read_bytes()[:4] == b"\x89PNG"

@@ -252,7 +252,11 @@ def plot_sweep(results: Sequence[SimResult], out_dir: Path, prefix: str = "") ->
     way); ``rlmap simulate --plot`` refuses existing files first (:func:`check_plot_dir`).
     """
     from matplotlib.figure import Figure  # imported here: only plotting pays for matplotlib
+    from matplotlib.ticker import FuncFormatter, NullFormatter
 
+    # log-axis ticks as plain numbers: matplotlib's default labels them with mathtext, whose
+    # fonts a font cache built from the system fonts lacks (a warning per missing family)
+    plain = FuncFormatter(lambda v, _: f"{v:g}")
     create_run_dir(out=out_dir, kind="plot directory", force=True)
     modes = [m for m in MODES if any(r.mode == m for r in results)]
     series = {
@@ -282,6 +286,9 @@ def plot_sweep(results: Sequence[SimResult], out_dir: Path, prefix: str = "") ->
                         color=_COLOURS[mode])  # fmt: skip
         ax.set_xscale("log", base=2)
         ax.set_yscale(yscale)
+        for axis in (ax.xaxis, ax.yaxis) if yscale != "linear" else (ax.xaxis,):
+            axis.set_major_formatter(plain)
+            axis.set_minor_formatter(NullFormatter())
         if yscale != "log":
             ax.set_ylim(bottom=0)  # every quantity here is >= 0
         ax.set_xlabel("rollout workers W")
