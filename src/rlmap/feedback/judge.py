@@ -594,9 +594,7 @@ class ComparisonReward:
     name: str = "comparison"
 
     def __call__(self, batch: Sequence[Trajectory]) -> list[Score]:
-        groups: dict[Any, list[int]] = {}
-        for k, t in enumerate(batch):
-            groups.setdefault(t.metadata.get("group", ("alone", k)), []).append(k)
+        groups = _groups(batch)
         asks: list[tuple[int, int]] = []  # (first shown, second shown), batch indices
         ties: list[Verdict] = []  # the same text twice: a tie, never asked
         rng = random.Random(_batch_seed(self.seed, [t.prompt + t.response for t in batch]))
@@ -693,9 +691,7 @@ class LearnedComparison:
     name: str = "comparison"
 
     def __call__(self, batch: Sequence[Trajectory]) -> list[Score]:
-        groups: dict[Any, list[int]] = {}
-        for k, t in enumerate(batch):
-            groups.setdefault(t.metadata.get("group", ("alone", k)), []).append(k)
+        groups = _groups(batch)
         out: list[Score] = [Score.failed(RewardStatus.INFRA_ERROR, "comparison: no score")] * len(
             batch
         )
@@ -715,6 +711,14 @@ class LearnedComparison:
                     with self.stats.lock:
                         self.stats.scored.append(_observed(reward, batch[k]))
         return out
+
+
+def _groups(batch: Sequence[Trajectory]) -> dict[Any, list[int]]:
+    """Batch indices by ``metadata["group"]``, in batch order; no group: a group of one."""
+    groups: dict[Any, list[int]] = {}
+    for k, t in enumerate(batch):
+        groups.setdefault(t.metadata.get("group", ("alone", k)), []).append(k)
+    return groups
 
 
 def _batch_seed(seed: int, texts: Sequence[str]) -> int:

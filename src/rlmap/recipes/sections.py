@@ -13,7 +13,10 @@ class ModelConfig:
     path: str = "embedded:tiny"
     """A local directory of any Hugging Face causal LM, or ``embedded:tiny`` for the built-in
     character-level model (built and warm-started on first use, cached by content hash), or
-    ``embedded:tiny-moe`` for its mixture-of-experts twin (Qwen3-MoE, 4 experts, top-2)."""
+    ``embedded:tiny-moe`` for its mixture-of-experts twin (Qwen3-MoE, 4 experts, top-2), or
+    ``embedded:tiny-chat`` for a chat model (byte-level BPE, ChatML template; the calculator
+    task's tool calls are JSON in ``<tool_call>`` tags, ~25 tokens: give it
+    ``generation.max_new_tokens=32``)."""
     reward_path: str | None = None
     """A trained reward model (``feedback.source=reward_model``): a local Hugging Face
     sequence-classification directory, e.g. from ``rlmap reward-model train``. None on the

@@ -11,8 +11,8 @@ Implementations: :class:`rlmap.system.hf_engine.HFEngine` (Hugging Face
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from typing import Protocol, runtime_checkable
 
 import torch
@@ -31,13 +31,66 @@ class Completion:
     (temperature and top-p applied; computed in float32); same length as ``response_ids``."""
     stopped: bool
     """True when the response ended with a stop token — EOS, or one of the call's
-    ``stop_token_ids`` (``response_ids[-1]`` says which); False when it hit ``max_new_tokens``."""
+    ``stop_token_ids`` (``response_ids[-1]`` says which) — or with the token that completed
+    one of its stop strings; False when it hit ``max_new_tokens``."""
     version: int
     """Weight version of the engine that sampled it."""
     routes: torch.Tensor | None = None
     """Mixture-of-experts policies, when the engine records routing: (len(prompt_ids) +
     len(response_ids), L, K) long, the experts each position was routed through (-1 where
     none was: the last token of the longest responses of a call is never fed back)."""
+
+
+@dataclass(frozen=True)
+class StopStrings:
+    """Texts that end a turn however the model spells them in tokens (``</tool_call>`` is
+    several tokens of a BPE vocabulary, and not always the same ones), with the decoder
+    that reads the sampled ids as text (the tokenizer's, special tokens kept).
+
+    A response stops at the first token after which its text contains one of ``strings``;
+    that token is the response's last (:func:`cut_at_stop_strings`). The ids are the
+    engine's, never re-encoded: the text only says where to cut."""
+
+    strings: tuple[str, ...]
+    decode: Callable[[list[int]], str]
+
+    @property
+    def window(self) -> int:
+        """Tokens enough to hold any of the strings (each token adds a character or more;
+        two more for decoders that drop a leading space)."""
+        return max(len(s) for s in self.strings) + 2
+
+
+def stop_string_end(stops: StopStrings, ids: Sequence[int]) -> int | None:
+    """The length of the shortest prefix of ``ids`` whose text contains a stop string
+    (the completing token included), or None when the whole text contains none.
+
+    One decode of the whole, then a bisection over prefixes: a prefix's text is a prefix
+    of a longer one's (up to a character still incomplete at its end), so once a string
+    is in, it stays in."""
+
+    def has(k: int) -> bool:
+        text = stops.decode(list(ids[:k]))
+        return any(s in text for s in stops.strings)
+
+    if not ids or not stops.strings or not has(len(ids)):
+        return None
+    lo, hi = 1, len(ids)  # has(hi)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if has(mid) else (mid + 1, hi)
+    return lo
+
+
+def cut_at_stop_strings(c: Completion, stops: StopStrings | None) -> Completion:
+    """``c`` cut after the token that completes its first stop string (then ``stopped``),
+    or ``c`` itself when it contains none before its own end."""
+    end = None if stops is None else stop_string_end(stops, c.response_ids)
+    if end is None or (end == len(c.response_ids) and c.stopped):
+        return c
+    routes = None if c.routes is None else c.routes[: len(c.prompt_ids) + end]
+    return replace(c, response_ids=c.response_ids[:end], logprobs=c.logprobs[:end],
+                   stopped=True, routes=routes)  # fmt: skip
 
 
 @runtime_checkable
@@ -63,12 +116,14 @@ class RolloutEngine(Protocol):
         temperature: float,
         top_p: float,
         stop_token_ids: Sequence[int] = (),
+        stop_strings: StopStrings | None = None,
     ) -> list[list[Completion]]:
         """``n`` samples for each prompt: the outer list follows ``prompts``, the inner has ``n``.
 
         ``temperature == 0`` means greedy decoding (for evaluation). A sample ends at EOS, at
         any of ``stop_token_ids`` (e.g. the end of a tool call, where an environment takes
-        over), or after ``max_new_tokens``; the stop token is part of the response.
+        over), after the token that completes one of ``stop_strings``, or after
+        ``max_new_tokens``; the stop token is part of the response.
         """
         ...
 

@@ -48,12 +48,14 @@ from transformers import (
     GenerationMixin,
     LogitsProcessor,
     PreTrainedModel,
+    StoppingCriteria,
+    StoppingCriteriaList,
     TemperatureLogitsWarper,
     TopPLogitsWarper,
 )
 
 from rlmap.core.errors import TrainingError
-from rlmap.system.engine import Completion
+from rlmap.system.engine import Completion, StopStrings, cut_at_stop_strings
 from rlmap.system.lora import is_lora, merged_copy, rollout_weights
 from rlmap.system.routing import NO_ROUTE, assemble, recording
 
@@ -155,10 +157,12 @@ class HFEngine:
         temperature: float,
         top_p: float,
         stop_token_ids: Sequence[int] = (),
+        stop_strings: StopStrings | None = None,
     ) -> list[list[Completion]]:
         """``n`` samples per prompt (outer list per prompt, in order); see the module docstring.
 
-        A row stops at EOS or at any of ``stop_token_ids``, whichever comes first.
+        A row stops at EOS, at any of ``stop_token_ids`` or after the token that completes
+        one of ``stop_strings``, whichever comes first.
         """
         check_sampling_args(
             prompts, n=n, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p
@@ -181,7 +185,8 @@ class HFEngine:
                 chunk = flat[start : start + self.max_batch]
                 draw = OwnDraw(self.generator) if own and self.generator is not None else None
                 chain = [FiniteScores(), *warpers, *([draw] if draw is not None else [])]
-                completions += self._generate_chunk(chunk, config, stops, chain, draw)
+                done = self._generate_chunk(chunk, config, stops, chain, draw, stop_strings)
+                completions += [cut_at_stop_strings(c, stop_strings) for c in done]
         return [completions[i * n : (i + 1) * n] for i in range(len(prompts))]
 
     def _generate_chunk(
@@ -191,14 +196,20 @@ class HFEngine:
         stops: Sequence[int],
         chain: list[LogitsProcessor],
         draw: OwnDraw | None,
+        stop_strings: StopStrings | None = None,
     ) -> list[Completion]:
-        """One ``generate`` call on at most ``max_batch`` prompts."""
+        """One ``generate`` call on at most ``max_batch`` prompts (rows that complete a stop
+        string stop there; the caller cuts them at it)."""
         device = next(self.model.parameters()).device
         input_ids, attention_mask = left_pad(prompts, self.pad_token_id, device)  # (B, P)
         model: Any = self.model  # transformers' typing of generate differs between releases
+        ends = StoppingCriteriaList(
+            [] if stop_strings is None else [TextStop(stop_strings, input_ids.shape[1])]
+        )
         with recording(self.model) as calls:  # MoE routers only; nothing for a dense model
             out = model.generate(input_ids=input_ids, attention_mask=attention_mask,
-                                 generation_config=config, logits_processor=chain)  # fmt: skip
+                                 generation_config=config, logits_processor=chain,
+                                 stopping_criteria=ends)  # fmt: skip
         tokens = out.sequences[:, input_ids.shape[1] :]  # (B, T)
         if draw is not None:  # (B, T): the draws' log μ (the scores returned were forced)
             logprobs = torch.stack(draw.logprobs, dim=1)
@@ -251,6 +262,21 @@ class OwnDraw(LogitsProcessor):
         token = torch.multinomial(logp.exp(), 1, generator=self.generator)  # (B, 1)
         self.logprobs.append(logp.gather(-1, token).squeeze(-1))
         return torch.full_like(scores, -math.inf).scatter_(-1, token, 0.0)
+
+
+class TextStop(StoppingCriteria):
+    """Ends the rows whose response (after the ``width`` prompt columns) ends in a stop
+    string: the text of its last ``window`` tokens contains one. Only saves the steps
+    after it; where each response is cut is :func:`~rlmap.system.engine.cut_at_stop_strings`."""
+
+    def __init__(self, stops: StopStrings, width: int) -> None:
+        self.stops, self.width = stops, width
+
+    def __call__(self, input_ids: Tensor, scores: Any, **kwargs: Any) -> Tensor:
+        tails = input_ids[:, max(self.width, input_ids.shape[1] - self.stops.window) :].tolist()
+        texts = [self.stops.decode(tail) for tail in tails]
+        hit = [any(s in t for s in self.stops.strings) for t in texts]
+        return torch.tensor(hit, dtype=torch.bool, device=input_ids.device)
 
 
 class FiniteScores(LogitsProcessor):

@@ -16,7 +16,7 @@ import torch
 
 from rlmap.core.batch import Batch, End, RewardStatus
 from rlmap.feedback.reward import worst
-from rlmap.system.engine import Completion, RolloutEngine
+from rlmap.system.engine import Completion, RolloutEngine, StopStrings
 from rlmap.system.routing import NO_ROUTE
 from rlmap.tasks.env import Environment, EnvStep
 
@@ -174,6 +174,7 @@ def run_episodes(
     the next turns' tokens carry their version).
     """
     stops = tuple(dict.fromkeys(t for env in envs for t in env.stop_token_ids))
+    strings = stop_strings_of(envs)
     done: dict[int, Episode] = {}
     running: dict[int, _Running] = {}
     for i, env in enumerate(envs):
@@ -186,7 +187,8 @@ def run_episodes(
             before_turn()
         batch = engine.generate([r.context for r in running.values()], n=1,
                                 max_new_tokens=max_new_tokens, temperature=temperature,
-                                top_p=top_p, stop_token_ids=stops)  # fmt: skip
+                                top_p=top_p, stop_token_ids=stops,
+                                stop_strings=strings)  # fmt: skip
         items = list(running.items())
         for (_, r), (c,) in zip(items, batch, strict=True):
             r.add_turn(c)
@@ -207,6 +209,15 @@ def run_episodes(
             end = End.TERMINAL if c.stopped and s.terminated else End.TRUNCATED
             done[i] = running.pop(i).finish(end, eos=c.stopped)
     return [done[i] for i in range(len(envs))]
+
+
+def stop_strings_of(envs: Sequence[Environment]) -> StopStrings | None:
+    """The stop strings of all ``envs`` (an environment's optional ``stop_strings``), read
+    with the first one's decoder (one call's environments share the tokenizer)."""
+    own = [s for s in (getattr(env, "stop_strings", None) for env in envs) if s is not None]
+    if not own:
+        return None
+    return StopStrings(tuple(dict.fromkeys(x for s in own for x in s.strings)), own[0].decode)
 
 
 STEP_THREADS = 32

@@ -39,19 +39,25 @@ from rlmap.system.scoring import EpisodeReturn, base_reward, shaping_reward
 from rlmap.system.sim_inputs import parse_duration
 from rlmap.tasks import gym_text, reasoning_gym
 from rlmap.tasks.arithmetic import Example, make_splits
-from rlmap.tasks.calculator import CalculatorEnv, marker_ids
+from rlmap.tasks.calculator import CalculatorEnv, calculator_tool, marker_ids
 from rlmap.tasks.datafiles import load_file_examples, load_labelled_examples
 from rlmap.tasks.env import AnswerEnv, EnvFactory, reference_for
 from rlmap.tasks.preferences import PreferenceSpec, embedded_reward_model
 from rlmap.tasks.prompts import Messages, PromptEncoder, encode_prompt
 from rlmap.tasks.tiny import TinySpec
 from rlmap.tasks.tokenizer import restore_bos
+from rlmap.tasks.tool_calls import ToolEnv
 from rlmap.tasks.warmstart import TOOL_DEMOS, WarmStartSpec, task_tokenizer, warm_start
 
 EMBEDDED = "embedded:tiny"
-EMBEDDED_MODELS = {EMBEDDED: TinySpec(), "embedded:tiny-moe": TinySpec(experts=4)}
-"""The built-in models: the dense default, and a Qwen3-MoE of 4 experts, top-2, per layer
-(for routing replay); both built from config and warm-started on first use, then cached."""
+EMBEDDED_CHAT = "embedded:tiny-chat"
+EMBEDDED_MODELS = {EMBEDDED: TinySpec(), "embedded:tiny-moe": TinySpec(experts=4),
+                   EMBEDDED_CHAT: TinySpec(max_position_embeddings=128)}  # fmt: skip
+"""The built-in models: the dense default; a Qwen3-MoE of 4 experts, top-2, per layer (for
+routing replay); a chat model — the dense one on a byte-level BPE tokenizer with the ChatML
+template, whose tool calls are JSON in multi-token ``<tool_call>`` tags (128 positions: a
+calculator episode takes ~60). All built from config and warm-started on first use, then
+cached."""
 BUILT_IN_TASKS = ("arithmetic", "calculator")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 """``system.train_dtype`` / ``rollout_dtype`` by name. The learner's weights are float32
@@ -131,7 +137,7 @@ def warm_start_spec(cfg: RecipeConfig) -> WarmStartSpec:
                          train_size=d.train_size, max_digits=d.max_digits, ops=d.resolved_ops,
                          tool_demos=TOOL_DEMOS if d.task == "calculator" else 0.0,
                          task_args=json.dumps(d.task_args or {}, sort_keys=True),
-                         model=model)  # fmt: skip
+                         model=model, chat=cfg.model.path == EMBEDDED_CHAT)  # fmt: skip
 
 
 REASONING_GYM_SFT_BATCH = 32
@@ -152,7 +158,7 @@ def fitted_context(cfg: RecipeConfig) -> int:
     task's episode is its first prompt, then ``data.max_turns`` responses, each followed by
     an observation (taken as long as the first one, plus a line; the one after the last
     turn stays in the final state)."""
-    tokenizer = task_tokenizer(cfg.data.task)
+    tokenizer = task_tokenizer(cfg.data.task, chat=cfg.model.path == EMBEDDED_CHAT)
     texts = [text if isinstance(text, str) else "" for _, text in labelled_prompts(cfg)]
     longest = max(len(ids) for ids in tokenizer(texts)["input_ids"])
     per_turn = max(cfg.generation.max_new_tokens, 32)
@@ -162,7 +168,8 @@ def fitted_context(cfg: RecipeConfig) -> int:
         _, first = gym_text.opening(gym_text.make(d.task, d.task_args), load_data(cfg)[0][0])
         observation = len(tokenizer(first, add_special_tokens=False)["input_ids"]) + 16
         need = longest + d.max_turns * (per_turn + observation)  # the last one is kept too
-    return max(TinySpec().max_position_embeddings, -(-need // CONTEXT_BLOCK) * CONTEXT_BLOCK)
+    least = EMBEDDED_MODELS.get(cfg.model.path, TinySpec()).max_position_embeddings
+    return max(least, -(-need // CONTEXT_BLOCK) * CONTEXT_BLOCK)
 
 
 def model_path(
@@ -218,7 +225,8 @@ def check_inputs(cfg: RecipeConfig) -> None:
         judge.probe(f.judge_url, api_key=judge.api_key(f))  # not against a dead judge
         judge.load_template(f.judge_template, "pointwise" if f.source == "judge" else "pairwise")
     if cfg.model.path in EMBEDDED_MODELS:
-        tokenizer: PreTrainedTokenizerBase = task_tokenizer(cfg.data.task)
+        chat = cfg.model.path == EMBEDDED_CHAT
+        tokenizer: PreTrainedTokenizerBase = task_tokenizer(cfg.data.task, chat=chat)
         context: int | None = warm_start_spec(cfg).model.max_position_embeddings
         source = "the embedded model"
     else:
@@ -226,7 +234,7 @@ def check_inputs(cfg: RecipeConfig) -> None:
         tokenizer = load_tokenizer(path)
         context = context_length(AutoConfig.from_pretrained(path))
         source = f"model.path={path}"
-        if cfg.data.task == "calculator":
+        if cfg.data.task == "calculator" and not getattr(tokenizer, "chat_template", None):
             marker_ids(tokenizer)
     if context is not None:
         check_prompt_lengths(labelled_prompts(cfg), tokenizer, context, source)
@@ -518,8 +526,12 @@ def environment_factory(
     if gym_text.is_gym(cfg.data.task):  # the environment's own reward: no verifier
         return gym_text.factory(tokenizer, cfg.data.task, cfg.data.task_args, cfg.data.max_turns)
     if cfg.data.task == "calculator":
-        marker_ids(tokenizer)
         turns, wait = cfg.data.max_turns, latency_source(cfg) if latency else None
+        if getattr(tokenizer, "chat_template", None):  # the model's own tool-call format
+            tools = {"calculator": calculator_tool}
+            return lambda e: ToolEnv(tokenizer, e, verify, tools, max_turns=turns, latency=wait,
+                                     encode=encode, verify_waits=waits)  # fmt: skip
+        marker_ids(tokenizer)
         return lambda e: CalculatorEnv(tokenizer, e, verify, max_turns=turns, latency=wait,
                                        encode=encode, verify_waits=waits)  # fmt: skip
     if entry.items:  # the environment checks against the item's key, not the answer text

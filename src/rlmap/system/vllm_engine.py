@@ -60,7 +60,7 @@ import numpy as np
 import torch
 
 from rlmap.core.errors import ConfigError, TrainingError
-from rlmap.system.engine import Completion
+from rlmap.system.engine import Completion, StopStrings, cut_at_stop_strings
 from rlmap.system.hf_engine import check_sampling_args
 from rlmap.system.lora import rollout_weights
 
@@ -195,8 +195,13 @@ class VLLMEngine:
         temperature: float,
         top_p: float,
         stop_token_ids: Sequence[int] = (),
+        stop_strings: StopStrings | None = None,
     ) -> list[list[Completion]]:
-        """``n`` samples per prompt (outer list per prompt, in order); see the module docstring."""
+        """``n`` samples per prompt (outer list per prompt, in order); see the module docstring.
+
+        Stop strings: this engine holds no tokenizer, so a row runs on to a stop token or
+        ``max_new_tokens`` and is then cut after the token that completed its first stop
+        string (:func:`~rlmap.system.engine.cut_at_stop_strings`), as the HF engine's are."""
         check_sampling_args(
             prompts, n=n, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p
         )
@@ -222,7 +227,7 @@ class VLLMEngine:
         requests = [{"prompt_token_ids": list(p)} for p in flat]
         with self.lock:
             outputs = self.llm.generate(requests, params, use_tqdm=False)
-            completions = [self._completion(p, out, stops)
+            completions = [cut_at_stop_strings(self._completion(p, out, stops), stop_strings)
                            for p, out in zip(flat, outputs, strict=True)]  # fmt: skip
         return [completions[i * n : (i + 1) * n] for i in range(len(prompts))]
 
@@ -303,6 +308,7 @@ class PinnedView:
         temperature: float,
         top_p: float,
         stop_token_ids: Sequence[int] = (),
+        stop_strings: StopStrings | None = None,
     ) -> list[list[Completion]]:
         """The engine's ``generate`` on this view's weights."""
         with self.engine.lock:
@@ -316,7 +322,8 @@ class PinnedView:
             try:
                 return self.engine.generate(prompts, n=n, max_new_tokens=max_new_tokens,
                                             temperature=temperature, top_p=top_p,
-                                            stop_token_ids=stop_token_ids)  # fmt: skip
+                                            stop_token_ids=stop_token_ids,
+                                            stop_strings=stop_strings)  # fmt: skip
             finally:
                 self.engine.generator = shared
 

@@ -13,13 +13,17 @@ does not parse is a *tool error*: the result reads ``error`` and the episode goe
 When the turn budget (``max_turns``) is spent on tool calls, the episode is
 *truncated*: it stops in a state with a future, and credit bootstraps from its value.
 
-The markers are single tokens (the embedded tokenizer has them as extra tokens); a
-real model's tokenizer must have ``</calc>`` as one token, or the task refuses it.
+The markers are single tokens (the embedded tokenizer has them as extra tokens). A
+model whose tokenizer has a chat template calls the calculator in its own format
+instead, JSON in ``<tool_call>`` tags through the template
+(:class:`rlmap.tasks.tool_calls.ToolEnv` with :func:`calculator_tool`); a tokenizer with
+neither must have ``</calc>`` as one token, or the task refuses it.
 """
 
 from __future__ import annotations
 
 import ast
+import json
 import operator
 import time
 from collections.abc import Callable, Sequence
@@ -31,6 +35,7 @@ from rlmap.core.errors import ConfigError
 from rlmap.tasks.arithmetic import Example
 from rlmap.tasks.env import EnvStep, PromptIds, Verifier, verify_safely
 from rlmap.tasks.prompts import decode_response, encode_prompt
+from rlmap.tasks.tool_calls import CLOSE, OPEN, observation_ids
 
 CALL, END_CALL, RESULT, END_RESULT = "<calc>", "</calc>", "<result>", "</result>"
 TOOL_TOKENS = (CALL, END_CALL, RESULT, END_RESULT)
@@ -79,6 +84,15 @@ def _value(node: ast.expr) -> int | None:
         result = _OPS[type(node.op)](left, right)
         return result if abs(result) <= MAX_RESULT else None
     return None
+
+
+def calculator_tool(expression: str) -> int:
+    """The calculator as a registered tool of a chat model (:mod:`rlmap.tasks.tool_calls`):
+    the value of ``expression``; ValueError (a tool error) when it does not evaluate."""
+    value = calculate(str(expression))
+    if value is None:
+        raise ValueError(f"cannot evaluate {str(expression)[:MAX_EXPRESSION_CHARS]!r}")
+    return value
 
 
 def marker_ids(tokenizer: PreTrainedTokenizerBase) -> dict[str, int]:
@@ -166,12 +180,25 @@ def demonstration(
 
     With the tool: call ``<calc>{prompt without '='}</calc>``, the true result as the
     observation, then ``answer`` (which the warm start may blur); without: ``answer``.
+    A chat tokenizer (with a template) gets the call in its own format instead:
+    :func:`tool_call_text` and the template's tool message (:mod:`rlmap.tasks.tool_calls`).
     """
     eos = int(tokenizer.eos_token_id)
     final = ([int(i) for i in tokenizer.encode(answer, add_special_tokens=False)] + [eos], True)
     if not use_tool:
         return [final]
     expression = example.prompt.removesuffix("=")
+    if getattr(tokenizer, "chat_template", None):
+        call = tokenizer.encode(tool_call_text(expression), add_special_tokens=False)
+        value = calculate(expression)
+        shown = observation_ids(tokenizer, "error" if value is None else str(value))
+        return [([int(i) for i in call], True), (shown, False), final]
     call = tokenizer.encode(f"{CALL}{expression}{END_CALL}", add_special_tokens=False)
     observation, _ = tool_result(tokenizer, expression)
     return [([int(i) for i in call], True), (observation, False), final]
+
+
+def tool_call_text(expression: str) -> str:
+    """The calculator call in a chat model's format (Qwen's: JSON in ``<tool_call>`` tags)."""
+    call = {"name": "calculator", "arguments": {"expression": expression}}
+    return f"{OPEN}{json.dumps(call)}{CLOSE}"

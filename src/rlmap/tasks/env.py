@@ -26,6 +26,11 @@ crashed) is reported as ``status=INFRA_ERROR`` on the step.
 
 One environment object runs one episode; a task makes one per prompt and sample.
 
+Optionally an environment has ``stop_strings``
+(:class:`~rlmap.system.engine.StopStrings`): texts that end a turn however they are
+spelled in tokens (``</tool_call>`` in a BPE vocabulary); the turn's ids are the
+engine's, cut after the token that completes one, never re-encoded.
+
 Optionally an environment has ``waits``: True when its ``step`` may wait on something
 outside this process (a tool, a service, a verifier's worker process). The runner steps
 the environments of a round concurrently when any of them waits, and one after another

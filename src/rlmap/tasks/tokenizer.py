@@ -9,7 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors
+from tokenizers import (
+    AddedToken,
+    Tokenizer,
+    decoders,
+    models,
+    pre_tokenizers,
+    processors,
+    trainers,
+)
 from transformers import PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
 SPECIALS = ("<pad>", "<bos>", "<eos>", "<unk>")
@@ -65,4 +73,34 @@ def restore_bos(tokenizer: PreTrainedTokenizerBase) -> PreTrainedTokenizerBase:
     if backend is None or not ours or tokenizer("1")["input_ids"][:1] == [1]:
         return tokenizer
     backend.post_processor = _adds_bos(1)
+    return tokenizer
+
+
+CHATML = (
+    "{% for m in messages %}"
+    "{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+"""A ChatML template (Qwen's layout) over system/user/assistant/tool messages."""
+CHAT_SPECIALS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
+"""pad, turn start, turn end (= EOS: an assistant turn ends with it); ids 0-2."""
+
+
+def build_bpe_tokenizer(corpus: Sequence[str], vocab_size: int = 512) -> PreTrainedTokenizerFast:
+    """A byte-level BPE tokenizer trained on ``corpus`` with ``tokenizers``, with the ChatML
+    special tokens and template: a real chat model's tokenizer in miniature, whose tags
+    (``<tool_call>``) are several tokens and whose text has more than one spelling in
+    tokens. Deterministic for one corpus; ``vocab_size`` counts the 256 bytes."""
+    core = Tokenizer(models.BPE())
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    core.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=list(CHAT_SPECIALS),
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  show_progress=False)  # fmt: skip
+    core.train_from_iterator(corpus, trainer=trainer)
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=core, pad_token="<|endoftext|>", eos_token="<|im_end|>",
+        additional_special_tokens=["<|im_start|>"], padding_side="left",
+    )  # fmt: skip
+    tokenizer.chat_template = CHATML
     return tokenizer

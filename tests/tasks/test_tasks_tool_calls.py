@@ -1,0 +1,203 @@
+"""Stop strings, tool calls in the model's format, and token in / token out with a BPE tokenizer."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+import pytest
+import torch
+from chat_model import QUESTION, RESULT, chat_tokenizer, check_token_in_token_out, scripted_model
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rlmap.recipes import build_config
+from rlmap.system import setup
+from rlmap.system.engine import (
+    Completion,
+    StopStrings,
+    cut_at_stop_strings,
+    stop_string_end,
+)
+from rlmap.system.hf_engine import HFEngine, TextStop
+from rlmap.tasks.arithmetic import Example, make_problem
+from rlmap.tasks.calculator import calculator_tool, demonstration
+from rlmap.tasks.prompts import encode_prompt
+from rlmap.tasks.tool_calls import (
+    CLOSE,
+    ToolEnv,
+    observation_text,
+    parse_tool_call,
+    run_tool,
+)
+
+PIECES = ["ab", "c", "</", "x", ">", "", "de", "</x>"]
+"""A toy vocabulary for the stop-string arithmetic: id k decodes to PIECES[k]."""
+
+
+def toy_decode(ids: list[int]) -> str:
+    return "".join(PIECES[i] for i in ids)
+
+
+TOY = StopStrings(("</x>",), toy_decode)
+
+
+def test_a_stop_string_ends_at_the_token_that_completes_it() -> None:
+    # "ab" "c" "</" "x" ">" → text "abc</x>": "</x>" is first whole after the 5th token
+    assert stop_string_end(TOY, [0, 1, 2, 3, 4, 0]) == 5
+    # the string inside one token: complete after that token (the 2nd)
+    assert stop_string_end(TOY, [1, 7, 2, 3, 4]) == 2
+    # an empty piece between: "</" "" "x" ">" still completes at ">" (the 4th)
+    assert stop_string_end(TOY, [2, 5, 3, 4]) == 4
+    assert stop_string_end(TOY, [2, 3, 0, 4]) is None  # "</xab>": never whole
+    assert stop_string_end(TOY, []) is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(0, len(PIECES) - 1), max_size=12))
+def test_the_bisection_finds_what_a_scan_of_every_prefix_finds(ids: list[int]) -> None:
+    scan = next((k for k in range(1, len(ids) + 1) if "</x>" in toy_decode(ids[:k])), None)
+    assert stop_string_end(TOY, ids) == scan
+
+
+def completion(ids: Sequence[int], stopped: bool = False, routes: bool = False) -> Completion:
+    n = len(ids)
+    routed = torch.arange(2 + n)[:, None, None] if routes else None
+    return Completion(prompt_ids=(9, 9), response_ids=tuple(ids),
+                      logprobs=tuple(-0.1 * (k + 1) for k in range(n)), stopped=stopped,
+                      version=3, routes=routed)  # fmt: skip
+
+
+def test_a_completion_is_cut_after_its_stop_string_ids_logprobs_and_routes_alike() -> None:
+    c = cut_at_stop_strings(completion([0, 2, 3, 4, 1, 6], routes=True), TOY)
+    assert c.response_ids == (0, 2, 3, 4) and c.stopped and c.version == 3
+    assert c.logprobs == pytest.approx((-0.1, -0.2, -0.3, -0.4))
+    assert c.routes is not None and c.routes.flatten().tolist() == [0, 1, 2, 3, 4, 5]  # 2 + 4
+    plain = completion([0, 1, 6])
+    assert cut_at_stop_strings(plain, TOY) is plain and cut_at_stop_strings(plain, None) is plain
+    assert not plain.stopped  # ran to the token limit: stays unstopped
+
+
+def test_text_stop_ends_only_rows_whose_response_ends_in_the_string() -> None:
+    # prompt columns (width 2) hold "</x>" in row 0: the prompt never stops a row
+    rows = torch.tensor([[7, 1, 0, 1], [0, 0, 2, 3], [0, 0, 1, 7]])
+    stops = TextStop(TOY, width=2)
+    assert stops(rows[:, :3], None).tolist() == [False, False, False]
+    assert stops(torch.cat([rows, torch.tensor([[4], [4], [0]])], 1), None).tolist() == [
+        False, True, True]  # fmt: skip
+
+
+def test_a_tool_call_is_json_in_the_tags_and_anything_else_is_an_error() -> None:
+    call = {"name": "calculator", "arguments": {"expression": "2*3"}}
+    assert parse_tool_call(f"ok <tool_call>{json.dumps(call)}</tool_call>") == (
+        "calculator", {"expression": "2*3"})  # fmt: skip
+    wire = {"name": "calculator", "arguments": json.dumps({"expression": "2*3"})}
+    assert parse_tool_call(f"<tool_call>{json.dumps(wire)}</tool_call>")[1] == {"expression": "2*3"}
+    tools = {"calculator": calculator_tool}
+    assert run_tool(tools, f"<tool_call>{json.dumps(call)}</tool_call>") == ("6", False)
+    for bad, why in [
+        ("<tool_call>{'name': 1}</tool_call>", "not JSON"),
+        ('<tool_call>["calculator"]</tool_call>', '"name"'),
+        ('<tool_call>{"name": "calculator", "arguments": 3}</tool_call>', "an object"),
+        ('<tool_call>{"name": "search", "arguments": {}}</tool_call>', "no tool named 'search'"),
+        ('<tool_call>{"name": "calculator", "arguments": {"expression": "2/0"}}</tool_call>',
+         "calculator failed: ValueError: cannot evaluate '2/0'"),
+        ('<tool_call>{"name": "calculator", "arguments": {"x": "1"}}</tool_call>', "TypeError"),
+        ("no call </tool_call>", "no <tool_call>"),
+    ]:  # fmt: skip
+        shown, failed = run_tool(tools, bad)
+        assert failed and shown.startswith("error: ") and why in shown, (bad, shown)
+
+
+def test_the_observation_is_the_templates_own_tool_message() -> None:
+    # ChatML: the assistant message closes, the tool message, then the generation prompt
+    expected = "<|im_end|>\n<|im_start|>tool\n3145<|im_end|>\n<|im_start|>assistant\n"
+    assert observation_text(chat_tokenizer(), "3145") == expected
+
+
+@pytest.fixture(scope="module")
+def scripted() -> torch.nn.Module:
+    return scripted_model()
+
+
+def test_the_hf_engine_trains_on_exactly_the_ids_it_sampled(scripted: torch.nn.Module) -> None:
+    tokenizer = chat_tokenizer()
+    engine = HFEngine(scripted, pad_token_id=int(tokenizer.pad_token_id),
+                      eos_token_id=int(tokenizer.eos_token_id))  # fmt: skip
+    check_token_in_token_out(engine)
+
+
+def test_the_hf_engine_cuts_a_random_models_turn_at_a_stop_string_of_several_tokens() -> None:
+    # a random model's greedy text; a stop string of three of its tokens' text, from the
+    # 4th token on: the turn must end after the 6th token (or earlier, if the text has it
+    # sooner) — the scan of prefixes says where
+    from chat_model import SPEC
+
+    from rlmap.tasks.tiny import build_tiny_model
+    from rlmap.tasks.tool_calls import decoder
+
+    tokenizer = chat_tokenizer()
+    model = build_tiny_model(tokenizer, SPEC, seed=5).eval()
+    engine = HFEngine(model, pad_token_id=0, eos_token_id=[])
+    prompt = tokenizer.encode("12*3=", add_special_tokens=False)
+    ((free,),) = engine.generate([prompt], n=1, max_new_tokens=12, temperature=0.0, top_p=1.0)
+    decode = decoder(tokenizer)
+    text = decode(list(free.response_ids[3:6]))
+    assert len(free.response_ids) == 12 and len(text) >= 3
+    stops = StopStrings((text,), decode)
+    scan = next(k for k in range(1, 13) if text in decode(list(free.response_ids[:k])))
+    assert scan <= 6
+    ((cut,),) = engine.generate([prompt], n=1, max_new_tokens=12, temperature=0.0, top_p=1.0,
+                                stop_strings=stops)  # fmt: skip
+    assert cut.response_ids == free.response_ids[:scan] and cut.stopped
+    assert cut.logprobs == pytest.approx(free.logprobs[:scan], abs=1e-5)
+
+
+def test_a_malformed_call_is_a_tool_error_and_the_episode_goes_on() -> None:
+    tokenizer = chat_tokenizer()
+    env = ToolEnv(tokenizer, Example(QUESTION, RESULT), lambda r, a: 1.0,
+                  {"calculator": calculator_tool}, max_turns=2)  # fmt: skip
+    env.reset()
+    bad = tokenizer.encode('<tool_call>{"name": calculator}</tool_call>', add_special_tokens=False)
+    step = env.step(bad)
+    assert step.tool_call and step.tool_error and not (step.terminated or step.truncated)
+    assert tokenizer.decode(list(step.observation)).startswith(
+        "<|im_end|>\n<|im_start|>tool\nerror: the call is not JSON"
+    )
+    again = env.step(bad)  # the second of two turns: the budget is spent
+    assert again.tool_error and again.truncated
+
+
+def test_the_chat_tokenizer_is_rebuilt_the_same_and_spells_the_tags_in_several_tokens() -> None:
+    from rlmap.tasks.tokenizer import CHATML, build_bpe_tokenizer
+    from rlmap.tasks.warmstart import CHAT_VOCAB, chat_corpus
+
+    tokenizer = chat_tokenizer()
+    again = build_bpe_tokenizer(chat_corpus(), vocab_size=CHAT_VOCAB)
+    assert tokenizer.backend_tokenizer.to_str() == again.backend_tokenizer.to_str()
+    assert len(tokenizer) == CHAT_VOCAB and tokenizer.chat_template == CHATML
+    assert (tokenizer.pad_token_id, tokenizer.eos_token) == (0, "<|im_end|>")
+    assert len(tokenizer.encode(CLOSE, add_special_tokens=False)) > 1
+    prompt = encode_prompt(tokenizer, "37*85=")
+    assert tokenizer.decode(prompt) == "<|im_start|>user\n37*85=<|im_end|>\n<|im_start|>assistant\n"
+
+
+def test_a_chat_demonstration_calls_the_tool_in_json_and_reads_the_templates_message() -> None:
+    tokenizer = chat_tokenizer()
+    segments = demonstration(tokenizer, make_problem(37, "*", 85), "3145", use_tool=True)
+    assert [tokenizer.decode(ids) for ids, _ in segments] == [
+        '<tool_call>{"name": "calculator", "arguments": {"expression": "37*85"}}</tool_call>',
+        "<|im_end|>\n<|im_start|>tool\n3145<|im_end|>\n<|im_start|>assistant\n",
+        "3145<|im_end|>",
+    ]
+    assert [trained for _, trained in segments] == [True, False, True]
+    (direct,) = demonstration(tokenizer, make_problem(37, "*", 85), "3145", use_tool=False)
+    assert tokenizer.decode(direct[0]) == "3145<|im_end|>"
+
+
+def test_the_calculator_task_on_a_chat_model_is_the_tool_env() -> None:
+    cfg = build_config("ppo", None, ["data.task=calculator", "model.path=embedded:tiny-chat"])
+    env = setup.environment_factory(cfg, chat_tokenizer())(make_problem(37, "*", 85))
+    assert isinstance(env, ToolEnv) and env.stop_strings.strings == (CLOSE,)
+    spec = setup.warm_start_spec(cfg)
+    assert spec.chat and spec.model.max_position_embeddings == 128
