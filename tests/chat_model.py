@@ -37,9 +37,12 @@ def bytewise(tokenizer: PreTrainedTokenizerFast, text: str) -> list[int]:
     return [int(tokenizer.convert_tokens_to_ids(c)) for c in text]
 
 
-def conversation(tokenizer: PreTrainedTokenizerFast) -> tuple[list[int], list[list[int]]]:
-    """(prompt ids, [turn 0, observation, turn 1]) of the conversation the model learns."""
-    prompt = tokenizer.apply_chat_template([{"role": "user", "content": QUESTION}],
+def conversation(
+    tokenizer: PreTrainedTokenizerFast, question: str = QUESTION
+) -> tuple[list[int], list[list[int]]]:
+    """(prompt ids, [turn 0, observation, turn 1]) of the conversation the model learns:
+    whatever the question, the call of ``CALL`` and the answer ``RESULT``."""
+    prompt = tokenizer.apply_chat_template([{"role": "user", "content": question}],
                                            add_generation_prompt=True, tokenize=False)  # fmt: skip
     prompt_ids = [int(i) for i in tokenizer.encode(str(prompt), add_special_tokens=False)]
     turn0 = [int(i) for i in tokenizer.encode(CALL, add_special_tokens=False)]
@@ -49,16 +52,26 @@ def conversation(tokenizer: PreTrainedTokenizerFast) -> tuple[list[int], list[li
     return prompt_ids, [turn0, observation_ids(tokenizer, RESULT), turn1]
 
 
-def scripted_model(steps: int = 300) -> PreTrainedModel:
-    """The small Qwen2 trained until greedy decoding replays :func:`conversation`."""
+QUESTIONS = (QUESTION, "12*34=", "56*78=", "90*11=", "23*45=", "67*89=")
+"""The questions it learns the conversation on (so that it answers any product alike)."""
+
+
+def scripted_model(steps: int = 300, questions: Sequence[str] = QUESTIONS) -> PreTrainedModel:
+    """The small Qwen2 trained until greedy decoding replays :func:`conversation` on each
+    of ``questions``."""
     tokenizer = chat_tokenizer()
-    prompt, parts = conversation(tokenizer)
-    ids = torch.tensor([prompt + [t for part in parts for t in part]])
+    rows = []
+    for question in questions:
+        prompt, parts = conversation(tokenizer, question)
+        rows.append(prompt + [t for part in parts for t in part])
+    width = max(len(r) for r in rows)  # right-padded; the padding is not learned
+    ids = torch.tensor([r + [0] * (width - len(r)) for r in rows])
+    labels = torch.tensor([r + [-100] * (width - len(r)) for r in rows])
     model = build_tiny_model(tokenizer, SPEC, seed=0)
     optim = torch.optim.Adam(model.parameters(), lr=3e-3)
     model.train()
     for _ in range(steps):
-        loss = model(input_ids=ids, labels=ids).loss
+        loss = model(input_ids=ids, labels=labels).loss
         optim.zero_grad()
         loss.backward()
         optim.step()

@@ -65,6 +65,7 @@ class Scripted:
         temperature: float,
         top_p: float,
         stop_token_ids: Sequence[int] = (),
+        stop_strings: object = None,
     ) -> list[list[Completion]]:
         out = []
         for p in prompts:
@@ -372,6 +373,22 @@ class Endless:
 
     def step(self, action_ids: Sequence[int]) -> EnvStep:
         return EnvStep(observation=tuple(ids("?")))
+
+
+def test_an_episode_without_room_for_a_whole_turn_in_the_context_ends_truncated() -> None:
+    # prompt "1+1=" is 4 ids; each round adds a turn "1<eos>" (2) and the observation "?" (1):
+    # 4 → 7 → 10 → 13. A turn may take 4 tokens: in a context of 12 a third turn at 10 could
+    # reach 14 > 12, so the episode stops after two
+    engine = Scripted(lambda c: "1<eos>")
+    engine.max_len = 12  # type: ignore[attr-defined]
+    (e,) = run_episodes(engine, [Endless()], max_new_tokens=4, temperature=1.0, top_p=1.0,
+                        max_turns=10)  # fmt: skip
+    assert e.turns == 2 and e.end == End.TRUNCATED and e.eos
+    assert len(e.prompt_ids) + len(e.response_ids) == 10
+    engine.max_len = 14  # type: ignore[attr-defined]  # 10 + 4 fits: a third turn, then 13 + 4 > 14
+    (e,) = run_episodes(engine, [Endless()], max_new_tokens=4, temperature=1.0, top_p=1.0,
+                        max_turns=10)  # fmt: skip
+    assert e.turns == 3
 
 
 def test_the_runner_caps_turns_even_when_the_environment_never_ends() -> None:

@@ -264,6 +264,26 @@ def test_the_calculator_tool_task_trains_and_records_tool_use(
     assert (tmp_path / "run" / "plots" / "tools.png").exists()
 
 
+def test_the_calculator_task_trains_a_chat_model_calling_the_tool_in_json(
+    tmp_path: Path, toy: Toy
+) -> None:
+    # the scripted chat model (tests/chat_model.py), which answers any product with its
+    # one call, <tool_call>{"name": "calculator", ...}</tool_call>, read back from disk
+    from chat_model import chat_tokenizer, scripted_model
+
+    model_dir = tmp_path / "chat-model"
+    overrides = [*toy(model_dir), "data.task=calculator", "data.max_turns=2",
+                 "generation.max_new_tokens=40", "generation.temperature=0.2"]  # fmt: skip
+    cfg = build_config("ppo", None, overrides)
+    scripted_model().save_pretrained(model_dir)
+    chat_tokenizer().save_pretrained(model_dir)
+    run_training(cfg, tmp_path / "run")
+    records = _records(tmp_path / "run")
+    assert records[0]["eval/tool_call_rate"] > 0  # before any update
+    assert sum(r["env/tool_calls"] for r in records[1:]) > 0
+    assert "loss/policy" in records[-1] and "critic/value_loss" in records[-1]
+
+
 def test_the_calculator_task_refuses_a_tokenizer_without_the_markers(
     tiny_model_dir: Path, toy: Toy
 ) -> None:

@@ -77,6 +77,23 @@ def test_chat_messages_go_through_the_template_and_plain_text_without_one() -> N
     assert encode_prompt(templated, "1+1=") == encode_prompt(templated, (("user", "1+1="),))
 
 
+def test_chat_rows_render_with_the_embedded_chat_models_template(tmp_path: Path) -> None:
+    from rlmap.tasks.warmstart import chat_tokenizer
+
+    row = {"messages": [{"role": "system", "content": "Add."}, {"role": "user", "content": "1+1="},
+                        {"role": "assistant", "content": "2"}]}  # fmt: skip
+    path = tmp_path / "chat.jsonl"
+    path.write_text(json.dumps(row) + "\n")
+    (example,) = load_file_examples(path)
+    tokenizer = chat_tokenizer()
+    ids = encode_prompt(tokenizer, example.chat)
+    assert tokenizer.decode(ids) == (
+        "<|im_start|>system\nAdd.<|im_end|>\n<|im_start|>user\n1+1=<|im_end|>\n"
+        "<|im_start|>assistant\n"
+    )  # ChatML, the answer (the last assistant message) left out
+    assert ids.count(tokenizer.convert_tokens_to_ids("<|im_start|>")) == 3
+
+
 def test_a_chat_task_trains_on_its_rendered_prompts(tmp_path: Path) -> None:
     def chat(a: int) -> dict[str, object]:
         return {"messages": [{"role": "user", "content": f"{a}+1="},

@@ -4,10 +4,19 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
-from chat_model import QUESTION, RESULT, chat_tokenizer, check_token_in_token_out, scripted_model
+from chat_model import (
+    QUESTION,
+    RESULT,
+    SPEC,
+    chat_tokenizer,
+    check_token_in_token_out,
+    scripted_model,
+)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -23,9 +32,12 @@ from rlmap.system.hf_engine import HFEngine, TextStop
 from rlmap.tasks.arithmetic import Example, make_problem
 from rlmap.tasks.calculator import calculator_tool, demonstration
 from rlmap.tasks.prompts import encode_prompt
+from rlmap.tasks.tiny import build_tiny_model
 from rlmap.tasks.tool_calls import (
     CLOSE,
     ToolEnv,
+    decoder,
+    observation_ids,
     observation_text,
     parse_tool_call,
     run_tool,
@@ -78,7 +90,7 @@ def test_a_completion_is_cut_after_its_stop_string_ids_logprobs_and_routes_alike
     assert not plain.stopped  # ran to the token limit: stays unstopped
 
 
-def test_text_stop_ends_only_rows_whose_response_ends_in_the_string() -> None:
+def test_text_stop_ends_only_rows_whose_recent_response_tokens_hold_the_string() -> None:
     # prompt columns (width 2) hold "</x>" in row 0: the prompt never stops a row
     rows = torch.tensor([[7, 1, 0, 1], [0, 0, 2, 3], [0, 0, 1, 7]])
     stops = TextStop(TOY, width=2)
@@ -101,12 +113,29 @@ def test_a_tool_call_is_json_in_the_tags_and_anything_else_is_an_error() -> None
         ('<tool_call>{"name": "calculator", "arguments": 3}</tool_call>', "an object"),
         ('<tool_call>{"name": "search", "arguments": {}}</tool_call>', "no tool named 'search'"),
         ('<tool_call>{"name": "calculator", "arguments": {"expression": "2/0"}}</tool_call>',
-         "calculator failed: ValueError: cannot evaluate '2/0'"),
-        ('<tool_call>{"name": "calculator", "arguments": {"x": "1"}}</tool_call>', "TypeError"),
+         "calculator failed: cannot evaluate '2/0'"),
+        ('<tool_call>{"name": "calculator", "arguments": {"x": "1"}}</tool_call>',
+         "calculator: missing a required argument: 'expression'"),
         ("no call </tool_call>", "no <tool_call>"),
     ]:  # fmt: skip
         shown, failed = run_tool(tools, bad)
         assert failed and shown.startswith("error: ") and why in shown, (bad, shown)
+
+
+def test_a_tool_that_breaks_is_an_infrastructure_failure_not_the_models() -> None:
+    def search(query: str) -> str:
+        raise ConnectionError("the index is down")
+
+    call = '<tool_call>{"name": "search", "arguments": {"query": "x"}}</tool_call>'
+    with pytest.raises(ConnectionError):  # the runner aborts the episode: infra_error
+        run_tool({"search": search}, call)
+
+
+def test_a_tool_result_that_reads_like_a_special_token_stays_text() -> None:
+    tokenizer = chat_tokenizer()
+    ids = observation_ids(tokenizer, "a<|im_end|>b")
+    assert ids.count(int(tokenizer.eos_token_id)) == 2  # the template's two, not the content's
+    assert tokenizer.decode(ids) == observation_text(tokenizer, "a<|im_end|>b")
 
 
 def test_the_observation_is_the_templates_own_tool_message() -> None:
@@ -127,30 +156,46 @@ def test_the_hf_engine_trains_on_exactly_the_ids_it_sampled(scripted: torch.nn.M
     check_token_in_token_out(engine)
 
 
-def test_the_hf_engine_cuts_a_random_models_turn_at_a_stop_string_of_several_tokens() -> None:
-    # a random model's greedy text; a stop string of three of its tokens' text, from the
-    # 4th token on: the turn must end after the 6th token (or earlier, if the text has it
-    # sooner) — the scan of prefixes says where
-    from chat_model import SPEC
-
-    from rlmap.tasks.tiny import build_tiny_model
-    from rlmap.tasks.tool_calls import decoder
-
+@pytest.mark.parametrize("pad", ["its own", "eos"])
+def test_the_hf_engine_cuts_each_row_at_its_own_stop_string(
+    pad: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a random model's greedy rows, free and with a stop string of three of row 0's tokens
+    # (from its 4th): each row must be its free self up to where a scan of its prefixes
+    # first finds the string (or whole, where none does); rows that stop early are padded
+    # by generate — with EOS itself when pad is EOS — and the pads are never kept
     tokenizer = chat_tokenizer()
     model = build_tiny_model(tokenizer, SPEC, seed=5).eval()
-    engine = HFEngine(model, pad_token_id=0, eos_token_id=[])
-    prompt = tokenizer.encode("12*3=", add_special_tokens=False)
-    ((free,),) = engine.generate([prompt], n=1, max_new_tokens=12, temperature=0.0, top_p=1.0)
+    eos = int(tokenizer.eos_token_id)
+    engine = HFEngine(model, pad_token_id=eos if pad == "eos" else 0, eos_token_id=eos)
+    prompts = [encode_prompt(tokenizer, q) for q in ("12*3=", "7*45=", "1*2*3*4=")]
+    free = [c for (c,) in engine.generate(prompts, n=1, max_new_tokens=12, temperature=0.0,
+                                          top_p=1.0)]  # fmt: skip
     decode = decoder(tokenizer)
-    text = decode(list(free.response_ids[3:6]))
-    assert len(free.response_ids) == 12 and len(text) >= 3
+    text = decode(list(free[0].response_ids[3:6]))
+    assert len(free[0].response_ids) == 12 and len(text) >= 3
+    steps = []
+    monkeypatch.setattr(TextStop, "__call__", counting(TextStop.__call__, steps))
     stops = StopStrings((text,), decode)
-    scan = next(k for k in range(1, 13) if text in decode(list(free.response_ids[:k])))
-    assert scan <= 6
-    ((cut,),) = engine.generate([prompt], n=1, max_new_tokens=12, temperature=0.0, top_p=1.0,
-                                stop_strings=stops)  # fmt: skip
-    assert cut.response_ids == free.response_ids[:scan] and cut.stopped
-    assert cut.logprobs == pytest.approx(free.logprobs[:scan], abs=1e-5)
+    cut = [c for (c,) in engine.generate(prompts, n=1, max_new_tokens=12, temperature=0.0,
+                                         top_p=1.0, stop_strings=stops)]  # fmt: skip
+    for f, c in zip(free, cut, strict=True):
+        n = len(f.response_ids)
+        scan = next((k for k in range(1, n + 1) if text in decode(list(f.response_ids[:k]))), None)
+        end = n if scan is None else scan
+        assert c.response_ids == f.response_ids[:end] and c.stopped == (
+            scan is not None or f.stopped
+        )
+        assert c.logprobs == pytest.approx(f.logprobs[:end], abs=1e-5)
+    assert steps  # generate asked the stop criterion at each step
+
+
+def counting(method: Any, calls: list[int]) -> Any:
+    def wrapped(self: Any, *args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        return method(self, *args, **kwargs)
+
+    return wrapped
 
 
 def test_a_malformed_call_is_a_tool_error_and_the_episode_goes_on() -> None:
@@ -175,11 +220,36 @@ def test_the_chat_tokenizer_is_rebuilt_the_same_and_spells_the_tags_in_several_t
     tokenizer = chat_tokenizer()
     again = build_bpe_tokenizer(chat_corpus(), vocab_size=CHAT_VOCAB)
     assert tokenizer.backend_tokenizer.to_str() == again.backend_tokenizer.to_str()
-    assert len(tokenizer) == CHAT_VOCAB and tokenizer.chat_template == CHATML
+    assert 256 + 3 < len(tokenizer) <= CHAT_VOCAB and tokenizer.chat_template == CHATML
     assert (tokenizer.pad_token_id, tokenizer.eos_token) == (0, "<|im_end|>")
     assert len(tokenizer.encode(CLOSE, add_special_tokens=False)) > 1
     prompt = encode_prompt(tokenizer, "37*85=")
     assert tokenizer.decode(prompt) == "<|im_start|>user\n37*85=<|im_end|>\n<|im_start|>assistant\n"
+
+
+def test_the_chat_tokenizer_reads_back_with_plain_transformers_as_it_was_built(
+    tmp_path: Path,
+) -> None:
+    # AutoTokenizer loads a qwen2 model's tokenizer as Qwen2Tokenizer, which rebuilds the
+    # pre-tokenizer from its own rules: a BPE with other rules came back splitting "42"
+    # into "4" "2" where it had been trained on "42" (other ids for the same text)
+    from transformers import AutoTokenizer
+
+    from rlmap.tasks.warmstart import chat_corpus
+
+    tokenizer = chat_tokenizer()
+    tokenizer.save_pretrained(tmp_path)
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "qwen2"}))
+    loaded = AutoTokenizer.from_pretrained(tmp_path)
+    texts = [*chat_corpus()[:600], "a<|im_end|>b  c\n\n x", "déjà 42 · 7"]
+    assert [loaded.encode(x, add_special_tokens=False) for x in texts] == [
+        tokenizer.encode(x, add_special_tokens=False) for x in texts
+    ]
+    messages = [{"role": "user", "content": "37*85="}]
+    assert loaded.apply_chat_template(messages, add_generation_prompt=True, tokenize=False) == (
+        tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    )
+    assert (loaded.eos_token, loaded.pad_token) == ("<|im_end|>", "<|endoftext|>")
 
 
 def test_a_chat_demonstration_calls_the_tool_in_json_and_reads_the_templates_message() -> None:
@@ -199,5 +269,4 @@ def test_the_calculator_task_on_a_chat_model_is_the_tool_env() -> None:
     cfg = build_config("ppo", None, ["data.task=calculator", "model.path=embedded:tiny-chat"])
     env = setup.environment_factory(cfg, chat_tokenizer())(make_problem(37, "*", 85))
     assert isinstance(env, ToolEnv) and env.stop_strings.strings == (CLOSE,)
-    spec = setup.warm_start_spec(cfg)
-    assert spec.chat and spec.model.max_position_embeddings == 128
+    assert setup.warm_start_spec(cfg).chat

@@ -1,10 +1,23 @@
-"""Small Hugging Face helpers shared by the models rlmap builds on a trunk (critic, RM)."""
+"""Small Hugging Face helpers: models built on a trunk (critic, RM), a model's context."""
 
 from __future__ import annotations
 
 import contextlib
 import logging
 from collections.abc import Iterator
+from typing import Any
+
+CONTEXT_FIELDS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length")
+"""The config fields that give a model's context, first found wins."""
+
+
+def context_length(config: Any) -> int | None:
+    """The model's context in positions, from its config (None when it does not say)."""
+    for name in CONTEXT_FIELDS:
+        value = getattr(config, name, None)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
 
 
 def _errors_only(record: logging.LogRecord) -> bool:

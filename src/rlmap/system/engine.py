@@ -54,11 +54,15 @@ class StopStrings:
     strings: tuple[str, ...]
     decode: Callable[[list[int]], str]
 
+    def __post_init__(self) -> None:
+        if not self.strings or not all(self.strings) or any("\ufffd" in s for s in self.strings):
+            raise ValueError(f"stop strings: need non-empty strings, got {self.strings!r}")
+
     @property
     def window(self) -> int:
-        """Tokens enough to hold any of the strings (each token adds a character or more;
+        """Tokens enough to hold any of the strings (a byte-level token adds a byte or more;
         two more for decoders that drop a leading space)."""
-        return max(len(s) for s in self.strings) + 2
+        return max(len(s.encode()) for s in self.strings) + 2
 
 
 def stop_string_end(stops: StopStrings, ids: Sequence[int]) -> int | None:

@@ -55,6 +55,7 @@ from transformers import (
 )
 
 from rlmap.core.errors import TrainingError
+from rlmap.core.hf import context_length
 from rlmap.system.engine import Completion, StopStrings, cut_at_stop_strings
 from rlmap.system.lora import is_lora, merged_copy, rollout_weights
 from rlmap.system.routing import NO_ROUTE, assemble, recording
@@ -107,6 +108,9 @@ class HFEngine:
         self._version = 0
         self.generator: torch.Generator | None = None
         """Sampling's own generator (:meth:`reseed`); None: torch's default one."""
+        self.max_len = model_context(model)
+        """The model's context in positions (None when its config does not say): the runner
+        of episodes never starts a turn that could run past it."""
 
     def reseed(self, seed: int | None) -> None:
         """Sample from a generator of the engine's own seeded with ``seed`` from now on
@@ -265,9 +269,10 @@ class OwnDraw(LogitsProcessor):
 
 
 class TextStop(StoppingCriteria):
-    """Ends the rows whose response (after the ``width`` prompt columns) ends in a stop
-    string: the text of its last ``window`` tokens contains one. Only saves the steps
-    after it; where each response is cut is :func:`~rlmap.system.engine.cut_at_stop_strings`."""
+    """Ends the rows whose response (after the ``width`` prompt columns) holds a stop string
+    in the text of its last ``window`` tokens (checked at every step, so first seen where
+    it is completed). Only saves the steps after it; where each response is cut is
+    :func:`~rlmap.system.engine.cut_at_stop_strings`'s."""
 
     def __init__(self, stops: StopStrings, width: int) -> None:
         self.stops, self.width = stops, width
@@ -398,6 +403,11 @@ def generative(model: torch.nn.Module) -> Generative:
             f"model: HFEngine needs a Hugging Face generative model, got {type(model).__name__}"
         )
     return cast("Generative", model)
+
+
+def model_context(model: torch.nn.Module) -> int | None:
+    """The model's context in positions, from its config (None when it does not say)."""
+    return context_length(getattr(model, "config", None))
 
 
 def parameter_dtype(model: torch.nn.Module) -> torch.dtype:

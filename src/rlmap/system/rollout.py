@@ -169,7 +169,10 @@ def run_episodes(
     Observations after a truncating step are kept: they are part of the final state
     the critic bootstraps from. The environments of one call share their stop tokens.
     ``max_turns`` caps the turns whatever the environment does: an episode still running
-    after that many ends truncated (a guard against an environment that never ends).
+    after that many ends truncated (a guard against an environment that never ends). So
+    does one whose context leaves no room for another whole turn in the engine's context
+    (``engine.max_len``, where it has one): after the first turn (whose prompt the run's
+    set-up checks), no turn is sampled past the model's length.
     ``before_turn`` runs before each round (partial rollout: new weights may arrive, and
     the next turns' tokens carry their version).
     """
@@ -182,9 +185,16 @@ def run_episodes(
             running[i] = _Running(env, tuple(env.reset()))
         except Exception:  # an environment failure is infrastructure, never a terminal state
             done[i] = _Running(env, ()).finish(End.ABORTED, eos=False)
+    limit = getattr(engine, "max_len", None)
     while running:
         if before_turn is not None:
             before_turn()
+        if limit is not None:  # no room for another whole turn: truncated, as by the budget
+            for i in [i for i, r in running.items()
+                      if r.turns and len(r.context) + max_new_tokens > limit]:  # fmt: skip
+                done[i] = running.pop(i).finish(End.TRUNCATED, eos=True)
+            if not running:
+                break
         batch = engine.generate([r.context for r in running.values()], n=1,
                                 max_new_tokens=max_new_tokens, temperature=temperature,
                                 top_p=top_p, stop_token_ids=stops,
@@ -253,7 +263,8 @@ def episode_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
     ``turns``: mean policy turns per episode; ``tool_call_rate``: fraction of episodes
     with at least one tool call; ``tool_calls``: mean calls per episode;
     ``tool_error_frac``: fraction of calls that failed (0 without calls);
-    ``turn_budget_frac``: fraction truncated after a completed turn (the turn budget);
+    ``turn_budget_frac``: fraction truncated after a completed turn (the turn budget, or
+    the context full);
     ``aborted_frac``: fraction aborted by an environment failure.
     """
     n = max(len(episodes), 1)

@@ -22,6 +22,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTra
 
 from rlmap import feedback
 from rlmap.core.errors import ConfigError, InputError
+from rlmap.core.hf import context_length
 from rlmap.feedback import judge
 from rlmap.feedback.isolation import IsolatedVerifier, Verify
 from rlmap.feedback.reward import Reward
@@ -37,9 +38,9 @@ from rlmap.system.memory import MASTER_DTYPE, checkpoint_activations
 from rlmap.system.routing import check_replayable
 from rlmap.system.scoring import EpisodeReturn, base_reward, shaping_reward
 from rlmap.system.sim_inputs import parse_duration
-from rlmap.tasks import gym_text, reasoning_gym
+from rlmap.tasks import gym_text, reasoning_gym, tool_calls
 from rlmap.tasks.arithmetic import Example, make_splits
-from rlmap.tasks.calculator import CalculatorEnv, calculator_tool, marker_ids
+from rlmap.tasks.calculator import CalculatorEnv, calculator_tool, marker_ids, tool_call_text
 from rlmap.tasks.datafiles import load_file_examples, load_labelled_examples
 from rlmap.tasks.env import AnswerEnv, EnvFactory, reference_for
 from rlmap.tasks.preferences import PreferenceSpec, embedded_reward_model
@@ -234,8 +235,8 @@ def check_inputs(cfg: RecipeConfig) -> None:
         tokenizer = load_tokenizer(path)
         context = context_length(AutoConfig.from_pretrained(path))
         source = f"model.path={path}"
-        if cfg.data.task == "calculator" and not getattr(tokenizer, "chat_template", None):
-            marker_ids(tokenizer)
+    if cfg.data.task == "calculator":
+        check_calculator(cfg, tokenizer)
     if context is not None:
         check_prompt_lengths(labelled_prompts(cfg), tokenizer, context, source)
     if cfg.feedback.uses_reward_model and (
@@ -251,8 +252,6 @@ def check_inputs(cfg: RecipeConfig) -> None:
 
 WEIGHTS = ("model.safetensors", "pytorch_model.bin")
 """Single-file weights; sharded ones have ``<name>.index.json`` beside the shards."""
-CONTEXT_FIELDS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length")
-"""Names a model config gives its context length under (the first present one is used)."""
 
 
 def check_model_dir(path: Path, field: str = "model.path", *, adapter: bool = False) -> None:
@@ -367,15 +366,6 @@ def load_causal_lm(path: Path, dtype: torch.dtype | None = None) -> torch.nn.Mod
     except (OSError, ValueError, KeyError, RuntimeError, SafetensorError) as exc:
         raise InputError(f"{path}: cannot load the model ({_first_line(exc)})") from None
     return model
-
-
-def context_length(config: Any) -> int | None:
-    """The model's context in positions, from its config (None when it does not say)."""
-    for name in CONTEXT_FIELDS:
-        value = getattr(config, name, None)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return value
-    return None
 
 
 def labelled_prompts(cfg: RecipeConfig) -> list[tuple[str, str | Messages]]:
@@ -527,7 +517,7 @@ def environment_factory(
         return gym_text.factory(tokenizer, cfg.data.task, cfg.data.task_args, cfg.data.max_turns)
     if cfg.data.task == "calculator":
         turns, wait = cfg.data.max_turns, latency_source(cfg) if latency else None
-        if getattr(tokenizer, "chat_template", None):  # the model's own tool-call format
+        if calls_in_json(tokenizer):  # the chat model's own tool-call format
             tools = {"calculator": calculator_tool}
             return lambda e: ToolEnv(tokenizer, e, verify, tools, max_turns=turns, latency=wait,
                                      encode=encode, verify_waits=waits)  # fmt: skip
@@ -538,6 +528,47 @@ def environment_factory(
         return lambda e: AnswerEnv(tokenizer, replace(e, answer=reference_for(e, True)), verify,
                                    encode=encode, verify_waits=waits)  # fmt: skip
     return lambda e: AnswerEnv(tokenizer, e, verify, encode=encode, verify_waits=waits)
+
+
+def calls_in_json(tokenizer: PreTrainedTokenizerBase) -> bool:
+    """Whether the calculator is called in a chat model's format (JSON in ``<tool_call>``
+    tags, :class:`~rlmap.tasks.tool_calls.ToolEnv`): the tokenizer has a chat template and
+    not the embedded markers as single tokens (then ``<calc>…</calc>``)."""
+    if not getattr(tokenizer, "chat_template", None):
+        return False
+    try:
+        marker_ids(tokenizer)
+    except ConfigError:
+        return True
+    return False
+
+
+def check_calculator(cfg: RecipeConfig, tokenizer: PreTrainedTokenizerBase) -> None:
+    """ConfigError unless the model can serve the calculator task: the markers as single
+    tokens, or a chat template that renders a tool message and a turn budget
+    (``generation.max_new_tokens``) that holds a whole call of the longest expression."""
+    if not calls_in_json(tokenizer):
+        marker_ids(tokenizer)
+        return
+    try:
+        tool_calls.observation_text(tokenizer, "0")
+    except Exception as exc:  # the template's own error (jinja raises what it likes)
+        raise ConfigError(f"model.path: its chat template cannot show a tool message for the "
+                          f"calculator task ({type(exc).__name__}: {exc})") from None  # fmt: skip
+    digits = "9" * cfg.data.max_digits
+    expression = f"{digits}{cfg.data.resolved_ops[-1]}{digits}"
+    call = len(tokenizer.encode(tool_call_text(expression), add_special_tokens=False))
+    if cfg.generation.max_new_tokens < call + CALL_MARGIN:
+        raise ConfigError(
+            f"generation.max_new_tokens: {cfg.generation.max_new_tokens} tokens cannot hold "
+            f"a calculator call in the model's format ({call} tokens for "
+            f"{tool_call_text(expression)!r}); give it at least {call + CALL_MARGIN}"
+        )
+
+
+CALL_MARGIN = 2
+"""Tokens beyond the encoded call that the turn budget must leave (another spelling of the
+numbers may take more)."""
 
 
 def evaluation_scoring(

@@ -60,6 +60,7 @@ import numpy as np
 import torch
 
 from rlmap.core.errors import ConfigError, TrainingError
+from rlmap.core.hf import context_length
 from rlmap.system.engine import Completion, StopStrings, cut_at_stop_strings
 from rlmap.system.hf_engine import check_sampling_args
 from rlmap.system.lora import rollout_weights
@@ -288,6 +289,11 @@ class PinnedView:
         """The weight version this view's next ``generate`` samples from."""
         return self._version
 
+    @property
+    def max_len(self) -> int:
+        """The engine's context (:attr:`VLLMEngine.max_len`)."""
+        return self.engine.max_len
+
     def update_weights(self, model: torch.nn.Module, version: int) -> None:
         """Pin ``model`` itself (no copy), read when this view next has to load it."""
         self._version, self._weights = version, model
@@ -330,9 +336,7 @@ class PinnedView:
 
 def engine_context(model: torch.nn.Module) -> int:
     """The engine's ``max_model_len``: the model's context (its config's first context field,
-    as :func:`rlmap.system.setup.context_length` reads it), at most ``MAX_LEN``."""
-    from rlmap.system.setup import context_length
-
+    as :func:`rlmap.core.hf.context_length` reads it), at most ``MAX_LEN``."""
     context = context_length(model.config)
     return MAX_LEN if context is None else min(context, MAX_LEN)
 

@@ -11,9 +11,11 @@ from collections.abc import Sequence
 
 from tokenizers import (
     AddedToken,
+    Regex,
     Tokenizer,
     decoders,
     models,
+    normalizers,
     pre_tokenizers,
     processors,
     trainers,
@@ -86,13 +88,29 @@ CHAT_SPECIALS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 """pad, turn start, turn end (= EOS: an assistant turn ends with it); ids 0-2."""
 
 
+QWEN2_SPLIT = (
+    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|"""
+    r"""\s*[\r\n]+|\s+(?!\S)|\s+"""
+)
+"""Qwen2's pre-tokenizer pattern (digits one by one)."""
+
+
 def build_bpe_tokenizer(corpus: Sequence[str], vocab_size: int = 512) -> PreTrainedTokenizerFast:
     """A byte-level BPE tokenizer trained on ``corpus`` with ``tokenizers``, with the ChatML
     special tokens and template: a real chat model's tokenizer in miniature, whose tags
     (``<tool_call>``) are several tokens and whose text has more than one spelling in
-    tokens. Deterministic for one corpus; ``vocab_size`` counts the 256 bytes."""
+    tokens. Deterministic for one corpus; ``vocab_size`` counts the 256 bytes.
+
+    Its normaliser, pre-tokenizer and decoder are Qwen2's (``Qwen2Tokenizer``), because
+    ``AutoTokenizer`` loads a checkpoint of a ``qwen2`` model as that class, rebuilding
+    the rules from the vocabulary and merges: with other rules the model would be read
+    back with other ids than it was trained on."""
     core = Tokenizer(models.BPE())
-    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    core.normalizer = normalizers.NFC()
+    core.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(QWEN2_SPLIT), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+    ])  # fmt: skip
     core.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=list(CHAT_SPECIALS),
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),

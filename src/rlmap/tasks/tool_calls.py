@@ -26,6 +26,7 @@ why, the step is counted as one, and the episode goes on.
 
 from __future__ import annotations
 
+import inspect
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -78,17 +79,26 @@ def parse_tool_call(text: str) -> tuple[str, dict[str, Any]]:
 
 
 def run_tool(tools: Mapping[str, Tool], text: str) -> tuple[str, bool]:
-    """(what the model is shown, whether the call failed) for the turn ``text``."""
+    """(what the model is shown, whether the call failed) for the turn ``text``.
+
+    The model's faults are tool errors, shown and counted: a call that does not parse,
+    names no tool, or whose arguments do not fit the tool's signature, and a tool that
+    refuses its input (``ValueError``, :class:`ToolCallError`). Anything else a tool
+    raises (a bug, a service down) propagates: the runner aborts the episode as an
+    infrastructure failure, never the model's."""
     try:
         name, arguments = parse_tool_call(text)
         if name not in tools:
             raise ToolCallError(f"no tool named {name!r} (there are: {', '.join(sorted(tools))})")
+        tool = tools[name]
         try:
-            result = tools[name](**arguments)
-        except ToolCallError:
-            raise
-        except Exception as exc:  # the tool's own failure: shown to the model, counted
-            raise ToolCallError(f"{name} failed: {type(exc).__name__}: {exc}") from None
+            inspect.signature(tool).bind(**arguments)
+        except TypeError as exc:
+            raise ToolCallError(f"{name}: {exc}") from None
+        try:
+            result = tool(**arguments)
+        except ValueError as exc:  # the tool refuses this input: the call's fault
+            raise ToolCallError(f"{name} failed: {exc}") from None
     except ToolCallError as exc:
         return f"error: {exc}", True
     return str(result), False
@@ -98,19 +108,32 @@ def observation_text(tokenizer: PreTrainedTokenizerBase, content: str, role: str
     """What the chat template writes after an assistant message's content when a ``role``
     message with ``content`` follows and the assistant speaks next: the end of the
     assistant message, the tool message, the generation prompt."""
+    before, after = _frame(tokenizer, role)
+    return before + content + after
+
+
+def _frame(tokenizer: PreTrainedTokenizerBase, role: str) -> tuple[str, str]:
+    """The template's text before and after a ``role`` message's content (the assistant's
+    content before it and the generation prompt after it, as above)."""
     messages = [{"role": "user", "content": "?"}, {"role": "assistant", "content": _SENTINEL},
-                {"role": role, "content": content}]  # fmt: skip
+                {"role": role, "content": _SENTINEL}]  # fmt: skip
     text = str(tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True))
-    if text.count(_SENTINEL) != 1:
-        raise ValueError("the chat template does not render an assistant message's content once")
-    return text.split(_SENTINEL, 1)[1]
+    parts = text.split(_SENTINEL)
+    if len(parts) != 3:
+        raise ValueError(f"the chat template does not render a {role} message after an "
+                         "assistant message's content, each once")  # fmt: skip
+    return parts[1], parts[2]
 
 
 def observation_ids(
     tokenizer: PreTrainedTokenizerBase, content: str, role: str = "tool"
 ) -> list[int]:
-    """:func:`observation_text` as ids, encoded on its own (its special tokens as theirs)."""
-    ids = tokenizer.encode(observation_text(tokenizer, content, role), add_special_tokens=False)
+    """:func:`observation_text` as ids: the template's text with its special tokens, the
+    content as plain text (a tool result that reads ``<|im_end|>`` is not a turn's end)."""
+    before, after = _frame(tokenizer, role)
+    ids = tokenizer.encode(before, add_special_tokens=False)
+    ids += tokenizer.encode(content, add_special_tokens=False, split_special_tokens=True)
+    ids += tokenizer.encode(after, add_special_tokens=False)
     return [int(i) for i in ids]
 
 
@@ -151,6 +174,7 @@ class ToolEnv:
             raise ValueError(f"max_turns: must be >= 1, got {max_turns}")
         if not getattr(tokenizer, "chat_template", None):
             raise ValueError("ToolEnv: the tokenizer has no chat template")
+        _frame(tokenizer, "tool")  # a template that cannot show a tool message: refused now
         self.tokenizer, self.example, self.verify, self.tools = tokenizer, example, verify, tools
         self.max_turns = max_turns
         self.encode = partial(encode_prompt, tokenizer) if encode is None else encode
@@ -169,7 +193,7 @@ class ToolEnv:
             time.sleep(self.latency())
         self.turns += 1
         text = _decode(self.tokenizer, list(action_ids))
-        if text.endswith(CLOSE):
+        if CLOSE in text:  # the turn was cut at the token completing it (a token may go on)
             shown, failed = run_tool(self.tools, text)
             observation = observation_ids(self.tokenizer, shown)
             return EnvStep(observation=tuple(observation), truncated=self.turns >= self.max_turns,

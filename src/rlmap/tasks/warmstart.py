@@ -90,8 +90,12 @@ class WarmStartSpec:
         chat template) and the procedure's version."""
         tokenizer = task_tokenizer(self.task, chat=self.chat)
         rules = tokenizer.backend_tokenizer.to_str()  # vocab and rules
-        payload = {"spec": asdict(self), "tokenizer": rules, "format": FORMAT_VERSION,
-                   "template": tokenizer.chat_template}  # fmt: skip
+        spec = asdict(self)
+        payload = {"spec": spec, "tokenizer": rules, "format": FORMAT_VERSION}
+        if self.chat:
+            payload["template"] = tokenizer.chat_template
+        else:  # the digest it had before chat models: caches stay valid
+            del spec["chat"]
         return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -111,7 +115,8 @@ def task_tokenizer(task: str, *, chat: bool = False) -> PreTrainedTokenizerFast:
 
 
 CHAT_VOCAB = 512
-"""The chat model's vocabulary: the 256 bytes, 3 special tokens, the rest merges."""
+"""The chat model's vocabulary at most: the 256 bytes, 3 special tokens, the rest merges
+(its corpus, pre-tokenized as Qwen2 does, digits one by one, has 320 tokens' worth)."""
 
 
 @lru_cache(maxsize=1)
