@@ -270,3 +270,30 @@ def test_the_calculator_task_on_a_chat_model_is_the_tool_env() -> None:
     env = setup.environment_factory(cfg, chat_tokenizer())(make_problem(37, "*", 85))
     assert isinstance(env, ToolEnv) and env.stop_strings.strings == (CLOSE,)
     assert setup.warm_start_spec(cfg).chat
+
+
+def test_the_calculator_on_a_chat_model_is_refused_up_front_where_it_cannot_work() -> None:
+    from rlmap.core.errors import ConfigError
+    from rlmap.tasks.calculator import TOOL_TOKENS
+    from rlmap.tasks.tokenizer import build_tokenizer
+
+    cfg = build_config("ppo", None, ["data.task=calculator", "model.path=embedded:tiny-chat"])
+    # the default budget (16 tokens) cannot hold a call of 24
+    with pytest.raises(ConfigError, match=r"^generation\.max_new_tokens: 16 tokens cannot hold"):
+        setup.check_calculator(cfg, chat_tokenizer())
+    wide = build_config("ppo", None, ["data.task=calculator", "generation.max_new_tokens=32"])
+    setup.check_calculator(wide, chat_tokenizer())  # 24 + 2 fit in 32
+    no_tool_role = chat_tokenizer()
+    no_tool_role.chat_template = (
+        "{% for m in messages %}{% if m['role'] == 'tool' %}{{ raise_exception('no tools') }}"
+        "{% endif %}{{ m['content'] }}{% endfor %}"
+    )
+    with pytest.raises(ConfigError, match=r"^model\.path: its chat template cannot show a tool"):
+        setup.check_calculator(wide, no_tool_role)
+    markers = build_tokenizer(extra_tokens=TOOL_TOKENS)
+    markers.chat_template = CHATML_LIKE
+    assert not setup.calls_in_json(markers)  # the markers are single tokens: <calc>…</calc>
+    assert setup.calls_in_json(chat_tokenizer())
+
+
+CHATML_LIKE = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
