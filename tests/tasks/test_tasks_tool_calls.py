@@ -20,6 +20,7 @@ from chat_model import (
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rlmap.core.batch import End, RewardStatus
 from rlmap.recipes import build_config
 from rlmap.system import setup
 from rlmap.system.engine import (
@@ -29,6 +30,7 @@ from rlmap.system.engine import (
     stop_string_end,
 )
 from rlmap.system.hf_engine import HFEngine, TextStop
+from rlmap.system.rollout import run_episodes
 from rlmap.tasks.arithmetic import Example, make_problem
 from rlmap.tasks.calculator import calculator_tool, demonstration
 from rlmap.tasks.prompts import encode_prompt
@@ -113,7 +115,7 @@ def test_a_tool_call_is_json_in_the_tags_and_anything_else_is_an_error() -> None
         ('<tool_call>{"name": "calculator", "arguments": 3}</tool_call>', "an object"),
         ('<tool_call>{"name": "search", "arguments": {}}</tool_call>', "no tool named 'search'"),
         ('<tool_call>{"name": "calculator", "arguments": {"expression": "2/0"}}</tool_call>',
-         "calculator failed: cannot evaluate '2/0'"),
+         "error: cannot evaluate '2/0'"),
         ('<tool_call>{"name": "calculator", "arguments": {"x": "1"}}</tool_call>',
          "calculator: missing a required argument: 'expression'"),
         ("no call </tool_call>", "no <tool_call>"),
@@ -124,11 +126,30 @@ def test_a_tool_call_is_json_in_the_tags_and_anything_else_is_an_error() -> None
 
 def test_a_tool_that_breaks_is_an_infrastructure_failure_not_the_models() -> None:
     def search(query: str) -> str:
-        raise ConnectionError("the index is down")
+        if query == "down":
+            raise ConnectionError("the index is down")
+        return int("not a number")  # type: ignore[return-value]  # a bug: ValueError
 
-    call = '<tool_call>{"name": "search", "arguments": {"query": "x"}}</tool_call>'
-    with pytest.raises(ConnectionError):  # the runner aborts the episode: infra_error
-        run_tool({"search": search}, call)
+    for query in ("down", "bug"):
+        call = f'<tool_call>{{"name": "search", "arguments": {{"query": "{query}"}}}}</tool_call>'
+        with pytest.raises((ConnectionError, ValueError)):
+            run_tool({"search": search}, call)
+    # through the runner: the episode is aborted, its status infra_error, never a reward
+    tokenizer = chat_tokenizer()
+    env = ToolEnv(tokenizer, Example(QUESTION, RESULT), lambda r, a: 1.0, {"search": search},
+                  max_turns=2)  # fmt: skip
+    turn = tokenizer.encode(call, add_special_tokens=False)
+
+    class OneCall:
+        version = 0
+
+        def generate(self, prompts: Sequence[Sequence[int]], **_: Any) -> list[list[Completion]]:
+            return [[Completion(tuple(p), tuple(turn), (-0.1,) * len(turn), True, 0)]
+                    for p in prompts]  # fmt: skip
+
+    (episode,) = run_episodes(OneCall(), [env], max_new_tokens=64, temperature=1.0, top_p=1.0)  # type: ignore[arg-type]
+    assert episode.end == End.ABORTED and episode.status == RewardStatus.INFRA_ERROR
+    assert episode.rewards == ()
 
 
 def test_a_tool_result_that_reads_like_a_special_token_stays_text() -> None:
@@ -282,7 +303,14 @@ def test_the_calculator_on_a_chat_model_is_refused_up_front_where_it_cannot_work
     with pytest.raises(ConfigError, match=r"^generation\.max_new_tokens: 16 tokens cannot hold"):
         setup.check_calculator(cfg, chat_tokenizer())
     wide = build_config("ppo", None, ["data.task=calculator", "generation.max_new_tokens=32"])
-    setup.check_calculator(wide, chat_tokenizer())  # 24 + 2 fit in 32
+    setup.check_calculator(wide, chat_tokenizer(), 128)  # 24 + 2 fit in 32
+    # prompt "99*99=" in ChatML is 14 tokens (digits one by one), a call 24, its tool
+    # message for up to "-9999" 15 (5 of frame before, 5 after): 3 turns need
+    # 14 + 2·(24 + 15) + 32 = 124 positions, 4 turns 14 + 3·39 + 32 = 163 > 128
+    four = build_config("ppo", None, ["data.task=calculator", "generation.max_new_tokens=32",
+                                      "data.max_turns=4"])  # fmt: skip
+    with pytest.raises(ConfigError, match=r"^data\.max_turns: 4 turns .* up to 163 positions"):
+        setup.check_calculator(four, chat_tokenizer(), 128)
     no_tool_role = chat_tokenizer()
     no_tool_role.chat_template = (
         "{% for m in messages %}{% if m['role'] == 'tool' %}{{ raise_exception('no tools') }}"

@@ -187,14 +187,14 @@ def run_episodes(
             done[i] = _Running(env, ()).finish(End.ABORTED, eos=False)
     limit = getattr(engine, "max_len", None)
     while running:
-        if before_turn is not None:
-            before_turn()
         if limit is not None:  # no room for another whole turn: truncated, as by the budget
             for i in [i for i, r in running.items()
                       if r.turns and len(r.context) + max_new_tokens > limit]:  # fmt: skip
                 done[i] = running.pop(i).finish(End.TRUNCATED, eos=True)
             if not running:
                 break
+        if before_turn is not None:
+            before_turn()
         batch = engine.generate([r.context for r in running.values()], n=1,
                                 max_new_tokens=max_new_tokens, temperature=temperature,
                                 top_p=top_p, stop_token_ids=stops,

@@ -40,7 +40,13 @@ from rlmap.system.scoring import EpisodeReturn, base_reward, shaping_reward
 from rlmap.system.sim_inputs import parse_duration
 from rlmap.tasks import gym_text, reasoning_gym, tool_calls
 from rlmap.tasks.arithmetic import Example, make_splits
-from rlmap.tasks.calculator import CalculatorEnv, calculator_tool, marker_ids, tool_call_text
+from rlmap.tasks.calculator import (
+    CalculatorEnv,
+    calculator_tool,
+    calls_in_json,
+    marker_ids,
+    tool_call_text,
+)
 from rlmap.tasks.datafiles import load_file_examples, load_labelled_examples
 from rlmap.tasks.env import AnswerEnv, EnvFactory, reference_for
 from rlmap.tasks.preferences import PreferenceSpec, embedded_reward_model
@@ -159,9 +165,12 @@ def fitted_context(cfg: RecipeConfig) -> int:
     task's episode is its first prompt, then ``data.max_turns`` responses, each followed by
     an observation (taken as long as the first one, plus a line; the one after the last
     turn stays in the final state)."""
-    tokenizer = task_tokenizer(cfg.data.task, chat=cfg.model.path == EMBEDDED_CHAT)
+    chat = cfg.model.path == EMBEDDED_CHAT
+    tokenizer = task_tokenizer(cfg.data.task, chat=chat)
     texts = [text if isinstance(text, str) else "" for _, text in labelled_prompts(cfg)]
     longest = max(len(ids) for ids in tokenizer(texts)["input_ids"])
+    if chat and not gym_text.is_gym(cfg.data.task):  # the template's turns around each prompt
+        longest += len(encode_prompt(tokenizer, "")) - len(tokenizer("")["input_ids"])
     per_turn = max(cfg.generation.max_new_tokens, 32)
     need = longest + per_turn
     if gym_text.is_gym(cfg.data.task):
@@ -236,7 +245,7 @@ def check_inputs(cfg: RecipeConfig) -> None:
         context = context_length(AutoConfig.from_pretrained(path))
         source = f"model.path={path}"
     if cfg.data.task == "calculator":
-        check_calculator(cfg, tokenizer)
+        check_calculator(cfg, tokenizer, context)
     if context is not None:
         check_prompt_lengths(labelled_prompts(cfg), tokenizer, context, source)
     if cfg.feedback.uses_reward_model and (
@@ -530,39 +539,40 @@ def environment_factory(
     return lambda e: AnswerEnv(tokenizer, e, verify, encode=encode, verify_waits=waits)
 
 
-def calls_in_json(tokenizer: PreTrainedTokenizerBase) -> bool:
-    """Whether the calculator is called in a chat model's format (JSON in ``<tool_call>``
-    tags, :class:`~rlmap.tasks.tool_calls.ToolEnv`): the tokenizer has a chat template and
-    not the embedded markers as single tokens (then ``<calc>…</calc>``)."""
-    if not getattr(tokenizer, "chat_template", None):
-        return False
-    try:
-        marker_ids(tokenizer)
-    except ConfigError:
-        return True
-    return False
-
-
-def check_calculator(cfg: RecipeConfig, tokenizer: PreTrainedTokenizerBase) -> None:
+def check_calculator(
+    cfg: RecipeConfig, tokenizer: PreTrainedTokenizerBase, context: int | None = None
+) -> None:
     """ConfigError unless the model can serve the calculator task: the markers as single
-    tokens, or a chat template that renders a tool message and a turn budget
-    (``generation.max_new_tokens``) that holds a whole call of the longest expression."""
+    tokens, or a chat template that renders a tool message, a turn budget
+    (``generation.max_new_tokens``) that holds a whole call of the longest expression, and
+    a ``context`` (when known) that holds an episode of ``data.max_turns`` turns — calls,
+    then a last turn of the whole budget."""
     if not calls_in_json(tokenizer):
         marker_ids(tokenizer)
         return
     try:
-        tool_calls.observation_text(tokenizer, "0")
+        shown = tool_calls.observation_ids(tokenizer, "-" + "9" * (2 * cfg.data.max_digits))
     except Exception as exc:  # the template's own error (jinja raises what it likes)
         raise ConfigError(f"model.path: its chat template cannot show a tool message for the "
                           f"calculator task ({type(exc).__name__}: {exc})") from None  # fmt: skip
     digits = "9" * cfg.data.max_digits
     expression = f"{digits}{cfg.data.resolved_ops[-1]}{digits}"
     call = len(tokenizer.encode(tool_call_text(expression), add_special_tokens=False))
-    if cfg.generation.max_new_tokens < call + CALL_MARGIN:
+    g, turns = cfg.generation, cfg.data.max_turns
+    if g.max_new_tokens < call + CALL_MARGIN:
         raise ConfigError(
-            f"generation.max_new_tokens: {cfg.generation.max_new_tokens} tokens cannot hold "
+            f"generation.max_new_tokens: {g.max_new_tokens} tokens cannot hold "
             f"a calculator call in the model's format ({call} tokens for "
             f"{tool_call_text(expression)!r}); give it at least {call + CALL_MARGIN}"
+        )
+    prompt = len(encode_prompt(tokenizer, f"{expression}="))
+    episode = prompt + (turns - 1) * (call + len(shown)) + g.max_new_tokens
+    if context is not None and episode > context:
+        raise ConfigError(
+            f"data.max_turns: {turns} turns of the calculator task take up to {episode} "
+            f"positions ({turns - 1} calls of {call} tokens, their results, then a turn of "
+            f"generation.max_new_tokens={g.max_new_tokens}); the model has {context}: "
+            "fewer turns or a smaller budget"
         )
 
 

@@ -35,7 +35,7 @@ from rlmap.core.errors import ConfigError
 from rlmap.tasks.arithmetic import Example
 from rlmap.tasks.env import EnvStep, PromptIds, Verifier, verify_safely
 from rlmap.tasks.prompts import decode_response, encode_prompt
-from rlmap.tasks.tool_calls import CLOSE, OPEN, observation_ids
+from rlmap.tasks.tool_calls import CLOSE, OPEN, ToolCallError, observation_ids
 
 CALL, END_CALL, RESULT, END_RESULT = "<calc>", "</calc>", "<result>", "</result>"
 TOOL_TOKENS = (CALL, END_CALL, RESULT, END_RESULT)
@@ -88,11 +88,24 @@ def _value(node: ast.expr) -> int | None:
 
 def calculator_tool(expression: str) -> int:
     """The calculator as a registered tool of a chat model (:mod:`rlmap.tasks.tool_calls`):
-    the value of ``expression``; ValueError (a tool error) when it does not evaluate."""
+    the value of ``expression``; ToolCallError (a tool error) when it does not evaluate."""
     value = calculate(str(expression))
     if value is None:
-        raise ValueError(f"cannot evaluate {str(expression)[:MAX_EXPRESSION_CHARS]!r}")
+        raise ToolCallError(f"cannot evaluate {str(expression)[:MAX_EXPRESSION_CHARS]!r}")
     return value
+
+
+def calls_in_json(tokenizer: PreTrainedTokenizerBase) -> bool:
+    """Whether the calculator is called in a chat model's format (JSON in ``<tool_call>``
+    tags, :class:`~rlmap.tasks.tool_calls.ToolEnv`): the tokenizer has a chat template and
+    not the markers as single tokens (then ``<calc>…</calc>``, :class:`CalculatorEnv`)."""
+    if not getattr(tokenizer, "chat_template", None):
+        return False
+    try:
+        marker_ids(tokenizer)
+    except ConfigError:
+        return True
+    return False
 
 
 def marker_ids(tokenizer: PreTrainedTokenizerBase) -> dict[str, int]:
@@ -180,7 +193,7 @@ def demonstration(
 
     With the tool: call ``<calc>{prompt without '='}</calc>``, the true result as the
     observation, then ``answer`` (which the warm start may blur); without: ``answer``.
-    A chat tokenizer (with a template) gets the call in its own format instead:
+    A chat tokenizer (:func:`calls_in_json`) gets the call in its own format instead:
     :func:`tool_call_text` and the template's tool message (:mod:`rlmap.tasks.tool_calls`).
     """
     eos = int(tokenizer.eos_token_id)
@@ -188,7 +201,7 @@ def demonstration(
     if not use_tool:
         return [final]
     expression = example.prompt.removesuffix("=")
-    if getattr(tokenizer, "chat_template", None):
+    if calls_in_json(tokenizer):
         call = tokenizer.encode(tool_call_text(expression), add_special_tokens=False)
         value = calculate(expression)
         shown = observation_ids(tokenizer, "error" if value is None else str(value))

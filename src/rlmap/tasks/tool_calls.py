@@ -20,8 +20,10 @@ sampled ids. The conversation so far is never decoded and re-encoded — re-enco
 than the ones the policy produced (tests/tasks/test_tasks_tool_calls.py shows one).
 
 A call that is not ``{"name": ..., "arguments": {...}}`` JSON inside the tags, names
-no registered tool, or whose tool raises, is a *tool error*: the observation says
-why, the step is counted as one, and the episode goes on.
+no registered tool, does not fit its signature, or that the tool refuses
+(:class:`ToolCallError`), is a *tool error*: the observation says why, the step is
+counted as one, and the episode goes on. Anything else a tool raises is an
+infrastructure failure: the episode is aborted and excluded.
 """
 
 from __future__ import annotations
@@ -83,22 +85,24 @@ def run_tool(tools: Mapping[str, Tool], text: str) -> tuple[str, bool]:
 
     The model's faults are tool errors, shown and counted: a call that does not parse,
     names no tool, or whose arguments do not fit the tool's signature, and a tool that
-    refuses its input (``ValueError``, :class:`ToolCallError`). Anything else a tool
-    raises (a bug, a service down) propagates: the runner aborts the episode as an
-    infrastructure failure, never the model's."""
+    refuses its input by raising :class:`ToolCallError`. Anything else a tool raises (a
+    bug, a service down, a reply it cannot read) propagates: the runner aborts the
+    episode as an infrastructure failure, never the model's."""
     try:
         name, arguments = parse_tool_call(text)
         if name not in tools:
             raise ToolCallError(f"no tool named {name!r} (there are: {', '.join(sorted(tools))})")
         tool = tools[name]
         try:
-            inspect.signature(tool).bind(**arguments)
-        except TypeError as exc:
-            raise ToolCallError(f"{name}: {exc}") from None
-        try:
-            result = tool(**arguments)
-        except ValueError as exc:  # the tool refuses this input: the call's fault
-            raise ToolCallError(f"{name} failed: {exc}") from None
+            signature = inspect.signature(tool)
+        except (TypeError, ValueError):  # a callable without one (a builtin): not checked
+            signature = None
+        if signature is not None:
+            try:
+                signature.bind(**arguments)
+            except TypeError as exc:
+                raise ToolCallError(f"{name}: {exc}") from None
+        result = tool(**arguments)
     except ToolCallError as exc:
         return f"error: {exc}", True
     return str(result), False
@@ -151,8 +155,9 @@ class ToolEnv:
     ``latency``, ``encode`` and ``verify_waits`` as in
     :class:`~rlmap.tasks.calculator.CalculatorEnv`.
 
-    A turn that ends with ``</tool_call>`` is a call: the tool's result (or the error)
-    comes back as the template's ``tool`` message and the episode goes on, truncated
+    A turn that holds ``</tool_call>`` (it was cut after the token completing it) is a
+    call: the tool's result (or the error) comes back as the template's ``tool`` message
+    and the episode goes on, truncated
     once ``max_turns`` turns are spent. Any other turn is the answer: the episode
     terminates with the verifier's reward on the turn's text."""
 
