@@ -360,6 +360,32 @@ def test_the_tests_cannot_pass_their_own_functions(run) -> None:
     assert result.reason == "tests_failed" and "TypeError" in result.stderr_tail
 
 
+def test_a_run_returns_only_when_no_process_of_it_is_left(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The launcher reaped is not the run ended: its PID namespace's init, killed with it,
+    can still be dying (CI saw one left after ``huge_stderr``). A process that carries the
+    run's directory in its command line and outlives ``_run`` stands in for it."""
+    stragglers: list[subprocess.Popen[bytes]] = []
+
+    def run_leaving_a_straggler(*args: object) -> SandboxResult:
+        base = args[-1]
+        sleeper = [sys.executable, "-c", "import time; time.sleep(60)", str(base)]
+        stragglers.append(subprocess.Popen(sleeper, start_new_session=True))
+        raise RuntimeError("the supervisor failed")
+
+    monkeypatch.setattr(sandbox, "_run", run_leaving_a_straggler)
+    with pytest.raises(RuntimeError, match="supervisor failed"):
+        run_python("def solve():\n    return 42\n", "assert solve() == 42\n", LIMITS)
+    (straggler,) = stragglers
+    try:
+        assert straggler.poll() == -9  # killed before run_python returned, not after
+    finally:
+        straggler.kill()
+        straggler.wait()
+    assert not Path(straggler.args[-1]).exists()
+
+
 # ---------------------------------------------------------------- keyrings and IPC
 
 _LIBC = ctypes.CDLL(None, use_errno=True)

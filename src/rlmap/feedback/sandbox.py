@@ -74,7 +74,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -225,8 +225,11 @@ def run_python(code: str, tests: str, limits: SandboxLimits | None = None) -> Sa
     try:
         return _run(code, tests, limits, host, isolation, base)
     finally:
-        if isolation.uid is not None and host.unique_uids:
-            _kill_uid(isolation.uid)
+        # the launcher is reaped, but its PID namespace's init (or a forked launcher) may
+        # still be dying: wait until no process of this run is left, then remove its files
+        uid = isolation.uid if host.unique_uids else None
+        marker = str(base).encode()  # in the launcher's command line, and its forks'
+        _kill_until_gone(lambda pid, owner: owner == uid or marker in _cmdline(pid), str(base))
         shutil.rmtree(base, onerror=_force_remove)
 
 
@@ -565,17 +568,17 @@ def _others_can_use(path: str) -> bool:
     return bool(os.stat(target).st_mode & 0o004)
 
 
-def _kill_uid(uid: int) -> None:
-    """SIGKILL every live process of ``uid`` until none is left (a fork bomb refills)."""
+def _kill_until_gone(match: Callable[[int, int], bool], whose: str) -> None:
+    """SIGKILL every live process ``match(pid, uid)`` selects until none is left."""
     for _ in range(200):
-        pids = _pids_of(uid)
+        pids = [pid for pid, uid in _processes() if match(pid, uid)]
         if not pids:
             return
         for pid in pids:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         time.sleep(0.01)
-    raise SandboxError(f"sandbox processes of uid {uid} survived SIGKILL")
+    raise SandboxError(f"sandbox processes of {whose} survived SIGKILL")
 
 
 def _pids_of(uid: int) -> list[int]:
@@ -611,20 +614,11 @@ def sweep(owner: int) -> None:
         return  # not Linux: no sandbox ever ran
     marker = f"rlmap-sandbox-{owner}-".encode()  # in each launcher's command line
     first = _uid_range(owner) if os.geteuid() == 0 and _unique_uids() else None
-    for _ in range(200):
-        left = [
-            pid
-            for pid, uid in _processes()
-            if (first is not None and first <= uid < first + 256) or marker in _cmdline(pid)
-        ]
-        if not left:
-            break
-        for pid in left:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        time.sleep(0.01)
-    else:
-        raise SandboxError(f"sandbox processes of process {owner} survived SIGKILL")
+
+    def ours(pid: int, uid: int) -> bool:
+        return (first is not None and first <= uid < first + 256) or marker in _cmdline(pid)
+
+    _kill_until_gone(ours, f"process {owner}")
     for path in Path(tempfile.gettempdir()).glob(f"rlmap-sandbox-{owner}-*"):
         shutil.rmtree(path, onerror=_force_remove)
 
