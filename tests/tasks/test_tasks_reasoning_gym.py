@@ -21,7 +21,7 @@ from rlmap.tasks import reasoning_gym as rg
 from rlmap.tasks.arithmetic import Example
 from rlmap.tasks.tiny import TinySpec, build_tiny_model
 from rlmap.tasks.tokenizer import build_tokenizer
-from rlmap.tasks.warmstart import PRINTABLE, task_tokenizer
+from rlmap.tasks.warmstart import PRINTABLE, chat_tokenizer, task_tokenizer
 
 pytest.importorskip("reasoning_gym")
 
@@ -164,6 +164,32 @@ def test_the_wide_tokenizer_round_trips_a_question_without_unknowns() -> None:
     assert tokenizer.unk_token_id not in ids
     assert tokenizer.decode(ids, skip_special_tokens=True) == question
     assert len(set(PRINTABLE)) == len(PRINTABLE)
+
+
+def test_the_chat_model_learns_the_words_of_its_reasoning_gym_task() -> None:
+    """On a reasoning-gym task the chat model's BPE is trained on the task's text as well,
+    so its prose costs about a token a word; on any other task it is the shared one."""
+    cfg = build_config("grpo", None, [*SMALL_SUMS, "model.path=embedded:tiny-chat"])
+    tokenizer = setup.embedded_tokenizer(cfg)
+    question = setup.load_data(cfg)[1][0].prompt  # held out: its own ids were never seen
+    ids = tokenizer(question, add_special_tokens=False)["input_ids"]
+    assert tokenizer.decode(ids) == question
+    # "State the final answer to the following arithmetic problem:" is 9 words and a colon;
+    # then " ", "0", and for each further term " -", " ", "4", then " =": 2 + 3 + 3 + 1
+    words = [tokenizer.decode([i]) for i in ids]
+    assert words[:10] == ["State", " the", " final", " answer", " to", " the", " following",
+                          " arithmetic", " problem", ":"]  # fmt: skip
+    assert len(ids) <= 10 + 9  # 3 terms at most (digits one by one, as Qwen2 splits them)
+    shared = chat_tokenizer()
+    assert len(shared(question, add_special_tokens=False)["input_ids"]) > 2 * len(ids)
+    calculator = build_config(
+        "ppo", None, ["data.task=calculator", "model.path=embedded:tiny-chat"]
+    )
+    assert setup.embedded_tokenizer(calculator).get_vocab() == shared.get_vocab()
+    assert setup.embedded_tokenizer(cfg).get_vocab() == tokenizer.get_vocab()  # deterministic
+    spec = setup.warm_start_spec(cfg)  # short rows: the default batch of demonstrations
+    assert spec.chat and spec.batch_size == 128 and spec.model.max_position_embeddings == 128
+    setup.check_inputs(cfg)  # every prompt fits, with its template
 
 
 def _wide_model(path: Path) -> Path:

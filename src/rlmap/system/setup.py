@@ -18,7 +18,13 @@ from typing import Any
 
 import torch
 from safetensors import SafetensorError, safe_open
-from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
+from transformers import (
+    AutoConfig,
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    PreTrainedTokenizerBase,
+    PreTrainedTokenizerFast,
+)
 
 from rlmap import feedback
 from rlmap.core.errors import ConfigError, InputError
@@ -135,16 +141,23 @@ def warm_start_spec(cfg: RecipeConfig) -> WarmStartSpec:
     model = EMBEDDED_MODELS.get(cfg.model.path, TinySpec())
     if reasoning_gym.is_reasoning_gym(d.task) or gym_text.is_gym(d.task):
         model = replace(model, max_position_embeddings=fitted_context(cfg))
+    chat = cfg.model.path == EMBEDDED_CHAT
     schedule: dict[str, int] = {}
     if gym_text.is_gym(d.task):
         schedule = {"steps": 0, "blur_steps": 0}  # nothing to imitate: the initialisation
-    elif reasoning_gym.is_reasoning_gym(d.task):
+    elif reasoning_gym.is_reasoning_gym(d.task) and not chat:  # prose a character a token
         schedule = {"batch_size": REASONING_GYM_SFT_BATCH}
     return WarmStartSpec(**schedule,task=d.task, split_seed=d.split_seed, eval_size=d.eval_size,
                          train_size=d.train_size, max_digits=d.max_digits, ops=d.resolved_ops,
                          tool_demos=TOOL_DEMOS if d.task == "calculator" else 0.0,
                          task_args=json.dumps(d.task_args or {}, sort_keys=True),
-                         model=model, chat=cfg.model.path == EMBEDDED_CHAT)  # fmt: skip
+                         model=model, chat=chat)  # fmt: skip
+
+
+def embedded_tokenizer(cfg: RecipeConfig) -> PreTrainedTokenizerFast:
+    """The tokenizer of the embedded model ``model.path`` names, on the run's task."""
+    args = json.dumps(cfg.data.task_args or {}, sort_keys=True)
+    return task_tokenizer(cfg.data.task, chat=cfg.model.path == EMBEDDED_CHAT, task_args=args)
 
 
 REASONING_GYM_SFT_BATCH = 32
@@ -166,7 +179,7 @@ def fitted_context(cfg: RecipeConfig) -> int:
     an observation (taken as long as the first one, plus a line; the one after the last
     turn stays in the final state)."""
     chat = cfg.model.path == EMBEDDED_CHAT
-    tokenizer = task_tokenizer(cfg.data.task, chat=chat)
+    tokenizer = embedded_tokenizer(cfg)
     texts = [text if isinstance(text, str) else "" for _, text in labelled_prompts(cfg)]
     longest = max(len(ids) for ids in tokenizer(texts)["input_ids"])
     if chat and not gym_text.is_gym(cfg.data.task):  # the template's turns around each prompt
@@ -235,8 +248,7 @@ def check_inputs(cfg: RecipeConfig) -> None:
         judge.probe(f.judge_url, api_key=judge.api_key(f))  # not against a dead judge
         judge.load_template(f.judge_template, "pointwise" if f.source == "judge" else "pairwise")
     if cfg.model.path in EMBEDDED_MODELS:
-        chat = cfg.model.path == EMBEDDED_CHAT
-        tokenizer: PreTrainedTokenizerBase = task_tokenizer(cfg.data.task, chat=chat)
+        tokenizer: PreTrainedTokenizerBase = embedded_tokenizer(cfg)
         context: int | None = warm_start_spec(cfg).model.max_position_embeddings
         source = "the embedded model"
     else:

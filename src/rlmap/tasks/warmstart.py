@@ -88,7 +88,7 @@ class WarmStartSpec:
     def digest(self) -> str:
         """Content hash of the spec, the whole tokenizer (vocabulary, pre- and post-processing,
         chat template) and the procedure's version."""
-        tokenizer = task_tokenizer(self.task, chat=self.chat)
+        tokenizer = task_tokenizer(self.task, chat=self.chat, task_args=self.task_args)
         rules = tokenizer.backend_tokenizer.to_str()  # vocab and rules
         spec = asdict(self)
         payload = {"spec": spec, "tokenizer": rules, "format": FORMAT_VERSION}
@@ -103,11 +103,16 @@ TOOL_DEMOS = 0.25
 """Fraction of the calculator task's demonstrations that use the tool."""
 
 
-def task_tokenizer(task: str, *, chat: bool = False) -> PreTrainedTokenizerFast:
+def task_tokenizer(
+    task: str, *, chat: bool = False, task_args: str = "{}"
+) -> PreTrainedTokenizerFast:
     """The embedded tokenizer of a task: the calculator's has the tool markers; a
     reasoning-gym task's has every printable ASCII character (its questions are prose);
-    ``chat``: the chat model's BPE tokenizer, the same for every task."""
+    ``chat``: the chat model's BPE tokenizer, trained on the task's text as well on a
+    reasoning-gym task (``task_args``: its settings, as JSON)."""
     if chat:
+        if reasoning_gym.is_reasoning_gym(task):
+            return copy.deepcopy(_chat_tokenizer(task, task_args))
         return chat_tokenizer()
     if reasoning_gym.is_reasoning_gym(task) or task.startswith("gym:"):
         return build_tokenizer(characters=PRINTABLE)
@@ -119,9 +124,17 @@ CHAT_VOCAB = 512
 (its corpus, pre-tokenized as Qwen2 does, digits one by one, has 320 tokens' worth)."""
 
 
-@lru_cache(maxsize=1)
-def _chat_tokenizer() -> PreTrainedTokenizerFast:
-    return build_bpe_tokenizer(chat_corpus(), vocab_size=CHAT_VOCAB)
+TASK_TEXTS = 2000
+"""Training items of a reasoning-gym task whose text the chat tokenizer learns too."""
+
+
+@lru_cache(maxsize=4)
+def _chat_tokenizer(task: str = "", task_args: str = "{}") -> PreTrainedTokenizerFast:
+    texts = chat_corpus()
+    if task:  # its prose then costs a token a word or so, not one a byte
+        train, _ = reasoning_gym.make_splits(task, json.loads(task_args), 0, TASK_TEXTS, 64)
+        texts += [text for e in train for text in (e.prompt, e.answer)]
+    return build_bpe_tokenizer(texts, vocab_size=CHAT_VOCAB)
 
 
 def chat_tokenizer() -> PreTrainedTokenizerFast:
@@ -177,7 +190,7 @@ def warm_start(
         return final
     tmp = final.with_name(f".tmp-{final.name}-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
-    tokenizer = task_tokenizer(spec.task, chat=spec.chat)
+    tokenizer = task_tokenizer(spec.task, chat=spec.chat, task_args=spec.task_args)
     model = supervised_finetune(spec, tokenizer, progress=progress)
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
