@@ -234,6 +234,23 @@ def test_a_malformed_call_is_a_tool_error_and_the_episode_goes_on() -> None:
     assert again.tool_error and again.truncated
 
 
+def test_a_call_whose_completing_token_goes_on_is_still_a_call() -> None:
+    """The engine cuts a turn at the token that completes ``</tool_call>``; that token may
+    hold more text (``>{"`` is one token of the chat tokenizer), so the turn's text need
+    not end with the tag: the call is still run, not scored as an answer."""
+    tokenizer = chat_tokenizer()
+    env = ToolEnv(tokenizer, Example(QUESTION, RESULT), lambda r, a: 1.0,
+                  {"calculator": calculator_tool}, max_turns=2)  # fmt: skip
+    env.reset()
+    call = '<tool_call>{"name": "calculator", "arguments": {"expression": "37*85"}}</tool_call'
+    (goes_on,) = tokenizer.encode('>{"', add_special_tokens=False)
+    turn = [*tokenizer.encode(call, add_special_tokens=False), goes_on]
+    assert not tokenizer.decode(turn).endswith(CLOSE)
+    step = env.step(turn)
+    assert step.tool_call and not step.tool_error and not (step.terminated or step.truncated)
+    assert "\n3145<|im_end|>" in tokenizer.decode(list(step.observation))
+
+
 def test_the_chat_tokenizer_is_rebuilt_the_same_and_spells_the_tags_in_several_tokens() -> None:
     from rlmap.tasks.tokenizer import CHATML, build_bpe_tokenizer
     from rlmap.tasks.warmstart import CHAT_VOCAB, chat_corpus

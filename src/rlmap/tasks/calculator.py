@@ -33,7 +33,7 @@ from transformers import PreTrainedTokenizerBase
 
 from rlmap.core.errors import ConfigError
 from rlmap.tasks.arithmetic import Example
-from rlmap.tasks.env import EnvStep, PromptIds, Verifier, verify_safely
+from rlmap.tasks.env import EnvStep, PromptIds, Verifier, answer_step
 from rlmap.tasks.prompts import decode_response, encode_prompt
 from rlmap.tasks.tool_calls import CLOSE, OPEN, ToolCallError, observation_ids
 
@@ -181,9 +181,7 @@ class CalculatorEnv:
             observation, failed = tool_result(self.tokenizer, expression)
             return EnvStep(observation=tuple(observation), truncated=self.turns >= self.max_turns,
                            tool_call=True, tool_error=failed)  # fmt: skip
-        answer = decode_response(self.tokenizer, ids)
-        reward, status = verify_safely(self.verify, answer, self.example.answer)
-        return EnvStep(reward=reward, terminated=True, status=status)
+        return answer_step(self.tokenizer, self.verify, self.example, ids)
 
 
 def demonstration(

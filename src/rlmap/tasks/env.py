@@ -153,6 +153,17 @@ class AnswerEnv:
         return self.encode(self.example.chat)
 
     def step(self, action_ids: Sequence[int]) -> EnvStep:
-        text = decode_response(self.tokenizer, tuple(action_ids))
-        reward, status = verify_safely(self.verify, text, self.example.answer)
-        return EnvStep(reward=reward, terminated=True, status=status)
+        return answer_step(self.tokenizer, self.verify, self.example, action_ids)
+
+
+def answer_step(
+    tokenizer: PreTrainedTokenizerBase,
+    verify: Verifier,
+    example: Example,
+    action_ids: Sequence[int],
+) -> EnvStep:
+    """The step of a turn that answers: its text's verdict against the example's answer; the
+    episode ends terminated."""
+    text = decode_response(tokenizer, tuple(action_ids))
+    reward, status = verify_safely(verify, text, example.answer)
+    return EnvStep(reward=reward, terminated=True, status=status)

@@ -39,8 +39,8 @@ from transformers import PreTrainedTokenizerBase
 
 from rlmap.system.engine import StopStrings
 from rlmap.tasks.arithmetic import Example
-from rlmap.tasks.env import EnvStep, PromptIds, Verifier, verify_safely
-from rlmap.tasks.prompts import decode_response, encode_prompt
+from rlmap.tasks.env import EnvStep, PromptIds, Verifier, answer_step
+from rlmap.tasks.prompts import encode_prompt
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 Tool = Callable[..., object]
@@ -203,6 +203,4 @@ class ToolEnv:
             observation = observation_ids(self.tokenizer, shown)
             return EnvStep(observation=tuple(observation), truncated=self.turns >= self.max_turns,
                            tool_call=True, tool_error=failed)  # fmt: skip
-        answer = decode_response(self.tokenizer, list(action_ids))
-        reward, status = verify_safely(self.verify, answer, self.example.answer)
-        return EnvStep(reward=reward, terminated=True, status=status)
+        return answer_step(self.tokenizer, self.verify, self.example, action_ids)
