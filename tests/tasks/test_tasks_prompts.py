@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
@@ -69,9 +70,9 @@ def test_a_prompt_encoder_gives_encode_prompts_ids_encoding_each_text_once(
     tok = build_tokenizer()
     encoded: list[str] = []
 
-    def counted(tokenizer: PreTrainedTokenizerBase, text: str) -> list[int]:
+    def counted(tokenizer: PreTrainedTokenizerBase, text: str, tools: Any = ()) -> list[int]:
         encoded.append(text)
-        return encode_prompt(tokenizer, text)
+        return encode_prompt(tokenizer, text, tools)
 
     monkeypatch.setattr(prompts, "encode_prompt", counted)
     encoder = prompts.PromptEncoder(tok)

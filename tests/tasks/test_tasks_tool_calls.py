@@ -35,6 +35,7 @@ from rlmap.tasks.arithmetic import Example, make_problem
 from rlmap.tasks.calculator import calculator_tool, demonstration
 from rlmap.tasks.prompts import encode_prompt
 from rlmap.tasks.tiny import build_tiny_model
+from rlmap.tasks.tokenizer import CHATML
 from rlmap.tasks.tool_calls import (
     CLOSE,
     ToolEnv,
@@ -126,6 +127,11 @@ def test_a_tool_call_is_json_in_the_tags_and_anything_else_is_an_error() -> None
 
 def test_a_tool_that_breaks_is_an_infrastructure_failure_not_the_models() -> None:
     def search(query: str) -> str:
+        """Look a query up.
+
+        Args:
+            query: what to look up
+        """
         if query == "down":
             raise ConnectionError("the index is down")
         return int("not a number")  # type: ignore[return-value]  # a bug: ValueError
@@ -342,3 +348,54 @@ def test_the_calculator_on_a_chat_model_is_refused_up_front_where_it_cannot_work
 
 
 CHATML_LIKE = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+
+
+TOOLS_TEMPLATE = (
+    "{% if tools %}<|im_start|>system\n# Tools\n{% for t in tools %}{{ t | tojson }}\n"
+    "{% endfor %}<|im_end|>\n{% endif %}" + CHATML
+)
+"""ChatML that lists the tools' schemas in a system turn, as Qwen's template does."""
+
+
+def test_a_chat_model_is_shown_the_calculators_schema_through_its_template() -> None:
+    from rlmap.core.errors import ConfigError, InputError
+
+    shows_tools = chat_tokenizer()
+    shows_tools.chat_template = TOOLS_TEMPLATE
+    cfg = build_config("ppo", None, ["data.task=calculator", "generation.max_new_tokens=32"])
+    env = setup.environment_factory(cfg, shows_tools)(make_problem(37, "*", 85))
+    text = shows_tools.decode(env.reset())
+    tools = json.loads(text.split("# Tools\n")[1].split("\n")[0])
+    assert tools["function"]["name"] == "calculator"  # what the model is to call it
+    assert tools["function"]["parameters"]["required"] == ["expression"]
+    assert tools["function"]["description"] == "Evaluate an integer arithmetic expression."
+    assert text.endswith("<|im_start|>user\n37*85=<|im_end|>\n<|im_start|>assistant\n")
+    # the embedded template shows no tools: its prompts (and its measured run) are unchanged
+    plain = chat_tokenizer()
+    env = setup.environment_factory(cfg, plain)(make_problem(37, "*", 85))
+    assert (
+        plain.decode(env.reset()) == "<|im_start|>user\n37*85=<|im_end|>\n<|im_start|>assistant\n"
+    )
+    # the schema counts against the context: 124 positions hold 3 turns without it (see
+    # the test above), not with it
+    setup.check_calculator(cfg, plain, 124)
+    with pytest.raises(ConfigError, match=r"^data\.max_turns: 3 turns"):
+        setup.check_calculator(cfg, shows_tools, 124)
+    schemas = setup.prompt_tools(shows_tools)
+    fits = len(encode_prompt(shows_tools, "37*85=")) + 1  # room for a token without tools
+    setup.check_prompt_lengths([("row 0", "37*85=")], shows_tools, fits)
+    with pytest.raises(InputError, match=r"^row 0: prompt of \d+ tokens"):
+        setup.check_prompt_lengths([("row 0", "37*85=")], shows_tools, fits, tools=schemas)
+
+
+def test_a_tool_the_model_cannot_be_shown_is_refused_naming_it() -> None:
+    from rlmap.tasks.tool_calls import tool_schemas
+
+    def search(query: str) -> str:  # no docstring: no description of the tool or its query
+        return query
+
+    with pytest.raises(ValueError, match=r"^tool 'search': no schema to show the model"):
+        tool_schemas({"search": search})
+    with pytest.raises(ValueError, match=r"^tool 'search'"):
+        ToolEnv(chat_tokenizer(), Example(QUESTION, RESULT), lambda r, a: 1.0,
+                {"search": search}, max_turns=2)  # fmt: skip

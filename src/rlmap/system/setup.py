@@ -47,16 +47,17 @@ from rlmap.system.sim_inputs import parse_duration
 from rlmap.tasks import gym_text, reasoning_gym, tool_calls
 from rlmap.tasks.arithmetic import Example, make_splits
 from rlmap.tasks.calculator import (
+    TOOLS,
     CalculatorEnv,
-    calculator_tool,
     calls_in_json,
     marker_ids,
+    prompt_tools,
     tool_call_text,
 )
 from rlmap.tasks.datafiles import load_file_examples, load_labelled_examples
 from rlmap.tasks.env import AnswerEnv, EnvFactory, reference_for
 from rlmap.tasks.preferences import PreferenceSpec, embedded_reward_model
-from rlmap.tasks.prompts import Messages, PromptEncoder, encode_prompt
+from rlmap.tasks.prompts import Messages, PromptEncoder, ToolSchemas, encode_prompt
 from rlmap.tasks.tiny import TinySpec
 from rlmap.tasks.tokenizer import restore_bos
 from rlmap.tasks.tool_calls import ToolEnv
@@ -183,7 +184,8 @@ def fitted_context(cfg: RecipeConfig) -> int:
     texts = [text if isinstance(text, str) else "" for _, text in labelled_prompts(cfg)]
     longest = max(len(ids) for ids in tokenizer(texts)["input_ids"])
     if chat and not gym_text.is_gym(cfg.data.task):  # the template's turns around each prompt
-        longest += len(encode_prompt(tokenizer, "")) - len(tokenizer("")["input_ids"])
+        shown = task_tools(cfg, tokenizer)
+        longest += len(encode_prompt(tokenizer, "", shown)) - len(tokenizer("")["input_ids"])
     per_turn = max(cfg.generation.max_new_tokens, 32)
     need = longest + per_turn
     if gym_text.is_gym(cfg.data.task):
@@ -259,7 +261,8 @@ def check_inputs(cfg: RecipeConfig) -> None:
     if cfg.data.task == "calculator":
         check_calculator(cfg, tokenizer, context)
     if context is not None:
-        check_prompt_lengths(labelled_prompts(cfg), tokenizer, context, source)
+        tools = task_tools(cfg, tokenizer)
+        check_prompt_lengths(labelled_prompts(cfg), tokenizer, context, source, tools)
     if cfg.feedback.uses_reward_model and (
         cfg.model.reward_path is not None or cfg.model.path not in EMBEDDED_MODELS
     ):
@@ -413,9 +416,10 @@ def check_prompt_lengths(
     tokenizer: PreTrainedTokenizerBase,
     context: int,
     source: str = "the model",
+    tools: ToolSchemas = (),
 ) -> None:
     """InputError naming the first prompt whose tokens (as :func:`encode_prompt` makes
-    them) leave no room for a response in ``context`` positions.
+    them, ``tools`` shown) leave no room for a response in ``context`` positions.
 
     The whole list is tokenised in one batch without the chat template, plus the
     template's own tokens; only prompts near the limit, and chat messages, are encoded
@@ -423,7 +427,7 @@ def check_prompt_lengths(
     """
     if not prompts:
         return
-    overhead = len(encode_prompt(tokenizer, ""))
+    overhead = len(encode_prompt(tokenizer, "", tools))
     texts = [text if isinstance(text, str) else "" for _, text in prompts]
     raw = tokenizer(texts, add_special_tokens=False)["input_ids"]
     for (label, text), ids in zip(prompts, raw, strict=True):
@@ -431,7 +435,7 @@ def check_prompt_lengths(
         if isinstance(text, str) and not near:
             continue
         try:
-            n = len(encode_prompt(tokenizer, text))
+            n = len(encode_prompt(tokenizer, text, tools))
         except Exception as exc:  # the chat template refuses the row (a role it does not know)
             raise InputError(f"{label}: the tokenizer's chat template refuses this prompt "
                              f"({_first_line(exc)})") from None  # fmt: skip
@@ -539,8 +543,8 @@ def environment_factory(
     if cfg.data.task == "calculator":
         turns, wait = cfg.data.max_turns, latency_source(cfg) if latency else None
         if calls_in_json(tokenizer):  # the chat model's own tool-call format
-            tools = {"calculator": calculator_tool}
-            return lambda e: ToolEnv(tokenizer, e, verify, tools, max_turns=turns, latency=wait,
+            encode = PromptEncoder(tokenizer, tools=prompt_tools(tokenizer))
+            return lambda e: ToolEnv(tokenizer, e, verify, TOOLS, max_turns=turns, latency=wait,
                                      encode=encode, verify_waits=waits)  # fmt: skip
         marker_ids(tokenizer)
         return lambda e: CalculatorEnv(tokenizer, e, verify, max_turns=turns, latency=wait,
@@ -549,6 +553,12 @@ def environment_factory(
         return lambda e: AnswerEnv(tokenizer, replace(e, answer=reference_for(e, True)), verify,
                                    encode=encode, verify_waits=waits)  # fmt: skip
     return lambda e: AnswerEnv(tokenizer, e, verify, encode=encode, verify_waits=waits)
+
+
+def task_tools(cfg: RecipeConfig, tokenizer: PreTrainedTokenizerBase) -> ToolSchemas:
+    """The tool schemas the task's prompts show the model (the calculator's, on a chat
+    model)."""
+    return prompt_tools(tokenizer) if cfg.data.task == "calculator" else ()
 
 
 def check_calculator(
@@ -577,7 +587,7 @@ def check_calculator(
             f"a calculator call in the model's format ({call} tokens for "
             f"{tool_call_text(expression)!r}); give it at least {call + CALL_MARGIN}"
         )
-    prompt = len(encode_prompt(tokenizer, f"{expression}="))
+    prompt = len(encode_prompt(tokenizer, f"{expression}=", prompt_tools(tokenizer)))
     episode = prompt + (turns - 1) * (call + len(shown)) + g.max_new_tokens
     if context is not None and episode > context:
         raise ConfigError(

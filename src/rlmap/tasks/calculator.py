@@ -26,16 +26,24 @@ import ast
 import json
 import operator
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
+from types import MappingProxyType
 
 from transformers import PreTrainedTokenizerBase
 
 from rlmap.core.errors import ConfigError
 from rlmap.tasks.arithmetic import Example
 from rlmap.tasks.env import EnvStep, PromptIds, Verifier, answer_step
-from rlmap.tasks.prompts import decode_response, encode_prompt
-from rlmap.tasks.tool_calls import CLOSE, OPEN, ToolCallError, observation_ids
+from rlmap.tasks.prompts import ToolSchemas, decode_response, encode_prompt
+from rlmap.tasks.tool_calls import (
+    CLOSE,
+    OPEN,
+    Tool,
+    ToolCallError,
+    observation_ids,
+    tool_schemas,
+)
 
 CALL, END_CALL, RESULT, END_RESULT = "<calc>", "</calc>", "<result>", "</result>"
 TOOL_TOKENS = (CALL, END_CALL, RESULT, END_RESULT)
@@ -87,12 +95,28 @@ def _value(node: ast.expr) -> int | None:
 
 
 def calculator_tool(expression: str) -> int:
-    """The calculator as a registered tool of a chat model (:mod:`rlmap.tasks.tool_calls`):
-    the value of ``expression``; ToolCallError (a tool error) when it does not evaluate."""
+    """Evaluate an integer arithmetic expression.
+
+    Args:
+        expression: integers and + - * ( ), e.g. 37*85
+    """
+    # The calculator as a registered tool of a chat model (rlmap.tasks.tool_calls): the
+    # docstring above is what the model is shown (tool_schemas); a ToolCallError (a tool
+    # error) when the expression does not evaluate.
     value = calculate(str(expression))
     if value is None:
         raise ToolCallError(f"cannot evaluate {str(expression)[:MAX_EXPRESSION_CHARS]!r}")
     return value
+
+
+TOOLS: Mapping[str, Tool] = MappingProxyType({"calculator": calculator_tool})
+"""The calculator task's registered tools on a chat model."""
+
+
+def prompt_tools(tokenizer: PreTrainedTokenizerBase) -> ToolSchemas:
+    """The schemas a calculator prompt shows the model (through its chat template): the
+    calculator's on a chat model, none with the ``<calc>`` markers."""
+    return tool_schemas(TOOLS) if calls_in_json(tokenizer) else ()
 
 
 def calls_in_json(tokenizer: PreTrainedTokenizerBase) -> bool:

@@ -17,17 +17,23 @@ from transformers import PreTrainedTokenizerBase
 Messages = tuple[tuple[str, str], ...]
 """A chat-format prompt: (role, content) pairs."""
 
+ToolSchemas = tuple[dict[str, Any], ...]
+"""The JSON schemas of the tools a chat model may call (``tools=`` of its chat template)."""
 
-def encode_prompt(tokenizer: PreTrainedTokenizerBase, text: str | Messages) -> list[int]:
+
+def encode_prompt(
+    tokenizer: PreTrainedTokenizerBase, text: str | Messages, tools: ToolSchemas = ()
+) -> list[int]:
     """Token ids of a prompt — a text (one user turn) or chat messages —, chat-templated
     when the tokenizer has a template, else as ``tokenizer(text)`` encodes it (never a
     special token the tokenizer would not add); messages without a template are their
-    contents, one per line."""
+    contents, one per line. ``tools`` go to the template, which shows them as it was
+    written to (Qwen's, in the system turn; one that ignores them, not at all)."""
     if getattr(tokenizer, "chat_template", None):
         messages = [{"role": "user", "content": text}] if isinstance(text, str) else [
             {"role": role, "content": content} for role, content in text]  # fmt: skip
         out: Any = tokenizer.apply_chat_template(
-            messages, add_generation_prompt=True, tokenize=True
+            messages, tools=list(tools) or None, add_generation_prompt=True, tokenize=True
         )
         ids = out["input_ids"] if hasattr(out, "keys") else out  # a BatchEncoding in newer versions
         return [int(i) for i in ids]
@@ -50,12 +56,14 @@ class PromptEncoder:
     texts at most are kept.
     """
 
-    def __init__(self, tokenizer: PreTrainedTokenizerBase, memo: int = 4096) -> None:
-        self.tokenizer = tokenizer
+    def __init__(
+        self, tokenizer: PreTrainedTokenizerBase, memo: int = 4096, tools: ToolSchemas = ()
+    ) -> None:
+        self.tokenizer, self.tools = tokenizer, tools
         self._ids = lru_cache(maxsize=memo)(self._encode)  # thread-safe: async workers share it
 
     def _encode(self, text: str | Messages) -> tuple[int, ...]:
-        return tuple(encode_prompt(self.tokenizer, text))
+        return tuple(encode_prompt(self.tokenizer, text, self.tools))
 
     def __call__(self, text: str | Messages) -> list[int]:
         return list(self._ids(text))

@@ -36,11 +36,12 @@ from functools import partial
 from typing import Any
 
 from transformers import PreTrainedTokenizerBase
+from transformers.utils import get_json_schema
 
 from rlmap.system.engine import StopStrings
 from rlmap.tasks.arithmetic import Example
 from rlmap.tasks.env import EnvStep, PromptIds, Verifier, answer_step
-from rlmap.tasks.prompts import encode_prompt
+from rlmap.tasks.prompts import ToolSchemas, encode_prompt
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 Tool = Callable[..., object]
@@ -106,6 +107,21 @@ def run_tool(tools: Mapping[str, Tool], text: str) -> tuple[str, bool]:
     except ToolCallError as exc:
         return f"error: {exc}", True
     return str(result), False
+
+
+def tool_schemas(tools: Mapping[str, Tool]) -> ToolSchemas:
+    """The JSON schemas of ``tools`` for the chat template's ``tools=`` (what Qwen's
+    template lists in the system turn), read from each tool's signature and docstring by
+    ``transformers``; each named as registered. ValueError naming a tool whose docstring
+    does not describe it and each argument (Google style, as ``transformers`` reads it)."""
+    schemas = []
+    for name, tool in tools.items():
+        try:
+            schema = get_json_schema(tool)
+        except Exception as exc:  # transformers' DocstringParsingException, TypeError
+            raise ValueError(f"tool {name!r}: no schema to show the model ({exc})") from None
+        schemas.append({**schema, "function": {**schema["function"], "name": name}})
+    return tuple(schemas)
 
 
 def observation_text(tokenizer: PreTrainedTokenizerBase, content: str, role: str = "tool") -> str:
@@ -182,7 +198,9 @@ class ToolEnv:
         _frame(tokenizer, "tool")  # a template that cannot show a tool message: refused now
         self.tokenizer, self.example, self.verify, self.tools = tokenizer, example, verify, tools
         self.max_turns = max_turns
-        self.encode = partial(encode_prompt, tokenizer) if encode is None else encode
+        if encode is None:  # the tools' schemas go to the template (the factory's encoder too)
+            encode = partial(encode_prompt, tokenizer, tools=tool_schemas(tools))
+        self.encode = encode
         self.latency = latency
         """Seconds to wait in each step (a slow tool or service); None: no wait."""
         self.waits = verify_waits or latency is not None

@@ -42,7 +42,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase, PreTrainedTok
 
 from rlmap.tasks import reasoning_gym
 from rlmap.tasks.arithmetic import Example, make_splits
-from rlmap.tasks.calculator import TOOL_TOKENS, demonstration, tool_call_text
+from rlmap.tasks.calculator import TOOL_TOKENS, demonstration, prompt_tools, tool_call_text
 from rlmap.tasks.prompts import encode_prompt, encode_response
 from rlmap.tasks.tiny import TinySpec, build_tiny_model
 from rlmap.tasks.tokenizer import CHARACTERS, build_bpe_tokenizer, build_tokenizer
@@ -273,8 +273,9 @@ def sft_batch(
     With ``tool_demos`` > 0 each demonstration calls the calculator with that probability.
     """
     rows = []
+    tools = prompt_tools(tokenizer) if tool_demos > 0 else ()  # as the environment shows them
     for e in examples:
-        prompt = encode_prompt(tokenizer, e.chat)
+        prompt = encode_prompt(tokenizer, e.chat, tools)
         answer = noisy_answer(e.answer, noise, rng)
         if tool_demos > 0:
             segments = demonstration(tokenizer, e, answer, use_tool=rng.random() < tool_demos)
