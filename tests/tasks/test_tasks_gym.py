@@ -208,3 +208,23 @@ def test_the_data_fingerprint_sees_the_environment_settings_and_item_keys() -> N
     assert slippery != data_fingerprint(train, heldout, {"is_slippery": False})
     keyed = [Example("1+1=", "2", reference='{"index": 0}')]
     assert data_fingerprint(keyed, plain) != data_fingerprint(plain, plain)
+
+
+def test_the_embedded_model_starts_a_gym_task_from_its_initialisation(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Nothing to imitate: the warm start takes no step (it once failed to build its
+    schedule for zero steps), and the checkpoint is the initialisation itself."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    monkeypatch.setenv("RLMAP_CACHE", str(tmp_path))
+    cfg = build_config("grpo", None, [*LAKE, "data.max_turns=8"])
+    spec = setup.warm_start_spec(cfg)
+    assert (spec.steps, spec.blur_steps) == (0, 0)
+    loaded = AutoModelForCausalLM.from_pretrained(setup.model_path(cfg))
+    fresh = build_tiny_model(TOKENIZER, spec.model, spec.seed)
+    for (name, a), (_, b) in zip(
+        loaded.state_dict().items(), fresh.state_dict().items(), strict=True
+    ):
+        assert torch.equal(a, b), name

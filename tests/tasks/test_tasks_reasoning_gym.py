@@ -18,6 +18,7 @@ from rlmap.recipes import build_config
 from rlmap.system import setup
 from rlmap.system.evaluate import per_task
 from rlmap.tasks import reasoning_gym as rg
+from rlmap.tasks import warmstart
 from rlmap.tasks.arithmetic import Example
 from rlmap.tasks.tiny import TinySpec, build_tiny_model
 from rlmap.tasks.tokenizer import build_tokenizer
@@ -186,7 +187,14 @@ def test_the_chat_model_learns_the_words_of_its_reasoning_gym_task() -> None:
         "ppo", None, ["data.task=calculator", "model.path=embedded:tiny-chat"]
     )
     assert setup.embedded_tokenizer(calculator).get_vocab() == shared.get_vocab()
-    assert setup.embedded_tokenizer(cfg).get_vocab() == tokenizer.get_vocab()  # deterministic
+    args = json.dumps(SMALL, sort_keys=True)
+    rebuilt = warmstart._chat_tokenizer.__wrapped__(cfg.data.task, args, (0, cfg.data.eval_size))
+    assert rebuilt.get_vocab() == tokenizer.get_vocab()  # built again, not cached: the same
+    # it learns from the run's training text only: no held-out question is in its corpus
+    train, heldout = setup.load_data(cfg)
+    corpus = set(warmstart.chat_corpus(cfg.data.task, args, (0, cfg.data.eval_size)))
+    assert {e.prompt for e in train[:100]} <= corpus
+    assert not corpus & {e.prompt for e in heldout}
     spec = setup.warm_start_spec(cfg)  # short rows: the default batch of demonstrations
     assert spec.chat and spec.batch_size == 128 and spec.model.max_position_embeddings == 128
     setup.check_inputs(cfg)  # every prompt fits, with its template

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -359,6 +360,8 @@ TOOLS_TEMPLATE = (
 
 def test_a_chat_model_is_shown_the_calculators_schema_through_its_template() -> None:
     from rlmap.core.errors import ConfigError, InputError
+    from rlmap.tasks.calculator import prompt_tools
+    from rlmap.tasks.warmstart import sft_batch
 
     shows_tools = chat_tokenizer()
     shows_tools.chat_template = TOOLS_TEMPLATE
@@ -381,11 +384,25 @@ def test_a_chat_model_is_shown_the_calculators_schema_through_its_template() -> 
     setup.check_calculator(cfg, plain, 124)
     with pytest.raises(ConfigError, match=r"^data\.max_turns: 3 turns"):
         setup.check_calculator(cfg, shows_tools, 124)
-    schemas = setup.prompt_tools(shows_tools)
+    schemas = prompt_tools(shows_tools)
     fits = len(encode_prompt(shows_tools, "37*85=")) + 1  # room for a token without tools
     setup.check_prompt_lengths([("row 0", "37*85=")], shows_tools, fits)
     with pytest.raises(InputError, match=r"^row 0: prompt of \d+ tokens"):
         setup.check_prompt_lengths([("row 0", "37*85=")], shows_tools, fits, tools=schemas)
+    # the warm start's demonstrations are prompted as the environment prompts
+    ids, _, labels = sft_batch(shows_tools, [make_problem(37, "*", 85)], 0.0, random.Random(0),
+                               tool_demos=1.0)  # fmt: skip
+    prompt = [int(i) for i, label in zip(ids[0], labels[0], strict=True) if label == -100]
+    assert shows_tools.decode(prompt).startswith(text)  # then the observation's ids
+    # a template that refuses tools is a one-line error, not a jinja traceback
+    refuses = chat_tokenizer()
+    refuses.chat_template = (
+        "{% if tools %}{{ raise_exception('no tools here') }}{% endif %}" + CHATML
+    )
+    with pytest.raises(ConfigError, match=r"^model\.path: its chat template cannot show the calc"):
+        setup.check_calculator(cfg, refuses)
+    with pytest.raises(InputError, match=r"^the model: its chat template refuses a prompt"):
+        setup.check_prompt_lengths([("row 0", "37*85=")], refuses, 128, tools=schemas)
 
 
 def test_a_tool_the_model_cannot_be_shown_is_refused_naming_it() -> None:

@@ -92,7 +92,8 @@ class RewardModelSpec:
 
 
 def encode_pair_side(tokenizer: PreTrainedTokenizerBase, prompt: str, response: str) -> list[int]:
-    """Token ids of prompt + response + EOS, as the policy's rollouts are laid out."""
+    """Token ids of prompt + response + EOS, as the policy's single-turn rollouts are laid
+    out (no tool schemas: a preference pair is a prompt and an answer)."""
     return encode_prompt(tokenizer, prompt) + encode_response(tokenizer, response)
 
 

@@ -33,8 +33,9 @@ passed. What contains it, from the outside in:
 - **output** — stdout and stderr together are read up to ``output_bytes``; past
   that the sandbox is killed;
 - **environment** — only ``PATH``, ``LANG``/``LC_ALL``, ``HOME`` and ``TMPDIR``;
-- **a temporary directory** on the host, removed afterwards whatever happened,
-  and a sweep that kills any process still running under the sandbox's uid.
+- **a temporary directory** on the host, removed afterwards whatever happened; a run
+  returns only once no process of it is left (by the sandbox's uid, or the directory's
+  name in a command line), killing any still there.
 
 Without root (or without namespace or seccomp support) the sandbox degrades to
 what the OS allows and says so in ``SandboxResult.isolation``; as root it refuses
@@ -228,7 +229,7 @@ def run_python(code: str, tests: str, limits: SandboxLimits | None = None) -> Sa
         # the launcher is reaped, but its PID namespace's init (or a forked launcher) may
         # still be dying: wait until no process of this run is left, then remove its files
         uid = isolation.uid if host.unique_uids else None
-        marker = str(base).encode()  # in the launcher's command line, and its forks'
+        marker = base.name.encode()  # ASCII, unique; in the launcher's (and its forks') argv
         _kill_until_gone(lambda pid, owner: owner == uid or marker in _cmdline(pid), str(base))
         shutil.rmtree(base, onerror=_force_remove)
 

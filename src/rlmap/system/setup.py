@@ -157,15 +157,18 @@ def warm_start_spec(cfg: RecipeConfig) -> WarmStartSpec:
 
 def embedded_tokenizer(cfg: RecipeConfig) -> PreTrainedTokenizerFast:
     """The tokenizer of the embedded model ``model.path`` names, on the run's task."""
-    args = json.dumps(cfg.data.task_args or {}, sort_keys=True)
-    return task_tokenizer(cfg.data.task, chat=cfg.model.path == EMBEDDED_CHAT, task_args=args)
+    d = cfg.data
+    args, split = json.dumps(d.task_args or {}, sort_keys=True), (d.split_seed, d.eval_size)
+    chat = cfg.model.path == EMBEDDED_CHAT
+    return task_tokenizer(d.task, chat=chat, task_args=args, split=split)
 
 
 REASONING_GYM_SFT_BATCH = 32
-"""The warm start's batch on a reasoning-gym task: its prompts are prose, ~7 times as many
-tokens as an arithmetic prompt, so a quarter of the default batch holds about as many
-tokens (measured: held-out pass@1 after the warm start 0.091 with 32, 0.094 with 64, for
-2.2 times the time)."""
+"""The character-level model's warm-start batch on a reasoning-gym task (the chat model's is
+the default 128). Its prompts are prose, a character a token, ~7 times an arithmetic
+prompt's tokens, so a batch of 128 would take about 15 minutes here; 32 is affordable but
+learns too little for RL to build on (docs/tasks.md: 0.08 held-out after 400 steps, where
+128 reaches 0.57)."""
 
 CONTEXT_BLOCK = 64
 """The embedded model's context is a multiple of this (so that a few characters more in a
@@ -427,7 +430,11 @@ def check_prompt_lengths(
     """
     if not prompts:
         return
-    overhead = len(encode_prompt(tokenizer, "", tools))
+    try:
+        overhead = len(encode_prompt(tokenizer, "", tools))
+    except Exception as exc:  # the template refuses a prompt at all, or the tools
+        raise InputError(f"{source}: its chat template refuses a prompt "
+                         f"({_first_line(exc)})") from None  # fmt: skip
     texts = [text if isinstance(text, str) else "" for _, text in prompts]
     raw = tokenizer(texts, add_special_tokens=False)["input_ids"]
     for (label, text), ids in zip(prompts, raw, strict=True):
@@ -587,7 +594,11 @@ def check_calculator(
             f"a calculator call in the model's format ({call} tokens for "
             f"{tool_call_text(expression)!r}); give it at least {call + CALL_MARGIN}"
         )
-    prompt = len(encode_prompt(tokenizer, f"{expression}=", prompt_tools(tokenizer)))
+    try:
+        prompt = len(encode_prompt(tokenizer, f"{expression}=", prompt_tools(tokenizer)))
+    except Exception as exc:  # a template that refuses tools= (jinja raises what it likes)
+        raise ConfigError(f"model.path: its chat template cannot show the calculator tool "
+                          f"({type(exc).__name__}: {exc})") from None  # fmt: skip
     episode = prompt + (turns - 1) * (call + len(shown)) + g.max_new_tokens
     if context is not None and episode > context:
         raise ConfigError(

@@ -88,7 +88,7 @@ class WarmStartSpec:
     def digest(self) -> str:
         """Content hash of the spec, the whole tokenizer (vocabulary, pre- and post-processing,
         chat template) and the procedure's version."""
-        tokenizer = task_tokenizer(self.task, chat=self.chat, task_args=self.task_args)
+        tokenizer = spec_tokenizer(self)
         rules = tokenizer.backend_tokenizer.to_str()  # vocab and rules
         spec = asdict(self)
         payload = {"spec": spec, "tokenizer": rules, "format": FORMAT_VERSION}
@@ -104,15 +104,16 @@ TOOL_DEMOS = 0.25
 
 
 def task_tokenizer(
-    task: str, *, chat: bool = False, task_args: str = "{}"
+    task: str, *, chat: bool = False, task_args: str = "{}", split: tuple[int, int] = (0, 256)
 ) -> PreTrainedTokenizerFast:
     """The embedded tokenizer of a task: the calculator's has the tool markers; a
     reasoning-gym task's has every printable ASCII character (its questions are prose);
-    ``chat``: the chat model's BPE tokenizer, trained on the task's text as well on a
-    reasoning-gym task (``task_args``: its settings, as JSON)."""
+    ``chat``: the chat model's BPE tokenizer, trained on the task's training text as well
+    on a reasoning-gym task (``task_args``: its settings, as JSON; ``split``: the run's
+    ``data.split_seed`` and ``data.eval_size``, whose held-out questions it never sees)."""
     if chat:
         if reasoning_gym.is_reasoning_gym(task):
-            return copy.deepcopy(_chat_tokenizer(task, task_args))
+            return copy.deepcopy(_chat_tokenizer(task, task_args, split))
         return chat_tokenizer()
     if reasoning_gym.is_reasoning_gym(task) or task.startswith("gym:"):
         return build_tokenizer(characters=PRINTABLE)
@@ -124,17 +125,22 @@ CHAT_VOCAB = 512
 (its corpus, pre-tokenized as Qwen2 does, digits one by one, has 320 tokens' worth)."""
 
 
+def spec_tokenizer(spec: WarmStartSpec) -> PreTrainedTokenizerFast:
+    """The tokenizer of the warm start ``spec`` describes (:func:`task_tokenizer`)."""
+    split = (spec.split_seed, spec.eval_size)
+    return task_tokenizer(spec.task, chat=spec.chat, task_args=spec.task_args, split=split)
+
+
 TASK_TEXTS = 2000
-"""Training items of a reasoning-gym task whose text the chat tokenizer learns too."""
+"""Training items of a reasoning-gym task whose text the chat tokenizer learns too: the
+run's first ones (its split's), never a held-out one."""
 
 
 @lru_cache(maxsize=4)
-def _chat_tokenizer(task: str = "", task_args: str = "{}") -> PreTrainedTokenizerFast:
-    texts = chat_corpus()
-    if task:  # its prose then costs a token a word or so, not one a byte
-        train, _ = reasoning_gym.make_splits(task, json.loads(task_args), 0, TASK_TEXTS, 64)
-        texts += [text for e in train for text in (e.prompt, e.answer)]
-    return build_bpe_tokenizer(texts, vocab_size=CHAT_VOCAB)
+def _chat_tokenizer(
+    task: str = "", task_args: str = "{}", split: tuple[int, int] = (0, 256)
+) -> PreTrainedTokenizerFast:
+    return build_bpe_tokenizer(chat_corpus(task, task_args, split), vocab_size=CHAT_VOCAB)
 
 
 def chat_tokenizer() -> PreTrainedTokenizerFast:
@@ -143,14 +149,22 @@ def chat_tokenizer() -> PreTrainedTokenizerFast:
     return copy.deepcopy(_chat_tokenizer())
 
 
-def chat_corpus() -> list[str]:
+def chat_corpus(
+    task: str = "", task_args: str = "{}", split: tuple[int, int] = (0, 256)
+) -> list[str]:
     """What the chat tokenizer is trained on: the built-in tasks' text as a chat model sees
     it — arithmetic prompts and answers, calculator calls in ``<tool_call>`` JSON, the
-    template's turns — from seed 0's problems (any split: only the vocabulary is learned)."""
+    template's turns — from seed 0's problems (any split: only the vocabulary is learned);
+    with a reasoning-gym ``task``, its first ``TASK_TEXTS`` training questions and answers
+    of the run's ``split`` too (so its prose costs a token a word, not one a byte)."""
     problems, _ = make_splits(0, 2000, 0, max_digits=2, ops="+-*")
     texts = ["<|im_start|>user\n", "<|im_end|>\n<|im_start|>assistant\n", "<|im_start|>tool\n"]
     for e in problems:
         texts += [e.prompt, e.answer, tool_call_text(e.prompt.removesuffix("="))]
+    if task:
+        args, (split_seed, eval_size) = json.loads(task_args), split
+        train, _ = reasoning_gym.make_splits(task, args, split_seed, TASK_TEXTS, eval_size)
+        texts += [text for e in train for text in (e.prompt, e.answer)]
     return texts
 
 
@@ -190,7 +204,7 @@ def warm_start(
         return final
     tmp = final.with_name(f".tmp-{final.name}-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
-    tokenizer = task_tokenizer(spec.task, chat=spec.chat, task_args=spec.task_args)
+    tokenizer = spec_tokenizer(spec)
     model = supervised_finetune(spec, tokenizer, progress=progress)
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
@@ -227,8 +241,8 @@ def supervised_finetune(
         net: torch.nn.Module = model  # called as a plain module (typing of HF's __call__)
         net.train()
         learn = torch.optim.AdamW(net.parameters(), lr=spec.lr)
-        one_cycle = torch.optim.lr_scheduler.OneCycleLR(
-            learn, max_lr=spec.lr, total_steps=spec.steps, pct_start=0.1
+        one_cycle = torch.optim.lr_scheduler.OneCycleLR(  # a gym task has no steps at all
+            learn, max_lr=spec.lr, total_steps=max(spec.steps, 1), pct_start=0.1
         )
         blur = torch.optim.AdamW(net.parameters(), lr=spec.blur_lr)
         for step in range(total):
