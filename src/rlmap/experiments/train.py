@@ -415,7 +415,7 @@ def _restore(
     else:
         restore_optimizers(state, optimizers=optimizers, schedulers=schedulers)
         restore_rng(state)
-    loop = LoopState(**state["extra"]["loop"])
+    loop = LoopState.saved(state["extra"]["loop"])
     publish(parts, loop.step)
     if not world.main:
         return loop, Ledger.from_dict(state["extra"]["ledger"]), {}

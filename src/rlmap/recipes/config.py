@@ -184,8 +184,40 @@ def build_config(
     merged["recipe"] = merged.get("recipe", name) if recipe is None else recipe
     _task_verifier(merged, overrides)
     config = from_mapping(merged)
+    if _curriculum_target(config, merged):
+        config = from_mapping(merged)
     validate(config)
     return config
+
+
+def _curriculum_target(config: RecipeConfig, merged: dict[str, Any]) -> bool:
+    """With ``sampling.curriculum`` on a reasoning-gym task, ``data.task_args`` gets the
+    curriculum's settings at ``sampling.curriculum_top`` (None: the highest level, which is
+    then named): the held-out set, the tokenizer and the warm start are then those of
+    training at the top level directly, and a saved config says which task it was
+    evaluated on. Settings given that disagree with the top level are a ConfigError
+    naming the field; True when ``merged`` changed. Anything else the curriculum cannot
+    be used with is :func:`rlmap.recipes.validate.validate`'s to say."""
+    from rlmap.tasks import reasoning_gym
+
+    s, d = config.sampling, config.data
+    if not s.curriculum or not reasoning_gym.is_reasoning_gym(d.task) or "+" in d.task:
+        return False
+    name = d.task.removeprefix(reasoning_gym.PREFIX)
+    try:
+        top = reasoning_gym.top_level(name) if s.curriculum_top is None else s.curriculum_top
+    except ConfigError:
+        return False
+    given = dict(d.task_args or {})
+    target = reasoning_gym.level_args(name, given, top)
+    for field in reasoning_gym.curriculum_fields(name):
+        if field in given and given[field] != target[field]:
+            raise ConfigError(f"data.task_args.{field}: the curriculum sets it ({target[field]!r} "
+                              f"at level {top}, sampling.curriculum_top), not "
+                              f"{given[field]!r}; leave it out")  # fmt: skip
+    merged["data"]["task_args"] = target
+    merged["sampling"]["curriculum_top"] = top
+    return given != target or s.curriculum_top != top
 
 
 ITEM_VERIFIERS = ("reasoning_gym", "reasoning_gym_partial")

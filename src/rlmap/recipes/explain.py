@@ -24,6 +24,10 @@ def _sampling(cfg: RecipeConfig) -> str:
     text = f"G={s.group_size} per prompt" if s.group_size > 1 else "single rollout per prompt"
     if sampling.registry.get(s.filter).needs_group:
         text += f" + {s.filter}-group dynamic sampling (≤{s.max_rounds} rounds)"
+    if s.curriculum:
+        text += (f" + curriculum (levels {s.curriculum_start}→{s.curriculum_top}: up at a pass "
+                 f"rate ≥ {s.curriculum_up:g}, down ≤ {s.curriculum_down:g}, "
+                 f"over {s.curriculum_window})")  # fmt: skip
     return text
 
 

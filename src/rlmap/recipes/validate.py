@@ -9,6 +9,7 @@ check here branches on a component's name.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import re
 from collections.abc import Callable, Iterator
@@ -355,6 +356,45 @@ def _comparisons(cfg: RecipeConfig) -> Iterator[str]:
                f"pairs (connected, at most all), got {k}")  # fmt: skip
 
 
+def _curriculum(cfg: RecipeConfig) -> Iterator[str]:
+    from rlmap.feedback.reasoning_gym import dataset
+    from rlmap.tasks import reasoning_gym
+
+    s, d = cfg.sampling, cfg.data
+    if not s.curriculum:
+        return
+    if not reasoning_gym.is_reasoning_gym(d.task) or "+" in d.task:
+        why = " (each task of a mixture would need its own)" if "+" in d.task else ""
+        yield (f"sampling.curriculum: drives one reasoning-gym task's own curriculum, not "
+               f"{d.task!r}{why}")  # fmt: skip
+        return
+    if cfg.system.mode == "async":
+        yield ("sampling.curriculum: its level moves at the learner's steps, which the "
+               "asynchronous workers run ahead of; use system.mode=sync")  # fmt: skip
+        return
+    reasoning_gym.parse(d.task, {})  # an unknown task is data.task's ConfigError
+    name = d.task.removeprefix(reasoning_gym.PREFIX)
+    top, highest = s.curriculum_top, reasoning_gym.top_level(name)  # a ConfigError if none
+    if top is None or not 0 <= s.curriculum_start <= top <= highest:
+        yield (f"sampling.curriculum_start, curriculum_top: need 0 <= start <= top <= "
+               f"{highest} ({name}'s highest), got {s.curriculum_start} and {top}")  # fmt: skip
+        return
+    if not 0 <= s.curriculum_down < s.curriculum_up <= 1:
+        yield (f"sampling.curriculum_down, curriculum_up: need 0 <= down < up <= 1, got "
+               f"{s.curriculum_down} and {s.curriculum_up}")  # fmt: skip
+    if s.curriculum_window < 1:
+        yield f"sampling.curriculum_window: must be >= 1, got {s.curriculum_window}"
+    for level in range(top + 1):  # a curriculum's top levels can be settings it refuses
+        args = reasoning_gym.level_args(name, d.task_args or {}, level)
+        try:
+            dataset(name, json.dumps(args, sort_keys=True), 0, 1)
+        except ConfigError as exc:
+            why = str(exc).split("refuses its settings ", 1)[-1]
+            yield (f"sampling.curriculum_top: reasoning-gym's {name} refuses its level "
+                   f"{level} settings {why}; lower curriculum_top below {level}")  # fmt: skip
+            return
+
+
 def _data(cfg: RecipeConfig) -> Iterator[str]:
     from rlmap.tasks import gym_text, reasoning_gym
 
@@ -478,6 +518,7 @@ CHECKS: tuple[Check, ...] = (
     _kl,
     _reduction,
     _feedback,
+    _curriculum,  # before _data: data.task_args holds the curriculum's top level
     _data,
     _lora,
     _system,

@@ -22,6 +22,22 @@ class SamplingParams:
     keep only groups whose rewards are not all equal)."""
     max_rounds: int = 4
     """Dynamic sampling: at most this many generation rounds per training step."""
+    curriculum: bool = False
+    """Drive the reasoning-gym task's own curriculum (:mod:`rlmap.sampling.curriculum`): the
+    training prompts start at level ``curriculum_start`` and climb towards
+    ``curriculum_top``, whose settings ``data.task_args`` then holds (the held-out set)."""
+    curriculum_start: int = 0
+    """The level the training prompts start at."""
+    curriculum_top: int | None = None
+    """The highest level, the one evaluated on; None: the curriculum's highest (set when the
+    config is built, so a saved config names it)."""
+    curriculum_up: float = 0.8
+    """One level up when the rolling pass rate at the current level is at least this."""
+    curriculum_down: float = 0.2
+    """One level down when the rolling pass rate at the current level is at most this."""
+    curriculum_window: int = 64
+    """Trajectories at the current level the rolling pass rate is taken over (a move empties
+    it: each decision rests on this many outcomes of its level)."""
 
     @property
     def rollouts_per_round(self) -> int:

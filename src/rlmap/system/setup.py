@@ -123,6 +123,8 @@ class Parts:
 
     critic_learner: torch.nn.Module | None = None
     """The critic as the data-parallel learner trains it (DDP / FSDP2); None in one process."""
+    levels: reasoning_gym.LevelPools | None = None
+    """The training prompts of each curriculum level (``sampling.curriculum``); None: ``train``."""
 
     @property
     def trained(self) -> torch.nn.Module:
@@ -746,7 +748,19 @@ def build(
                  eval_rescore_items=rescore_items,
                  reward_model=_reward_model(cfg, tokenizer, reward_path),
                  base_reward=base_reward(cfg), shaping=shaping_reward(cfg),
-                 world=world, learner=learner, critic_learner=critic_learner)  # fmt: skip
+                 world=world, learner=learner, critic_learner=critic_learner,
+                 levels=curriculum_levels(cfg))  # fmt: skip
+
+
+def curriculum_levels(cfg: RecipeConfig) -> reasoning_gym.LevelPools | None:
+    """The training prompts of each level of ``sampling.curriculum``; None without one."""
+    s, d = cfg.sampling, cfg.data
+    if not s.curriculum:
+        return None
+    assert s.curriculum_top is not None  # set when the config was built
+    return reasoning_gym.LevelPools(d.task, json.dumps(d.task_args or {}, sort_keys=True),
+                                    d.split_seed, d.train_size, d.eval_size,
+                                    s.curriculum_top)  # fmt: skip
 
 
 def _reward_model(

@@ -25,6 +25,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
 import torch
 
@@ -36,6 +37,8 @@ from rlmap.estimators import Credit, CreditParams
 from rlmap.experiments.samples import Judged, class_fractions, error_class
 from rlmap.feedback.judge import judge_metrics
 from rlmap.feedback.reward_model import score_batch
+from rlmap.sampling.curriculum import Climb, pass_rate
+from rlmap.sampling.curriculum import climb as climb_curriculum
 from rlmap.sampling.refill import first_groups, sample_more
 from rlmap.system.critic import compute_values, update_critic
 from rlmap.system.distributed import full_state_dict, gather
@@ -66,6 +69,16 @@ class LoopState:
     kl_beta: float | None = None
     """β of the KL term as the adaptive controller left it (``kl.target`` set); None: the
     configured ``kl.beta`` (fixed, or not adapted yet)."""
+    climb: Climb | None = None
+    """The curriculum's level and window (``sampling.curriculum``); None: not started, or
+    no curriculum."""
+
+    @classmethod
+    def saved(cls, fields: dict[str, Any]) -> LoopState:
+        """The state a checkpoint holds (:func:`dataclasses.asdict` of one)."""
+        climb = fields.get("climb")
+        climb = None if climb is None else Climb(int(climb["level"]), tuple(climb["recent"]))
+        return cls(**(fields | {"climb": climb}))
 
 
 def kl_beta(p: Parts, state: LoopState) -> float:
@@ -201,8 +214,10 @@ def collect(p: Parts, state: LoopState) -> tuple[list[Scored], LoopState, dict[s
     generated: list[Scored] = []
     keep = torch.zeros(0, dtype=torch.bool)
     rounds, cursor = 0, state.cursor
+    climb = current_climb(p, state)
+    pool = p.train if climb is None or p.levels is None else p.levels.pool(climb.level)
     while sample_more(_groups(generated, keep), s.prompts_per_step, rounds, s.max_rounds):
-        examples = next_prompts(p.train, cursor, s.prompts_per_step, p.cfg.seed)
+        examples = next_prompts(pool, cursor, s.prompts_per_step, p.cfg.seed)
         generated += shared_round(p, examples, first_group=cursor)
         cursor, rounds = cursor + len(examples), rounds + 1
         keep = keep_fn(torch.tensor([x.outcome for x in generated]),
@@ -224,7 +239,41 @@ def collect(p: Parts, state: LoopState) -> tuple[list[Scored], LoopState, dict[s
         ),
         "sampling/timeouts": float(sum(x.status == RewardStatus.TIMEOUT for x in generated)),
     }
-    return kept, replace(state, cursor=cursor), stats | rollout_metrics(generated, p)
+    state, levels = climbed(p, replace(state, cursor=cursor), climb, generated)
+    return kept, state, stats | levels | rollout_metrics(generated, p)
+
+
+def current_climb(p: Parts, state: LoopState) -> Climb | None:
+    """The curriculum's state this step: the loop's, else its start; None without one."""
+    s = p.cfg.sampling
+    if not s.curriculum:
+        return None
+    return Climb(s.curriculum_start) if state.climb is None else state.climb
+
+
+def climbed(
+    p: Parts, state: LoopState, climb: Climb | None, generated: list[Scored]
+) -> tuple[LoopState, dict[str, float]]:
+    """The curriculum after this step's trajectories (every valid one generated at its
+    level, the group filter's rejects too: the pass rate is the level's, not the batch's),
+    and ``curriculum/*``: the level the step's prompts came from, the window's pass rate
+    before any move, the move (-1, 0, 1) and the generator's settings at that level."""
+    if climb is None or p.levels is None:
+        return state, {}
+    s = p.cfg.sampling
+    outcomes = [x.outcome for x in generated if _valid(x)]
+    after = climb_curriculum(climb, outcomes, up=s.curriculum_up, down=s.curriculum_down,
+                             window=s.curriculum_window, top=p.levels.top)  # fmt: skip
+    rate = pass_rate((climb.recent + tuple(outcomes))[-s.curriculum_window :])
+    metrics = {
+        "curriculum/level": float(climb.level),
+        "curriculum/move": float(after.level - climb.level),
+    }
+    if not math.isnan(rate):
+        metrics["curriculum/pass_rate"] = rate
+    settings = p.levels.settings(climb.level)
+    metrics |= {f"curriculum/{name}": float(settings[name]) for name in p.levels.fields}
+    return replace(state, climb=after), metrics
 
 
 def barrier_idle(lengths: list[int]) -> float:

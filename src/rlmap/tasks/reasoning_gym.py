@@ -169,6 +169,90 @@ def _distinct(examples: list[Example], taken: set[str]) -> list[Example]:
     return out
 
 
+# ---------------------------------------------------------------- curricula
+
+
+def _curriculum(name: str) -> Any:
+    """A fresh instance of reasoning-gym's curriculum for ``name`` (its levels are state);
+    ConfigError naming ``sampling.curriculum`` when the task has none."""
+    require()
+    from reasoning_gym.factory import create_curriculum, has_curriculum
+
+    if not has_curriculum(name):
+        raise ConfigError(f"sampling.curriculum: reasoning-gym's {name} has no curriculum "
+                          "(rlmap tasks lists the tasks; most have one)")  # fmt: skip
+    return create_curriculum(name)
+
+
+def curriculum_fields(name: str) -> list[str]:
+    """The settings (``data.task_args`` fields) that the curriculum of ``name`` sets."""
+    out = []
+    for attr in _curriculum(name).attributes.values():
+        lower, upper = (
+            getattr(attr, "lower_field_name", None),
+            getattr(attr, "upper_field_name", None),
+        )
+        out += [lower, upper] if lower and upper else [attr.field_name]
+    return out
+
+
+def top_level(name: str) -> int:
+    """The highest global level of the curriculum of ``name`` (its longest attribute's)."""
+    return max(len(a.levels) - 1 for a in _curriculum(name).attributes.values())
+
+
+def level_args(name: str, args: Mapping[str, Any], level: int) -> dict[str, Any]:
+    """``args`` with the curriculum's fields at global ``level`` (reasoning-gym's
+    ``set_global_level``: every attribute at that level or its highest; a range from the
+    lowest level's value up to this one's)."""
+    curriculum = _curriculum(name)
+    curriculum.set_global_level(level)
+    config = curriculum.generate_configuration(defaults={})
+    return dict(args) | {f: getattr(config, f) for f in curriculum_fields(name)}
+
+
+@dataclass(frozen=True)
+class LevelPools:
+    """The training prompts of each level of a reasoning-gym task's curriculum; the
+    held-out items are those of ``data.task_args``, which hold the top level's settings."""
+
+    task: str
+    args: str
+    """``data.task_args`` as JSON: the settings at the top level."""
+    split_seed: int
+    train_size: int
+    eval_size: int
+    top: int
+
+    @property
+    def fields(self) -> list[str]:
+        """The settings the curriculum sets."""
+        return curriculum_fields(self.task.removeprefix(PREFIX))
+
+    def settings(self, level: int) -> dict[str, Any]:
+        """The generator's settings at ``level``."""
+        return level_args(self.task.removeprefix(PREFIX), json.loads(self.args), level)
+
+    def pool(self, level: int) -> list[Example]:
+        """``train_size`` items generated at ``level`` from the training seeds, without
+        repeats or a held-out question; at the top level, the run's training split."""
+        return list(_level_pool(self, level))
+
+
+@functools.lru_cache(maxsize=32)
+def _level_pool(pools: LevelPools, level: int) -> tuple[Example, ...]:
+    _, heldout = _splits(pools.task, pools.args, pools.split_seed, pools.train_size,
+                         pools.eval_size)  # fmt: skip
+    taken = {e.prompt for e in heldout}
+    part = Part(pools.task.removeprefix(PREFIX), 1.0, pools.settings(level))
+    base = 2 * SPLIT_STRIDE * pools.split_seed  # as _splits: the training seeds
+    train = _distinct(_items(part, base, pools.train_size), taken)
+    if not train:
+        raise ConfigError(f"sampling.curriculum: level {level} of {pools.task} has no training "
+                          "question that is not held out; raise data.train_size")  # fmt: skip
+    return tuple(train)
+
+
 def make_splits(
     task: str, task_args: Mapping[str, Any] | None, split_seed: int, train_size: int,
     eval_size: int,
