@@ -13,6 +13,7 @@ from rlmap.cli import main
 from rlmap.core.errors import InputError
 from rlmap.experiments import train as train_module
 from rlmap.experiments.compare import (
+    at_equal_budget,
     band,
     compare,
     find_runs,
@@ -164,6 +165,22 @@ def test_compare_writes_the_report_with_both_plots(tmp_path: Path) -> None:
         assert (tmp_path / "report" / name).stat().st_size > 0
     assert "UNFAIR budget: generated tokens" in text
     assert "| result | held-out pass@1 | 0.7 [0.6–0.8] | 0.8 [0.7–0.9] |" in text
+
+
+def test_scores_at_the_budget_every_run_reached(tmp_path: Path) -> None:
+    paths = two_methods(tmp_path / "runs")  # grpo ends at 1000 tokens, dapo at 2000
+    groups = group_runs([load_run(p) for p in paths])
+    found = at_equal_budget(groups)
+    assert found is not None
+    budget, scores = found
+    # at 1000 tokens: grpo's own ends (0.6, 0.8); dapo's halfway from 0.4 to 0.7 / 0.9
+    assert budget == 1000
+    assert scores["grpo"] == pytest.approx([0.6, 0.8])
+    assert scores["dapo"] == pytest.approx([0.55, 0.65])
+    text = compare([tmp_path / "runs" / "grpo", tmp_path / "runs" / "dapo"], tmp_path / "out")
+    assert "at 1000 generated tokens" in text and "- dapo: 0.6 [0.55–0.65]" in text
+    one = group_runs([load_run(paths[0])])
+    assert at_equal_budget(one) is None  # nothing to compare with
 
 
 def test_not_a_run_directory_is_a_one_line_error(tmp_path: Path) -> None:

@@ -380,6 +380,34 @@ def band(
     )
 
 
+def at_equal_budget(
+    groups: Mapping[str, Sequence[Run]], x_key: str = "budget/generated_tokens"
+) -> tuple[float, dict[str, list[float]]] | None:
+    """(budget, each group's per-seed held-out scores there): every finished run's curve
+    read (interpolated) at the largest budget every one of them reached; None when fewer
+    than two runs have curves, or one starts past where another ends."""
+    curves = {label: [c for c in (curve(r, x_key) for r in runs if r.failure is None) if c[0]]
+              for label, runs in groups.items()}  # fmt: skip
+    every = [c for cs in curves.values() for c in cs]
+    if len(every) < 2:
+        return None
+    budget = min(x[-1] for x, _ in every)
+    if any(x[0] > budget for x, _ in every):
+        return None
+    return budget, {label: [interpolate(x, y, [budget])[0] for x, y in cs]
+                    for label, cs in curves.items() if cs}  # fmt: skip
+
+
+def _equal_budget_lines(groups: Mapping[str, Sequence[Run]]) -> list[str]:
+    found = at_equal_budget(groups)
+    if found is None:
+        return ["- fewer than two runs have evaluations on a common range of generated tokens"]
+    budget, scores = found
+    return [f"Held-out {SCORE.removeprefix('eval/')} at {_fmt(budget)} generated tokens, the "
+            "most every run reached (each run's curve interpolated there):", "",
+            *[f"- {label}: {summarize(values)}" for label, values in scores.items()]]  # fmt: skip
+
+
 def plot(groups: Mapping[str, Sequence[Run]], x_key: str, x_label: str) -> bytes:
     """PNG: held-out pass@1 against a budget, mean over seeds with a min–max band."""
     from matplotlib.figure import Figure
@@ -444,6 +472,10 @@ def write_report(runs: Sequence[Run], out: Path) -> str:
         "mean [min–max].",
         "",
         table(groups),
+        "",
+        "## At equal generated tokens",
+        "",
+        *_equal_budget_lines(groups),
         "",
         "## Held-out score against budget (not steps)",
         "",
