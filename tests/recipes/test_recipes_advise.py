@@ -360,3 +360,22 @@ def test_advise_moe_names_routing_replay_that_rlmap_can_run(
     out = " ".join(capsys.readouterr().out.split())  # the renderer wraps lines
     assert "row 4: MoE whose expert routing differs" in out
     assert "behaviour.routing_replay=true" in out and "model.path=embedded:tiny-moe" in out
+
+
+def test_row_3_names_a_curriculum_and_rebalancing_that_rlmap_runs(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["advise", "--rare-correct"]) == 0
+    out = " ".join(capsys.readouterr().out.split())  # the renderer wraps lines
+    assert "row 3: correct samples are extremely rare" in out
+    assert "sampling.curriculum=true" in out and "sampling.rebalance=true" in out
+    # both build: the baseline's overrides plus the curriculum on a reasoning-gym task
+    row = next(r for r in TABLE if r.number == 3)
+    pytest.importorskip("reasoning_gym")
+    both = [
+        "data.task=reasoning_gym:chain_sum",
+        "sampling.curriculum=true",
+        "sampling.rebalance=true",
+    ]
+    cfg = build_config(row.preset, None, [*row.overrides, *both])
+    assert cfg.sampling.curriculum and cfg.sampling.rebalance and cfg.sampling.group_size == 16

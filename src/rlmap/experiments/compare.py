@@ -239,6 +239,7 @@ LINES: tuple[Line, ...] = (
     Line("denominator", "method", _ledger("denominator")),
     Line("filtered rollouts", "method", _ledger("filtered_rollouts")),
     Line("rejected rollouts", "method", _ledger("rejected_rollouts")),
+    Line("prompts skipped (rebalancing)", "method", _ledger("skipped_prompts")),
     Line("actor share of learner", "method", _share("actor")),
     Line("critic share of learner", "method", _share("critic")),
     Line("reference share of learner", "method", _share("reference")),

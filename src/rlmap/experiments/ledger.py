@@ -70,6 +70,9 @@ class Ledger:
     """Learner steps with nothing to train on (every trajectory's reward failed or was
     excluded): logged as ``system/empty_step``, no optimiser step; ``rlmap diagnose`` flags
     them."""
+    skipped_prompts: int = 0
+    """Prompts the data order reached and rebalancing skipped (``sampling.rebalance``: stale
+    ones, all correct or all wrong for several visits); never rolled out, no tokens spent."""
     judge_calls: int = 0
     """Requests sent to an AI judge (``feedback.source=judge`` or ``comparison``), retries
     included, cache hits not."""
@@ -133,6 +136,7 @@ class Ledger:
         infra_error_rollouts: int = 0,
         timeout_rollouts: int = 0,
         empty_steps: int = 0,
+        skipped_prompts: int = 0,
         judge_calls: int = 0,
         judge_tokens: int = 0,
         comparison_pairs: int = 0,
@@ -154,6 +158,7 @@ class Ledger:
             "infra_error_rollouts": infra_error_rollouts,
             "timeout_rollouts": timeout_rollouts,
             "empty_steps": empty_steps,
+            "skipped_prompts": skipped_prompts,
             "judge_calls": judge_calls,
             "judge_tokens": judge_tokens,
             "comparison_pairs": comparison_pairs,
@@ -189,6 +194,7 @@ class Ledger:
             "budget/learner_steps": float(self.learner_steps),
             "budget/critic_steps": float(self.critic_steps),
             "budget/empty_steps": float(self.empty_steps),
+            "budget/skipped_prompts": float(self.skipped_prompts),
             "budget/judge_calls": float(self.judge_calls),
             "budget/judge_tokens": float(self.judge_tokens),
             "budget/comparison_pairs": float(self.comparison_pairs),

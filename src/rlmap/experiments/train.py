@@ -251,6 +251,7 @@ def _one_step(
         infra_error_rollouts=int(metrics["sampling/infra_errors"]),
         timeout_rollouts=int(metrics["sampling/timeouts"]),
         empty_steps=int(metrics.get("system/empty_step", 0)),
+        skipped_prompts=int(metrics.get("sampling/skipped", 0)),
         **_judge_spent(metrics),
         comparison_pairs=int(metrics.get("judge/pairs", 0)),
         wall_clock_s=time.perf_counter() - started,

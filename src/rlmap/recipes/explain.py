@@ -28,6 +28,11 @@ def _sampling(cfg: RecipeConfig) -> str:
         text += (f" + curriculum (levels {s.curriculum_start}→{s.curriculum_top}: up at a pass "
                  f"rate ≥ {s.curriculum_up:g}, down ≤ {s.curriculum_down:g}, "
                  f"over {s.curriculum_window})")  # fmt: skip
+    if s.rebalance:
+        text += (
+            f" + rebalancing (stale after {s.rebalance_after} uniform visits, kept "
+            f"{s.rebalance_keep:g}; a pass rate ≤ {s.rebalance_rare:g} drawn again)"
+        )
     return text
 
 

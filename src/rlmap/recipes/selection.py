@@ -194,10 +194,11 @@ TABLE: tuple[Row, ...] = (
         preset="grpo",
         overrides=("sampling.group_size=16",),
         baseline_in_rlmap="grpo with G = 16 (twice the embedded G), so that a group more "
-        "often holds a correct sample; rlmap has no curriculum scheduler: order the prompts "
-        "by difficulty in a JSONL task",
+        "often holds a correct sample; on a reasoning-gym task also sampling.curriculum=true "
+        "(the task's own curriculum, its level following the rolling pass rate)",
         next_in_rlmap="behaviour.positive_nll=0.1 (VAPO's μ: NLL on the correct samples); "
-        "search and rebalancing change the data, outside rlmap",
+        "sampling.rebalance=true (prompts all wrong or all right visit after visit mostly "
+        "skipped, rare successes drawn again); search changes the data, outside rlmap",
         source="正确样本极稀少 | group sampling / curriculum | positive NLL、搜索、数据重平衡 "
         "| verifier 漏洞、prompt coverage",
     ),

@@ -395,6 +395,26 @@ def _curriculum(cfg: RecipeConfig) -> Iterator[str]:
             return
 
 
+def _rebalance(cfg: RecipeConfig) -> Iterator[str]:
+    s = cfg.sampling
+    if not s.rebalance:
+        return
+    if s.group_size < 2:
+        yield (
+            f"sampling.rebalance: tells a uniform group (all correct or all wrong) from "
+            f"a mixed one, which needs G >= 2, got sampling.group_size={s.group_size}"
+        )
+    if cfg.system.mode == "async":
+        yield ("sampling.rebalance: it draws the prompts from what the learner has seen, "
+               "which the asynchronous workers run ahead of; use system.mode=sync")  # fmt: skip
+    if s.rebalance_after < 1:
+        yield f"sampling.rebalance_after: must be >= 1, got {s.rebalance_after}"
+    if not 0 < s.rebalance_keep <= 1:
+        yield f"sampling.rebalance_keep: must be in (0, 1], got {s.rebalance_keep}"
+    if not 0 < s.rebalance_rare < 1:
+        yield f"sampling.rebalance_rare: must be in (0, 1), got {s.rebalance_rare}"
+
+
 def _data(cfg: RecipeConfig) -> Iterator[str]:
     from rlmap.tasks import gym_text, reasoning_gym
 
@@ -519,6 +539,7 @@ CHECKS: tuple[Check, ...] = (
     _reduction,
     _feedback,
     _curriculum,  # before _data: data.task_args holds the curriculum's top level
+    _rebalance,
     _data,
     _lora,
     _system,

@@ -38,6 +38,16 @@ class SamplingParams:
     curriculum_window: int = 64
     """Trajectories at the current level the rolling pass rate is taken over (a move empties
     it: each decision rests on this many outcomes of its level)."""
+    rebalance: bool = False
+    """Prompt rebalancing (:mod:`rlmap.sampling.rebalance`): prompts whose groups were all
+    correct or all wrong for ``rebalance_after`` visits in a row are mostly skipped, and
+    prompts with a rare success are drawn again the next step."""
+    rebalance_after: int = 2
+    """Consecutive uniform visits after which a prompt is stale."""
+    rebalance_keep: float = 0.25
+    """Probability that a stale prompt is visited when the data order reaches it."""
+    rebalance_rare: float = 0.25
+    """A group pass rate in (0, this] is a rare success: its prompt is drawn again."""
 
     @property
     def rollouts_per_round(self) -> int:

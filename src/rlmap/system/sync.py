@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -39,6 +39,7 @@ from rlmap.feedback.judge import judge_metrics
 from rlmap.feedback.reward_model import score_batch
 from rlmap.sampling.curriculum import Climb, pass_rate
 from rlmap.sampling.curriculum import climb as climb_curriculum
+from rlmap.sampling.rebalance import Visits, kept, visited
 from rlmap.sampling.refill import first_groups, sample_more
 from rlmap.system.critic import compute_values, update_critic
 from rlmap.system.distributed import full_state_dict, gather
@@ -72,13 +73,18 @@ class LoopState:
     climb: Climb | None = None
     """The curriculum's level and window (``sampling.curriculum``); None: not started, or
     no curriculum."""
+    visits: Visits = field(default_factory=Visits)
+    """What prompt rebalancing remembers (``sampling.rebalance``); empty without it."""
 
     @classmethod
     def saved(cls, fields: dict[str, Any]) -> LoopState:
         """The state a checkpoint holds (:func:`dataclasses.asdict` of one)."""
         climb = fields.get("climb")
         climb = None if climb is None else Climb(int(climb["level"]), tuple(climb["recent"]))
-        return cls(**(fields | {"climb": climb}))
+        v = fields.get("visits") or {}
+        visits = Visits(tuple((str(t), int(n)) for t, n in v.get("uniform", ())),
+                        tuple(v.get("revisit", ())))  # fmt: skip
+        return cls(**(fields | {"climb": climb, "visits": visits}))
 
 
 def kl_beta(p: Parts, state: LoopState) -> float:
@@ -213,13 +219,19 @@ def collect(p: Parts, state: LoopState) -> tuple[list[Scored], LoopState, dict[s
     keep_fn = sampling.registry.get(s.filter).fn
     generated: list[Scored] = []
     keep = torch.zeros(0, dtype=torch.bool)
-    rounds, cursor = 0, state.cursor
+    rounds, cursor, drawn = 0, state.cursor, 0
     climb = current_climb(p, state)
     pool = p.train if climb is None or p.levels is None else p.levels.pool(climb.level)
+    visits, skipped, revisits = state.visits, 0, 0
+    prompts: dict[int, str] = {}
     while sample_more(_groups(generated, keep), s.prompts_per_step, rounds, s.max_rounds):
-        examples = next_prompts(pool, cursor, s.prompts_per_step, p.cfg.seed)
-        generated += shared_round(p, examples, first_group=cursor)
-        cursor, rounds = cursor + len(examples), rounds + 1
+        draw = draw_prompts(p, pool, cursor, visits, s.prompts_per_step)
+        examples, cursor, visits = draw.examples, draw.cursor, draw.visits
+        skipped, revisits = skipped + draw.skipped, revisits + draw.revisits
+        first = state.cursor + drawn  # group ids: unique within the step (= the cursor
+        generated += shared_round(p, examples, first_group=first)  # without rebalancing)
+        prompts |= {first + k: e.prompt for k, e in enumerate(examples)}
+        drawn, rounds = drawn + len(examples), rounds + 1
         keep = keep_fn(torch.tensor([x.outcome for x in generated]),
                        torch.tensor([x.group for x in generated]),
                        torch.tensor([_valid(x) for x in generated]))  # fmt: skip
@@ -239,8 +251,59 @@ def collect(p: Parts, state: LoopState) -> tuple[list[Scored], LoopState, dict[s
         ),
         "sampling/timeouts": float(sum(x.status == RewardStatus.TIMEOUT for x in generated)),
     }
-    state, levels = climbed(p, replace(state, cursor=cursor), climb, generated)
+    if s.rebalance:
+        visits = visited(visits, _group_outcomes(generated, prompts), rare=s.rebalance_rare)
+        stale = sum(n >= s.rebalance_after for _, n in visits.uniform)
+        stats |= {"sampling/skipped": float(skipped), "sampling/revisits": float(revisits),
+                  "sampling/stale_prompts": float(stale)}  # fmt: skip
+    state = replace(state, cursor=cursor, visits=visits)
+    state, levels = climbed(p, state, climb, generated)
     return kept, state, stats | levels | rollout_metrics(generated, p)
+
+
+@dataclass(frozen=True)
+class Draw:
+    """One round's prompts and what drawing them did to the data order and rebalancing."""
+
+    examples: list[Example]
+    cursor: int
+    visits: Visits
+    skipped: int = 0
+    revisits: int = 0
+
+
+def draw_prompts(p: Parts, pool: list[Example], cursor: int, visits: Visits, n: int) -> Draw:
+    """``n`` prompts: the data order's from ``cursor`` on; with ``sampling.rebalance`` first
+    up to n // 2 queued revisits (those in ``pool``), then the data order's, each stale one
+    kept with probability ``rebalance_keep`` (:mod:`rlmap.sampling.rebalance`); the cursor
+    moves past the skipped ones too."""
+    s, seed = p.cfg.sampling, p.cfg.seed
+    if not s.rebalance:
+        return Draw(next_prompts(pool, cursor, n, seed), cursor + n, visits)
+    known = {e.prompt: e for e in pool}
+    again = [t for t in visits.revisit if t in known][: n // 2]
+    out, skipped = [known[t] for t in again], 0
+    while len(out) < n:
+        for e in next_prompts(pool, cursor, n - len(out), seed):
+            if kept(visits, e.prompt, cursor, seed, after=s.rebalance_after, keep=s.rebalance_keep):
+                out.append(e)
+            else:
+                skipped += 1
+            cursor += 1
+    queue = tuple(t for t in visits.revisit if t not in again)
+    return Draw(out, cursor, replace(visits, revisit=queue), skipped, len(again))
+
+
+def _group_outcomes(
+    generated: list[Scored], prompts: dict[int, str]
+) -> list[tuple[str, list[float]]]:
+    """(prompt, its valid trajectories' outcomes) of each group, in the order generated."""
+    groups: dict[int, list[float]] = {}
+    for x in generated:
+        groups.setdefault(x.group, [])
+        if _valid(x):
+            groups[x.group].append(x.outcome)
+    return [(prompts[g], outcomes) for g, outcomes in groups.items()]
 
 
 def current_climb(p: Parts, state: LoopState) -> Climb | None:

@@ -1,0 +1,123 @@
+"""Prompt rebalancing (:mod:`rlmap.sampling.rebalance`): the bookkeeping by hand, the draw
+(skips counted, revisits first, the cursor past the skipped ones), and a run whose skips
+reach the ledger and whose resume is exact."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from rlmap.experiments import train as train_module
+from rlmap.experiments.train import run_training
+from rlmap.recipes import build_config
+from rlmap.sampling.rebalance import Visits, kept, visited
+from rlmap.system.sync import LoopState, draw_prompts, next_prompts
+from rlmap.tasks.arithmetic import Example
+
+RULE = {"after": 2, "keep": 0.25}
+
+
+def test_visits_by_hand() -> None:
+    groups = [("a", [0.0, 0.0]), ("b", [1.0, 1.0]), ("c", [0.0, 1.0, 0.0, 0.0]),
+              ("d", [1.0, 0.0]), ("e", [])]  # fmt: skip
+    v = visited(Visits(), groups, rare=0.25)
+    # a, b uniform: count 1; c: 1/4 = 0.25 <= rare, a rare success; d: 1/2, neither;
+    # e: no valid trajectory, says nothing
+    assert v == Visits((("a", 1), ("b", 1)), ("c",))
+    v = visited(v, [("a", [0.0, 0.0]), ("b", [1.0, 0.0]), ("c", [0.0, 1.0, 0.0, 0.0])], rare=0.25)
+    # a: 2 in a row; b's mixed group clears its count; c is queued once only
+    assert v == Visits((("a", 2),), ("c",))
+    # reasoning_gym_partial: 0.5 and 0.5 are not uniform (neither all 0 nor all >= 1)
+    assert visited(Visits(), [("p", [0.5, 0.5])], rare=0.25) == Visits()
+
+
+def test_only_a_stale_prompt_is_skipped_and_at_the_rate_asked() -> None:
+    v = Visits((("stale", 2), ("once", 1)))
+    assert all(kept(v, p, k, 0, **RULE) for p in ("fresh", "once") for k in range(200))
+    kept_ = sum(kept(v, "stale", k, 0, **RULE) for k in range(4000))
+    assert 850 < kept_ < 1150  # Binomial(4000, 0.25): mean 1000, sd 27
+    assert [kept(v, "stale", k, 7, **RULE) for k in range(50)] == [
+        kept(v, "stale", k, 7, **RULE) for k in range(50)
+    ]  # a function of seed and position
+    assert all(kept(v, "stale", k, 0, after=2, keep=1.0) for k in range(100))
+
+
+def _parts(*extra: str) -> SimpleNamespace:
+    return SimpleNamespace(cfg=build_config("grpo", None, list(extra)))
+
+
+POOL = [Example(prompt=f"{i}+0=", answer=str(i)) for i in range(10)]
+
+
+def test_without_rebalancing_the_draw_is_the_data_order() -> None:
+    draw = draw_prompts(_parts(), POOL, 3, Visits(), 4)  # type: ignore[arg-type]
+    assert draw.examples == next_prompts(POOL, 3, 4, 0) and draw.cursor == 7
+    assert (draw.skipped, draw.revisits) == (0, 0)
+
+
+def test_a_draw_takes_revisits_first_and_skips_stale_prompts() -> None:
+    p = _parts("sampling.rebalance=true", "sampling.rebalance_keep=0.01")
+    order = next_prompts(POOL, 0, 10, 0)
+    stale = {e.prompt for e in order[:3]}  # the first three of the order are stale
+    visits = Visits(tuple((t, 5) for t in sorted(stale)), ("gone", "7+0=", "8+0="))
+    draw = draw_prompts(p, POOL, 0, visits, 4)  # type: ignore[arg-type]
+    # 4 // 2 = 2 revisits (of those still in the pool, "gone" is not), then the order:
+    # its three stale prompts are skipped (kept at 1 %: none of these three draws), and the
+    # next two are taken; the cursor stands after the fifth
+    assert [e.prompt for e in draw.examples[:2]] == ["7+0=", "8+0="]
+    assert draw.examples[2:] == order[3:5]
+    assert (draw.cursor, draw.skipped, draw.revisits) == (5, 3, 2)
+    assert draw.visits.revisit == ("gone",)
+
+
+def _rows(run: Path) -> list[dict[str, float]]:
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    timing = ("system/", "budget/wall_clock_s", "budget/rollout_s", "budget/actor_s",
+              "budget/critic_s", "budget/reference_s")  # fmt: skip
+    return [{k: v for k, v in r.items() if not k.startswith(timing)} for r in rows]
+
+
+def test_a_run_skips_stale_prompts_counts_them_and_resumes_exactly(
+    tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    toy: Callable[..., list[str]],
+) -> None:  # fmt: skip
+    # 4 training prompts, 2 a step: each is visited every other step. The random model
+    # answers nothing, so every group is all wrong: after 2 visits (4 steps) all are stale
+    # and from then on most are skipped
+    cfg = build_config("grpo", None, [*toy(tiny_model_dir, steps=8), "data.train_size=4",
+                                      "sampling.rebalance=true", "run.eval_every=4"])  # fmt: skip
+    run_training(cfg, tmp_path / "straight")
+    rows = [r for r in _rows(tmp_path / "straight") if "sampling/skipped" in r]
+    assert [r["sampling/skipped"] for r in rows[:4]] == [0, 0, 0, 0]
+    assert sum(r["sampling/skipped"] for r in rows[4:]) > 0
+    assert rows[-1]["sampling/stale_prompts"] == 4
+    assert rows[-1]["budget/skipped_prompts"] == sum(r["sampling/skipped"] for r in rows)
+    ledger = json.loads((tmp_path / "straight" / "ledger.json").read_text())
+    assert ledger["skipped_prompts"] == rows[-1]["budget/skipped_prompts"]
+
+    real = train_module.sync_step
+
+    def crashing(parts, state):  # type: ignore[no-untyped-def]
+        if state.step + 1 == 6:
+            raise KeyboardInterrupt("simulated crash")
+        return real(parts, state)
+
+    monkeypatch.setattr(train_module, "sync_step", crashing)
+    with pytest.raises(KeyboardInterrupt):
+        run_training(cfg, tmp_path / "crashed")
+    monkeypatch.setattr(train_module, "sync_step", real)
+    run_training(cfg, tmp_path / "crashed", resume=True)
+    assert _rows(tmp_path / "crashed") == _rows(tmp_path / "straight")
+
+
+def test_a_saved_loop_state_comes_back_with_its_visits() -> None:
+    from dataclasses import asdict
+
+    state = LoopState(step=2, visits=Visits((("a", 2),), ("b",)))
+    assert LoopState.saved(asdict(state)) == state
+    old = {k: v for k, v in asdict(LoopState()).items() if k != "visits"}  # before rebalancing
+    assert LoopState.saved(old) == LoopState()
