@@ -60,13 +60,14 @@ def test_from_dict_rejects_unknown_fields() -> None:
 def test_budget_metrics() -> None:
     ledger = Ledger().add(generated_tokens=10, prompts=2, learner_steps=1, critic_steps=4,
                           wall_clock_s=3, empty_steps=1, judge_calls=6, judge_tokens=70,
-                          comparison_pairs=5)  # fmt: skip
+                          comparison_pairs=5, skipped_prompts=9)  # fmt: skip
     assert ledger.metrics() == {
         "budget/generated_tokens": 10.0,
         "budget/prompts": 2.0,
         "budget/learner_steps": 1.0,
         "budget/critic_steps": 4.0,
         "budget/empty_steps": 1.0,
+        "budget/skipped_prompts": 9.0,
         "budget/judge_calls": 6.0,
         "budget/judge_tokens": 70.0,
         "budget/comparison_pairs": 5.0,
