@@ -230,12 +230,10 @@ def test_the_embedded_model_starts_a_gym_task_from_its_initialisation(
         assert torch.equal(a, b), name
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known bug, fix pending: transformers 5 loads a qwen2 checkpoint's tokenizer as "
-    "Qwen2Tokenizer, whose byte-level rules drop the character tokenizer's spaces and newlines",
-)
 def test_a_prose_tasks_character_checkpoint_reads_back_with_its_spaces(tmp_path: Path) -> None:
+    # transformers 5 loads a qwen2 checkpoint's tokenizer as Qwen2Tokenizer, rebuilding its
+    # byte-level rules from the vocabulary: a word-level character tokenizer lost every
+    # space and newline that way
     from transformers import AutoTokenizer
 
     spec = TinySpec(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
@@ -243,6 +241,7 @@ def test_a_prose_tasks_character_checkpoint_reads_back_with_its_spaces(tmp_path:
     build_tiny_model(TOKENIZER, spec, seed=0).save_pretrained(tmp_path)
     TOKENIZER.save_pretrained(tmp_path)
     text = "Act in FrozenLake-v1.\nstate 0"
-    assert (
-        AutoTokenizer.from_pretrained(tmp_path)(text)["input_ids"] == TOKENIZER(text)["input_ids"]
-    )
+    loaded = AutoTokenizer.from_pretrained(tmp_path)
+    ids = TOKENIZER(text)["input_ids"]
+    assert loaded(text)["input_ids"] == ids
+    assert loaded.decode(ids, skip_special_tokens=True) == text

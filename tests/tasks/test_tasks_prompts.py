@@ -82,3 +82,32 @@ def test_a_prompt_encoder_gives_encode_prompts_ids_encoding_each_text_once(
     mine = encoder("1+2=")
     mine.append(99)  # each caller gets its own list: changing it leaves the memo alone
     assert encoder("1+2=") == encode_prompt(tok, "1+2=")
+
+
+def test_a_word_level_embedded_tokenizer_of_older_rlmap_still_gets_its_bos(tmp_path: Path) -> None:
+    # before byte-level symbols, a space was the token " ": such a checkpoint is still ours
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    from rlmap.system.setup import load_tokenizer
+    from rlmap.tasks.tokenizer import CHARACTERS, SPECIALS
+
+    vocab = {t: i for i, t in enumerate((*SPECIALS, *CHARACTERS))}
+    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    core.pre_tokenizer = pre_tokenizers.Split(pattern="", behavior="isolated")
+    core.decoder = decoders.Fuse()
+    names = {"pad_token": "<pad>", "bos_token": "<bos>", "eos_token": "<eos>", "unk_token": "<unk>"}
+    PreTrainedTokenizerFast(tokenizer_object=core, **names).save_pretrained(tmp_path)
+    assert load_tokenizer(tmp_path)("1 a")["input_ids"] == [1, 5, 20, 21]
+
+
+def test_the_character_tokens_are_byte_level_symbols() -> None:
+    from rlmap.tasks.tokenizer import byte_symbol
+
+    # GPT-2's byte alphabet: printable ASCII stands for itself; space (0x20) is the 33rd
+    # byte that does not, so 256 + 32 = 288 = "Ġ"; newline (0x0a), the 11th: 266 = "Ċ"
+    assert [byte_symbol(c) for c in "a= \n"] == ["a", "=", "Ġ", "Ċ"]
+    vocab = build_tokenizer().get_vocab()
+    assert vocab["Ġ"] == 4 + 16 and " " not in vocab  # after the 4 specials; " " is CHARACTERS[16]
+    with pytest.raises(ValueError, match="ASCII"):
+        build_tokenizer(characters="aé")

@@ -1,4 +1,4 @@
-"""A character-level Hugging Face tokenizer for the embedded model.
+"""The embedded models' Hugging Face tokenizers: one token per character, and a byte-level BPE.
 
 Built with the ``tokenizers`` library and wrapped as ``PreTrainedTokenizerFast``,
 so ``AutoTokenizer.from_pretrained`` loads it from a checkpoint directory with
@@ -7,6 +7,7 @@ nothing of rlmap installed.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 from tokenizers import (
@@ -34,12 +35,20 @@ def build_tokenizer(
     ``extra_tokens`` (e.g. a tool task's ``<calc>``) get one id each after the characters.
     They are ordinary, not special, tokens: decoding keeps them, so a response that
     contains a tool marker never reads as a bare answer.
+
+    A byte-level BPE without merges under Qwen2's rules (its pre-tokenizer, byte-level
+    alphabet and decoder; a space is the token ``Ġ``, a newline ``Ċ``): ``AutoTokenizer``
+    loads a ``qwen2`` checkpoint's tokenizer as ``Qwen2Tokenizer``, which rebuilds those
+    rules from the vocabulary, so only a tokenizer with them reads back with the ids it was
+    trained with (a word-level one lost every space and newline that way).
     """
-    tokens = (*SPECIALS, *dict.fromkeys(characters), *dict.fromkeys(extra_tokens))
+    if any(ord(c) > 127 for c in characters):
+        raise ValueError("build_tokenizer: characters must be ASCII (one byte, one token)")
+    symbols = [byte_symbol(c) for c in dict.fromkeys(characters)]
+    tokens = (*SPECIALS, *symbols, *dict.fromkeys(extra_tokens))
     vocab = {token: i for i, token in enumerate(tokens)}
-    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    core.pre_tokenizer = pre_tokenizers.Split(pattern="", behavior="isolated")
-    core.decoder = decoders.Fuse()
+    core = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>"))
+    _qwen2_rules(core)
     core.add_tokens([AddedToken(t, special=False, normalized=False) for t in extra_tokens])
     # The tokenizer adds <bos> itself, so plain ``AutoTokenizer.from_pretrained(ckpt)(text)``
     # encodes a prompt exactly as training did (without it a checkpoint answered "4" to
@@ -53,6 +62,34 @@ def build_tokenizer(
         unk_token="<unk>",
         padding_side="left",
     )
+
+
+@functools.cache
+def _byte_alphabet() -> dict[int, str]:
+    """GPT-2's map from a byte to the printable character that stands for it (the
+    byte-level BPE alphabet): printable Latin-1 stands for itself, the rest shifts to 256+."""
+    kept = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1),
+            *range(ord("®"), ord("ÿ") + 1)]  # fmt: skip
+    out, shift = {b: chr(b) for b in kept}, 0
+    for b in range(256):
+        if b not in out:
+            out[b], shift = chr(256 + shift), shift + 1
+    return out
+
+
+def byte_symbol(character: str) -> str:
+    """The byte-level token of an ASCII character (``" "`` → ``"Ġ"``, ``"\\n"`` → ``"Ċ"``)."""
+    return _byte_alphabet()[ord(character)]
+
+
+def _qwen2_rules(core: Tokenizer) -> None:
+    """Qwen2's normaliser, pre-tokenizer and decoder (what ``Qwen2Tokenizer`` rebuilds)."""
+    core.normalizer = normalizers.NFC()
+    core.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(QWEN2_SPLIT), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+    ])  # fmt: skip
+    core.decoder = decoders.ByteLevel()
 
 
 def _adds_bos(bos: int) -> processors.TemplateProcessing:
@@ -71,7 +108,9 @@ def restore_bos(tokenizer: PreTrainedTokenizerBase) -> PreTrainedTokenizerBase:
     """
     backend = getattr(tokenizer, "backend_tokenizer", None)
     vocab = tokenizer.get_vocab()
-    ours = [vocab.get(t) for t in SPECIALS] == [0, 1, 2, 3] and all(c in vocab for c in CHARACTERS)
+    specials = [vocab.get(t) for t in SPECIALS] == [0, 1, 2, 3]
+    characters = all(c in vocab or byte_symbol(c) in vocab for c in CHARACTERS)
+    ours = specials and characters  # a word-level one of older rlmap, or this one
     if backend is None or not ours or tokenizer("1")["input_ids"][:1] == [1]:
         return tokenizer
     backend.post_processor = _adds_bos(1)
@@ -106,12 +145,7 @@ def build_bpe_tokenizer(corpus: Sequence[str], vocab_size: int = 512) -> PreTrai
     the rules from the vocabulary and merges: with other rules the model would be read
     back with other ids than it was trained on."""
     core = Tokenizer(models.BPE())
-    core.normalizer = normalizers.NFC()
-    core.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(QWEN2_SPLIT), behavior="isolated", invert=False),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-    ])  # fmt: skip
-    core.decoder = decoders.ByteLevel()
+    _qwen2_rules(core)
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=list(CHAT_SPECIALS),
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
                                   show_progress=False)  # fmt: skip
