@@ -206,3 +206,12 @@ def test_a_saved_loop_state_comes_back_with_its_curriculum() -> None:
     state = sync.LoopState(step=3, cursor=12, climb=sync.Climb(2, (1.0, 0.0)))
     assert sync.LoopState.saved(asdict(state)) == state
     assert sync.LoopState.saved(asdict(sync.LoopState())) == sync.LoopState()
+
+
+def test_rlmap_tasks_shows_a_tasks_levels() -> None:
+    from rlmap.tasks.catalog import describe
+
+    shown = describe("chain_sum")
+    assert "curriculum (sampling.curriculum): levels 0-10" in shown
+    assert "  2: min_terms=2, max_terms=4, min_digits=1, max_digits=3\n" in shown
+    assert "curriculum: none" in describe("acre")

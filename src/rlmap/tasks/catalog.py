@@ -58,7 +58,21 @@ def describe(name: str) -> str:
     lines += ["example (seed 0):", *textwrap.wrap(f"question: {item['question']}", width=96,
               initial_indent="  ", subsequent_indent="    ")]  # fmt: skip
     lines += [f"  answer: {item['answer']}"]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + _levels(name)) + "\n"
+
+
+def _levels(name: str) -> list[str]:
+    """The settings of each level of the task's curriculum (``sampling.curriculum``)."""
+    from reasoning_gym.factory import has_curriculum
+
+    if not has_curriculum(name):
+        return ["curriculum: none (sampling.curriculum needs one)"]
+    top = reasoning_gym.top_level(name)
+    lines = [f"curriculum (sampling.curriculum): levels 0-{top}, the settings it sets at each:"]
+    for level in range(top + 1):
+        args = reasoning_gym.level_args(name, {}, level)
+        lines.append(f"  {level}: " + ", ".join(f"{k}={json.dumps(v)}" for k, v in args.items()))
+    return lines
 
 
 def _default(f: dataclasses.Field[object]) -> object:
