@@ -31,8 +31,11 @@ def test_visits_by_hand() -> None:
     v = visited(v, [("a", [0.0, 0.0]), ("b", [1.0, 0.0]), ("c", [0.0, 1.0, 0.0, 0.0])], rare=0.25)
     # a: 2 in a row; b's mixed group clears its count; c is queued once only
     assert v == Visits((("a", 2),), ("c",))
-    # reasoning_gym_partial: 0.5 and 0.5 are not uniform (neither all 0 nor all >= 1)
+    # reasoning_gym_partial: 0.5 and 0.5 are not uniform (neither all 0 nor all >= 1), and
+    # no success either: a rare success counts full scores, 1 of 4 here (1/4 <= 0.25)
     assert visited(Visits(), [("p", [0.5, 0.5])], rare=0.25) == Visits()
+    assert visited(Visits(), [("p", [0.1, 0.1, 0.1, 0.1])], rare=0.25) == Visits()
+    assert visited(Visits(), [("p", [1.0, 0.5, 0.5, 0.5])], rare=0.25) == Visits((), ("p",))
 
 
 def test_only_a_stale_prompt_is_skipped_and_at_the_rate_asked() -> None:
@@ -65,13 +68,16 @@ def test_a_draw_takes_revisits_first_and_skips_stale_prompts() -> None:
     stale = {e.prompt for e in order[:3]}  # the first three of the order are stale
     visits = Visits(tuple((t, 5) for t in sorted(stale)), ("gone", "7+0=", "8+0="))
     draw = draw_prompts(p, POOL, 0, visits, 4)  # type: ignore[arg-type]
-    # 4 // 2 = 2 revisits (of those still in the pool, "gone" is not), then the order:
+    # 4 // 2 = 2 revisits (of those in the pool, "gone" is not), then the order:
     # its three stale prompts are skipped (kept at 1 %: none of these three draws), and the
     # next two are taken; the cursor stands after the fifth
     assert [e.prompt for e in draw.examples[:2]] == ["7+0=", "8+0="]
     assert draw.examples[2:] == order[3:5]
     assert (draw.cursor, draw.skipped, draw.revisits) == (5, 3, 2)
-    assert draw.visits.revisit == ("gone",)
+    assert draw.visits.revisit == ()  # "gone" is another level's: dropped
+    # a queue longer than half the step keeps the rest, in order
+    long = Visits((), ("1+0=", "2+0=", "3+0="))
+    assert draw_prompts(p, POOL, 0, long, 4).visits.revisit == ("3+0=",)  # type: ignore[arg-type]
 
 
 def _rows(run: Path) -> list[dict[str, float]]:

@@ -8,6 +8,7 @@ import json
 import re
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -80,6 +81,8 @@ def test_the_config_holds_the_top_levels_settings_and_rebuilds_the_same() -> Non
         (["sampling.curriculum_start=3", "sampling.curriculum_top=2"], "got 3 and 2"),
         (["sampling.curriculum_up=0.1"], "need 0 <= down < up <= 1"),
         (["sampling.curriculum_window=0"], "sampling.curriculum_window: must be >= 1"),
+        (["sampling.curriculum_top=-1"], "need 0 <= start <= top <= 10"),
+        (["data.task=reasoning_gym:chain_sum*3", "sampling.curriculum_top=12"], "top <= 10"),
         (["data.task=reasoning_gym:caesar_cipher"],
          "sampling.curriculum_top: reasoning-gym's caesar_cipher refuses its level 2"),
     ],
@@ -215,3 +218,35 @@ def test_rlmap_tasks_shows_a_tasks_levels() -> None:
     assert "curriculum (sampling.curriculum): levels 0-10" in shown
     assert "  2: min_terms=2, max_terms=4, min_digits=1, max_digits=3\n" in shown
     assert "curriculum: none" in describe("acre")
+
+
+def test_a_weighted_task_is_its_task() -> None:
+    cfg = build_config("grpo", None, [*SUMS, "data.task=reasoning_gym:chain_sum*3",
+                                      "sampling.curriculum_top=1"])  # fmt: skip
+    levels = setup.curriculum_levels(cfg)
+    assert levels is not None and levels.name == "chain_sum"
+    assert cfg.data.task_args == rg.level_args("chain_sum", {}, 1)
+
+
+def test_settings_that_are_lists_are_not_logged_as_numbers() -> None:
+    # simple_equations' curriculum sets operators_weights, a list: the step must not fail
+    cfg = build_config("grpo", None, ["data.task=reasoning_gym:simple_equations",
+                                      "sampling.curriculum=true", "sampling.curriculum_top=1",
+                                      "data.train_size=50", "data.eval_size=4"])  # fmt: skip
+    levels = setup.curriculum_levels(cfg)
+    assert levels is not None
+    assert isinstance(levels.settings(0)["operators_weights"], list)
+    parts = SimpleNamespace(cfg=cfg, levels=levels)
+    state, metrics = sync.climbed(parts, sync.LoopState(), sync.Climb(0), [])  # type: ignore[arg-type]
+    assert "curriculum/operators_weights" not in metrics
+    assert metrics["curriculum/level"] == 0 and state.climb == sync.Climb(0)
+    assert {k for k in metrics if k.startswith("curriculum/")} >= {"curriculum/min_terms"}
+
+
+def test_the_lower_levels_prompts_are_checked_against_the_context_too() -> None:
+    cfg = build_config("grpo", None, [*SUMS, "sampling.curriculum_top=2", "data.train_size=50"])
+    labels = [label for label, _ in setup.labelled_prompts(cfg)]
+    assert any(
+        label.startswith("data.task=reasoning_gym:chain_sum level 0 example") for label in labels
+    )
+    assert not any(" level 2 " in label for label in labels)  # the top level is the train split

@@ -203,11 +203,13 @@ def _curriculum_target(config: RecipeConfig, merged: dict[str, Any]) -> bool:
     s, d = config.sampling, config.data
     if not s.curriculum or not reasoning_gym.is_reasoning_gym(d.task) or "+" in d.task:
         return False
-    name = d.task.removeprefix(reasoning_gym.PREFIX)
     try:
+        name = reasoning_gym.parse(d.task, {})[0].name  # chain_sum*3 is chain_sum
         top = reasoning_gym.top_level(name) if s.curriculum_top is None else s.curriculum_top
     except ConfigError:
         return False
+    if top < 0:
+        return False  # validate names the field
     given = dict(d.task_args or {})
     target = reasoning_gym.level_args(name, given, top)
     for field in reasoning_gym.curriculum_fields(name):

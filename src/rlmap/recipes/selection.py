@@ -195,7 +195,9 @@ TABLE: tuple[Row, ...] = (
         overrides=("sampling.group_size=16",),
         baseline_in_rlmap="grpo with G = 16 (twice the embedded G), so that a group more "
         "often holds a correct sample; on a reasoning-gym task also sampling.curriculum=true "
-        "(the task's own curriculum, its level following the rolling pass rate)",
+        "with sampling.curriculum_top=L, the level you evaluate on (the task's own "
+        "curriculum, its level following the rolling pass rate; data.task_args then holds "
+        "level L's settings, the held-out set included)",
         next_in_rlmap="behaviour.positive_nll=0.1 (VAPO's μ: NLL on the correct samples); "
         "sampling.rebalance=true (prompts all wrong or all right visit after visit mostly "
         "skipped, rare successes drawn again); search changes the data, outside rlmap",

@@ -372,8 +372,7 @@ def _curriculum(cfg: RecipeConfig) -> Iterator[str]:
         yield ("sampling.curriculum: its level moves at the learner's steps, which the "
                "asynchronous workers run ahead of; use system.mode=sync")  # fmt: skip
         return
-    reasoning_gym.parse(d.task, {})  # an unknown task is data.task's ConfigError
-    name = d.task.removeprefix(reasoning_gym.PREFIX)
+    name = reasoning_gym.parse(d.task, {})[0].name  # an unknown task: data.task's ConfigError
     top, highest = s.curriculum_top, reasoning_gym.top_level(name)  # a ConfigError if none
     if top is None or not 0 <= s.curriculum_start <= top <= highest:
         yield (f"sampling.curriculum_start, curriculum_top: need 0 <= start <= top <= "

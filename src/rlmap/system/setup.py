@@ -409,8 +409,15 @@ def labelled_prompts(cfg: RecipeConfig) -> list[tuple[str, str | Messages]]:
                  gym_text.first_text(env, train[0]))]  # fmt: skip
     if d.task in BUILT_IN_TASKS or reasoning_gym.is_reasoning_gym(d.task):
         train, heldout = load_data(cfg)
-        return [(f"data.task={d.task} example {i}", e.prompt)
-                for i, e in enumerate([*train, *heldout])]  # fmt: skip
+        out: list[tuple[str, str | Messages]] = [
+            (f"data.task={d.task} example {i}", e.prompt) for i, e in enumerate([*train, *heldout])
+        ]
+        levels = curriculum_levels(cfg)  # the curriculum's lower levels: their own prompts
+        for level in range(levels.top if levels is not None else 0):
+            assert levels is not None
+            out += [(f"data.task={d.task} level {level} example {i}", e.prompt)
+                    for i, e in enumerate(levels.pool(level))]  # fmt: skip
+        return out
     files = [Path(d.task), *([Path(d.eval_path)] if d.eval_path is not None else [])]
     return [(label, e.chat) for f in files
             for label, e in load_labelled_examples(f, d.prompt_field, d.answer_field)]  # fmt: skip
@@ -758,7 +765,8 @@ def curriculum_levels(cfg: RecipeConfig) -> reasoning_gym.LevelPools | None:
     if not s.curriculum:
         return None
     assert s.curriculum_top is not None  # set when the config was built
-    return reasoning_gym.LevelPools(d.task, json.dumps(d.task_args or {}, sort_keys=True),
+    name = reasoning_gym.parse(d.task, {})[0].name
+    return reasoning_gym.LevelPools(d.task, name, json.dumps(d.task_args or {}, sort_keys=True),
                                     d.split_seed, d.train_size, d.eval_size,
                                     s.curriculum_top)  # fmt: skip
 

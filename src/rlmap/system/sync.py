@@ -228,7 +228,7 @@ def collect(p: Parts, state: LoopState) -> tuple[list[Scored], LoopState, dict[s
         draw = draw_prompts(p, pool, cursor, visits, s.prompts_per_step)
         examples, cursor, visits = draw.examples, draw.cursor, draw.visits
         skipped, revisits = skipped + draw.skipped, revisits + draw.revisits
-        first = state.cursor + drawn  # group ids: unique within the step (= the cursor
+        first = state.cursor + drawn  # group ids, unique within the step only (the cursor
         generated += shared_round(p, examples, first_group=first)  # without rebalancing)
         prompts |= {first + k: e.prompt for k, e in enumerate(examples)}
         drawn, rounds = drawn + len(examples), rounds + 1
@@ -274,14 +274,16 @@ class Draw:
 
 def draw_prompts(p: Parts, pool: list[Example], cursor: int, visits: Visits, n: int) -> Draw:
     """``n`` prompts: the data order's from ``cursor`` on; with ``sampling.rebalance`` first
-    up to n // 2 queued revisits (those in ``pool``), then the data order's, each stale one
+    up to n // 2 queued revisits (those in ``pool``: a revisit of another curriculum level's
+    prompt is dropped; none when n is 1), then the data order's, each stale one
     kept with probability ``rebalance_keep`` (:mod:`rlmap.sampling.rebalance`); the cursor
     moves past the skipped ones too."""
     s, seed = p.cfg.sampling, p.cfg.seed
     if not s.rebalance:
         return Draw(next_prompts(pool, cursor, n, seed), cursor + n, visits)
     known = {e.prompt: e for e in pool}
-    again = [t for t in visits.revisit if t in known][: n // 2]
+    queued = [t for t in visits.revisit if t in known]  # another level's prompts are dropped
+    again, rest = queued[: n // 2], queued[n // 2 :]
     out, skipped = [known[t] for t in again], 0
     while len(out) < n:
         for e in next_prompts(pool, cursor, n - len(out), seed):
@@ -290,8 +292,7 @@ def draw_prompts(p: Parts, pool: list[Example], cursor: int, visits: Visits, n: 
             else:
                 skipped += 1
             cursor += 1
-    queue = tuple(t for t in visits.revisit if t not in again)
-    return Draw(out, cursor, replace(visits, revisit=queue), skipped, len(again))
+    return Draw(out, cursor, replace(visits, revisit=tuple(rest)), skipped, len(again))
 
 
 def _group_outcomes(
@@ -334,8 +335,9 @@ def climbed(
     }
     if not math.isnan(rate):
         metrics["curriculum/pass_rate"] = rate
-    settings = p.levels.settings(climb.level)
-    metrics |= {f"curriculum/{name}": float(settings[name]) for name in p.levels.fields}
+    settings = p.levels.settings(climb.level)  # the numbers among them (some are lists)
+    metrics |= {f"curriculum/{name}": float(settings[name]) for name in p.levels.fields
+                if isinstance(settings[name], int | float)}  # fmt: skip
     return replace(state, climb=after), metrics
 
 

@@ -217,6 +217,9 @@ class LevelPools:
     held-out items are those of ``data.task_args``, which hold the top level's settings."""
 
     task: str
+    """``data.task`` (``reasoning_gym:NAME``, a weight allowed)."""
+    name: str
+    """The reasoning-gym task's name."""
     args: str
     """``data.task_args`` as JSON: the settings at the top level."""
     split_seed: int
@@ -227,11 +230,11 @@ class LevelPools:
     @property
     def fields(self) -> list[str]:
         """The settings the curriculum sets."""
-        return curriculum_fields(self.task.removeprefix(PREFIX))
+        return curriculum_fields(self.name)
 
     def settings(self, level: int) -> dict[str, Any]:
         """The generator's settings at ``level``."""
-        return level_args(self.task.removeprefix(PREFIX), json.loads(self.args), level)
+        return level_args(self.name, json.loads(self.args), level)
 
     def pool(self, level: int) -> list[Example]:
         """``train_size`` items generated at ``level`` from the training seeds, without
@@ -244,7 +247,7 @@ def _level_pool(pools: LevelPools, level: int) -> tuple[Example, ...]:
     _, heldout = _splits(pools.task, pools.args, pools.split_seed, pools.train_size,
                          pools.eval_size)  # fmt: skip
     taken = {e.prompt for e in heldout}
-    part = Part(pools.task.removeprefix(PREFIX), 1.0, pools.settings(level))
+    part = Part(pools.name, 1.0, pools.settings(level))
     base = 2 * SPLIT_STRIDE * pools.split_seed  # as _splits: the training seeds
     train = _distinct(_items(part, base, pools.train_size), taken)
     if not train:
