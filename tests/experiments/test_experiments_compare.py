@@ -89,6 +89,26 @@ def test_runs_group_by_config_up_to_the_seed(tmp_path: Path) -> None:
     assert {k: [r.seed for r in v] for k, v in groups.items()} == {"grpo": [0, 1], "dapo": [0, 1]}
 
 
+def test_groups_of_one_recipe_are_named_by_their_sweep_directory(tmp_path: Path) -> None:
+    evals = [(0, 0, 0.4), (1000, 10, 0.6)]
+    for arm, g in (("curriculum", 8), ("direct", 4)):
+        for seed in (0, 1):
+            fake_run(tmp_path / arm / f"seed{seed}", "grpo", seed, evals,
+                     config={"sampling": {"group_size": g}})  # fmt: skip
+    fake_run(tmp_path / "loose" / "a", "grpo", 0, evals, config={"sampling": {"group_size": 2}})
+    fake_run(tmp_path / "loose" / "b", "grpo", 0, evals, config={"sampling": {"group_size": 3}})
+    runs = [
+        load_run(p) for p in find_runs([tmp_path / d for d in ("curriculum", "direct", "loose")])
+    ]
+    # the two loose runs share a directory with another group: numbered instead
+    assert sorted(group_runs(runs)) == [
+        "grpo (2)",
+        "grpo (curriculum)",
+        "grpo (direct)",
+        "grpo (loose)",
+    ]
+
+
 def test_a_dynamic_sampling_run_with_twice_the_tokens_is_flagged(tmp_path: Path) -> None:
     paths = two_methods(tmp_path)
     found = flags(group_runs([load_run(p) for p in paths]))

@@ -129,16 +129,23 @@ def group_key(config: Mapping[str, Any]) -> str:
 
 
 def group_runs(runs: Sequence[Run]) -> dict[str, list[Run]]:
-    """Runs grouped by config up to the seed, labelled by recipe (numbered when repeated)."""
+    """Runs grouped by config up to the seed, labelled by recipe; groups of one recipe are
+    told apart by the directory that holds each group's runs (a ``--seeds`` sweep's), else
+    numbered."""
     by_key: dict[str, list[Run]] = {}
     for run in runs:
         by_key.setdefault(group_key(run.config), []).append(run)
+    recipes = [members[0].recipe for members in by_key.values()]
     labels: dict[str, list[Run]] = {}
     for members in by_key.values():
-        label = members[0].recipe
+        recipe = members[0].recipe
+        parents = {r.path.parent for r in members}
+        label = recipe
+        if recipes.count(recipe) > 1 and len(parents) == 1:
+            label = f"{recipe} ({parents.pop().name})"
         n = 2
         while label in labels:
-            label, n = f"{members[0].recipe} ({n})", n + 1
+            label, n = f"{recipe} ({n})", n + 1
         labels[label] = sorted(members, key=lambda r: r.seed)
     return labels
 
