@@ -4,8 +4,10 @@ model). Both modes train; killing the server mid-run costs counted failures, nev
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -42,8 +44,9 @@ def _serve(model: Path, log: Path) -> tuple[subprocess.Popen[bytes], str]:
     command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
                "--port", str(port), "--served-model-name", "judge", "--max-model-len", "64",
                "--enforce-eager", "--dtype", "float32", "--max-num-seqs", "16"]  # fmt: skip
-    with log.open("wb") as out:
-        server = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
+    with log.open("wb") as out:  # its own process group: its engine core dies with it
+        server = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env,
+                                  start_new_session=True)  # fmt: skip
     url = f"http://127.0.0.1:{port}/v1"
     deadline = time.monotonic() + STARTUP_S
     while time.monotonic() < deadline:
@@ -54,8 +57,27 @@ def _serve(model: Path, log: Path) -> tuple[subprocess.Popen[bytes], str]:
                 return server, url
         except OSError:
             time.sleep(1)
-    server.kill()
+    _kill(server)
     pytest.fail(f"vllm serve did not answer in {STARTUP_S} s: {log.read_text()[-2000:]}")
+
+
+def _kill(server: subprocess.Popen[bytes]) -> None:
+    """SIGKILL to the server's whole process group: killing the API server alone left its
+    ``VLLM::EngineCore`` process (about 2 GB) running after the tests."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(server.pid, signal.SIGKILL)
+    server.wait(timeout=30)
+
+
+def _alive_in_group(group: int) -> list[int]:
+    """Processes of a process group still running (zombies are dead: not counted)."""
+    alive = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()  # after "pid (comm)"
+            if int(fields[2]) == group and fields[0] != "Z":
+                alive.append(int(stat.parent.name))
+    return alive
 
 
 def test_a_judge_served_by_vllm_trains_both_modes_and_its_death_is_counted(
@@ -88,7 +110,7 @@ def test_a_judge_served_by_vllm_trains_both_modes_and_its_death_is_counted(
             metrics = tmp_path / "killed" / "metrics.jsonl"
             while not metrics.exists() or len(metrics.read_text().splitlines()) < 2:
                 time.sleep(0.05)
-            server.kill()
+            _kill(server)
 
         killer = threading.Thread(target=kill_after_the_first_step, daemon=True)
         killer.start()
@@ -98,8 +120,11 @@ def test_a_judge_served_by_vllm_trains_both_modes_and_its_death_is_counted(
         run_training(cfg, tmp_path / "killed")
         killer.join(timeout=10)
     finally:
-        server.kill()
-        server.wait(timeout=30)
+        _kill(server)
+    deadline = time.monotonic() + 10
+    while _alive_in_group(server.pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _alive_in_group(server.pid) == []  # the engine core went with the server
     steps = _records(tmp_path / "killed")[1:]
     assert len(steps) == 3  # the run went on
     last = steps[-1]
