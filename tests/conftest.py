@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -55,6 +56,22 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def wide_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """As ``tiny_model_dir``, with every printable character (prose tasks) and 128 positions."""
+    from dataclasses import replace
+
+    from rlmap.tasks.warmstart import PRINTABLE
+
+    path = tmp_path_factory.mktemp("wide-model")
+    tokenizer = build_tokenizer(characters=PRINTABLE)
+    build_tiny_model(
+        tokenizer, replace(SMALL, max_position_embeddings=128), seed=0
+    ).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="session")
 def tiny_calc_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """As ``tiny_model_dir``, with the calculator task's tokenizer (tool markers as tokens)."""
     return _saved_model(tmp_path_factory, "tiny-calc-model", SMALL, TOOL_TOKENS)
@@ -101,3 +118,29 @@ def _toy_overrides(model_dir: Path, steps: int = 2) -> list[str]:
 def toy() -> Callable[..., list[str]]:
     """``toy(model_dir, steps=2)``: config overrides for a toy-scale run."""
     return _toy_overrides
+
+
+@pytest.fixture
+def crash_in_step(monkeypatch: pytest.MonkeyPatch) -> Callable[..., None]:
+    """``crash_in_step(cfg, run_dir, step)``: train ``cfg`` into ``run_dir`` until a simulated
+    crash (KeyboardInterrupt) at the start of ``step``; the real step is back afterwards,
+    so a ``run_training(..., resume=True)`` that follows runs normally."""
+    from rlmap.experiments import train as train_module
+    from rlmap.experiments.train import run_training
+
+    def crash(cfg: Any, run_dir: Path, step: int) -> None:
+        real = train_module.sync_step
+
+        def crashing(parts, state):  # type: ignore[no-untyped-def]
+            if state.step + 1 == step:
+                raise KeyboardInterrupt("simulated crash")
+            return real(parts, state)
+
+        monkeypatch.setattr(train_module, "sync_step", crashing)
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                run_training(cfg, run_dir)
+        finally:
+            monkeypatch.setattr(train_module, "sync_step", real)
+
+    return crash

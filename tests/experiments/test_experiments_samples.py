@@ -172,27 +172,16 @@ def test_run_samples_zero_writes_none(tiny_model_dir: Path, tmp_path: Path, toy:
 
 
 def test_a_resume_drops_the_samples_of_the_steps_it_redoes(
-    tiny_model_dir: Path, tmp_path: Path, toy: Toy, monkeypatch: pytest.MonkeyPatch
+    tiny_model_dir: Path, tmp_path: Path, toy: Toy, crash_in_step: Callable[..., None]
 ) -> None:
-    from rlmap.experiments import train as train_module
     from rlmap.experiments.samples import sample_steps
 
     cfg = build_config("grpo", None, [*toy(tiny_model_dir, steps=4), "run.checkpoint_every=2",
                                       "run.eval_every=1"])  # fmt: skip
-    real = train_module.sync_step
-
-    def crashing(parts, state):  # type: ignore[no-untyped-def]
-        if state.step + 1 == 4:
-            raise KeyboardInterrupt("simulated crash")
-        return real(parts, state)
-
-    monkeypatch.setattr(train_module, "sync_step", crashing)
-    with pytest.raises(KeyboardInterrupt):
-        run_training(cfg, tmp_path / "run")
+    crash_in_step(cfg, tmp_path / "run", 4)
     assert sample_steps(tmp_path / "run") == [0, 1, 2, 3]  # step 3 evaluated after step_2
     stale = tmp_path / "run" / "samples" / "step_3.jsonl"
     stale.write_text('{"class": "correct", "marker": 1}\n')
-    monkeypatch.setattr(train_module, "sync_step", real)
     run_training(cfg, tmp_path / "run", resume=True)
     assert sample_steps(tmp_path / "run") == [0, 1, 2, 3, 4]
     assert "marker" not in stale.read_text()  # step 3 was redone and written anew

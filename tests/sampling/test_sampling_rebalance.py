@@ -11,7 +11,6 @@ from types import SimpleNamespace
 
 import pytest
 
-from rlmap.experiments import train as train_module
 from rlmap.experiments.train import run_training
 from rlmap.recipes import build_config
 from rlmap.sampling.rebalance import Visits, kept, visited
@@ -88,7 +87,7 @@ def _rows(run: Path) -> list[dict[str, float]]:
 
 
 def test_a_run_skips_stale_prompts_counts_them_and_resumes_exactly(
-    tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    tiny_model_dir: Path, tmp_path: Path, crash_in_step: Callable[..., None],
     toy: Callable[..., list[str]],
 ) -> None:  # fmt: skip
     # 4 training prompts, 2 a step: each is visited every other step. The random model
@@ -104,18 +103,7 @@ def test_a_run_skips_stale_prompts_counts_them_and_resumes_exactly(
     assert rows[-1]["budget/skipped_prompts"] == sum(r["sampling/skipped"] for r in rows)
     ledger = json.loads((tmp_path / "straight" / "ledger.json").read_text())
     assert ledger["skipped_prompts"] == rows[-1]["budget/skipped_prompts"]
-
-    real = train_module.sync_step
-
-    def crashing(parts, state):  # type: ignore[no-untyped-def]
-        if state.step + 1 == 6:
-            raise KeyboardInterrupt("simulated crash")
-        return real(parts, state)
-
-    monkeypatch.setattr(train_module, "sync_step", crashing)
-    with pytest.raises(KeyboardInterrupt):
-        run_training(cfg, tmp_path / "crashed")
-    monkeypatch.setattr(train_module, "sync_step", real)
+    crash_in_step(cfg, tmp_path / "crashed", 6)
     run_training(cfg, tmp_path / "crashed", resume=True)
     assert _rows(tmp_path / "crashed") == _rows(tmp_path / "straight")
 
@@ -127,3 +115,23 @@ def test_a_saved_loop_state_comes_back_with_its_visits() -> None:
     assert LoopState.saved(asdict(state)) == state
     old = {k: v for k, v in asdict(LoopState()).items() if k != "visits"}  # before rebalancing
     assert LoopState.saved(old) == LoopState()
+
+
+@pytest.mark.parametrize(
+    ("recipe", "extra", "says"),
+    [
+        ("ppo", ["sampling.group_size=1"], "sampling.rebalance: tells a uniform group"),
+        ("grpo", ["system.mode=async"], "sampling.rebalance: it draws the prompts"),
+        ("grpo", ["sampling.rebalance_after=0"], "sampling.rebalance_after: must be >= 1"),
+        ("grpo", ["sampling.rebalance_keep=0"], "sampling.rebalance_keep: must be in (0, 1]"),
+        ("grpo", ["sampling.rebalance_rare=1"], "sampling.rebalance_rare: must be in (0, 1)"),
+    ],
+)  # ppo: a recipe that takes G = 1
+def test_what_rebalancing_cannot_run_is_one_line_naming_the_field(
+    recipe: str, extra: list[str], says: str
+) -> None:
+    from rlmap.core.errors import ConfigError
+
+    with pytest.raises(ConfigError) as err:
+        build_config(recipe, None, ["sampling.rebalance=true", *extra])
+    assert says in str(err.value) and "\n" not in str(err.value)

@@ -16,7 +16,6 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from rlmap.cli import main
 from rlmap.core.batch import Batch, RewardStatus
 from rlmap.core.errors import ConfigError, InputError
-from rlmap.experiments import train as train_module
 from rlmap.experiments.checkpoint import checkpoint_problem, latest_checkpoint
 from rlmap.experiments.train import run_training
 from rlmap.recipes import build_config
@@ -195,22 +194,12 @@ def test_lora_runs_asynchronously_and_beside_a_full_critic(
 
 
 def test_resume_of_a_lora_run_is_exact(
-    tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, toy: Toy
+    tiny_model_dir: Path, tmp_path: Path, crash_in_step: Callable[..., None], toy: Toy
 ) -> None:
     cfg = build_config("grpo", None, [*toy(tiny_model_dir, steps=4), *LORA, *SHAPED,
                                       "run.checkpoint_every=2", "run.eval_every=2"])  # fmt: skip
     run_training(cfg, tmp_path / "straight")
-    real_step = train_module.sync_step
-
-    def crashing(parts, state):  # type: ignore[no-untyped-def]
-        if state.step + 1 == 3:
-            raise KeyboardInterrupt("simulated crash")
-        return real_step(parts, state)
-
-    monkeypatch.setattr(train_module, "sync_step", crashing)
-    with pytest.raises(KeyboardInterrupt):
-        run_training(cfg, tmp_path / "crashed")
-    monkeypatch.setattr(train_module, "sync_step", real_step)
+    crash_in_step(cfg, tmp_path / "crashed", 3)
     run_training(cfg, tmp_path / "crashed", resume=True)
     assert _records(tmp_path / "crashed") == _records(tmp_path / "straight")
     weights = [

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from rlmap.experiments import train as train_module
 from rlmap.experiments.train import run_training
 from rlmap.recipes import build_config
 
@@ -51,23 +50,12 @@ def test_resume_after_a_crash_matches_an_uninterrupted_run(
     extra: list[str],
     tiny_model_dir: Path,
     tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
+    crash_in_step: Callable[..., None],
     toy: Toy,
 ) -> None:
     cfg = build_config(recipe, None, [*_overrides(toy, tiny_model_dir), *extra])
     run_training(cfg, tmp_path / "straight")
-
-    real_step = train_module.sync_step
-
-    def crashing(parts, state):  # type: ignore[no-untyped-def]
-        if state.step + 1 == crash_at:
-            raise KeyboardInterrupt("simulated crash")
-        return real_step(parts, state)
-
-    monkeypatch.setattr(train_module, "sync_step", crashing)
-    with pytest.raises(KeyboardInterrupt):
-        run_training(cfg, tmp_path / "crashed")
-    monkeypatch.setattr(train_module, "sync_step", real_step)
+    crash_in_step(cfg, tmp_path / "crashed", crash_at)
     run_training(cfg, tmp_path / "crashed", resume=True)
     assert _records(tmp_path / "crashed") == _records(tmp_path / "straight")
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
@@ -13,15 +14,11 @@ from types import SimpleNamespace
 import pytest
 
 from rlmap.core.errors import ConfigError
-from rlmap.experiments import train as train_module
 from rlmap.experiments.train import run_training
 from rlmap.recipes import build_config
 from rlmap.recipes.explain import composition
 from rlmap.system import setup, sync
 from rlmap.tasks import reasoning_gym as rg
-from rlmap.tasks.tiny import TinySpec, build_tiny_model
-from rlmap.tasks.tokenizer import build_tokenizer
-from rlmap.tasks.warmstart import PRINTABLE
 
 pytest.importorskip("reasoning_gym")
 
@@ -121,21 +118,6 @@ def test_each_level_draws_from_its_own_pool_and_none_is_held_out() -> None:
     )
 
 
-def _model(path: Path) -> Path:
-    tokenizer = build_tokenizer(characters=PRINTABLE)
-    spec = TinySpec(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                    num_attention_heads=2, num_key_value_heads=1,
-                    max_position_embeddings=128)  # fmt: skip
-    build_tiny_model(tokenizer, spec, seed=0).save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
-
-
-@pytest.fixture(scope="module")
-def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return _model(tmp_path_factory.mktemp("wide"))
-
-
 def _cfg(model: Path, *extra: str):  # type: ignore[no-untyped-def]
     return build_config("grpo", None, [
         *SUMS, f"model.path={model}", "sampling.prompts_per_step=2", "sampling.group_size=2",
@@ -151,7 +133,7 @@ def _levels(run: Path) -> list[tuple[float, ...]]:
 
 
 def test_the_level_climbs_on_its_pass_rate_and_each_step_draws_from_its_level(
-    model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    wide_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     drawn: list[list[str]] = []
     real = sync.shared_round
@@ -162,7 +144,7 @@ def test_the_level_climbs_on_its_pass_rate_and_each_step_draws_from_its_level(
 
     monkeypatch.setattr(sync, "shared_round", every_answer_right)
     # 4 trajectories a step fill the window of 4: a pass rate of 1 moves up every step
-    cfg = _cfg(model, "optim.steps=6", "sampling.curriculum_window=4")
+    cfg = _cfg(wide_model_dir, "optim.steps=6", "sampling.curriculum_window=4")
     run_training(cfg, tmp_path / "run")
     # level, move, max terms, max digits of each step: up to the top (4), then it holds
     assert _levels(tmp_path / "run") == [(0, 1, 2, 1), (1, 1, 3, 2), (2, 1, 4, 3),
@@ -175,30 +157,20 @@ def test_the_level_climbs_on_its_pass_rate_and_each_step_draws_from_its_level(
 
 
 def test_a_collapse_moves_down_and_a_resume_continues_the_level_exactly(
-    model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    wide_model_dir: Path, tmp_path: Path, crash_in_step: Callable[..., None]
 ) -> None:
     # the random model answers (almost) nothing: a pass rate <= 0.5 over a window of 6
     # moves down. 4 a step: step 1 fills 4 of 6, step 2 decides (level 3 -> 2), step 3
     # fills 4, step 4 decides (-> 1). A crash in step 4 resumes from step 3's checkpoint,
     # whose window holds step 3's 4 outcomes: without them, step 4 would not move.
-    cfg = _cfg(model, "optim.steps=5", "sampling.curriculum_window=6",
+    cfg = _cfg(wide_model_dir, "optim.steps=5", "sampling.curriculum_window=6",
                "sampling.curriculum_start=3", "sampling.curriculum_down=0.5",
                "run.checkpoint_every=1")  # fmt: skip
     run_training(cfg, tmp_path / "straight")
     straight = _levels(tmp_path / "straight")
     assert [(level, move) for level, move, *_ in straight] == [(3, 0), (3, -1), (2, 0), (2, -1),
                                                                (1, 0)]  # fmt: skip
-    real = train_module.sync_step
-
-    def crashing(parts, state):  # type: ignore[no-untyped-def]
-        if state.step + 1 == 4:
-            raise KeyboardInterrupt("simulated crash")
-        return real(parts, state)
-
-    monkeypatch.setattr(train_module, "sync_step", crashing)
-    with pytest.raises(KeyboardInterrupt):
-        run_training(cfg, tmp_path / "crashed")
-    monkeypatch.setattr(train_module, "sync_step", real)
+    crash_in_step(cfg, tmp_path / "crashed", 4)
     run_training(cfg, tmp_path / "crashed", resume=True)
     assert _levels(tmp_path / "crashed") == straight
 

@@ -20,8 +20,7 @@ from rlmap.system.evaluate import per_task
 from rlmap.tasks import reasoning_gym as rg
 from rlmap.tasks import warmstart
 from rlmap.tasks.arithmetic import Example
-from rlmap.tasks.tiny import TinySpec, build_tiny_model
-from rlmap.tasks.tokenizer import build_tokenizer
+from rlmap.tasks.tiny import TinySpec
 from rlmap.tasks.warmstart import PRINTABLE, chat_tokenizer, task_tokenizer
 
 pytest.importorskip("reasoning_gym")
@@ -200,18 +199,8 @@ def test_the_chat_model_learns_the_words_of_its_reasoning_gym_task() -> None:
     setup.check_inputs(cfg)  # every prompt fits, with its template
 
 
-def _wide_model(path: Path) -> Path:
-    tokenizer = build_tokenizer(characters=PRINTABLE)
-    spec = TinySpec(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                    num_attention_heads=2, num_key_value_heads=1,
-                    max_position_embeddings=128)  # fmt: skip
-    build_tiny_model(tokenizer, spec, seed=0).save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
-
-
-def test_training_on_a_mixture_logs_each_task(tmp_path: Path) -> None:
-    model = _wide_model(tmp_path / "model")
+def test_training_on_a_mixture_logs_each_task(wide_model_dir: Path, tmp_path: Path) -> None:
+    model = wide_model_dir
     out = tmp_path / "run"
     args = ["--recipe", "grpo", "--out", str(out), f"model.path={model}", "optim.steps=1",
             "data.task=reasoning_gym:chain_sum+basic_arithmetic", "sampling.prompts_per_step=2",
