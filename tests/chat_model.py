@@ -16,6 +16,7 @@ from rlmap.system.engine import Completion, RolloutEngine
 from rlmap.system.rollout import run_episodes
 from rlmap.tasks.arithmetic import Example
 from rlmap.tasks.calculator import calculator_tool
+from rlmap.tasks.env import Environment
 from rlmap.tasks.tiny import TinySpec, build_tiny_model
 from rlmap.tasks.tool_calls import CLOSE, ToolEnv, observation_ids
 from rlmap.tasks.warmstart import chat_tokenizer as embedded_chat_tokenizer
@@ -93,13 +94,16 @@ class Recording:
         return out
 
 
-def check_token_in_token_out(engine: RolloutEngine) -> None:
+def check_token_in_token_out(engine: RolloutEngine, env: Environment | None = None) -> None:
     """The episode of the scripted model: every turn's ids are the engine's, token for
-    token; the observation is the template's; re-encoding the text would change the ids."""
+    token; the observation is the template's; re-encoding the text would change the ids.
+    ``env``: the episode's environment on ``QUESTION`` (default rlmap's own ToolEnv with the
+    calculator), which must answer the call with the tool message ``RESULT``."""
     tokenizer = chat_tokenizer()
     prompt, (turn0, observation, turn1) = conversation(tokenizer)
-    env = ToolEnv(tokenizer, Example(QUESTION, RESULT), lambda r, a: float(r.strip() == a),
-                  {"calculator": calculator_tool}, max_turns=3)  # fmt: skip
+    if env is None:
+        env = ToolEnv(tokenizer, Example(QUESTION, RESULT), lambda r, a: float(r.strip() == a),
+                      {"calculator": calculator_tool}, max_turns=3)  # fmt: skip
     recording = Recording(engine)
     (episode,) = run_episodes(recording, [env], max_new_tokens=48, temperature=0.0, top_p=1.0)
     assert list(episode.prompt_ids) == prompt

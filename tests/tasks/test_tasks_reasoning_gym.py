@@ -131,7 +131,9 @@ def test_an_explicit_verifier_is_kept_and_an_item_verifier_needs_the_task() -> N
         build_config("grpo", None, ["feedback.verifier=reasoning_gym"])
     with pytest.raises(ConfigError, match=r"^feedback.eval_verifier: reasoning_gym_partial"):
         build_config("grpo", None, ["feedback.eval_verifier=reasoning_gym_partial"])
-    with pytest.raises(ConfigError, match=r"^data.task_args: only reasoning-gym and gym tasks"):
+    with pytest.raises(
+        ConfigError, match=r"^data.task_args: only reasoning-gym, gym and verifiers tasks"
+    ):
         build_config("grpo", None, ["data.task_args={a: 1}"])
 
 

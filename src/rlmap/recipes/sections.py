@@ -99,8 +99,9 @@ class DataConfig:
 
     @property
     def multi_turn(self) -> bool:
-        """Episodes may have several policy turns (the tool task, gymnasium environments)."""
-        return self.task == "calculator" or self.task.startswith("gym:")
+        """Episodes may have several policy turns (the tool task, gymnasium and verifiers
+        environments)."""
+        return self.task == "calculator" or self.task.startswith(("gym:", "verifiers:"))
 
     @property
     def turn_budget(self) -> int:

@@ -415,7 +415,7 @@ def _rebalance(cfg: RecipeConfig) -> Iterator[str]:
 
 
 def _data(cfg: RecipeConfig) -> Iterator[str]:
-    from rlmap.tasks import gym_text, reasoning_gym
+    from rlmap.tasks import gym_text, reasoning_gym, verifiers_env
 
     d = cfg.data
     gym = reasoning_gym.is_reasoning_gym(d.task)
@@ -423,9 +423,16 @@ def _data(cfg: RecipeConfig) -> Iterator[str]:
         reasoning_gym.parse(d.task, d.task_args)  # a ConfigError naming the field
     elif gym_text.is_gym(d.task):
         gym_text.check(d.task, d.task_args)
+    elif verifiers_env.is_verifiers(d.task):
+        verifiers_env.load(d.task, d.task_args)  # a ConfigError naming the field
+        if cfg.model.path.startswith("embedded:") and cfg.model.path != "embedded:tiny-chat":
+            yield ("model.path: verifiers environments speak in chat messages; of the embedded "
+                   "models only embedded:tiny-chat has a chat template")  # fmt: skip
     elif d.task_args is not None:
-        yield f"data.task_args: only reasoning-gym and gym tasks take settings, not {d.task!r}"
-    built_in = d.task in ("arithmetic", "calculator") or gym or gym_text.is_gym(d.task)
+        yield (f"data.task_args: only reasoning-gym, gym and verifiers tasks take settings, "
+               f"not {d.task!r}")  # fmt: skip
+    environments = gym_text.is_gym(d.task) or verifiers_env.is_verifiers(d.task)
+    built_in = d.task in ("arithmetic", "calculator") or gym or environments
     for name, value, default in (("prompt_field", d.prompt_field, "prompt"),
                                  ("answer_field", d.answer_field, "answer")):  # fmt: skip
         if built_in and value != default:

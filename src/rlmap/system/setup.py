@@ -34,6 +34,7 @@ from rlmap.feedback.isolation import IsolatedVerifier, Verify
 from rlmap.feedback.reward import Reward
 from rlmap.feedback.reward_model import load_reward_model
 from rlmap.recipes.config import RecipeConfig
+from rlmap.recipes.sections import DataConfig
 from rlmap.system import lora
 from rlmap.system.critic import CRITIC_DIR, CriticSettings, load_critic
 from rlmap.system.distributed import SINGLE, World, parallel, wrap
@@ -44,7 +45,7 @@ from rlmap.system.memory import MASTER_DTYPE, checkpoint_activations
 from rlmap.system.routing import check_replayable
 from rlmap.system.scoring import EpisodeReturn, base_reward, shaping_reward
 from rlmap.system.sim_inputs import parse_duration
-from rlmap.tasks import gym_text, reasoning_gym, tool_calls
+from rlmap.tasks import gym_text, reasoning_gym, tool_calls, verifiers_env
 from rlmap.tasks.arithmetic import Example, make_splits
 from rlmap.tasks.calculator import (
     TOOLS,
@@ -145,6 +146,16 @@ def warm_start_spec(cfg: RecipeConfig) -> WarmStartSpec:
     if reasoning_gym.is_reasoning_gym(d.task) or gym_text.is_gym(d.task):
         model = replace(model, max_position_embeddings=fitted_context(cfg))
     chat = cfg.model.path == EMBEDDED_CHAT
+    if verifiers_env.is_verifiers(d.task):  # no demonstrations of its own: the calculator's
+        calculator = replace(
+            d,
+            task="calculator",
+            task_args=None,
+            train_size=DataConfig.train_size,
+            eval_size=DataConfig.eval_size,
+        )
+        own = warm_start_spec(cfg.model_copy(update={"data": calculator}))
+        return replace(own, model=replace(own.model, max_position_embeddings=fitted_context(cfg)))
     schedule: dict[str, int] = {}
     if gym_text.is_gym(d.task):
         schedule = {"steps": 0, "blur_steps": 0}  # nothing to imitate: the initialisation
@@ -407,6 +418,9 @@ def labelled_prompts(cfg: RecipeConfig) -> list[tuple[str, str | Messages]]:
         env = gym_text.make(d.task, d.task_args)
         return [(f"data.task={d.task} episode {train[0].reference}",
                  gym_text.first_text(env, train[0]))]  # fmt: skip
+    if verifiers_env.is_verifiers(d.task):
+        train, heldout = load_data(cfg)
+        return [(f"data.task={d.task} {e.reference}", e.chat) for e in [*train, *heldout]]
     if d.task in BUILT_IN_TASKS or reasoning_gym.is_reasoning_gym(d.task):
         train, heldout = load_data(cfg)
         out: list[tuple[str, str | Messages]] = [
@@ -518,6 +532,8 @@ def load_data(cfg: RecipeConfig) -> tuple[list[Example], list[Example]]:
                                          d.eval_size)  # fmt: skip
     if gym_text.is_gym(d.task):
         return gym_text.splits(d.task, d.split_seed, d.train_size, d.eval_size)
+    if verifiers_env.is_verifiers(d.task):
+        return verifiers_env.splits(d.task, d.task_args, d.train_size, d.eval_size)
     train = load_file_examples(Path(d.task), d.prompt_field, d.answer_field)
     if d.eval_path is not None:
         return train, load_file_examples(Path(d.eval_path), d.prompt_field, d.answer_field)
@@ -556,6 +572,8 @@ def environment_factory(
     encode = PromptEncoder(tokenizer)  # shared: the G episodes of a prompt encode it once
     if gym_text.is_gym(cfg.data.task):  # the environment's own reward: no verifier
         return gym_text.factory(tokenizer, cfg.data.task, cfg.data.task_args, cfg.data.max_turns)
+    if verifiers_env.is_verifiers(cfg.data.task):  # its rubric's reward, its own turn budget
+        return verifiers_env.factory(tokenizer, cfg.data.task, cfg.data.task_args)
     if cfg.data.task == "calculator":
         turns, wait = cfg.data.max_turns, latency_source(cfg) if latency else None
         if calls_in_json(tokenizer):  # the chat model's own tool-call format

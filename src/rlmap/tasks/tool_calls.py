@@ -128,21 +128,25 @@ def observation_text(tokenizer: PreTrainedTokenizerBase, content: str, role: str
     """What the chat template writes after an assistant message's content when a ``role``
     message with ``content`` follows and the assistant speaks next: the end of the
     assistant message, the tool message, the generation prompt."""
-    before, after = _frame(tokenizer, role)
+    before, after = _frames(tokenizer, (role,))
     return before + content + after
 
 
-def _frame(tokenizer: PreTrainedTokenizerBase, role: str) -> tuple[str, str]:
-    """The template's text before and after a ``role`` message's content (the assistant's
-    content before it and the generation prompt after it, as above)."""
+def _frames(tokenizer: PreTrainedTokenizerBase, roles: Sequence[str]) -> list[str]:
+    """The template's text around the contents of messages in ``roles`` that follow an
+    assistant message's content, up to the generation prompt: ``len(roles) + 1`` pieces,
+    the text before the first content, between each two, and after the last. Rendered
+    with all the messages at once, so a template that groups consecutive tool messages
+    (Qwen's, into one user turn) is followed."""
     messages = [{"role": "user", "content": "?"}, {"role": "assistant", "content": _SENTINEL},
-                {"role": role, "content": _SENTINEL}]  # fmt: skip
+                *({"role": role, "content": _SENTINEL} for role in roles)]  # fmt: skip
     text = str(tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True))
     parts = text.split(_SENTINEL)
-    if len(parts) != 3:
-        raise ValueError(f"the chat template does not render a {role} message after an "
-                         "assistant message's content, each once")  # fmt: skip
-    return parts[1], parts[2]
+    if len(parts) != len(roles) + 2:
+        shown = ", ".join(roles)
+        raise ValueError(f"the chat template does not render {shown} message(s) after an "
+                         "assistant message's content, each content once")  # fmt: skip
+    return parts[1:]
 
 
 def observation_ids(
@@ -150,10 +154,19 @@ def observation_ids(
 ) -> list[int]:
     """:func:`observation_text` as ids: the template's text with its special tokens, the
     content as plain text (a tool result that reads ``<|im_end|>`` is not a turn's end)."""
-    before, after = _frame(tokenizer, role)
-    ids = tokenizer.encode(before, add_special_tokens=False)
-    ids += tokenizer.encode(content, add_special_tokens=False, split_special_tokens=True)
-    ids += tokenizer.encode(after, add_special_tokens=False)
+    return tail_ids(tokenizer, ((role, content),))
+
+
+def tail_ids(tokenizer: PreTrainedTokenizerBase, messages: Sequence[tuple[str, str]]) -> list[int]:
+    """The ids appended after an assistant turn's sampled ids when ``messages`` (role,
+    content) follow it and the assistant speaks next: the template's own text (with its
+    special tokens) around each content, which is encoded as plain text. Nothing before
+    the turn is rendered again."""
+    frames = _frames(tokenizer, [role for role, _ in messages])
+    ids = tokenizer.encode(frames[0], add_special_tokens=False)
+    for (_, content), after in zip(messages, frames[1:], strict=True):
+        ids += tokenizer.encode(content, add_special_tokens=False, split_special_tokens=True)
+        ids += tokenizer.encode(after, add_special_tokens=False)
     return [int(i) for i in ids]
 
 
@@ -195,7 +208,7 @@ class ToolEnv:
             raise ValueError(f"max_turns: must be >= 1, got {max_turns}")
         if not getattr(tokenizer, "chat_template", None):
             raise ValueError("ToolEnv: the tokenizer has no chat template")
-        _frame(tokenizer, "tool")  # a template that cannot show a tool message: refused now
+        _frames(tokenizer, ("tool",))  # a template that cannot show a tool message: refused now
         self.tokenizer, self.example, self.verify, self.tools = tokenizer, example, verify, tools
         self.max_turns = max_turns
         if encode is None:  # the tools' schemas go to the template (the factory's encoder too)

@@ -1,0 +1,452 @@
+"""`verifiers <https://github.com/PrimeIntellect-ai/verifiers>`_ environments as rlmap tasks:
+``data.task=verifiers:ENV_ID`` or ``data.task=verifiers:MODULE:FACTORY``.
+
+``ENV_ID`` is loaded the way verifiers loads an Environments Hub package,
+``verifiers.load_environment(ENV_ID, **data.task_args)`` (an installed module named after the
+id, with a ``load_environment`` function); ``MODULE:FACTORY`` calls any factory or class with
+``data.task_args`` as keywords, e.g. the package's own reasoning-gym integration::
+
+    data.task=verifiers:verifiers.envs.integrations.reasoninggym_env:ReasoningGymEnv
+    data.task_args={"gym": "chain_sum", "num_train_examples": 400}
+
+The environment runs its own rollout (its ``MultiTurnEnv`` loop: ``env_response``, tools,
+stop conditions) and its own rubric; rlmap's engine plays the model. Each call the
+environment makes for a model response is answered by the episode's next policy turn
+(:class:`Turns`, a verifiers ``Client``), so the conversation is verifiers' while the tokens
+are rlmap's, token in and token out:
+
+- the first request's messages (with the environment's tools, for the chat template's
+  ``tools=``) are the prompt's ids;
+- each later request must extend the conversation: the messages it adds after the policy's
+  turn (tool results, the environment's user turns) are rendered with the chat template and
+  appended after the exact sampled ids (:func:`rlmap.tasks.tool_calls.tail_ids`); the
+  conversation so far is never re-encoded. An environment that rewrites earlier messages
+  cannot be trained on as one token sequence: the episode is aborted;
+- a turn with a Qwen-style ``<tool_call>{"name": ..., "arguments": ...}</tool_call>`` (a stop
+  string: the turn ends at it) reaches the environment as an OpenAI tool call; one whose JSON
+  does not parse is passed on with its raw text as arguments, so that the environment answers
+  with its own error, and is counted as a tool error.
+
+When the rollout ends the episode ends with the rubric's reward: *truncated* when a budget
+stopped it (``max_turns_reached`` and the like; not the one turn of a ``SingleTurnEnv``,
+which is its whole episode), *terminated* otherwise. Failures are
+infrastructure, never a zero reward: an environment that raises (in ``setup_state``,
+``env_response``, a tool set up to stop the rollout) or records an error aborts the episode,
+and a weighted reward function that raises — verifiers itself would score it 0.0 — makes the
+reward ``infra_error``, excluded and counted.
+
+Train and held-out prompts: the environment's ``dataset`` (the first ``data.train_size``
+rows) and its ``eval_dataset`` (the first ``data.eval_size``); without an ``eval_dataset``
+the first ``data.eval_size`` rows of ``dataset`` are held out and the rest trained on.
+
+The rollouts run on one asyncio event loop in a daemon thread (:class:`Loop`), each episode's
+coroutine waiting in :class:`Turns` for its next turn; an episode the runner drops (its context
+is full) has its rollout cancelled when it is collected. Tested with verifiers 0.3.1, whose
+classic environment API (``verifiers.legacy``, also ``import verifiers as vf``) is what
+environment packages are written against; 0.4 replaced it with harness programs run through
+``uv``, which installs their dependencies from the network at run time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import contextvars
+import functools
+import importlib
+import json
+import queue
+import threading
+import uuid
+import weakref
+from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from transformers import PreTrainedTokenizerBase
+
+from rlmap.core.batch import RewardStatus
+from rlmap.core.errors import ConfigError
+from rlmap.system.engine import StopStrings
+from rlmap.tasks.arithmetic import Example
+from rlmap.tasks.env import EnvStep
+from rlmap.tasks.prompts import Messages, ToolSchemas, encode_prompt
+from rlmap.tasks.tool_calls import CLOSE, OPEN, ToolCallError, decoder, parse_tool_call, tail_ids
+
+PREFIX = "verifiers:"
+TURN_TIMEOUT_S = 600.0
+"""Seconds the environment may take to answer a turn (its tools, its rubric) before the
+episode is aborted as an infrastructure failure."""
+TRUNCATING_STOPS = frozenset({"max_turns_reached", "max_total_completion_tokens_reached",
+                              "timeout_reached", "prompt_too_long"})  # fmt: skip
+"""verifiers' stop conditions that stop an episode from outside (a budget): truncated."""
+MODEL = "rlmap-policy"
+"""The model name the environment's requests carry (rlmap's engine answers them all)."""
+
+
+def is_verifiers(task: str) -> bool:
+    return task.startswith(PREFIX)
+
+
+def require() -> Any:
+    try:
+        import verifiers as vf  # type: ignore[import-untyped]
+    except ImportError:
+        raise ConfigError("data.task: verifiers environments need verifiers (pip install "
+                          "verifiers==0.3.1)") from None  # fmt: skip
+    return vf
+
+
+def load(task: str, task_args: Mapping[str, Any] | None) -> Any:
+    """The environment ``data.task`` names, made with ``data.task_args`` (once per process for
+    the same two); ConfigError naming the field when it cannot be made or rlmap cannot run it."""
+    return _load(task, json.dumps(dict(task_args or {}), sort_keys=True))
+
+
+@functools.lru_cache(maxsize=8)
+def _load(task: str, args_json: str) -> Any:
+    vf = require()
+    name, args = task.removeprefix(PREFIX), json.loads(args_json)
+    module, _, attr = name.partition(":")
+    try:
+        if attr:
+            made = getattr(importlib.import_module(module), attr)
+        else:  # the module verifiers.load_environment imports, imported first to tell a
+            importlib.import_module(name.replace("-", "_").split("/")[-1])  # missing one
+            made = functools.partial(vf.load_environment, name)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(f"data.task: no verifiers environment {name!r} "
+                          f"({_first_line(exc)})") from None  # fmt: skip
+    try:
+        with _quiet_datasets():
+            env = made(**args)
+    except Exception as exc:  # the environment's own constructor: anything it raises
+        raise ConfigError(f"data.task_args: verifiers environment {name!r} refuses them "
+                          f"({_first_line(exc)})") from None  # fmt: skip
+    if not isinstance(env, vf.Environment):
+        raise ConfigError(f"data.task: {name!r} made a {type(env).__name__}, not a verifiers "
+                          "Environment")  # fmt: skip
+    if env.rubric.has_group_rewards:
+        raise ConfigError(f"data.task: {name!r} has a rubric that scores groups of rollouts "
+                          "together; rlmap scores each episode on its own")  # fmt: skip
+    _guard_rewards(env.rubric)
+    return env
+
+
+@contextlib.contextmanager
+def _quiet_datasets() -> Iterator[None]:
+    """``datasets``' progress bars off while an environment builds its datasets (a bar per
+    ``map`` of a few rows, in the middle of a run's output)."""
+    import datasets  # type: ignore[import-untyped]
+
+    shown = datasets.is_progress_bar_enabled()
+    datasets.disable_progress_bars()
+    try:
+        yield
+    finally:
+        if shown:
+            datasets.enable_progress_bars()
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+_FAILED: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar(
+    "rlmap_verifiers_failed", default=None
+)
+"""The reward functions that raised in this rollout (each rollout's task sets its own)."""
+
+
+def _guard_rewards(rubric: Any) -> None:
+    """Wrap each weighted reward function of ``rubric`` (and of a group's rubrics) so that
+    an exception is recorded in the rollout's :data:`_FAILED` before verifiers turns it into
+    0.0; the signature and name are kept (verifiers reads both)."""
+    for inner in getattr(rubric, "rubrics", ()):
+        _guard_rewards(inner)
+    funcs = getattr(rubric, "funcs", [])
+    for i, (func, weight) in enumerate(zip(funcs, rubric.weights, strict=True)):
+        if weight != 0 and not getattr(func, "_rlmap_guarded", False):
+            funcs[i] = _guarded(func)
+
+
+def _guarded(func: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(func)
+    async def run(*args: Any, **kwargs: Any) -> Any:
+        try:
+            out = func(*args, **kwargs)
+            return await out if asyncio.iscoroutine(out) or asyncio.isfuture(out) else out
+        except Exception as exc:
+            failed = _FAILED.get()
+            if failed is not None:
+                failed.append(f"{getattr(func, '__name__', 'reward')}: {_first_line(exc)}")
+            raise
+
+    run._rlmap_guarded = True  # type: ignore[attr-defined]
+    return run
+
+
+def splits(task: str, task_args: Mapping[str, Any] | None, train_size: int, eval_size: int
+           ) -> tuple[list[Example], list[Example]]:  # fmt: skip
+    """(train, held-out) examples of the environment's datasets (module docstring); each
+    example's ``reference`` is ``train:<row>`` or ``eval:<row>``, its row in :func:`rows`."""
+    train, heldout = rows(task, task_args)
+    if heldout is None:
+        if len(train) <= eval_size:
+            raise ConfigError(f"data.eval_size: {eval_size} held out of the environment's "
+                              f"{len(train)} rows leaves no training prompts")  # fmt: skip
+        kept = [("train", i) for i in range(eval_size, min(len(train), eval_size + train_size))]
+        held = [("train", i) for i in range(eval_size)]
+    else:
+        kept = [("train", i) for i in range(min(len(train), train_size))]
+        held = [("eval", i) for i in range(min(len(heldout), eval_size))]
+    table = {"train": train, "eval": heldout or []}
+    return ([example(table[s][i], f"{s}:{i}") for s, i in kept],
+            [example(table[s][i], f"{s}:{i}") for s, i in held])  # fmt: skip
+
+
+def rows(task: str, task_args: Mapping[str, Any] | None) -> tuple[list[dict], list[dict] | None]:
+    """(the environment's dataset rows, its eval_dataset rows or None)."""
+    env = load(task, task_args)
+    with _quiet_datasets():
+        train, heldout = env.build_dataset(), env.build_eval_dataset()
+    if train is None:
+        raise ConfigError(f"data.task: {task} has no training dataset")
+    return [dict(r) for r in train], None if heldout is None else [dict(r) for r in heldout]
+
+
+def example(row: Mapping[str, Any], reference: str) -> Example:
+    """An rlmap example of a verifiers row: its prompt messages, its answer."""
+    messages = tuple((str(m["role"]), content_text(m.get("content"))) for m in row["prompt"])
+    users = [content for role, content in messages if role == "user"]
+    return Example(prompt=users[-1] if users else "", answer=str(row.get("answer") or ""),
+                   reference=reference, messages=messages)  # fmt: skip
+
+
+def content_text(content: Any) -> str:
+    """A message's content as text: a string, or its text parts joined."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    parts = [p.get("text", "") if isinstance(p, Mapping) else getattr(p, "text", "")
+             for p in content]  # fmt: skip
+    return "".join(str(p or "") for p in parts)
+
+
+def tool_schemas(tools: Sequence[Any] | None) -> ToolSchemas:
+    """verifiers' tool definitions as the chat template's ``tools=`` (OpenAI function form)."""
+    return tuple({"type": "function", "function": {"name": t.name, "description": t.description,
+                                                   "parameters": t.parameters}}
+                 for t in tools or ())  # fmt: skip
+
+
+class Loop:
+    """An asyncio event loop in a daemon thread, where the environment's rollouts run."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        thread = threading.Thread(target=self.loop.run_forever, name="rlmap-verifiers",
+                                  daemon=True)  # fmt: skip
+        thread.start()
+
+    def submit(self, coro: Coroutine[Any, Any, None]) -> concurrent.futures.Future[None]:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+
+@dataclass(frozen=True)
+class Request:
+    """The environment asks for the next policy turn after ``messages``."""
+
+    messages: list[Any]
+    tools: list[Any] | None
+    reply: asyncio.Future[Any]
+
+
+@dataclass(frozen=True)
+class Finished:
+    """The rollout ended: verifiers' output, or what it raised; the reward functions that
+    failed."""
+
+    output: Mapping[str, Any] | None
+    error: BaseException | None
+    failed_rewards: tuple[str, ...]
+
+
+def turns_client(vf: Any, events: queue.Queue[Request | Finished]) -> Any:
+    """A verifiers ``Client`` whose responses are the policy's turns: each request is put on
+    ``events`` and waits for :class:`VerifiersEnv` to answer it."""
+
+    class Turns(vf.Client):
+        def setup_client(self, config: Any) -> None:
+            return None
+
+        async def to_native_tool(self, tool: Any) -> Any:
+            return tool
+
+        async def to_native_prompt(self, messages: Any) -> tuple[Any, dict]:
+            return messages, {}
+
+        async def get_native_response(self, prompt: Any, model: str, sampling_args: Any,
+                                      tools: Any = None, **_: Any) -> Any:  # fmt: skip
+            reply = asyncio.get_running_loop().create_future()
+            events.put(Request(list(prompt), tools, reply))
+            return await reply
+
+        async def raise_from_native_response(self, response: Any) -> None:
+            return None
+
+        async def from_native_response(self, response: Any) -> Any:
+            return response
+
+        async def close(self) -> None:
+            return None
+
+    return Turns(None)
+
+
+async def _rollout(env: Any, row: Mapping[str, Any], client: Any,
+                   events: queue.Queue[Request | Finished]) -> None:  # fmt: skip
+    failed: list[str] = []
+    _FAILED.set(failed)  # this task's own context: its reward functions record here
+    try:
+        output = await env.run_rollout(dict(row), client, MODEL, {})
+    except asyncio.CancelledError:
+        raise
+    except BaseException as exc:  # the environment's failure, whatever it is
+        events.put(Finished(None, exc, tuple(failed)))
+        return
+    events.put(Finished(output, None, tuple(failed)))
+
+
+class VerifiersEnv:
+    """One episode of a verifiers environment in tokens (module docstring)."""
+
+    waits = True  # the rollout runs on another thread: stepping waits on it
+
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, env: Any, row: Mapping[str, Any],
+                 loop: Loop) -> None:  # fmt: skip
+        self.tokenizer, self.env, self.row, self.loop = tokenizer, env, row, loop
+        self.stop_token_ids: tuple[int, ...] = ()
+        self.stop_strings = StopStrings((CLOSE,), decoder(tokenizer))
+        self.events: queue.Queue[Request | Finished] = queue.Queue()
+        self.pending: Request | None = None
+        self.shown = 0  # messages of the conversation already in tokens
+
+    def reset(self) -> list[int]:
+        client = turns_client(require(), self.events)
+        self.rollout = self.loop.submit(_rollout(self.env, self.row, client, self.events))
+        weakref.finalize(self, self.rollout.cancel)  # dropped by the runner: its rollout too
+        event = self._next()
+        if not isinstance(event, Request):
+            raise RuntimeError(f"the environment ended before the first turn: {_why(event)}")
+        self.pending, self.shown = event, len(event.messages)
+        messages: Messages = tuple((str(m.role), content_text(m.content)) for m in event.messages)
+        return encode_prompt(self.tokenizer, messages, tool_schemas(event.tools))
+
+    def step(self, action_ids: Sequence[int]) -> EnvStep:
+        if self.pending is None:
+            raise RuntimeError("step() without a pending request: reset() first")
+        response, call, malformed = self._response(action_ids)
+        reply = self.pending.reply
+        self.loop.loop.call_soon_threadsafe(_answer, reply, response)
+        event = self._next()
+        if isinstance(event, Request):
+            self.pending = event
+            return EnvStep(observation=tuple(self._tail(event.messages)), tool_call=call,
+                           tool_error=malformed)  # fmt: skip
+        self.pending = None
+        if event.error is not None or event.output is None:
+            raise RuntimeError(f"the verifiers environment failed: {_why(event)}")
+        output = event.output
+        if output.get("error"):
+            raise RuntimeError(f"the verifiers environment failed: {output['error']}")
+        # a budget stopped it, except the one turn that is a SingleTurnEnv's whole episode
+        single = isinstance(self.env, require().SingleTurnEnv)
+        truncated = output.get("stop_condition") in TRUNCATING_STOPS and not single
+        if event.failed_rewards:
+            return EnvStep(terminated=not truncated, truncated=truncated, tool_call=call,
+                           tool_error=malformed, status=RewardStatus.INFRA_ERROR)  # fmt: skip
+        return EnvStep(reward=float(output.get("reward") or 0.0), terminated=not truncated,
+                       truncated=truncated, tool_call=call, tool_error=malformed)  # fmt: skip
+
+    def _next(self) -> Request | Finished:
+        try:
+            return self.events.get(timeout=TURN_TIMEOUT_S)
+        except queue.Empty:
+            raise TimeoutError(f"the verifiers environment did not answer a turn in "
+                               f"{TURN_TIMEOUT_S:.0f} s") from None  # fmt: skip
+
+    def _response(self, action_ids: Sequence[int]) -> tuple[Any, bool, bool]:
+        """(verifiers Response of the turn, whether it calls a tool, whether the call is
+        malformed)."""
+        vf = require()
+        ids = [int(i) for i in action_ids]
+        raw = str(self.tokenizer.decode(ids, skip_special_tokens=False))
+        text = str(self.tokenizer.decode(ids, skip_special_tokens=True))
+        calls, finish, malformed = None, "stop", False
+        if CLOSE in raw:  # cut at the token completing the tag (the token may go on)
+            content, _, rest = text.partition(OPEN)
+            try:
+                name, arguments = parse_tool_call(text)
+                arguments_text = json.dumps(arguments)
+            except ToolCallError:
+                name, arguments_text, malformed = "", rest.split(CLOSE)[0], True
+            calls = [vf.ToolCall(id=f"call_{uuid.uuid4().hex[:12]}", name=name,
+                                 arguments=arguments_text)]  # fmt: skip
+            text, finish = content, "tool_calls"
+        elif not ids or ids[-1] != self.tokenizer.eos_token_id:
+            finish = "length"
+        message = vf.ResponseMessage(content=text, tool_calls=calls, finish_reason=finish,
+                                     is_truncated=finish == "length")  # fmt: skip
+        response = vf.Response(id=uuid.uuid4().hex, created=0, model=MODEL, message=message)
+        return response, calls is not None, malformed
+
+    def _tail(self, messages: list[Any]) -> list[int]:
+        """Ids of what the environment added after the policy's turn (module docstring)."""
+        assistant = messages[self.shown] if len(messages) > self.shown else None
+        added = messages[self.shown + 1 :]
+        if (
+            getattr(assistant, "role", None) != "assistant"
+            or not added
+            or any(getattr(m, "role", None) == "assistant" for m in added)
+        ):
+            raise RuntimeError("the verifiers environment rewrote the conversation; rlmap trains "
+                               "on one token sequence per episode")  # fmt: skip
+        self.shown = len(messages)
+        return tail_ids(self.tokenizer, [(str(m.role), content_text(m.content)) for m in added])
+
+
+def _answer(reply: asyncio.Future[Any], response: Any) -> None:
+    if not reply.done():
+        reply.set_result(response)
+
+
+def _why(event: Request | Finished) -> str:
+    if isinstance(event, Request):
+        return "it asked for a turn"
+    if event.error is not None:
+        return f"{type(event.error).__name__}: {_first_line(event.error)}"
+    error = (event.output or {}).get("error")
+    return str(error) if error else f"stop condition {(event.output or {}).get('stop_condition')}"
+
+
+def factory(tokenizer: PreTrainedTokenizerBase, task: str, task_args: Mapping[str, Any] | None
+            ) -> Callable[[Example], VerifiersEnv]:  # fmt: skip
+    """The environment maker of a verifiers task: one rollout loop shared by its episodes."""
+    if not getattr(tokenizer, "chat_template", None):
+        raise ConfigError("model.path: verifiers environments speak in chat messages; the model "
+                          "needs a chat template (the embedded chat model: "
+                          "model.path=embedded:tiny-chat)")  # fmt: skip
+    env = load(task, task_args)
+    train, heldout = rows(task, task_args)
+    table = {"train": train, "eval": heldout or []}
+    loop = Loop()
+
+    def make(e: Example) -> VerifiersEnv:
+        split, _, index = (e.reference or "").partition(":")
+        return VerifiersEnv(tokenizer, env, table[split][int(index)], loop)
+
+    return make
