@@ -29,3 +29,10 @@ class TrainingError(RuntimeError):
     """Training cannot go on without corrupting the run (a non-finite loss, gradient or
     weight). One line naming the step; nothing non-finite is ever written as a checkpoint.
     """
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message (its class name when it has none): what a
+    one-line error quotes of a library's own."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

@@ -27,7 +27,7 @@ from transformers import (
 )
 
 from rlmap import feedback
-from rlmap.core.errors import ConfigError, InputError
+from rlmap.core.errors import ConfigError, InputError, first_line
 from rlmap.core.hf import context_length
 from rlmap.feedback import judge
 from rlmap.feedback.isolation import IsolatedVerifier, Verify
@@ -325,7 +325,7 @@ def check_model_dir(path: Path, field: str = "model.path", *, adapter: bool = Fa
             raise ValueError("not a JSON object")
         AutoConfig.from_pretrained(path)
     except (OSError, ValueError, KeyError) as exc:
-        raise InputError(f"{config}: not a model config ({_first_line(exc)})") from None
+        raise InputError(f"{config}: not a model config ({first_line(exc)})") from None
     for file in _weight_files(path):
         _check_weights(file)
 
@@ -372,7 +372,7 @@ def _check_weights(file: Path) -> None:
             with safe_open(str(file), "pt") as handle:
                 handle.keys()
         except (SafetensorError, OSError) as exc:
-            raise InputError(f"{file}: damaged weights ({_first_line(exc)})") from None
+            raise InputError(f"{file}: damaged weights ({first_line(exc)})") from None
         return
     with open(file, "rb") as f:
         zipped = f.read(2) == b"PK"  # torch.save's zip format; the legacy pickle is not checked
@@ -390,7 +390,7 @@ def load_tokenizer(path: Path) -> PreTrainedTokenizerBase:
     try:
         tokenizer = AutoTokenizer.from_pretrained(path)
     except Exception as exc:  # tokenizers raises bare Exception for a damaged tokenizer.json
-        raise InputError(f"{path}: cannot load the tokenizer ({_first_line(exc)})") from None
+        raise InputError(f"{path}: cannot load the tokenizer ({first_line(exc)})") from None
     if len(tokenizer) < 2 or not tokenizer.encode("0 a", add_special_tokens=False):
         raise InputError(
             f"{path}: no tokenizer (no tokenizer.json, tokenizer.model or vocabulary files); "
@@ -404,7 +404,7 @@ def load_causal_lm(path: Path, dtype: torch.dtype | None = None) -> torch.nn.Mod
     try:
         model: torch.nn.Module = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
     except (OSError, ValueError, KeyError, RuntimeError, SafetensorError) as exc:
-        raise InputError(f"{path}: cannot load the model ({_first_line(exc)})") from None
+        raise InputError(f"{path}: cannot load the model ({first_line(exc)})") from None
     return model
 
 
@@ -457,7 +457,7 @@ def check_prompt_lengths(
         overhead = len(encode_prompt(tokenizer, "", tools))
     except Exception as exc:  # the template refuses a prompt at all, or the tools
         raise InputError(f"{source}: its chat template refuses a prompt "
-                         f"({_first_line(exc)})") from None  # fmt: skip
+                         f"({first_line(exc)})") from None  # fmt: skip
     texts = [text if isinstance(text, str) else "" for _, text in prompts]
     raw = tokenizer(texts, add_special_tokens=False)["input_ids"]
     for (label, text), ids in zip(prompts, raw, strict=True):
@@ -468,17 +468,12 @@ def check_prompt_lengths(
             n = len(encode_prompt(tokenizer, text, tools))
         except Exception as exc:  # the chat template refuses the row (a role it does not know)
             raise InputError(f"{label}: the tokenizer's chat template refuses this prompt "
-                             f"({_first_line(exc)})") from None  # fmt: skip
+                             f"({first_line(exc)})") from None  # fmt: skip
         if n >= context:
             raise InputError(
                 f"{label}: prompt of {n} tokens leaves no room for a response in the "
                 f"{context}-position context of {source}"
             )
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def refuse_unavailable(cfg: RecipeConfig) -> None:

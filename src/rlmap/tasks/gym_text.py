@@ -38,7 +38,7 @@ from typing import Any
 
 from transformers import PreTrainedTokenizerBase
 
-from rlmap.core.errors import ConfigError
+from rlmap.core.errors import ConfigError, first_line
 from rlmap.tasks.arithmetic import Example
 from rlmap.tasks.env import EnvStep
 from rlmap.tasks.prompts import decode_response
@@ -75,7 +75,7 @@ def make(task: str, task_args: Mapping[str, Any] | None) -> Any:
         spec = gym.spec(env_id)
     except Exception as exc:  # gymnasium's own error classes for unknown and deprecated ids
         raise ConfigError(f"data.task: gymnasium has no environment {env_id!r} "
-                          f"({_first_line(exc)})") from None  # fmt: skip
+                          f"({first_line(exc)})") from None  # fmt: skip
     modes = (spec.kwargs.get("render_modes") or _render_modes(spec)) if spec else ()
     if "ansi" in modes and "render_mode" not in args:
         args["render_mode"] = "ansi"
@@ -83,7 +83,7 @@ def make(task: str, task_args: Mapping[str, Any] | None) -> Any:
         return gym.make(env_id, **args)
     except Exception as exc:  # the environment's constructor: anything it raises
         raise ConfigError(f"data.task_args: gymnasium's {env_id} refuses them "
-                          f"({_first_line(exc)})") from None  # fmt: skip
+                          f"({first_line(exc)})") from None  # fmt: skip
 
 
 def _render_modes(spec: Any) -> tuple[str, ...]:
@@ -94,11 +94,6 @@ def _render_modes(spec: Any) -> tuple[str, ...]:
     else:
         cls = entry
     return tuple(getattr(cls, "metadata", {}).get("render_modes", ()))
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def check(task: str, task_args: Mapping[str, Any] | None) -> None:

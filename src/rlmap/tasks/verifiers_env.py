@@ -67,7 +67,7 @@ from typing import Any
 from transformers import PreTrainedTokenizerBase
 
 from rlmap.core.batch import RewardStatus
-from rlmap.core.errors import ConfigError
+from rlmap.core.errors import ConfigError, first_line
 from rlmap.system.engine import StopStrings
 from rlmap.tasks.arithmetic import Example
 from rlmap.tasks.env import EnvStep
@@ -117,13 +117,13 @@ def _load(task: str, args_json: str) -> Any:
             made = functools.partial(vf.load_environment, name)
     except (ImportError, AttributeError) as exc:
         raise ConfigError(f"data.task: no verifiers environment {name!r} "
-                          f"({_first_line(exc)})") from None  # fmt: skip
+                          f"({first_line(exc)})") from None  # fmt: skip
     try:
         with _quiet_datasets():
             env = made(**args)
     except Exception as exc:  # the environment's own constructor: anything it raises
         raise ConfigError(f"data.task_args: verifiers environment {name!r} refuses them "
-                          f"({_first_line(exc)})") from None  # fmt: skip
+                          f"({first_line(exc)})") from None  # fmt: skip
     if not isinstance(env, vf.Environment):
         raise ConfigError(f"data.task: {name!r} made a {type(env).__name__}, not a verifiers "
                           "Environment")  # fmt: skip
@@ -147,11 +147,6 @@ def _quiet_datasets() -> Iterator[None]:
     finally:
         if shown:
             datasets.enable_progress_bars()
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 _FAILED: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar(
@@ -181,7 +176,7 @@ def _guarded(func: Callable[..., Any]) -> Callable[..., Any]:
         except Exception as exc:
             failed = _FAILED.get()
             if failed is not None:
-                failed.append(f"{getattr(func, '__name__', 'reward')}: {_first_line(exc)}")
+                failed.append(f"{getattr(func, '__name__', 'reward')}: {first_line(exc)}")
             raise
 
     run._rlmap_guarded = True  # type: ignore[attr-defined]
@@ -278,8 +273,18 @@ class Finished:
 def turns_client(vf: Any, events: queue.Queue[Request | Finished]) -> Any:
     """A verifiers ``Client`` whose responses are the policy's turns: each request is put on
     ``events`` and waits for :class:`VerifiersEnv` to answer it."""
+    return _turns_class(vf)(events)
+
+
+@functools.cache
+def _turns_class(vf: Any) -> Any:
+    """The ``Client`` subclass of :func:`turns_client` (made once: verifiers is imported late)."""
 
     class Turns(vf.Client):
+        def __init__(self, events: queue.Queue[Request | Finished]) -> None:
+            super().__init__(None)
+            self.events = events
+
         def setup_client(self, config: Any) -> None:
             return None
 
@@ -292,7 +297,7 @@ def turns_client(vf: Any, events: queue.Queue[Request | Finished]) -> Any:
         async def get_native_response(self, prompt: Any, model: str, sampling_args: Any,
                                       tools: Any = None, **_: Any) -> Any:  # fmt: skip
             reply = asyncio.get_running_loop().create_future()
-            events.put(Request(list(prompt), tools, reply))
+            self.events.put(Request(list(prompt), tools, reply))
             return await reply
 
         async def raise_from_native_response(self, response: Any) -> None:
@@ -304,7 +309,7 @@ def turns_client(vf: Any, events: queue.Queue[Request | Finished]) -> Any:
         async def close(self) -> None:
             return None
 
-    return Turns(None)
+    return Turns
 
 
 async def _rollout(env: Any, row: Mapping[str, Any], client: Any,
@@ -428,7 +433,7 @@ def _why(event: Request | Finished) -> str:
     if isinstance(event, Request):
         return "it asked for a turn"
     if event.error is not None:
-        return f"{type(event.error).__name__}: {_first_line(event.error)}"
+        return f"{type(event.error).__name__}: {first_line(event.error)}"
     error = (event.output or {}).get("error")
     return str(error) if error else f"stop condition {(event.output or {}).get('stop_condition')}"
 
