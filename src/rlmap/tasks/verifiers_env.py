@@ -91,7 +91,7 @@ def is_verifiers(task: str) -> bool:
 
 def require() -> Any:
     try:
-        import verifiers as vf  # type: ignore[import-untyped]
+        import verifiers as vf
     except ImportError:
         raise ConfigError("data.task: verifiers environments need verifiers (pip install "
                           "verifiers==0.3.1)") from None  # fmt: skip
