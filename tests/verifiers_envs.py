@@ -76,3 +76,81 @@ def tool_env() -> vf.Environment:
     """verifiers' ToolEnv with a calculator, behaving."""
     return vf.ToolEnv(dataset=Dataset.from_list(ROWS[1:]), eval_dataset=Dataset.from_list(ROWS),
                       tools=[calculator], rubric=vf.Rubric(funcs=[exact]), max_turns=3)  # fmt: skip
+
+
+def _last_text(state: vf.State) -> str:
+    trajectory = state["trajectory"]
+    return str(trajectory[-1]["completion"][-1].content or "").strip() if trajectory else ""
+
+
+class Retrying(vf.MultiTurnEnv):
+    """Answers a wrong answer with a user turn, "try again", until it is right."""
+
+    async def env_response(self, messages, state, **kwargs):  # type: ignore[no-untyped-def]
+        return [{"role": "user", "content": "try again"}]
+
+    @vf.stop
+    async def answered(self, state, **kwargs) -> bool:  # type: ignore[no-untyped-def]
+        return _last_text(state) == state["answer"]
+
+
+def retrying_env() -> vf.Environment:
+    """A plain MultiTurnEnv: no tools, the environment speaks as the user."""
+    return Retrying(dataset=Dataset.from_list(ROWS), rubric=vf.Rubric(funcs=[exact]),
+                    max_turns=3)  # fmt: skip
+
+
+def unbounded_env() -> vf.Environment:
+    """A MultiTurnEnv without a turn budget (verifiers' default max_turns=-1)."""
+    return Retrying(dataset=Dataset.from_list(ROWS), rubric=vf.Rubric(funcs=[exact]))
+
+
+class Editing(vf.ToolEnv):
+    async def get_prompt_messages(self, state):  # type: ignore[no-untyped-def]
+        messages = await super().get_prompt_messages(state)
+        if state["trajectory"]:  # the question the model was asked, changed afterwards
+            messages = [messages[0].model_copy(update={"content": "12*34="}), *messages[1:]]
+        return messages
+
+
+def editing_env() -> vf.Environment:
+    """An earlier message's content is rewritten between turns."""
+    return Editing(dataset=Dataset.from_list(ROWS), tools=[calculator],
+                   rubric=vf.Rubric(funcs=[exact]), max_turns=3)  # fmt: skip
+
+
+def stopping_tool_env() -> vf.Environment:
+    """A tool error that verifiers records as the rollout's error (``stop_errors``)."""
+
+    def calculator(expression: str) -> str:
+        """Evaluate a product.
+
+        Args:
+            expression: e.g. 37*85
+        """
+        raise PermissionError("the tool's sandbox refused to start")
+
+    return vf.ToolEnv(dataset=Dataset.from_list(ROWS), tools=[calculator],
+                      rubric=vf.Rubric(funcs=[exact]), max_turns=3,
+                      stop_errors=[PermissionError])  # fmt: skip
+
+
+def slow_tool_env() -> vf.Environment:
+    """A rollout that times out (``timeout_seconds``) while rlmap is generating a turn."""
+    return vf.ToolEnv(dataset=Dataset.from_list(ROWS), tools=[calculator],
+                      rubric=vf.Rubric(funcs=[exact]), max_turns=3,
+                      timeout_seconds=0.3)  # fmt: skip
+
+
+def none_reward(completion: vf.Messages, answer: str) -> float:
+    return None  # type: ignore[return-value]
+
+
+def none_rubric() -> vf.Environment:
+    """A reward function that returns no number (verifiers' float() would fail, scored 0)."""
+    return vf.ToolEnv(dataset=Dataset.from_list(ROWS), tools=[calculator],
+                      rubric=vf.Rubric(funcs=[none_reward]), max_turns=3)  # fmt: skip
+
+
+def env_group() -> vf.Environment:
+    return vf.EnvGroup(envs=[tool_env(), retrying_env()], env_names=["tools", "retry"])

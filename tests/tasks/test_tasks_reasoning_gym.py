@@ -233,6 +233,7 @@ def test_rlmap_tasks_lists_and_shows_reasoning_gym_tasks() -> None:
     run = [sys.executable, "-m", "rlmap.cli", "tasks"]
     listing = subprocess.run(run, text=True, capture_output=True, check=True).stdout
     assert "arithmetic" in listing and "calculator" in listing
+    assert "gym:ENV_ID" in listing and "verifiers:ENV_ID" in listing
     assert "chain_sum" in listing and "reasoning-gym, 106 tasks" in listing
     shown = subprocess.run([*run, "chain_sum"], text=True, capture_output=True, check=True).stdout
     assert "min_terms: 2" in shown and "max_digits: 4" in shown and "answer: " in shown

@@ -34,6 +34,7 @@ from rlmap.system.engine import Completion
 from rlmap.system.hf_engine import HFEngine
 from rlmap.system.rollout import run_episodes
 from rlmap.tasks import verifiers_env
+from rlmap.tasks.prompts import encode_prompt
 from rlmap.tasks.tool_calls import CLOSE, observation_ids, tail_ids
 
 ROOT = Path(__file__).parents[2]
@@ -137,13 +138,97 @@ def test_the_turn_budget_of_the_environment_truncates() -> None:
     assert episode.status == RewardStatus.OK
 
 
-@pytest.mark.parametrize("name", ["breaking_env", "rewriting_env"])
+def test_a_plain_multi_turn_env_speaks_after_the_sampled_ids_with_one_end_of_turn() -> None:
+    # a turn that ends at EOS (<|im_end|>) already holds the template's first token after the
+    # answer: the environment's user turn follows it, and the episode's text is the template's
+    # rendering of the conversation, with one <|im_end|> after each turn
+    tokenizer = chat_tokenizer()
+    eos = tokenizer.eos_token_id
+    wrong = [*tokenizer.encode("3146", add_special_tokens=False), eos]
+    right = [*tokenizer.encode("3145", add_special_tokens=False), eos]
+    episode = run(make_env("verifiers:verifiers_envs:retrying_env"), [wrong, right])
+    assert episode.end == End.TERMINAL and episode.turns == 2 and episode.rewards[-1] == 1.0
+    assert episode.status == RewardStatus.OK
+    messages = [{"role": "user", "content": "37*85="}, {"role": "assistant", "content": "3146"},
+                {"role": "user", "content": "try again"},
+                {"role": "assistant", "content": "3145"}]  # fmt: skip
+    rendered = tokenizer.apply_chat_template(messages, tokenize=False)
+    text = tokenizer.decode(list(episode.prompt_ids + episode.response_ids))
+    assert text.count("<|im_end|>") == 4 and rendered.removesuffix("\n") == text
+    # the learner trains on the sampled ids of both turns, the user's turn between them
+    start = len(episode.prompt_ids)
+    assert list(episode.response_ids[: len(wrong)]) == wrong
+    assert list(episode.response_ids[-len(right) :]) == right
+    assert episode.action[: len(wrong)] == (True,) * len(wrong) and not episode.action[len(wrong)]
+    assert start > 0
+
+
+def test_an_answer_on_the_last_turn_allowed_ends_the_episode_not_the_budget() -> None:
+    # verifiers would name max_turns_reached before no_tools_called: a finished episode read
+    # as truncated would be bootstrapped from its final state
+    tokenizer = chat_tokenizer()
+    _, (turn0, _, turn1) = conversation(tokenizer)
+    episode = run(make_env("verifiers:verifiers_envs:tool_env"), [turn0, turn0, turn1])
+    assert episode.end == End.TERMINAL and episode.turns == 3 and episode.tool_calls == 2
+    assert episode.rewards == (0.0, 0.0, 1.0) and episode.status == RewardStatus.OK
+
+
+class Slow(Scripted):
+    def generate(self, prompts: Sequence[Sequence[int]], **kw: Any) -> list[list[Completion]]:
+        time.sleep(0.6)  # past the environment's timeout_seconds (0.3)
+        return super().generate(prompts, **kw)
+
+
+def test_a_rollout_past_the_environments_timeout_is_a_timeout_not_a_score() -> None:
+    # the environment scores what it has when its timeout fires, without the turn rlmap was
+    # generating: the sample is excluded and counted, never its rubric's 0.0
+    tokenizer = chat_tokenizer()
+    _, (_, _, turn1) = conversation(tokenizer)
+    env = make_env("verifiers:verifiers_envs:slow_tool_env")
+    (episode,) = run_episodes(Slow([turn1]), [env], max_new_tokens=64, temperature=1.0,  # type: ignore[arg-type]
+                              top_p=1.0)  # fmt: skip
+    assert episode.status == RewardStatus.TIMEOUT and episode.end == End.TRUNCATED
+
+
+def test_a_reward_function_that_returns_no_number_is_an_infrastructure_error() -> None:
+    tokenizer = chat_tokenizer()
+    _, (turn0, _, turn1) = conversation(tokenizer)
+    episode = run(make_env("verifiers:verifiers_envs:none_rubric"), [turn0, turn1])
+    assert episode.status == RewardStatus.INFRA_ERROR
+
+
+def test_the_environments_tools_reach_the_chat_template() -> None:
+    # the embedded template shows no tools; one that lists them (as Qwen's does, in the
+    # system turn) gets the environment's calculator schema, from its signature and docstring
+    tokenizer = chat_tokenizer()
+    tokenizer.chat_template = (
+        "{% if tools %}<|im_start|>system\n{% for t in tools %}{{ t.function.name }}: "
+        "{{ t.function.parameters.properties | list | join(',') }}{% endfor %}<|im_end|>\n"
+        "{% endif %}" + str(tokenizer.chat_template)
+    )
+    task = "verifiers:verifiers_envs:tool_env"
+    _, heldout = verifiers_env.splits(task, None, 10, 2)
+    prompt = verifiers_env.factory(tokenizer, task, None)(heldout[0]).reset()
+    assert tokenizer.decode(prompt).startswith(
+        "<|im_start|>system\ncalculator: expression<|im_end|>"
+    )
+    cfg = build_config("grpo", None, ["model.path=embedded:tiny-chat", f"data.task={task}"])
+    (schema,) = setup.task_tools(cfg, tokenizer)  # what the context checks count
+    assert schema["function"]["name"] == "calculator"
+
+
+@pytest.mark.parametrize(
+    "name", ["breaking_env", "rewriting_env", "editing_env", "stopping_tool_env"]
+)
 def test_an_environment_that_fails_or_rewrites_the_conversation_aborts_the_episode(
     name: str,
 ) -> None:
     tokenizer = chat_tokenizer()
     _, (turn0, _, turn1) = conversation(tokenizer)
-    episode = run(make_env(f"verifiers:verifiers_envs:{name}"), [turn0, turn1])
+    why = {"breaking_env": "RuntimeError: the sandbox died", "rewriting_env": "rewrote",
+           "editing_env": "rewrote", "stopping_tool_env": "refused to start"}[name]  # fmt: skip
+    with pytest.warns(RuntimeWarning, match=f"episode was aborted.*{why}"):  # said, once
+        episode = run(make_env(f"verifiers:verifiers_envs:{name}"), [turn0, turn1])
     assert episode.end == End.ABORTED and episode.status == RewardStatus.INFRA_ERROR
     assert episode.rewards == ()
 
@@ -199,6 +284,13 @@ def test_the_packages_reasoning_gym_env_scores_with_reasoning_gym() -> None:
         (["data.task=verifiers:verifiers_envs:missing"], "data.task"),
         (["data.task=verifiers:verifiers_envs:not_an_environment"], "data.task"),
         (["data.task=verifiers:verifiers_envs:group_rubric"], "data.task"),
+        (["data.task=verifiers:verifiers_envs:env_group"], "data.task"),
+        (["data.task=verifiers:verifiers_envs:unbounded_env"], "data.max_turns"),
+        ([f"data.task={CALCULATOR}", "data.max_turns=2"], "data.max_turns"),  # its own is 3
+        (
+            [f"data.task={CALCULATOR}", "feedback.eval_verifier=exact_match"],
+            "feedback.eval_verifier",
+        ),  # its rubric scores held-out episodes
         ([f"data.task={CALCULATOR}", 'data.task_args={"bogus": 1}'], "data.task_args"),
         ([f"data.task={CALCULATOR}"], "model.path"),  # the embedded model has no template
     ],
@@ -222,6 +314,18 @@ def test_the_embedded_chat_model_starts_from_the_calculators_warm_start() -> Non
     train, heldout = setup.load_data(cfg)
     assert (len(train), len(heldout)) == (2000, 256)
     assert not {e.prompt for e in train} & {e.prompt for e in heldout}
+
+
+def test_the_embedded_models_context_holds_the_environments_own_prompts() -> None:
+    # ReasoningGymEnv's rows open with reasoning-gym's system prompt, hundreds of tokens
+    cfg = build_config("grpo", None, ["model.path=embedded:tiny-chat", f"data.task={RG}",
+                                      f"data.task_args={json.dumps(RG_ARGS)}"])  # fmt: skip
+    tokenizer = setup.embedded_tokenizer(cfg)
+    train, heldout = setup.load_data(cfg)
+    longest = max(len(encode_prompt(tokenizer, e.chat)) for e in [*train, *heldout])
+    assert longest > 300
+    context = setup.fitted_context(cfg)
+    assert longest + 32 <= context < longest + 32 + setup.CONTEXT_BLOCK
 
 
 def test_a_short_run_on_the_example_environment_completes(tmp_path: Path) -> None:

@@ -62,6 +62,8 @@ class DataConfig:
     ``reasoning_gym:NAME`` (one of reasoning-gym's procedural tasks, or a mixture
     ``NAME*W+NAME2``; :mod:`rlmap.tasks.reasoning_gym`; ``rlmap tasks`` lists them), or a
     ``gym:ENV_ID`` (a gymnasium environment, one action per turn; :mod:`rlmap.tasks.gym_text`),
+    ``verifiers:ENV_ID`` or ``verifiers:MODULE:FACTORY`` (a verifiers environment, its
+    rollout and rubric; :mod:`rlmap.tasks.verifiers_env`),
     or a data file — ``.jsonl``, ``.json`` or ``.parquet`` — of ``prompt``/``answer`` rows or
     chat-format ``messages`` rows (:mod:`rlmap.tasks.datafiles`; then ``eval_path`` may name
     the held-out file)."""
@@ -88,8 +90,9 @@ class DataConfig:
     """Built-in tasks: operators to draw from (any of ``+-*``); None is the task's default
     (``+`` for arithmetic, ``*`` for calculator, where the tool pays off)."""
     max_turns: int = 3
-    """Multi-turn tasks (calculator, gym): the turn budget — policy turns per episode; an
-    episode that spends it without ending ends truncated (bootstrapped, not terminal)."""
+    """Multi-turn tasks (calculator, gym, verifiers): the turn budget — policy turns per
+    episode; an episode that spends it without ending ends truncated (bootstrapped, not
+    terminal). A verifiers environment's own ``max_turns`` must fit in it."""
 
     env_latency: str | None = None
     """Calculator: seconds each environment step waits, as a distribution —

@@ -425,6 +425,7 @@ def _data(cfg: RecipeConfig) -> Iterator[str]:
         gym_text.check(d.task, d.task_args)
     elif verifiers_env.is_verifiers(d.task):
         verifiers_env.load(d.task, d.task_args)  # a ConfigError naming the field
+        verifiers_env.check_turn_budget(d.task, d.task_args, d.max_turns)
         if cfg.model.path.startswith("embedded:") and cfg.model.path != "embedded:tiny-chat":
             yield ("model.path: verifiers environments speak in chat messages; of the embedded "
                    "models only embedded:tiny-chat has a chat template")  # fmt: skip
@@ -432,6 +433,9 @@ def _data(cfg: RecipeConfig) -> Iterator[str]:
         yield (f"data.task_args: only reasoning-gym, gym and verifiers tasks take settings, "
                f"not {d.task!r}")  # fmt: skip
     environments = gym_text.is_gym(d.task) or verifiers_env.is_verifiers(d.task)
+    if environments and cfg.feedback.eval_verifier is not None:
+        yield (f"feedback.eval_verifier: {d.task!r} is scored by its environment's own reward, "
+               "held-out episodes too; no verifier applies")  # fmt: skip
     built_in = d.task in ("arithmetic", "calculator") or gym or environments
     for name, value, default in (("prompt_field", d.prompt_field, "prompt"),
                                  ("answer_field", d.answer_field, "answer")):  # fmt: skip

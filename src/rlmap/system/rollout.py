@@ -8,6 +8,7 @@ columns line up across the batch.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 import torch
 
 from rlmap.core.batch import Batch, End, RewardStatus
+from rlmap.core.errors import first_line
 from rlmap.feedback.reward import worst
 from rlmap.system.engine import Completion, RolloutEngine, StopStrings
 from rlmap.system.routing import NO_ROUTE
@@ -183,7 +185,8 @@ def run_episodes(
     for i, env in enumerate(envs):
         try:
             running[i] = _Running(env, tuple(env.reset()))
-        except Exception:  # an environment failure is infrastructure, never a terminal state
+        except Exception as exc:  # an environment failure is infrastructure, never terminal
+            aborted(exc)
             done[i] = _Running(env, ()).finish(End.ABORTED, eos=False)
     limit = getattr(engine, "max_len", None)
     while running:
@@ -230,6 +233,14 @@ def stop_strings_of(envs: Sequence[Environment]) -> StopStrings | None:
     return StopStrings(tuple(dict.fromkeys(x for s in own for x in s.strings)), own[0].decode)
 
 
+def aborted(exc: Exception) -> None:
+    """Say why an episode is aborted: a RuntimeWarning, which Python shows once per reason
+    (the run goes on; ``*/aborted_frac`` counts them)."""
+    why = f"{type(exc).__name__}: {first_line(exc)}"
+    warnings.warn(f"an episode was aborted as an infrastructure failure: {why}", RuntimeWarning,
+                  stacklevel=2)  # fmt: skip
+
+
 STEP_THREADS = 32
 """Environments stepped at once: their steps may wait on tools or services (latency)."""
 
@@ -248,7 +259,8 @@ def step_all(envs: Sequence[Environment], actions: Sequence[Sequence[int]]) -> l
     def one(env: Environment, action: Sequence[int]) -> EnvStep | None:
         try:
             return env.step(action)
-        except Exception:  # an environment failure is infrastructure: the caller aborts
+        except Exception as exc:  # an environment failure is infrastructure: the caller aborts
+            aborted(exc)
             return None
 
     if len(envs) <= 1 or not any(getattr(e, "waits", True) for e in envs):

@@ -197,11 +197,14 @@ def fitted_context(cfg: RecipeConfig) -> int:
     turn stays in the final state)."""
     chat = cfg.model.path == EMBEDDED_CHAT
     tokenizer = embedded_tokenizer(cfg)
-    texts = [text if isinstance(text, str) else "" for _, text in labelled_prompts(cfg)]
+    prompts = [prompt for _, prompt in labelled_prompts(cfg)]
+    texts = [prompt if isinstance(prompt, str) else "" for prompt in prompts]
     longest = max(len(ids) for ids in tokenizer(texts)["input_ids"])
     if chat and not gym_text.is_gym(cfg.data.task):  # the template's turns around each prompt
         shown = task_tools(cfg, tokenizer)
         longest += len(encode_prompt(tokenizer, "", shown)) - len(tokenizer("")["input_ids"])
+        chats = [len(encode_prompt(tokenizer, p, shown)) for p in prompts if not isinstance(p, str)]
+        longest = max([longest, *chats])  # chat rows (a verifiers environment's) as they are
     per_turn = max(cfg.generation.max_new_tokens, 32)
     need = longest + per_turn
     if gym_text.is_gym(cfg.data.task):
@@ -567,7 +570,7 @@ def environment_factory(
     encode = PromptEncoder(tokenizer)  # shared: the G episodes of a prompt encode it once
     if gym_text.is_gym(cfg.data.task):  # the environment's own reward: no verifier
         return gym_text.factory(tokenizer, cfg.data.task, cfg.data.task_args, cfg.data.max_turns)
-    if verifiers_env.is_verifiers(cfg.data.task):  # its rubric's reward, its own turn budget
+    if verifiers_env.is_verifiers(cfg.data.task):  # its rubric's reward, its stop conditions
         return verifiers_env.factory(tokenizer, cfg.data.task, cfg.data.task_args)
     if cfg.data.task == "calculator":
         turns, wait = cfg.data.max_turns, latency_source(cfg) if latency else None
@@ -585,8 +588,10 @@ def environment_factory(
 
 
 def task_tools(cfg: RecipeConfig, tokenizer: PreTrainedTokenizerBase) -> ToolSchemas:
-    """The tool schemas the task's prompts show the model (the calculator's, on a chat
-    model)."""
+    """The tool schemas the task's prompts show the model (the calculator's on a chat model,
+    a verifiers environment's own)."""
+    if verifiers_env.is_verifiers(cfg.data.task):
+        return verifiers_env.environment_tools(cfg.data.task, cfg.data.task_args)
     return prompt_tools(tokenizer) if cfg.data.task == "calculator" else ()
 
 

@@ -1,4 +1,5 @@
-"""What ``data.task`` can name, for ``rlmap tasks``: the built-in tasks and reasoning-gym's."""
+"""What ``data.task`` can name, for ``rlmap tasks``: the built-in tasks, the environment
+adapters and reasoning-gym's tasks."""
 
 from __future__ import annotations
 
@@ -15,13 +16,15 @@ BUILT_IN = {
     "calculator": "multi-turn: the model may call a calculator tool before answering",
     "FILE": "your own rows: .jsonl, .json or .parquet, prompt/answer or chat messages",
     "gym:ENV_ID": "a gymnasium environment, one action per turn (gym:FrozenLake-v1)",
+    "verifiers:ENV_ID": "a verifiers environment (or verifiers:MODULE:FACTORY): its rollout "
+    "and rubric, rlmap's engine and tokens",
 }
 
 
 def listing() -> str:
     """The built-in tasks, then reasoning-gym's by category (or how to install it)."""
     lines = ["built in (data.task=NAME):"]
-    lines += [f"  {name:<12} {what}" for name, what in BUILT_IN.items()]
+    lines += [f"  {name:<17} {what}" for name, what in BUILT_IN.items()]
     try:
         names = reasoning_gym.names()
     except ConfigError:

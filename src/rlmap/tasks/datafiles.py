@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from rlmap.core.errors import ConfigError, InputError
+from rlmap.core.errors import ConfigError, InputError, first_line
 from rlmap.tasks.arithmetic import Example
 from rlmap.tasks.jsonl import load_numbered, string_fields
 
@@ -143,5 +143,4 @@ def _parquet_rows(path: Path) -> list[Any]:
         raise InputError(f"{path}: cannot read the file of examples "
                          f"({err.strerror or err})") from None  # fmt: skip
     except Exception as err:  # pyarrow's ArrowInvalid for a damaged or foreign file
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise InputError(f"{path}: not a Parquet file ({first})") from None
+        raise InputError(f"{path}: not a Parquet file ({first_line(err)})") from None

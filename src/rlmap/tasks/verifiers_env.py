@@ -28,12 +28,15 @@ are rlmap's, token in and token out:
   with its own error, and is counted as a tool error.
 
 When the rollout ends the episode ends with the rubric's reward: *truncated* when a budget
-stopped it (``max_turns_reached`` and the like; not the one turn of a ``SingleTurnEnv``,
-which is its whole episode), *terminated* otherwise. Failures are
-infrastructure, never a zero reward: an environment that raises (in ``setup_state``,
-``env_response``, a tool set up to stop the rollout) or records an error aborts the episode,
-and a weighted reward function that raises — verifiers itself would score it 0.0 — makes the
-reward ``infra_error``, excluded and counted.
+stopped it (``max_turns_reached`` and the like, checked after the environment's own stop
+conditions; not the one turn of a ``SingleTurnEnv``, which is its whole episode),
+*terminated* otherwise. The environment's ``max_turns`` must fit in ``data.max_turns``
+(:func:`check_turn_budget`). Failures are infrastructure, never a zero reward: an
+environment that raises (in ``setup_state``, ``env_response``, a tool set up to stop the
+rollout) or records an error aborts the episode, and a weighted reward function that raises
+or returns no number — verifiers itself would score it 0.0 — makes the reward
+``infra_error``; a rollout past the environment's ``timeout_seconds`` is a ``timeout``. All
+are excluded and counted. ``EnvGroup`` is refused (its rubric hides its children's).
 
 Train and held-out prompts: the environment's ``dataset`` (the first ``data.train_size``
 rows) and its ``eval_dataset`` (the first ``data.eval_size``); without an ``eval_dataset``
@@ -71,7 +74,7 @@ from rlmap.core.errors import ConfigError, first_line
 from rlmap.system.engine import StopStrings
 from rlmap.tasks.arithmetic import Example
 from rlmap.tasks.env import EnvStep
-from rlmap.tasks.prompts import Messages, ToolSchemas, encode_prompt
+from rlmap.tasks.prompts import ToolSchemas, encode_prompt
 from rlmap.tasks.tool_calls import CLOSE, OPEN, ToolCallError, decoder, parse_tool_call, tail_ids
 
 PREFIX = "verifiers:"
@@ -79,8 +82,13 @@ TURN_TIMEOUT_S = 600.0
 """Seconds the environment may take to answer a turn (its tools, its rubric) before the
 episode is aborted as an infrastructure failure."""
 TRUNCATING_STOPS = frozenset({"max_turns_reached", "max_total_completion_tokens_reached",
-                              "timeout_reached", "prompt_too_long"})  # fmt: skip
-"""verifiers' stop conditions that stop an episode from outside (a budget): truncated."""
+                              "prompt_too_long"})  # fmt: skip
+"""verifiers' stop conditions that stop an episode from outside (a budget): truncated. They are
+checked after the environment's own ones (:func:`_budgets_last`), so that an answer on the last
+turn the budget allows ends the episode, not the budget."""
+TIMED_OUT = "timeout_reached"
+"""The stop condition of a rollout past the environment's ``timeout_seconds``: it is scored
+without the turn rlmap was generating, so the episode is a timeout (excluded, counted)."""
 MODEL = "rlmap-policy"
 """The model name the environment's requests carry (rlmap's engine answers them all)."""
 
@@ -127,11 +135,41 @@ def _load(task: str, args_json: str) -> Any:
     if not isinstance(env, vf.Environment):
         raise ConfigError(f"data.task: {name!r} made a {type(env).__name__}, not a verifiers "
                           "Environment")  # fmt: skip
+    if isinstance(env, vf.EnvGroup):
+        raise ConfigError(f"data.task: {name!r} is an EnvGroup; name one of its environments "
+                          "(or a mixture of tasks another way)")  # fmt: skip
     if env.rubric.has_group_rewards:
         raise ConfigError(f"data.task: {name!r} has a rubric that scores groups of rollouts "
                           "together; rlmap scores each episode on its own")  # fmt: skip
     _guard_rewards(env.rubric)
+    _budgets_last(env)
     return env
+
+
+def _budgets_last(env: Any) -> None:
+    """Check the environment's own stop conditions before its budgets. verifiers checks them
+    by priority, then by name, so ``max_turns_reached`` comes before ``no_tools_called``: an
+    answer on the last turn allowed would read as a budget's truncation (and be bootstrapped
+    from its final state as if unfinished). The stable sort keeps every other order."""
+    env._stop_conditions.sort(key=lambda condition: condition.__name__ in TRUNCATING_STOPS)
+
+
+def check_turn_budget(task: str, task_args: Mapping[str, Any] | None, max_turns: int) -> None:
+    """ConfigError naming ``data.max_turns`` unless rlmap's turn budget holds the
+    environment's own: rlmap cuts an episode at ``data.max_turns`` turns, before the
+    environment's rubric could score it."""
+    env = load(task, task_args)
+    own = int(getattr(env, "max_turns", 1))
+    if own <= 0:
+        raise ConfigError(f"data.max_turns: verifiers environment {task.removeprefix(PREFIX)!r} "
+                          f"sets no turn budget (max_turns={own}), so rlmap's data.max_turns="
+                          f"{max_turns} would cut its episodes before its rubric scores them; "
+                          "make it with a max_turns (data.task_args)")  # fmt: skip
+    if own > max_turns:
+        raise ConfigError(f"data.max_turns: {max_turns} is below the turn budget of verifiers "
+                          f"environment {task.removeprefix(PREFIX)!r} (max_turns={own}); rlmap "
+                          f"would cut its episodes before its rubric scores them: set "
+                          f"data.max_turns={own}")  # fmt: skip
 
 
 @contextlib.contextmanager
@@ -172,7 +210,8 @@ def _guarded(func: Callable[..., Any]) -> Callable[..., Any]:
     async def run(*args: Any, **kwargs: Any) -> Any:
         try:
             out = func(*args, **kwargs)
-            return await out if asyncio.iscoroutine(out) or asyncio.isfuture(out) else out
+            out = await out if asyncio.iscoroutine(out) or asyncio.isfuture(out) else out
+            return float(out)  # here, not in verifiers: a None is this function's failure
         except Exception as exc:
             failed = _FAILED.get()
             if failed is not None:
@@ -236,6 +275,11 @@ def tool_schemas(tools: Sequence[Any] | None) -> ToolSchemas:
     return tuple({"type": "function", "function": {"name": t.name, "description": t.description,
                                                    "parameters": t.parameters}}
                  for t in tools or ())  # fmt: skip
+
+
+def environment_tools(task: str, task_args: Mapping[str, Any] | None) -> ToolSchemas:
+    """The tools the environment shows the model, as the chat template's ``tools=``."""
+    return tool_schemas(getattr(load(task, task_args), "tool_defs", None))
 
 
 class Loop:
@@ -338,7 +382,8 @@ class VerifiersEnv:
         self.stop_strings = StopStrings((CLOSE,), decoder(tokenizer))
         self.events: queue.Queue[Request | Finished] = queue.Queue()
         self.pending: Request | None = None
-        self.shown = 0  # messages of the conversation already in tokens
+        self.shown: list[tuple[str, str]] = []  # the conversation already in tokens
+        self.ended: int | None = None  # the stop token the last turn ended with, if any
 
     def reset(self) -> list[int]:
         client = turns_client(require(), self.events)
@@ -347,14 +392,15 @@ class VerifiersEnv:
         event = self._next()
         if not isinstance(event, Request):
             raise RuntimeError(f"the environment ended before the first turn: {_why(event)}")
-        self.pending, self.shown = event, len(event.messages)
-        messages: Messages = tuple((str(m.role), content_text(m.content)) for m in event.messages)
-        return encode_prompt(self.tokenizer, messages, tool_schemas(event.tools))
+        self.pending, self.shown = event, _texts(event.messages)
+        return encode_prompt(self.tokenizer, tuple(self.shown), tool_schemas(event.tools))
 
     def step(self, action_ids: Sequence[int]) -> EnvStep:
         if self.pending is None:
             raise RuntimeError("step() without a pending request: reset() first")
         response, call, malformed = self._response(action_ids)
+        eos = self.tokenizer.eos_token_id
+        self.ended = eos if action_ids and int(action_ids[-1]) == eos else None
         reply = self.pending.reply
         self.loop.loop.call_soon_threadsafe(_answer, reply, response)
         event = self._next()
@@ -368,6 +414,9 @@ class VerifiersEnv:
         output = event.output
         if output.get("error"):
             raise RuntimeError(f"the verifiers environment failed: {output['error']}")
+        if output.get("stop_condition") == TIMED_OUT:  # scored without this turn
+            return EnvStep(truncated=True, tool_call=call, tool_error=malformed,
+                           status=RewardStatus.TIMEOUT)  # fmt: skip
         # a budget stopped it, except the one turn that is a SingleTurnEnv's whole episode
         single = isinstance(self.env, require().SingleTurnEnv)
         truncated = output.get("stop_condition") in TRUNCATING_STOPS and not single
@@ -410,18 +459,28 @@ class VerifiersEnv:
         return response, calls is not None, malformed
 
     def _tail(self, messages: list[Any]) -> list[int]:
-        """Ids of what the environment added after the policy's turn (module docstring)."""
-        assistant = messages[self.shown] if len(messages) > self.shown else None
-        added = messages[self.shown + 1 :]
+        """Ids of what the environment added after the policy's turn (module docstring). A turn
+        that ended at the end-of-turn token already holds the template's first token after it
+        (ChatML's ``<|im_end|>``), so the tail starts after it."""
+        texts, n = _texts(messages), len(self.shown)
+        added = texts[n + 1 :]
         if (
-            getattr(assistant, "role", None) != "assistant"
+            texts[:n] != self.shown
+            or len(texts) <= n
+            or texts[n][0] != "assistant"
             or not added
-            or any(getattr(m, "role", None) == "assistant" for m in added)
+            or any(role == "assistant" for role, _ in added)
         ):
             raise RuntimeError("the verifiers environment rewrote the conversation; rlmap trains "
                                "on one token sequence per episode")  # fmt: skip
-        self.shown = len(messages)
-        return tail_ids(self.tokenizer, [(str(m.role), content_text(m.content)) for m in added])
+        self.shown = texts
+        ids = tail_ids(self.tokenizer, added)
+        return ids[1:] if self.ended is not None and ids[:1] == [self.ended] else ids
+
+
+def _texts(messages: Sequence[Any]) -> list[tuple[str, str]]:
+    """(role, content text) of each message: what the chat template renders into tokens."""
+    return [(str(m.role), content_text(m.content)) for m in messages]
 
 
 def _answer(reply: asyncio.Future[Any], response: Any) -> None:
