@@ -139,7 +139,7 @@ def slow_tool_env() -> vf.Environment:
     """A rollout that times out (``timeout_seconds``) while rlmap is generating a turn."""
     return vf.ToolEnv(dataset=Dataset.from_list(ROWS), tools=[calculator],
                       rubric=vf.Rubric(funcs=[exact]), max_turns=3,
-                      timeout_seconds=0.3)  # fmt: skip
+                      timeout_seconds=1.0)  # fmt: skip
 
 
 def none_reward(completion: vf.Messages, answer: str) -> float:

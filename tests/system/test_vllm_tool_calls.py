@@ -44,6 +44,6 @@ def test_the_vllm_engine_plays_a_verifiers_environment_token_for_token(
     monkeypatch.syspath_prepend(str(Path(__file__).parents[1]))  # tests/verifiers_envs.py
     task = "verifiers:verifiers_envs:tool_env"
     _, heldout = verifiers_env.splits(task, None, 10, 2)
-    env = verifiers_env.factory(chat_tokenizer(), task, None)(heldout[0])
+    env = verifiers_env.factory(chat_tokenizer(), task, None, 3)(heldout[0])
     with torch.no_grad():
         check_token_in_token_out(engine, env)

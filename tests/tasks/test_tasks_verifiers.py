@@ -50,11 +50,13 @@ def importable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.syspath_prepend(str(ROOT / "tests"))
 
 
-def make_env(task: str, args: dict[str, Any] | None = None, row: int = 0) -> Any:
-    """The episode of held-out row ``row`` (``QUESTION`` is row 0 of verifiers_envs)."""
+def make_env(task: str, args: dict[str, Any] | None = None, row: int = 0, max_turns: int = 3
+             ) -> Any:  # fmt: skip
+    """The episode of held-out row ``row`` (``QUESTION`` is row 0 of verifiers_envs), in
+    rlmap's budget of ``max_turns`` turns."""
     tokenizer = chat_tokenizer()
     _, heldout = verifiers_env.splits(task, args, 10, 2)
-    return verifiers_env.factory(tokenizer, task, args)(heldout[row])
+    return verifiers_env.factory(tokenizer, task, args, max_turns)(heldout[row])
 
 
 class Scripted:
@@ -173,9 +175,24 @@ def test_an_answer_on_the_last_turn_allowed_ends_the_episode_not_the_budget() ->
     assert episode.rewards == (0.0, 0.0, 1.0) and episode.status == RewardStatus.OK
 
 
+def test_an_environment_without_a_turn_budget_gets_rlmaps() -> None:
+    # verifiers' max_turns=-1 would ask a wrong answerer again and again; rlmap's budget stops
+    # it through the environment's own max_turns_reached, so its rubric scores the episode
+    tokenizer = chat_tokenizer()
+    wrong = [*tokenizer.encode("3146", add_special_tokens=False), tokenizer.eos_token_id]
+    task = "verifiers:verifiers_envs:unbounded_env"
+    episode = run(make_env(task, max_turns=2), [wrong])
+    assert episode.end == End.TRUNCATED and episode.turns == 2
+    assert episode.status == RewardStatus.OK and episode.rewards == (0.0, 0.0)
+    # the environment is made once per process: a later run's budget is its own, not the
+    # first run's read back as the environment's (which a shorter budget would refuse)
+    verifiers_env.check_turn_budget(task, None, 1)
+    assert run(make_env(task, max_turns=4), [wrong]).turns == 4
+
+
 class Slow(Scripted):
     def generate(self, prompts: Sequence[Sequence[int]], **kw: Any) -> list[list[Completion]]:
-        time.sleep(0.6)  # past the environment's timeout_seconds (0.3)
+        time.sleep(2.5)  # past the environment's timeout_seconds (1.0), with room
         return super().generate(prompts, **kw)
 
 
@@ -208,7 +225,7 @@ def test_the_environments_tools_reach_the_chat_template() -> None:
     )
     task = "verifiers:verifiers_envs:tool_env"
     _, heldout = verifiers_env.splits(task, None, 10, 2)
-    prompt = verifiers_env.factory(tokenizer, task, None)(heldout[0]).reset()
+    prompt = verifiers_env.factory(tokenizer, task, None, 3)(heldout[0]).reset()
     assert tokenizer.decode(prompt).startswith(
         "<|im_start|>system\ncalculator: expression<|im_end|>"
     )
@@ -226,9 +243,11 @@ def test_an_environment_that_fails_or_rewrites_the_conversation_aborts_the_episo
     tokenizer = chat_tokenizer()
     _, (turn0, _, turn1) = conversation(tokenizer)
     why = {"breaking_env": "RuntimeError: the sandbox died", "rewriting_env": "rewrote",
-           "editing_env": "rewrote", "stopping_tool_env": "refused to start"}[name]  # fmt: skip
-    with pytest.warns(RuntimeWarning, match=f"episode was aborted.*{why}"):  # said, once
+           "editing_env": "rewrote",
+           "stopping_tool_env": "ToolCallError.* -> PermissionError.*refused"}[name]  # fmt: skip
+    with pytest.warns(RuntimeWarning, match=f"episode was aborted.*{why}") as said:  # once
         episode = run(make_env(f"verifiers:verifiers_envs:{name}"), [turn0, turn1])
+    assert "error_chain" not in str(said[0].message)  # the error, not verifiers' record of it
     assert episode.end == End.ABORTED and episode.status == RewardStatus.INFRA_ERROR
     assert episode.rewards == ()
 
@@ -262,7 +281,7 @@ def test_the_packages_reasoning_gym_env_scores_with_reasoning_gym() -> None:
     assert len(train) == 30 and len(heldout) == 20
     assert not {e.prompt for e in train} & {e.prompt for e in heldout}  # its two datasets
     env = verifiers_env.load(RG, RG_ARGS)
-    make = verifiers_env.factory(tokenizer, RG, RG_ARGS)
+    make = verifiers_env.factory(tokenizer, RG, RG_ARGS, 3)
     for i in range(3):
         e = heldout[i]
         row = verifiers_env.rows(RG, RG_ARGS)[1][i]  # type: ignore[index]
@@ -285,7 +304,6 @@ def test_the_packages_reasoning_gym_env_scores_with_reasoning_gym() -> None:
         (["data.task=verifiers:verifiers_envs:not_an_environment"], "data.task"),
         (["data.task=verifiers:verifiers_envs:group_rubric"], "data.task"),
         (["data.task=verifiers:verifiers_envs:env_group"], "data.task"),
-        (["data.task=verifiers:verifiers_envs:unbounded_env"], "data.max_turns"),
         ([f"data.task={CALCULATOR}", "data.max_turns=2"], "data.max_turns"),  # its own is 3
         (
             [f"data.task={CALCULATOR}", "feedback.eval_verifier=exact_match"],

@@ -571,7 +571,9 @@ def environment_factory(
     if gym_text.is_gym(cfg.data.task):  # the environment's own reward: no verifier
         return gym_text.factory(tokenizer, cfg.data.task, cfg.data.task_args, cfg.data.max_turns)
     if verifiers_env.is_verifiers(cfg.data.task):  # its rubric's reward, its stop conditions
-        return verifiers_env.factory(tokenizer, cfg.data.task, cfg.data.task_args)
+        return verifiers_env.factory(
+            tokenizer, cfg.data.task, cfg.data.task_args, cfg.data.max_turns
+        )
     if cfg.data.task == "calculator":
         turns, wait = cfg.data.max_turns, latency_source(cfg) if latency else None
         if calls_in_json(tokenizer):  # the chat model's own tool-call format

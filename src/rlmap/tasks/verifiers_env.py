@@ -31,12 +31,14 @@ When the rollout ends the episode ends with the rubric's reward: *truncated* whe
 stopped it (``max_turns_reached`` and the like, checked after the environment's own stop
 conditions; not the one turn of a ``SingleTurnEnv``, which is its whole episode),
 *terminated* otherwise. The environment's ``max_turns`` must fit in ``data.max_turns``
-(:func:`check_turn_budget`). Failures are infrastructure, never a zero reward: an
-environment that raises (in ``setup_state``, ``env_response``, a tool set up to stop the
-rollout) or records an error aborts the episode, and a weighted reward function that raises
-or returns no number — verifiers itself would score it 0.0 — makes the reward
-``infra_error``; a rollout past the environment's ``timeout_seconds`` is a ``timeout``. All
-are excluded and counted. ``EnvGroup`` is refused (its rubric hides its children's).
+(:func:`check_turn_budget`); one without a budget gets rlmap's (:func:`fit_turn_budget`).
+Failures are infrastructure, never a zero reward: an environment that raises (in
+``setup_state``, ``env_response``, a tool set up to stop the rollout) or records an error
+aborts the episode, and a weighted reward function that raises or returns no number —
+verifiers itself would score it 0.0 — makes the reward ``infra_error``; a rollout past the
+environment's ``timeout_seconds`` is a ``timeout`` (one past it before its first turn, in
+its own set-up, aborts). All are excluded and counted. ``EnvGroup`` is refused (its rubric
+hides its children's).
 
 Train and held-out prompts: the environment's ``dataset`` (the first ``data.train_size``
 rows) and its ``eval_dataset`` (the first ``data.eval_size``); without an ``eval_dataset``
@@ -86,6 +88,9 @@ TRUNCATING_STOPS = frozenset({"max_turns_reached", "max_total_completion_tokens_
 """verifiers' stop conditions that stop an episode from outside (a budget): truncated. They are
 checked after the environment's own ones (:func:`_budgets_last`), so that an answer on the last
 turn the budget allows ends the episode, not the budget."""
+BUDGET_GIVEN = "_rlmap_turn_budget"
+"""The attribute that marks an environment's ``max_turns`` as rlmap's (:func:`fit_turn_budget`)."""
+
 TIMED_OUT = "timeout_reached"
 """The stop condition of a rollout past the environment's ``timeout_seconds``: it is scored
 without the turn rlmap was generating, so the episode is a timeout (excluded, counted)."""
@@ -157,15 +162,23 @@ def _budgets_last(env: Any) -> None:
 def check_turn_budget(task: str, task_args: Mapping[str, Any] | None, max_turns: int) -> None:
     """ConfigError naming ``data.max_turns`` unless rlmap's turn budget holds the
     environment's own: rlmap cuts an episode at ``data.max_turns`` turns, before the
-    environment's rubric could score it."""
-    env = load(task, task_args)
-    own = int(getattr(env, "max_turns", 1))
-    if own <= 0:
-        raise ConfigError(f"data.max_turns: verifiers environment {task.removeprefix(PREFIX)!r} "
-                          f"sets no turn budget (max_turns={own}), so rlmap's data.max_turns="
-                          f"{max_turns} would cut its episodes before its rubric scores them; "
-                          "make it with a max_turns (data.task_args)")  # fmt: skip
-    if own > max_turns:
+    environment's rubric could score it. An environment without a budget of its own gets
+    rlmap's (:func:`fit_turn_budget`)."""
+    fit_turn_budget(load(task, task_args), task, max_turns)
+
+
+def fit_turn_budget(env: Any, task: str, max_turns: int) -> None:
+    """Give ``env`` rlmap's turn budget if it has none (verifiers' ``max_turns=-1``, no
+    limit): its own ``max_turns_reached`` then stops an episode at ``data.max_turns`` turns
+    and its rubric scores it, truncated. The environment is made once per process and
+    remembers that the budget it holds is rlmap's; ConfigError when its own budget exceeds
+    ``data.max_turns``."""
+    own = getattr(env, "max_turns", None)
+    if own is None or int(own) <= 0 or getattr(env, BUDGET_GIVEN, False):
+        env.max_turns = max_turns
+        setattr(env, BUDGET_GIVEN, True)
+        return
+    if int(own) > max_turns:
         raise ConfigError(f"data.max_turns: {max_turns} is below the turn budget of verifiers "
                           f"environment {task.removeprefix(PREFIX)!r} (max_turns={own}); rlmap "
                           f"would cut its episodes before its rubric scores them: set "
@@ -413,8 +426,8 @@ class VerifiersEnv:
             raise RuntimeError(f"the verifiers environment failed: {_why(event)}")
         output = event.output
         if output.get("error"):
-            raise RuntimeError(f"the verifiers environment failed: {output['error']}")
-        if output.get("stop_condition") == TIMED_OUT:  # scored without this turn
+            raise RuntimeError(f"the verifiers environment failed: {_error_text(output['error'])}")
+        if output.get("stop_condition") == TIMED_OUT:  # whatever the rubric made of the rest
             return EnvStep(truncated=True, tool_call=call, tool_error=malformed,
                            status=RewardStatus.TIMEOUT)  # fmt: skip
         # a budget stopped it, except the one turn that is a SingleTurnEnv's whole episode
@@ -494,17 +507,32 @@ def _why(event: Request | Finished) -> str:
     if event.error is not None:
         return f"{type(event.error).__name__}: {first_line(event.error)}"
     error = (event.output or {}).get("error")
-    return str(error) if error else f"stop condition {(event.output or {}).get('stop_condition')}"
+    return (
+        _error_text(error)
+        if error
+        else f"stop condition {(event.output or {}).get('stop_condition')}"
+    )
 
 
-def factory(tokenizer: PreTrainedTokenizerBase, task: str, task_args: Mapping[str, Any] | None
-            ) -> Callable[[Example], VerifiersEnv]:  # fmt: skip
-    """The environment maker of a verifiers task: one rollout loop shared by its episodes."""
+def _error_text(error: Any) -> str:
+    """A rollout's recorded error in a line: of verifiers' ``ErrorData`` (error, message, the
+    chain's repr and str), the chain's repr, which holds the cause a wrapping error's message
+    lacks (``ToolCallError() -> PermissionError('...')``), not the dict."""
+    if isinstance(error, Mapping):
+        error = error.get("error_chain_repr") or f"{error.get('error')}: {error.get('message')}"
+    return (str(error).strip().splitlines() or ["an error"])[0]
+
+
+def factory(tokenizer: PreTrainedTokenizerBase, task: str, task_args: Mapping[str, Any] | None,
+            max_turns: int) -> Callable[[Example], VerifiersEnv]:  # fmt: skip
+    """The environment maker of a verifiers task, ``max_turns`` turns at most
+    (:func:`fit_turn_budget`): one rollout loop shared by its episodes."""
     if not getattr(tokenizer, "chat_template", None):
         raise ConfigError("model.path: verifiers environments speak in chat messages; the model "
                           "needs a chat template (the embedded chat model: "
                           "model.path=embedded:tiny-chat)")  # fmt: skip
     env = load(task, task_args)
+    fit_turn_budget(env, task, max_turns)
     train, heldout = rows(task, task_args)
     table = {"train": train, "eval": heldout or []}
     loop = Loop()
