@@ -306,6 +306,10 @@ def test_the_packages_reasoning_gym_env_scores_with_reasoning_gym() -> None:
         (["data.task=verifiers:verifiers_envs:env_group"], "data.task"),
         ([f"data.task={CALCULATOR}", "data.max_turns=2"], "data.max_turns"),  # its own is 3
         (
+            ["data.task=verifiers:verifiers_envs:unbounded_env", "data.max_turns=0"],
+            "data.max_turns",
+        ),
+        (
             [f"data.task={CALCULATOR}", "feedback.eval_verifier=exact_match"],
             "feedback.eval_verifier",
         ),  # its rubric scores held-out episodes

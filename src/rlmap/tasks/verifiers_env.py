@@ -168,17 +168,21 @@ def check_turn_budget(task: str, task_args: Mapping[str, Any] | None, max_turns:
 
 
 def fit_turn_budget(env: Any, task: str, max_turns: int) -> None:
-    """Give ``env`` rlmap's turn budget if it has none (verifiers' ``max_turns=-1``, no
-    limit): its own ``max_turns_reached`` then stops an episode at ``data.max_turns`` turns
-    and its rubric scores it, truncated. The environment is made once per process and
-    remembers that the budget it holds is rlmap's; ConfigError when its own budget exceeds
-    ``data.max_turns``."""
+    """Give a ``MultiTurnEnv`` rlmap's turn budget if it has none (verifiers'
+    ``max_turns=-1``, no limit): its own ``max_turns_reached`` then stops an episode at
+    ``data.max_turns`` turns and its rubric scores it, truncated. The environment is made
+    once per process and remembers that the budget it holds is rlmap's (the last run's:
+    one process, one ``data.max_turns``). ConfigError when its own budget exceeds
+    ``data.max_turns``. An environment with a rollout of its own, outside ``MultiTurnEnv``,
+    keeps what it has (rlmap's runner still caps its turns)."""
+    if max_turns < 1:
+        return  # refused on its own (data.max_turns >= 1)
     own = getattr(env, "max_turns", None)
-    if own is None or int(own) <= 0 or getattr(env, BUDGET_GIVEN, False):
+    given = getattr(env, BUDGET_GIVEN, False)
+    if isinstance(env, require().MultiTurnEnv) and (given or own is None or int(own) <= 0):
         env.max_turns = max_turns
         setattr(env, BUDGET_GIVEN, True)
-        return
-    if int(own) > max_turns:
+    elif isinstance(own, int) and own > max_turns:
         raise ConfigError(f"data.max_turns: {max_turns} is below the turn budget of verifiers "
                           f"environment {task.removeprefix(PREFIX)!r} (max_turns={own}); rlmap "
                           f"would cut its episodes before its rubric scores them: set "
