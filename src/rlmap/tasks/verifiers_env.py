@@ -92,8 +92,9 @@ BUDGET_GIVEN = "_rlmap_turn_budget"
 """The attribute that marks an environment's ``max_turns`` as rlmap's (:func:`fit_turn_budget`)."""
 
 TIMED_OUT = "timeout_reached"
-"""The stop condition of a rollout past the environment's ``timeout_seconds``: it is scored
-without the turn rlmap was generating, so the episode is a timeout (excluded, counted)."""
+"""The stop condition of a rollout past the environment's ``timeout_seconds``: verifiers scores
+what it has (without the turn rlmap was generating, when that is where the time ran out), so
+the episode is a timeout (excluded, counted), whatever that score."""
 MODEL = "rlmap-policy"
 """The model name the environment's requests carry (rlmap's engine answers them all)."""
 
