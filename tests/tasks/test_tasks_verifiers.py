@@ -186,7 +186,7 @@ def test_an_environment_without_a_turn_budget_gets_rlmaps() -> None:
     assert episode.status == RewardStatus.OK and episode.rewards == (0.0, 0.0)
     # the environment is made once per process: a later run's budget is its own, not the
     # first run's read back as the environment's (which a shorter budget would refuse)
-    verifiers_env.check_turn_budget(task, None, 1)
+    verifiers_env.fit_turn_budget(verifiers_env.load(task, None), task, 1)
     assert run(make_env(task, max_turns=4), [wrong]).turns == 4
 
 

@@ -424,8 +424,8 @@ def _data(cfg: RecipeConfig) -> Iterator[str]:
     elif gym_text.is_gym(d.task):
         gym_text.check(d.task, d.task_args)
     elif verifiers_env.is_verifiers(d.task):
-        verifiers_env.load(d.task, d.task_args)  # a ConfigError naming the field
-        verifiers_env.check_turn_budget(d.task, d.task_args, d.max_turns)
+        env = verifiers_env.load(d.task, d.task_args)  # a ConfigError naming the field
+        verifiers_env.fit_turn_budget(env, d.task, d.max_turns)
         if cfg.model.path.startswith("embedded:") and cfg.model.path != "embedded:tiny-chat":
             yield ("model.path: verifiers environments speak in chat messages; of the embedded "
                    "models only embedded:tiny-chat has a chat template")  # fmt: skip

@@ -30,8 +30,8 @@ are rlmap's, token in and token out:
 When the rollout ends the episode ends with the rubric's reward: *truncated* when a budget
 stopped it (``max_turns_reached`` and the like, checked after the environment's own stop
 conditions; not the one turn of a ``SingleTurnEnv``, which is its whole episode),
-*terminated* otherwise. The environment's ``max_turns`` must fit in ``data.max_turns``
-(:func:`check_turn_budget`); one without a budget gets rlmap's (:func:`fit_turn_budget`).
+*terminated* otherwise. The environment's ``max_turns`` must fit in ``data.max_turns``,
+and one without a budget gets rlmap's (:func:`fit_turn_budget`).
 Failures are infrastructure, never a zero reward: an environment that raises (in
 ``setup_state``, ``env_response``, a tool set up to stop the rollout) or records an error
 aborts the episode, and a weighted reward function that raises or returns no number —
@@ -160,22 +160,15 @@ def _budgets_last(env: Any) -> None:
     env._stop_conditions.sort(key=lambda condition: condition.__name__ in TRUNCATING_STOPS)
 
 
-def check_turn_budget(task: str, task_args: Mapping[str, Any] | None, max_turns: int) -> None:
-    """ConfigError naming ``data.max_turns`` unless rlmap's turn budget holds the
-    environment's own: rlmap cuts an episode at ``data.max_turns`` turns, before the
-    environment's rubric could score it. An environment without a budget of its own gets
-    rlmap's (:func:`fit_turn_budget`)."""
-    fit_turn_budget(load(task, task_args), task, max_turns)
-
-
 def fit_turn_budget(env: Any, task: str, max_turns: int) -> None:
     """Give a ``MultiTurnEnv`` rlmap's turn budget if it has none (verifiers'
     ``max_turns=-1``, no limit): its own ``max_turns_reached`` then stops an episode at
-    ``data.max_turns`` turns and its rubric scores it, truncated. The environment is made
+    ``data.max_turns`` turns and its rubric scores it, truncated. ConfigError naming
+    ``data.max_turns`` when the environment's own budget exceeds it: rlmap would cut its
+    episodes there, before its rubric could score them. The environment is made
     once per process and remembers that the budget it holds is rlmap's (the last run's:
-    one process, one ``data.max_turns``). ConfigError when its own budget exceeds
-    ``data.max_turns``. An environment with a rollout of its own, outside ``MultiTurnEnv``,
-    keeps what it has (rlmap's runner still caps its turns)."""
+    one process, one ``data.max_turns``). An environment with a rollout of its own, outside
+    ``MultiTurnEnv``, keeps what it has (rlmap's runner still caps its turns)."""
     if max_turns < 1:
         return  # refused on its own (data.max_turns >= 1)
     own = getattr(env, "max_turns", None)
@@ -484,9 +477,8 @@ class VerifiersEnv:
         added = texts[n + 1 :]
         if (
             texts[:n] != self.shown
-            or len(texts) <= n
+            or len(texts) < n + 2  # the policy's turn, then at least one message
             or texts[n][0] != "assistant"
-            or not added
             or any(role == "assistant" for role, _ in added)
         ):
             raise RuntimeError("the verifiers environment rewrote the conversation; rlmap trains "
