@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 
 import pytest
@@ -265,3 +266,36 @@ def test_the_kl_in_the_reward_reads_the_trainers_policy_not_the_engines(
     kl = ("kl.placement=reward", "kl.beta=0.1", f"behaviour.mode={mode}")
     seen = _pi_old_passes(tiny_model_dir, tmp_path / "run", monkeypatch, "grpo", *kl)
     assert seen == [computed]
+
+
+def test_a_kl_penalty_in_the_reward_reaches_grpos_group_statistics(
+    tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Before: `grpo kl.placement=reward` trained exactly as without KL (the penalty sat in
+    # token_rewards, GRPO read the outcome). From step 2 the policy has left π_ref (a shaped
+    # reward gives step 1 non-zero advantages), so R_i − β·Σ k1 ≠ R_i on some row.
+    from conftest import _toy_overrides
+
+    from rlmap.estimators import adapters
+    from rlmap.experiments.train import run_training
+    from rlmap.recipes import build_config
+
+    seen: list[torch.Tensor] = []
+    real = adapters.grpo_advantages
+
+    def spy(rewards_B: torch.Tensor, *args: object, **kwargs: object) -> torch.Tensor:
+        seen.append(rewards_B.clone())
+        return real(rewards_B, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(adapters, "grpo_advantages", spy)
+    shaped = ["feedback.length_target=2", "feedback.length_weight=1", "optim.lr=1e-2"]
+    overrides = [*_toy_overrides(tiny_model_dir, steps=2), "kl.placement=reward", "kl.beta=2",
+                 *shaped]  # fmt: skip
+    run_training(build_config("grpo", None, overrides), tmp_path / "run")
+    records = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    kl = [r["kl/mean"] for r in records if "kl/mean" in r]
+    assert len(seen) == 2 and kl[0] == 0.0 and kl[1] != 0.0
+    # The rewards are whole multiples of 1/2 (a 0/1 outcome plus −|length − 2| / 2); the
+    # returns GRPO saw at step 2 carry −β·Σ_t k1_t, which is not.
+    assert torch.all(seen[0] * 2 == torch.round(seen[0] * 2))
+    assert not torch.all(seen[1] * 2 == torch.round(seen[1] * 2))

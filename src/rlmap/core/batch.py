@@ -138,6 +138,16 @@ class Batch:
             return self.token_rewards
         return last_action_onehot(self.action_mask) * self.rewards.unsqueeze(-1)
 
+    @property
+    def total_rewards(self) -> Tensor:
+        """(B,) float: the undiscounted return Σ_t r_t of each trajectory, what an outcome
+        estimator's R_i is: ``rewards``, or the row sum of ``token_rewards`` where per-step
+        rewards were placed (per-turn rewards sum to ``rewards`` already; the KL penalty in
+        the reward, −β·Σ_t k1_t, is why the two can differ)."""
+        if self.token_rewards is None:
+            return self.rewards
+        return self.token_rewards.sum(-1)
+
     def select(self, index: Tensor) -> Batch:
         """The trajectories at ``index`` (a long index or a (B,) bool mask), all fields sliced."""
         kw: dict[str, Any] = {

@@ -53,21 +53,23 @@ def _outcome_credit(batch: Batch, adv_B: Tensor, *, group: bool) -> Credit:
 
 
 def _reinforce(batch: Batch, p: CreditParams) -> Credit:
-    return _outcome_credit(batch, reinforce_advantages(batch.rewards, batch.valid), group=False)
+    return _outcome_credit(
+        batch, reinforce_advantages(batch.total_rewards, batch.valid), group=False
+    )
 
 
 def _rloo(batch: Batch, p: CreditParams) -> Credit:
-    adv_B = rloo_advantages(batch.rewards, batch.group_id, batch.valid)
+    adv_B = rloo_advantages(batch.total_rewards, batch.group_id, batch.valid)
     return _outcome_credit(batch, adv_B, group=True)
 
 
 def _grpo(batch: Batch, p: CreditParams) -> Credit:
-    adv_B = grpo_advantages(batch.rewards, batch.group_id, batch.valid, eps=p.std_eps)
+    adv_B = grpo_advantages(batch.total_rewards, batch.group_id, batch.valid, eps=p.std_eps)
     return _outcome_credit(batch, adv_B, group=True)
 
 
 def _dr_grpo(batch: Batch, p: CreditParams) -> Credit:
-    adv_B = dr_grpo_advantages(batch.rewards, batch.group_id, batch.valid)
+    adv_B = dr_grpo_advantages(batch.total_rewards, batch.group_id, batch.valid)
     return _outcome_credit(batch, adv_B, group=True)
 
 
@@ -79,7 +81,7 @@ def _reinforce_pp(batch: Batch, p: CreditParams) -> Credit:
 
 def _reinforce_pp_baseline(batch: Batch, p: CreditParams) -> Credit:
     adv_BT = reinforce_pp_baseline_advantages(
-        batch.rewards, batch.group_id, batch.valid, train_mask(batch), eps=p.std_eps
+        batch.total_rewards, batch.group_id, batch.valid, train_mask(batch), eps=p.std_eps
     )
     return _token_credit(batch, adv_BT, group=True)
 
