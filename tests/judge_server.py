@@ -3,8 +3,11 @@
 ``JudgeServer(reply)`` serves ``GET /v1/models`` and ``POST /v1/chat/completions`` on a
 free port (``.url`` is ``http://127.0.0.1:PORT/v1``); ``reply(prompt) -> str | int``
 gives the message text, or an HTTP status code to answer with instead. It counts the
-requests and the most in flight at once. Run as a script, it serves until killed:
-``python judge_server.py PORT first|correct|score`` (the CLI tests kill it mid-run)."""
+requests and the most in flight at once. With ``drip_s`` it sends each reply — status
+line, headers and body — one byte every ``drip_s`` seconds (a server that is slow, not
+silent), stopping when the client hangs up or the server is left. Run as a script, it
+serves until killed: ``python judge_server.py PORT first|correct|score`` (the CLI tests
+kill it mid-run)."""
 
 from __future__ import annotations
 
@@ -24,8 +27,10 @@ Reply = Callable[[str], "str | int"]
 
 
 class JudgeServer:
-    def __init__(self, reply: Reply, delay_s: float = 0.0, port: int = 0) -> None:
-        self.reply, self.delay_s = reply, delay_s
+    def __init__(self, reply: Reply, delay_s: float = 0.0, port: int = 0,
+                 drip_s: float = 0.0) -> None:  # fmt: skip
+        self.reply, self.delay_s, self.drip_s = reply, delay_s, drip_s
+        self.stopping = threading.Event()  # ends every drip when the server is left
         self.requests = 0
         self.in_flight = self.max_in_flight = 0
         self.lock = threading.Lock()
@@ -39,6 +44,7 @@ class JudgeServer:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self.stopping.set()
         self.server.shutdown()
         self.server.server_close()
 
@@ -81,6 +87,9 @@ def _handler(owner: JudgeServer) -> type[BaseHTTPRequestHandler]:
         def _send(self, code: int, payload: dict[str, Any]) -> None:
             data = json.dumps(payload).encode()
             try:
+                if owner.drip_s > 0:
+                    self._drip(code, data)
+                    return
                 self.send_response(code)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
@@ -88,6 +97,16 @@ def _handler(owner: JudgeServer) -> type[BaseHTTPRequestHandler]:
                 self.wfile.write(data)
             except (BrokenPipeError, ConnectionResetError):  # the client gave up (a timeout)
                 pass
+
+        def _drip(self, code: int, data: bytes) -> None:
+            self.close_connection = True
+            head = (f"HTTP/1.1 {code} {self.responses[code][0]}\r\nContent-Type: "
+                    f"application/json\r\nContent-Length: {len(data)}\r\n"
+                    "Connection: close\r\n\r\n")  # fmt: skip
+            for byte in head.encode() + data:
+                if owner.stopping.wait(owner.drip_s):
+                    return
+                self.wfile.write(bytes([byte]))
 
     return Handler
 

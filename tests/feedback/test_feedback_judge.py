@@ -5,10 +5,13 @@ and the bias probes."""
 from __future__ import annotations
 
 import math
+import os
 import random
 import re
 import socket
 import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -156,6 +159,47 @@ def test_a_slow_server_times_out_and_a_dead_one_is_an_infra_error() -> None:
     assert client.stats.drain()["judge/failed"] == 1
     with pytest.raises(ConfigError, match=r"^feedback\.judge_url: no server answers at"):
         judge.probe(dead, timeout_s=1.0)
+
+
+def _ended_within(seconds: float, call: Callable[[], object]) -> list[object]:
+    """[what ``call`` returned or raised], run in a thread; [] if it ran past ``seconds``
+    (the thread is left to end when the test's server stops)."""
+    out: list[object] = []
+
+    def run() -> None:
+        try:
+            out.append(call())
+        except Exception as exc:  # the test inspects it
+            out.append(exc)
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(seconds)
+    return list(out)
+
+
+def test_a_server_that_answers_byte_by_byte_times_out_at_the_deadline() -> None:
+    # One byte every 0.1 s: no socket read waits the 0.5 s timeout, so only a deadline over
+    # the whole request ends it (the ~300-byte reply would take ~30 s; it hung 8 requests).
+    # One prompt's bound: 2 attempts × 0.5 s + the 0.25 s backoff = 1.25 s; the 8 prompts
+    # run at once (concurrency 8), so the call ends in ~1.25 s; 5 s leaves room under load.
+    fds = len(os.listdir("/proc/self/fd"))
+    with JudgeServer(lambda p: "1", drip_s=0.1) as server:
+        client = _client(server.url, timeout_s=0.5, retries=1, concurrency=8)
+        asked = _ended_within(5.0, lambda: client.ask([str(k) for k in range(8)]))
+        assert asked, "the judge's replies outlived their deadlines"
+        probed = _ended_within(3.0, lambda: judge.probe(server.url, timeout_s=0.5))
+        assert probed, "the judge's probe outlived its deadline"
+    (replies,) = asked
+    assert isinstance(replies, list) and [r.status for r in replies] == [RewardStatus.TIMEOUT] * 8
+    assert server.requests == 16 and client.stats.drain()["judge/failed"] == 8  # 8 × 2 attempts
+    assert isinstance(probed[0], ConfigError) and "timed out" in str(probed[0])
+    assert not [t for t in threading.enumerate() if t.name.startswith("rlmap-judge")]
+    for _ in range(100):  # no socket left open: the server's close as their drips stop
+        if len(os.listdir("/proc/self/fd")) <= fds:
+            break
+        time.sleep(0.02)
+    assert len(os.listdir("/proc/self/fd")) <= fds
 
 
 def test_templates_are_checked_for_their_placeholders(tmp_path: Path) -> None:

@@ -15,7 +15,8 @@ through ``score_batch`` like any other):
 
 Failures are statuses, never zeros (``docs/rewards.md``): a reply with no parsable
 verdict is ``INVALID``; a refused connection, an HTTP error or a malformed body is
-``INFRA_ERROR``, a request that outlived ``feedback.judge_timeout_s`` ``TIMEOUT``, after
+``INFRA_ERROR``, a request that outlived ``feedback.judge_timeout_s`` ``TIMEOUT`` (a
+deadline for the whole request, not for each socket read: :func:`read_within`), after
 ``feedback.judge_retries`` retries with exponential backoff. A response whose every
 comparison failed takes the most severe of their statuses; one with some verdicts is
 scored on those.
@@ -46,11 +47,13 @@ from __future__ import annotations
 
 import hashlib
 import http.client
+import io
 import json
 import math
 import os
 import random
 import re
+import socket
 import string
 import threading
 import time
@@ -376,8 +379,7 @@ class JudgeClient:
             with self.stats.lock:
                 self.stats.calls += 1
             try:
-                with urllib.request.urlopen(request, timeout=self.timeout_s) as r:
-                    payload = json.loads(r.read())
+                payload = json.loads(read_within(request, self.timeout_s))
                 text = payload["choices"][0]["message"]["content"]
                 if not isinstance(text, str):
                     raise ValueError("the message has no text content")
@@ -393,7 +395,7 @@ class JudgeClient:
                 continue
             except TimeoutError:
                 failure = Reply(
-                    None, RewardStatus.TIMEOUT, f"judge: no reply in {self.timeout_s} s"
+                    None, RewardStatus.TIMEOUT, f"judge: no whole reply in {self.timeout_s} s"
                 )
                 continue
             except urllib.error.URLError as exc:
@@ -415,6 +417,75 @@ class JudgeClient:
         return failure
 
 
+def read_within(request: urllib.request.Request, timeout_s: float) -> bytes:
+    """The body of the reply to ``request``, the whole exchange — connecting, sending, the
+    status line, the headers and the body — ended within ``timeout_s`` seconds, else
+    TimeoutError. ``urlopen``'s timeout bounds each socket operation alone: a server that
+    sends one byte every 0.5 s held a request open for ever. Still bounded per operation
+    only: the host's name lookup and a TLS handshake. HTTP errors and refusals are raised
+    as ``urlopen`` raises them (proxies and redirects too are urllib's)."""
+    with _opener(time.monotonic() + timeout_s).open(request, timeout=timeout_s) as r:
+        return bytes(r.read())
+
+
+def _left(deadline: float) -> float:
+    """Seconds left until ``deadline`` (``time.monotonic()``); TimeoutError when none."""
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise TimeoutError("timed out: the judge's deadline passed")
+    return left
+
+
+class _ReadBy(io.RawIOBase):
+    """A socket's reads, each allowed only the time left until ``deadline``."""
+
+    def __init__(self, raw: io.RawIOBase, sock: socket.socket, deadline: float) -> None:
+        super().__init__()
+        self.raw, self.sock, self.deadline = raw, sock, deadline
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int | None:
+        self.sock.settimeout(_left(self.deadline))
+        return self.raw.readinto(buffer)
+
+    def close(self) -> None:
+        self.raw.close()  # the socket's own reader: it keeps the socket open until closed
+        super().close()
+
+
+def _opener(deadline: float) -> urllib.request.OpenerDirector:
+    """urllib's opener whose connections end every wait by ``deadline``: the send gets what
+    is left after connecting, each read of the reply what is left then (one class set per
+    request: http.client gives a reply only its socket, not its connection)."""
+
+    class Response(http.client.HTTPResponse):
+        def __init__(self, sock: socket.socket, *args: Any, **kw: Any) -> None:
+            super().__init__(sock, *args, **kw)
+            self.fp = io.BufferedReader(_ReadBy(self.fp.detach(), sock, deadline))
+
+    class HTTP(http.client.HTTPConnection):
+        response_class = Response
+
+        def connect(self) -> None:
+            super().connect()  # for HTTPS below: HTTPSConnection's, TLS handshake included
+            self.sock.settimeout(_left(deadline))
+
+    class HTTPS(HTTP, http.client.HTTPSConnection):
+        pass
+
+    class Plain(urllib.request.HTTPHandler):
+        def http_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+            return self.do_open(HTTP, req)
+
+    class TLS(urllib.request.HTTPSHandler):
+        def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+            return self.do_open(HTTPS, req)
+
+    return urllib.request.build_opener(Plain, TLS)
+
+
 def _headers(api_key: str | None) -> dict[str, str]:
     headers = {"Content-Type": "application/json"}
     if api_key:
@@ -427,8 +498,7 @@ def probe(url: str, timeout_s: float = 10.0, api_key: str | None = None) -> None
     ``GET {url}/models`` (a run does not start against a dead judge)."""
     request = urllib.request.Request(url.rstrip("/") + "/models", headers=_headers(api_key))
     try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as r:
-            r.read()
+        read_within(request, timeout_s)
     except urllib.error.HTTPError as exc:
         hint = (
             "set feedback.judge_api_key_env to the variable holding its key"
