@@ -37,7 +37,7 @@ def tool_episode(answer: str = "12", *, status: RewardStatus = RewardStatus.OK) 
                    logprobs=(0.0,) * n, versions=(0,) * n,
                    turn_ids=(0,) * len(call) + (-1,) * len(obs) + (1,) * len(final),
                    end=End.TERMINAL, eos=True, rewards=(0.0, float(answer == "12")),
-                   status=status, tool_calls=1)  # fmt: skip
+                   status=status, tool_calls=1, tool_results=("12", None))  # fmt: skip
 
 
 def test_an_episode_reads_as_decoded_turns_and_observations() -> None:
@@ -45,7 +45,7 @@ def test_an_episode_reads_as_decoded_turns_and_observations() -> None:
     assert t.prompt == "3*4="
     assert t.turns == ("<calc>3*4</calc>", "12") and t.observations == ("<result>12</result>",)
     assert t.response == "12" and t.length == len(ids("<calc>3*4</calc>12"))
-    assert dict(t.metadata) == {"rewards": (0.0, 1.0), "status": 0}
+    assert dict(t.metadata) == {"rewards": (0.0, 1.0), "status": 0, "tool_results": ("12", None)}
 
 
 def test_trajectories_of_a_group_decode_each_distinct_sequence_once(
@@ -90,7 +90,11 @@ def test_a_failed_environment_status_survives_any_base() -> None:
 def _traj(
     turns: tuple[str, ...], observations: tuple[str, ...], truncated: bool = False
 ) -> Trajectory:
+    """The calculator's records of each step: a call's result (the text inside
+    ``<result>``), None for an answer."""
+    results = tuple(o.removeprefix("<result>").removesuffix("</result>") for o in observations)
     return Trajectory(prompt="3*4=", turns=turns, observations=observations, reference="12",
+                      metadata={"tool_results": results + (None,) * (len(turns) - len(results))},
                       length=10, max_length=32, truncated=truncated)  # fmt: skip
 
 
@@ -116,10 +120,28 @@ def test_calculator_process_reward_by_hand(
     assert calculator_steps(_traj(turns, observations, truncated)) == pytest.approx(expected)
 
 
+def test_the_process_reward_reads_the_environments_records_not_the_observations_text() -> None:
+    # A chat model's observation is the template's tool message, not <result>12</result>:
+    # the bonus comes from the environment's record of what the tool returned (before, the
+    # scorer matched the text and a chat model never earned it).
+    chat = Trajectory(prompt="3*4=", turns=('<tool_call>{"name": "calculator"}</tool_call>', "12"),
+                      observations=("<|im_end|>\n<|im_start|>tool\n12<|im_end|>\n",),
+                      reference="12", metadata={"tool_results": ("12", None)}, length=10,
+                      max_length=32)  # fmt: skip
+    assert calculator_steps(chat) == pytest.approx([TOOL_STEP_BONUS, 1.0])
+    unrecorded = Trajectory(prompt="3*4=", turns=("<calc>3*4</calc>", "12"),
+                            observations=("<result>12</result>",), reference="12", length=10,
+                            max_length=32)  # fmt: skip
+    assert calculator_steps(unrecorded) == pytest.approx([0.0, 1.0])  # no record, no bonus
+
+
 @pytest.mark.parametrize(
     ("overrides", "field"),
     [
         (["feedback.format_weight=0.5"], "feedback.format_weight:"),
+        (["feedback.source=process_reward", "feedback.process_reward=calculator_steps"],
+         "feedback.process_reward: 'calculator_steps' reads records that only "
+         "data.task=calculator"),
         (["feedback.length_target=8"], "feedback.length_weight:"),
         (["feedback.format_pattern=[", "feedback.format_weight=1"], "feedback.format_pattern:"),
         (["feedback.source=process_reward"], "feedback.process_reward:"),
@@ -198,3 +220,45 @@ def test_a_process_reward_run_trains_end_to_end(
     for batch in batches:
         if batch.token_rewards is not None:  # then each row's step rewards sum to its return
             assert batch.token_rewards.sum(-1).tolist() == pytest.approx(batch.rewards.tolist())
+
+
+class Scripted:
+    """An engine that answers every turn with the next of ``turns`` (ids), stopped."""
+
+    version = 0
+
+    def __init__(self, turns: list[list[int]]) -> None:
+        self.turns = iter(turns)
+
+    def generate(self, prompts: Any, **_: Any) -> list[list[Any]]:
+        from rlmap.system.engine import Completion
+
+        ids = tuple(next(self.turns))
+        return [[Completion(tuple(p), ids, (-0.1,) * len(ids), True, 0)] for p in prompts]
+
+
+@pytest.mark.parametrize("model", ["embedded:tiny", "embedded:tiny-chat"])
+def test_a_useful_call_earns_the_bonus_in_either_tool_format(model: str) -> None:
+    # The calculator task's own environment, in the embedded model's <calc> format and in a
+    # chat model's JSON <tool_call> format: the demonstration's call (37*85, useful) and
+    # its answer, played through the episode runner, score 0.1 then 1 in both.
+    from chat_model import chat_tokenizer
+
+    from rlmap.system import setup
+    from rlmap.system.rollout import run_episodes
+    from rlmap.tasks.arithmetic import make_problem
+    from rlmap.tasks.calculator import demonstration
+
+    tokenizer = chat_tokenizer() if model.endswith("chat") else TOKENIZER
+    cfg = build_config("ppo", None, ["data.task=calculator", f"model.path={model}",
+                                     "feedback.source=process_reward",
+                                     "feedback.process_reward=calculator_steps"])  # fmt: skip
+    example = make_problem(37, "*", 85)
+    env = setup.environment_factory(cfg, tokenizer)(example)
+    acted = [ids for ids, trained in demonstration(tokenizer, example, "3145", use_tool=True)
+             if trained]  # fmt: skip
+    (episode,) = run_episodes(Scripted(acted), [env], max_new_tokens=64, temperature=1.0,  # type: ignore[arg-type]
+                              top_p=1.0)  # fmt: skip
+    assert episode.tool_calls == 1 and episode.tool_results == ("3145", None)
+    t = trajectory(tokenizer, episode, "3145", max_length=128)
+    assert calculator_steps(t) == pytest.approx([TOOL_STEP_BONUS, 1.0])

@@ -25,19 +25,28 @@ class ProcessScorer:
 
     fn: Callable[[Trajectory], Sequence[float]]
     summary: str
+    tasks: tuple[str, ...]
+    """The ``data.task`` values whose environments record what the scorer reads (any
+    other task is refused before a run starts: the scorer would be blind there)."""
 
 
 def calculator_steps(t: Trajectory) -> list[float]:
     """Per turn of the calculator task: ``TOOL_STEP_BONUS`` for the first tool call whose
-    observation holds the correct result, 0 for the other calls, and on the last turn the
-    environment's verdict of the answer (its ``feedback.verifier``; exact match when the
-    trajectory carries none). A truncated episode gave no answer. Only the first useful
-    call earns the bonus, so calling the tool again and again earns nothing (an uncapped
-    step reward would be hacked)."""
+    result is the answer, 0 for the other calls, and on the last turn the environment's
+    verdict of the answer (its ``feedback.verifier``; exact match when the trajectory
+    carries none). A truncated episode gave no answer. Only the first useful call earns
+    the bonus, so calling the tool again and again earns nothing (an uncapped step reward
+    would be hacked).
+
+    The tool's results are the environment's own records (``metadata["tool_results"]``,
+    one per step: :attr:`rlmap.tasks.env.EnvStep.tool_result`), so the format of the call
+    does not matter: the embedded model's ``<calc>`` markers and a chat model's JSON
+    ``<tool_call>`` alike (before, the observation's text was matched against
+    ``<result>X</result>``, and a chat model never earned the bonus)."""
     scores = [0.0] * len(t.turns)
-    useful = f"<result>{t.reference}</result>"
-    for k, observation in enumerate(t.observations[: len(t.turns)]):  # obs k follows turn k
-        if observation.strip() == useful:
+    results = tuple(t.metadata.get("tool_results", ()))[: len(t.turns)]
+    for k, result in enumerate(results):  # step k follows turn k
+        if result is not None and result.strip() == t.reference.strip():
             scores[k] = TOOL_STEP_BONUS
             break
     if t.turns and not t.truncated:
@@ -49,5 +58,7 @@ def calculator_steps(t: Trajectory) -> list[float]:
 registry: Registry[ProcessScorer] = Registry("process reward")
 registry.add(
     "calculator_steps",
-    ProcessScorer(calculator_steps, "0.1 for the first useful tool call, then the answer"),
+    ProcessScorer(
+        calculator_steps, "0.1 for the first useful call, then the answer", ("calculator",)
+    ),
 )

@@ -49,6 +49,9 @@ class Episode:
     """OK unless a reward could not be computed, or the environment failed (``INFRA_ERROR``)."""
     tool_calls: int = 0
     tool_errors: int = 0
+    tool_results: tuple[str | None, ...] = ()
+    """Per environment step (as ``rewards``): what a tool call that ran returned
+    (``EnvStep.tool_result``), None for the other steps; empty where no step reported one."""
     routes: torch.Tensor | None = None
     """MoE policies: (len(prompt_ids) + len(response_ids), L, K) experts per position, each
     from the engine call that first routed it (:func:`earliest_routes`); rows past the last
@@ -96,6 +99,7 @@ class _Running:
     status: RewardStatus = RewardStatus.OK
     tool_calls: int = 0
     tool_errors: int = 0
+    tool_results: list[str | None] = field(default_factory=list)
     turns: int = 0
     routes: torch.Tensor | None = None
 
@@ -117,6 +121,7 @@ class _Running:
         self.rewards.append(s.reward)
         self.tool_calls += s.tool_call
         self.tool_errors += s.tool_error
+        self.tool_results.append(s.tool_result)
         self.status = worst((self.status, s.status))
 
     def add_observation(self, ids: Sequence[int]) -> None:
@@ -134,7 +139,7 @@ class _Running:
                        versions=tuple(self.versions), turn_ids=tuple(self.turn_ids), end=end,
                        eos=eos, rewards=tuple(self.rewards), status=status,
                        tool_calls=self.tool_calls, tool_errors=self.tool_errors,
-                       routes=self.routes)  # fmt: skip
+                       tool_results=tuple(self.tool_results), routes=self.routes)  # fmt: skip
 
 
 def earliest_routes(known: torch.Tensor | None, call: torch.Tensor | None) -> torch.Tensor | None:

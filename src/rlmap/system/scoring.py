@@ -125,6 +125,7 @@ def trajectory(
         metadata={
             "rewards": tuple(e.rewards if rewards is None else rewards),
             "status": int(e.status),
+            "tool_results": tuple(e.tool_results),
             **({} if group is None else {"group": group}),
             **({} if learned is None else {"learned": learned}),
         },

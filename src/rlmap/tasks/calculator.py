@@ -146,12 +146,14 @@ def marker_ids(tokenizer: PreTrainedTokenizerBase) -> dict[str, int]:
     return ids
 
 
-def tool_result(tokenizer: PreTrainedTokenizerBase, expression: str) -> tuple[list[int], bool]:
-    """(observation ids ``<result>…</result>``, whether the call failed)."""
+def tool_result(
+    tokenizer: PreTrainedTokenizerBase, expression: str
+) -> tuple[list[int], str | None]:
+    """(observation ids ``<result>…</result>``, the result's text; None if the call failed)."""
     value = calculate(expression)
     text = ERROR if value is None else str(value)
     ids = tokenizer.encode(f"{RESULT}{text}{END_RESULT}", add_special_tokens=False)
-    return [int(i) for i in ids], value is None
+    return [int(i) for i in ids], None if value is None else text
 
 
 class CalculatorEnv:
@@ -202,9 +204,10 @@ class CalculatorEnv:
             opened = self.ids[CALL] in body
             start = len(body) - body[::-1].index(self.ids[CALL]) if opened else len(body)
             expression = decode_response(self.tokenizer, body[start:])
-            observation, failed = tool_result(self.tokenizer, expression)
+            observation, result = tool_result(self.tokenizer, expression)
             return EnvStep(observation=tuple(observation), truncated=self.turns >= self.max_turns,
-                           tool_call=True, tool_error=failed)  # fmt: skip
+                           tool_call=True, tool_error=result is None,
+                           tool_result=result)  # fmt: skip
         return answer_step(self.tokenizer, self.verify, self.example, ids)
 
 

@@ -74,6 +74,10 @@ class EnvStep:
     """The turn was a tool call."""
     tool_error: bool = False
     """The tool call could not be executed (malformed input); the episode goes on."""
+    tool_result: str | None = None
+    """What a tool call that ran returned, as text before any framing (the calculator's
+    ``3145``, not ``<result>3145</result>`` or the chat template's tool message); None for
+    an answer or a failed call. What a process reward reads (:mod:`rlmap.feedback.process`)."""
 
 
 @runtime_checkable

@@ -233,5 +233,6 @@ class ToolEnv:
             shown, failed = run_tool(self.tools, text)
             observation = observation_ids(self.tokenizer, shown)
             return EnvStep(observation=tuple(observation), truncated=self.turns >= self.max_turns,
-                           tool_call=True, tool_error=failed)  # fmt: skip
+                           tool_call=True, tool_error=failed,
+                           tool_result=None if failed else shown)  # fmt: skip
         return answer_step(self.tokenizer, self.verify, self.example, action_ids)
