@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,8 @@ from rlmap.cli import main
 from rlmap.core.errors import InputError
 from rlmap.experiments import train as train_module
 from rlmap.experiments.compare import (
+    LINES,
+    NOT_COMPARED,
     at_equal_budget,
     band,
     compare,
@@ -22,7 +25,10 @@ from rlmap.experiments.compare import (
     interpolate,
     load_run,
     summarize,
+    table,
 )
+from rlmap.recipes import build_config
+from rlmap.recipes.config import RecipeConfig
 
 SETUP = {
     "base_fingerprint": "aaaa",
@@ -203,6 +209,154 @@ def test_scores_at_the_budget_every_run_reached(tmp_path: Path) -> None:
     assert at_equal_budget(one) is None  # nothing to compare with
 
 
+# --- every config difference, and a composition that names it ------------------------------
+
+EVALS = [(0.0, 0.0, 0.4), (1000.0, 10.0, 0.6)]
+DEFAULT_TARGETS = "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"
+
+
+def resolved_run(
+    path: Path,
+    overrides: list[str],
+    *,
+    edit: dict[str, Any] | None = None,
+    ledger: dict[str, Any] | None = None,
+) -> Path:
+    """A run directory whose config.yaml holds a real resolved config (grpo + ``overrides``,
+    then ``edit`` on top, key by key), under an older first line that names nothing."""
+    config = build_config("grpo", None, overrides).model_dump(mode="json")
+    for dotted, value in (edit or {}).items():
+        *sections, name = dotted.split(".")
+        node = config
+        for section in sections:
+            node = node[section]
+        node[name] = value
+    return fake_run(path, "grpo", config["seed"], EVALS, config=config, ledger=ledger)
+
+
+def _groups(*paths: Path) -> dict[str, list[Any]]:
+    return group_runs([load_run(p) for p in paths])
+
+
+def _config_flags(*paths: Path) -> list[str]:
+    return [f for f in flags(_groups(*paths)) if f.startswith("CONFIG differs")]
+
+
+def _compositions(*paths: Path) -> dict[str, str]:
+    return {label: runs[0].composition for label, runs in _groups(*paths).items()}
+
+
+def test_lora_against_full_fine_tuning_is_flagged_and_named(tmp_path: Path) -> None:
+    # same preset, same seed; only model.lora_rank differs (0 is full fine-tuning)
+    full = resolved_run(tmp_path / "full" / "seed0", [])
+    lora = resolved_run(tmp_path / "lora" / "seed0", ["model.lora_rank=8"])
+    assert _config_flags(full, lora) == [
+        "CONFIG differs: model.lora_rank (grpo (full): 0, grpo (lora): 8)"
+    ]
+    names = _compositions(full, lora)
+    # α unset is 2·r = 16; the targets are the default seven projections
+    assert names["grpo (lora)"].endswith(f" · LoRA r=8, α=16 on {DEFAULT_TARGETS}")
+    assert "LoRA" not in names["grpo (full)"]
+    text = compare([full, lora], tmp_path / "report")
+    assert "- CONFIG differs: model.lora_rank (grpo (full): 0, grpo (lora): 8)" in text
+    assert "LoRA r=8, α=16 on" in text  # the composition line of the side-by-side table
+
+
+def test_lora_targets_and_scale_are_named(tmp_path: Path) -> None:
+    a = resolved_run(tmp_path / "a" / "s", ["model.lora_rank=4", "model.lora_alpha=4"])
+    b = resolved_run(
+        tmp_path / "b" / "s", ["model.lora_rank=4", "model.lora_targets=q_proj,v_proj"]
+    )
+    assert _config_flags(a, b) == [
+        "CONFIG differs: model.lora_alpha (grpo (a): 4, grpo (b): null)",
+        f"CONFIG differs: model.lora_targets (grpo (a): {json.dumps(DEFAULT_TARGETS.split(','))}"
+        ", grpo (b): q_proj,v_proj)",  # as written: a list, or one comma-separated string
+    ]
+    names = _compositions(a, b)
+    assert names["grpo (a)"].endswith(f"LoRA r=4, α=4 on {DEFAULT_TARGETS}")
+    assert names["grpo (b)"].endswith("LoRA r=4, α=8 on q_proj,v_proj")  # α = 2·4
+
+
+def test_learners_and_sharding_are_flagged_and_named(tmp_path: Path) -> None:
+    one = resolved_run(tmp_path / "one" / "s", [])
+    ddp = resolved_run(tmp_path / "ddp" / "s", ["system.learners=2"])
+    fsdp = resolved_run(
+        tmp_path / "fsdp" / "s", ["system.learners=2", "system.learner_sharding=fsdp2"]
+    )
+    assert _config_flags(one, ddp, fsdp) == [
+        # in the order of config.yaml's keys (fake_run's YAML sorts them)
+        "CONFIG differs: system.learner_sharding (grpo (one): ddp, grpo (ddp): ddp, "
+        "grpo (fsdp): fsdp2)",
+        "CONFIG differs: system.learners (grpo (one): 1, grpo (ddp): 2, grpo (fsdp): 2)",
+    ]
+    names = _compositions(one, ddp, fsdp)
+    assert names["grpo (one)"].endswith("· synchronous group barrier (hf, inprocess)")
+    assert names["grpo (ddp)"].endswith("(hf, inprocess, 2 ddp learners)")
+    assert names["grpo (fsdp)"].endswith("(hf, inprocess, 2 fsdp2 learners)")
+
+
+def test_precision_is_named_and_flagged_once(tmp_path: Path) -> None:
+    f32 = resolved_run(tmp_path / "f32" / "s", [])
+    bf16 = resolved_run(tmp_path / "bf16" / "s", ["system.train_dtype=bfloat16"])
+    assert _compositions(f32, bf16)["grpo (bf16)"].endswith(
+        "(hf, inprocess, train bfloat16 / rollout float32)"
+    )
+    # a ledger that does not tell them apart: the config difference says it
+    assert _config_flags(f32, bf16) == [
+        "CONFIG differs: system.train_dtype (grpo (f32): float32, grpo (bf16): bfloat16)"
+    ]
+    # the ledger's precision line flags it: not repeated as a config difference
+    precision = {"precision": "train bfloat16 autocast / rollout float32"}
+    shutil.rmtree(tmp_path / "bf16")
+    bf16 = resolved_run(tmp_path / "bf16" / "s", ["system.train_dtype=bfloat16"], ledger=precision)
+    found = flags(_groups(f32, bf16))
+    assert any(f.startswith("UNFAIR setup: precision differs") for f in found)
+    assert not any(f.startswith("CONFIG differs") for f in found)
+
+
+def test_bookkeeping_is_not_a_config_difference(tmp_path: Path) -> None:
+    # two groups (lora_rank splits them) that also differ in everything NOT_COMPARED holds
+    a = resolved_run(tmp_path / "a" / "s", [])
+    other = {
+        "seed": 3,
+        "recipe": "renamed",
+        "run.eval_every": 5,
+        "run.progress": False,
+        "model.path": "/elsewhere/same-weights",
+        "data.eval_path": "/elsewhere/heldout.jsonl",
+    }
+    b = resolved_run(tmp_path / "b" / "s", ["model.lora_rank=2"], edit=other)
+    assert _config_flags(a, b) == ["CONFIG differs: model.lora_rank (grpo: 0, renamed: 2)"]
+
+
+def test_every_left_out_field_is_a_config_field_and_says_why() -> None:
+    dumped = RecipeConfig().model_dump()
+    for dotted, why in NOT_COMPARED.items():
+        section, _, name = dotted.partition(".")
+        assert section in dumped and (not name or name in dumped[section]), dotted
+        assert len(why.split()) >= 8, dotted  # a reason, not a label
+    shown = {f for line in LINES for f in line.fields}
+    for dotted in shown:
+        section, _, name = dotted.partition(".")
+        assert name in dumped[section], dotted
+
+
+def test_a_config_that_no_longer_loads_keeps_its_written_composition(tmp_path: Path) -> None:
+    old = resolved_run(tmp_path / "old" / "s", [], edit={"model.retired_field": 1})
+    assert load_run(old).composition == "grpo: composition"  # fake_run's first line
+    new = resolved_run(tmp_path / "new" / "s", [])
+    assert load_run(new).composition.startswith("verifier(exact_match) · G=8 per prompt")
+
+
+def test_no_difference_reads_none(tmp_path: Path) -> None:
+    a = resolved_run(tmp_path / "a" / "s", [])
+    b = resolved_run(tmp_path / "b" / "s", [], edit={"seed": 1})
+    assert flags(_groups(a, b)) == [] and len(_groups(a, b)) == 1
+    text = compare([a, b], tmp_path / "report")
+    assert "- none: same config, same setup, budgets within 10%" in text
+    assert "| method | composition |" in table(_groups(a, b))
+
+
 def test_not_a_run_directory_is_a_one_line_error(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="not a run directory"):
         find_runs([tmp_path])
@@ -231,6 +385,8 @@ def test_seeds_then_compare_from_the_command_line(
     assert ("UNFAIR budget: generated tokens" in report) == (ratio > 1.1)
     assert "seeds | 0 / 1 | 0 / 1" in report
     assert "UNFAIR setup" not in report  # same base, tokenizer, prompts, verifier, sampling
+    # the presets' reductions differ (grpo: per response, dapo: per token), named by field
+    assert "- CONFIG differs: reduction.name (grpo: response_mean, dapo: token_mean)" in report
 
 
 def test_a_failing_seed_is_kept_and_the_sweep_goes_on(

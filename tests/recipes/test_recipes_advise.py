@@ -5,6 +5,7 @@ from __future__ import annotations
 import builtins
 import dataclasses
 import json
+import re
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -12,12 +13,14 @@ from typing import Any, get_args
 
 import pytest
 
+from rlmap import correction, estimators, feedback, reduction, sampling
 from rlmap.cli import main
 from rlmap.core.errors import ConfigError
 from rlmap.experiments.train import run_training
-from rlmap.recipes import build_config, load_config
+from rlmap.recipes import build_config, load_config, registry
 from rlmap.recipes.advise import (
     DISCLAIMER,
+    FEEDBACK,
     Advice,
     advise,
     ask_profile,
@@ -25,7 +28,15 @@ from rlmap.recipes.advise import (
     emit_config,
     render,
 )
-from rlmap.recipes.selection import FALLBACKS, TABLE, TaskProfile, Verifier, table_markdown
+from rlmap.recipes.config import RecipeConfig
+from rlmap.recipes.selection import (
+    FALLBACKS,
+    TABLE,
+    Row,
+    TaskProfile,
+    Verifier,
+    table_markdown,
+)
 from rlmap.system.setup import refuse_unavailable
 
 Toy = Callable[..., list[str]]
@@ -181,8 +192,7 @@ def test_emitted_config_loads_for_every_row_and_verifier(tmp_path: Path) -> None
         assert cfg.data.multi_turn == profile.multi_turn
         if advice.refused is None:
             refuse_unavailable(cfg)  # trainable: the same check `rlmap train` runs
-        else:
-            assert advice.closest is not None
+        elif advice.closest is not None:
             recipe, overrides = advice.closest
             refuse_unavailable(build_config(recipe, None, overrides))  # that one is trainable
 
@@ -216,13 +226,36 @@ def test_an_untrainable_baseline_says_so_and_names_the_closest(
     assert advice.refused is not None and advice.refused.startswith(field)
     assert advice.closest is not None
     recipe, overrides = advice.closest
-    assert recipe == ("ppo" if advice.recipe == "classic-rlhf" else advice.recipe)
-    assert not any(o.startswith("feedback.source=") for o in overrides)
+    # the same baseline without the refused field's override, nothing else dropped
+    assert recipe == advice.recipe
+    assert overrides == tuple(o for o in advice.overrides if not o.startswith("feedback.source="))
     closest = "Closest trainable baseline: rlmap train --recipe " + " ".join([recipe, *overrides])
     for text in (render(advice), config_yaml(advice)):
         flat = " ".join(line.removeprefix("#") for line in text.splitlines()).split()
-        assert "Not trainable in rlmap yet: " + advice.refused in " ".join(flat)
+        assert "Not trainable here: " + advice.refused in " ".join(flat)
         assert closest in " ".join(flat)
+
+
+def test_a_refused_preset_is_said_and_no_untrainable_neighbour_is_offered(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A build that refuses critics: ppo itself is refused, and no override of the advice is
+    # to blame, so there is no closest trainable baseline to name (the old table offered
+    # ppo for ppo, refused the same way).
+    import rlmap.recipes.advise as advise_module
+
+    def refuse(cfg: Any) -> None:
+        if cfg.critic.enabled:
+            raise ConfigError("critic.enabled: no critic in this build")
+
+    monkeypatch.setattr(advise_module, "refuse_unavailable", refuse)
+    advice = advise(ROWS[2].profile)  # row 2: ppo
+    assert advice.refused == "critic.enabled: no critic in this build"
+    assert advice.closest is None
+    for text in (render(advice), config_yaml(advice)):
+        flat = " ".join(" ".join(line.removeprefix("#") for line in text.splitlines()).split())
+        assert "Not trainable here: critic.enabled: no critic in this build." in flat
+        assert "Closest trainable baseline" not in flat
 
 
 def test_the_reward_model_fallback_is_classic_rlhf() -> None:
@@ -379,3 +412,125 @@ def test_row_3_names_a_curriculum_and_rebalancing_that_rlmap_runs(
     ]
     cfg = build_config(row.preset, None, [*row.overrides, *both])
     assert cfg.sampling.curriculum and cfg.sampling.rebalance and cfg.sampling.group_size == 16
+
+
+# --- every "in rlmap" sentence checked against what rlmap has --------------------------------
+
+_SECTIONS = tuple(RecipeConfig.model_fields)
+_SETTING = re.compile(rf"(?<![\w.])((?:{'|'.join(_SECTIONS)})\.[a-z_]+)=([^\s,;)]*[^\s,;):.])")
+"""``section.field=value`` in prose; the value ends before a space or punctuation."""
+_FIELD = re.compile(rf"(?<![\w.])((?:{'|'.join(_SECTIONS)})\.[a-z_]+)")
+_NEGATIVE = re.compile(
+    r"\b(cannot|can't|not yet|yet|not in rlmap|outside rlmap|rlmap does not|rlmap has no"
+    r"|not supported|unsupported|not available|not built|lacks)\b",
+    re.IGNORECASE,
+)
+
+NOT_IN_RLMAP = {
+    "learned compaction": ("compact",),
+    "segment contexts": ("segment",),
+    "search": ("search", "mcts"),
+}
+"""What the texts may say rlmap lacks, each with fragments that no config field, component
+or preset of rlmap contains (checked below): a claim stays only while it holds."""
+
+
+def _config_fields() -> set[str]:
+    dumped = RecipeConfig().model_dump()
+    fields = {f"{section}.{name}" for section, body in dumped.items() if isinstance(body, dict)
+              for name in body}  # fmt: skip
+    return fields | {section for section, body in dumped.items() if not isinstance(body, dict)}
+
+
+def _rlmap_names() -> set[str]:
+    """Every name rlmap answers to: config fields, components of every axis, presets."""
+    registries = (feedback.registry, sampling.registry, estimators.registry,
+                  correction.registry, correction.corrections, correction.kl_estimators,
+                  reduction.registry, registry)  # fmt: skip
+    return _config_fields() | {name for r in registries for name in r.names()}
+
+
+def _presets_in(text: str) -> set[str]:
+    return {name for name in registry.names()
+            if re.search(rf"(?<![\w-]){re.escape(name)}(?![\w-])", text)}  # fmt: skip
+
+
+def _in_rlmap_texts(row: Row) -> list[str]:
+    """The row's "in rlmap" texts, each led by the table words it answers (so "not in
+    rlmap" says what is not)."""
+    return [f"{row.baseline}: {row.baseline_in_rlmap}", f"{row.next_change}: {row.next_in_rlmap}"]
+
+
+def _checked_sentences() -> list[tuple[Row | None, str]]:
+    """Every sentence of advise that says what rlmap has, and explain's notes."""
+    texts: list[tuple[Row | None, str]] = []
+    for row in (*TABLE, *FALLBACKS):
+        texts += [(row, t) for t in _in_rlmap_texts(row)]
+        texts += [(row, w.how) for w in row.must_not_ignore]
+    texts += [(None, f.note) for f in FEEDBACK.values()]
+    texts += [(None, registry.get(n).note) for n in registry.names()]
+    texts += [(None, registry.get(n).summary) for n in registry.names()]
+    return [(row, s) for row, text in texts for s in re.split(r";\s|\.\s", text) if s]
+
+
+BASES = tuple(dict.fromkeys(r.preset for r in (*TABLE, *FALLBACKS) if r.preset))
+"""Every recipe an advice can start from: what rows 4 and 5 qualify."""
+
+
+def _presets_of(row: Row | None) -> tuple[str, ...]:
+    return (row.preset,) if row is not None and row.preset else BASES
+
+
+@pytest.mark.parametrize("row", TABLE, ids=lambda r: f"row{r.number}")
+def test_every_setup_a_row_names_builds_and_trains_here(row: Row) -> None:
+    for setup in row.named:
+        for name in (setup.preset,) if setup.preset else BASES:
+            if "data.task=reasoning_gym:chain_sum" in setup.overrides:
+                pytest.importorskip("reasoning_gym")
+            cfg = build_config(name, None, setup.overrides)  # validation: raises if refused
+            refuse_unavailable(cfg)  # and the check `rlmap train` runs before anything
+
+
+@pytest.mark.parametrize("row", TABLE, ids=lambda r: f"row{r.number}")
+def test_the_in_rlmap_texts_name_only_the_rows_setups(row: Row) -> None:
+    text = f"{row.baseline_in_rlmap} {row.next_in_rlmap}"
+    held = {o for setup in row.named for o in setup.overrides}
+    for key, value in _SETTING.findall(text):
+        if re.fullmatch(r"[A-Z]", value):  # a placeholder (level L): the key must be held
+            assert any(o.startswith(f"{key}=") for o in held), (row.number, key)
+        else:
+            assert f"{key}={value}" in held, (row.number, f"{key}={value}")
+    assert _presets_in(text) <= {s.preset for s in row.named}, row.number
+
+
+def test_every_config_field_a_text_names_exists() -> None:
+    fields = _config_fields()
+    for _, sentence in _checked_sentences():
+        for name in _FIELD.findall(sentence):
+            assert name in fields, (name, sentence)
+
+
+def test_no_sentence_says_rlmap_lacks_what_it_has() -> None:
+    names = _rlmap_names()
+    for fragments in NOT_IN_RLMAP.values():  # each listed lack still holds
+        assert not [n for n in names for f in fragments if f in n.lower()], fragments
+    for row, sentence in _checked_sentences():
+        if not _NEGATIVE.search(sentence):
+            continue
+        # a negative claim is about something listed as lacking ...
+        assert any(lack in sentence for lack in NOT_IN_RLMAP), sentence
+        # ... and whatever preset or setting it names must really be refused
+        for name in _presets_in(sentence):
+            with pytest.raises(ConfigError):
+                refuse_unavailable(build_config(name, None, ()))
+        for key, value in _SETTING.findall(sentence):
+            for name in _presets_of(row):
+                with pytest.raises(ConfigError):
+                    refuse_unavailable(build_config(name, None, [f"{key}={value}"]))
+
+
+def test_row_6_says_that_sao_trains_and_it_does(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["advise", "--multi-turn", "--barrier", "severe"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "cannot train" not in out
+    assert "sao (asynchronous queue" in out and "system.backend=ray" in out

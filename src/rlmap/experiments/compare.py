@@ -16,6 +16,13 @@ several seeds). Every line of the comparison is one of four kinds:
   sees what a step means in each run.
 - **result** — held-out pass@1 / pass@k / diversity after training, peak memory.
 
+Beyond these lines, every field of the resolved ``config.yaml`` whose value differs
+between groups is flagged (``CONFIG differs``), but for the few in ``NOT_COMPARED`` and
+those a setup line already flags: a difference no line names (LoRA against full
+fine-tuning, two learners against one) is still a difference in what a step does. The
+composition line is recomputed from each run's config, so that runs written by older
+versions of rlmap read alike and it names LoRA, learners and precision when set.
+
 A group with several seeds shows the mean and the spread (min–max) of each number;
 its curves are the mean over seeds with a min–max band, each seed interpolated onto
 a common grid over the budget range all its seeds reached. Failed runs (no
@@ -32,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rlmap.core.errors import InputError
+from rlmap.core.errors import ConfigError, InputError
 from rlmap.experiments.ledger import Ledger
 from rlmap.experiments.rundir import (
     MetricsLog,
@@ -40,13 +47,26 @@ from rlmap.experiments.rundir import (
     write_bytes_atomic,
     write_text_atomic,
 )
-from rlmap.recipes.config import read_yaml
+from rlmap.recipes.config import from_mapping, read_yaml
+from rlmap.recipes.explain import composition
 
 BUDGET_TOLERANCE = 0.10
 """Budgets (tokens, wall-clock, compute) further apart than this fraction are flagged."""
 FAILED_FILE = "FAILED"
 """Written into a run directory by ``rlmap train --seeds`` when that run raised."""
 GRID_POINTS = 50
+NOT_COMPARED: dict[str, str] = {
+    "seed": "what a group spans: its runs are equal in everything else",
+    "recipe": "the name of the preset the fields were resolved from; it labels the groups, "
+    "and the fields themselves are compared one by one",
+    "run": "what a run records and when (evaluation and checkpoint cadence, logs, samples "
+    "written, a merged copy), not what it trains",
+    "model.path": "where the base weights lie: the base model path and base checkpoint lines "
+    "flag it, the checkpoint's fingerprint saying whether the weights differ or only the path",
+    "data.eval_path": "where the held-out file lies: the prompts line compares its content "
+    "(the ledger's fingerprint), which a copy at another path does not change",
+}
+"""Config fields (and sections) left out of the config difference, each with the reason."""
 
 
 @dataclass(frozen=True)
@@ -106,6 +126,7 @@ def load_run(path: Path) -> Run:
     if isinstance(config.get("seed", 0), bool) or not isinstance(config.get("seed", 0), int):
         raise InputError(f"{path / 'config.yaml'}: seed: expected an integer")
     first = (path / "config.yaml").read_bytes().decode("utf-8-sig").partition("\n")[0]
+    written = first.removeprefix("# ").strip()
     ledger = read_json_object(path / "ledger.json", "ledger") or {}
     summary = read_json_object(path / "summary.json", "run summary")
     records = MetricsLog.read(path / "metrics.jsonl")
@@ -114,7 +135,16 @@ def load_run(path: Path) -> Run:
         failure = (path / FAILED_FILE).read_text(errors="replace").strip() or "failed"
     elif summary is None:
         failure = "no summary.json: the run did not finish"
-    return Run(path, config, first.removeprefix("# ").strip(), ledger, summary, records, failure)
+    return Run(path, config, _composition(config, written), ledger, summary, records, failure)
+
+
+def _composition(config: Mapping[str, Any], written: str) -> str:
+    """The composition of ``config`` as rlmap writes it today (runs of older versions then
+    read alike); ``written``, the run's own first line, when the config no longer loads."""
+    try:
+        return composition(from_mapping(config))
+    except ConfigError:
+        return written
 
 
 def load_runs(paths: Sequence[Path]) -> list[Run]:
@@ -208,6 +238,14 @@ class Line:
     kind: str
     """``setup``, ``budget``, ``method`` or ``result`` (see the module docstring)."""
     get: Callable[[Run], Any]
+    fields: tuple[str, ...] = ()
+    """The config fields a setup line shows: when it flags them, the config difference
+    does not repeat them."""
+
+
+def _setting(label: str, section: str, name: str) -> Line:
+    """A setup line that shows one config field."""
+    return Line(label, "setup", _cfg(section, name), (f"{section}.{name}",))
 
 
 LINES: tuple[Line, ...] = (
@@ -215,24 +253,28 @@ LINES: tuple[Line, ...] = (
     Line("base model path", "setup", _ledger("base_model")),
     Line("tokenizer + chat template", "setup", _ledger("tokenizer_fingerprint")),
     Line("prompts (train + held-out)", "setup", _ledger("data_fingerprint")),
-    Line("task", "setup", _cfg("data", "task")),
+    _setting("task", "data", "task"),
     Line(
         "task settings",
         "setup",
         lambda run: json.dumps(_cfg("data", "task_args")(run), sort_keys=True),
+        ("data.task_args",),
     ),
-    Line("training verifier", "setup", _ledger("verifier")),
+    Line("training verifier", "setup", _ledger("verifier"), ("feedback.verifier",)),
     Line(
         "held-out verifier",
         "setup",
         lambda run: run.ledger.get("eval_verifier") or run.ledger.get("verifier"),
+        ("feedback.eval_verifier",),
     ),
-    Line("temperature", "setup", _cfg("generation", "temperature")),
-    Line("top-p", "setup", _cfg("generation", "top_p")),
-    Line("max new tokens", "setup", _cfg("generation", "max_new_tokens")),
-    Line("eval samples per prompt", "setup", _cfg("generation", "eval_samples")),
-    Line("engine", "setup", _ledger("engine")),
-    Line("precision", "setup", _ledger("precision")),
+    _setting("temperature", "generation", "temperature"),
+    _setting("top-p", "generation", "top_p"),
+    _setting("max new tokens", "generation", "max_new_tokens"),
+    _setting("eval samples per prompt", "generation", "eval_samples"),
+    Line("engine", "setup", _ledger("engine"), ("system.engine",)),
+    Line(
+        "precision", "setup", _ledger("precision"), ("system.train_dtype", "system.rollout_dtype")
+    ),
     Line("generated tokens", "budget", _ledger("generated_tokens")),
     Line("wall-clock s", "budget", _ledger("wall_clock_s")),
     Line("learner compute s", "budget", _learner_s),
@@ -292,7 +334,8 @@ def _group_mean(runs: Sequence[Run], line: Line) -> float | None:
 
 
 def flags(groups: Mapping[str, Sequence[Run]]) -> list[str]:
-    """Every difference that makes the comparison unfair, one line each."""
+    """Every difference that makes the comparison unfair, then every config field that
+    differs between groups, one line each."""
     out: list[str] = []
     for label, runs in groups.items():
         for run in runs:
@@ -300,25 +343,89 @@ def flags(groups: Mapping[str, Sequence[Run]]) -> list[str]:
                 out.append(f"FAILED run {run.path} ({label}, seed {run.seed}): {run.failure}")
     finished = {k: [r for r in v if r.failure is None] for k, v in groups.items()}
     finished = {k: v for k, v in finished.items() if v}
+    flagged: list[str] = []
     for line in LINES:
-        if line.kind == "setup":
-            seen = {label: {_fmt(line.get(r)) for r in runs} for label, runs in finished.items()}
-            values = set().union(*seen.values()) if seen else set()
-            if len(values) > 1:
-                detail = ", ".join(f"{k}: {' / '.join(sorted(v))}" for k, v in seen.items())
-                out.append(f"UNFAIR setup: {line.label} differs ({detail})")
-        elif line.kind == "budget":
-            means = {label: _group_mean(runs, line) for label, runs in finished.items()}
-            known = {k: v for k, v in means.items() if v is not None}
-            if len(known) > 1 and min(known.values()) > 0:
-                low, high = min(known.values()), max(known.values())
-                if high / low > 1 + BUDGET_TOLERANCE:
-                    detail = ", ".join(f"{k}: {_fmt(v)}" for k, v in known.items())
-                    out.append(
-                        f"UNFAIR budget: {line.label} differs {high / low:.2f}x ({detail}); "
-                        "equal steps are not equal cost — read the curves against budget"
-                    )
+        found = {"setup": _setup_flag, "budget": _budget_flag}.get(line.kind)
+        text = None if found is None else found(line, finished)
+        if text is not None:
+            out.append(text)
+            flagged += line.fields
+    return out + config_differences(groups, shown=frozenset(flagged))
+
+
+def _setup_flag(line: Line, finished: Mapping[str, Sequence[Run]]) -> str | None:
+    seen = {label: {_fmt(line.get(r)) for r in runs} for label, runs in finished.items()}
+    if len(set().union(*seen.values()) if seen else set()) < 2:
+        return None
+    detail = ", ".join(f"{k}: {' / '.join(sorted(v))}" for k, v in seen.items())
+    return f"UNFAIR setup: {line.label} differs ({detail})"
+
+
+def _budget_flag(line: Line, finished: Mapping[str, Sequence[Run]]) -> str | None:
+    means = {label: _group_mean(runs, line) for label, runs in finished.items()}
+    known = {k: v for k, v in means.items() if v is not None}
+    if len(known) < 2 or min(known.values()) <= 0:
+        return None
+    low, high = min(known.values()), max(known.values())
+    if high / low <= 1 + BUDGET_TOLERANCE:
+        return None
+    detail = ", ".join(f"{k}: {_fmt(v)}" for k, v in known.items())
+    return (f"UNFAIR budget: {line.label} differs {high / low:.2f}x ({detail}); "
+            "equal steps are not equal cost — read the curves against budget")  # fmt: skip
+
+
+def config_differences(
+    groups: Mapping[str, Sequence[Run]], shown: frozenset[str] = frozenset()
+) -> list[str]:
+    """``CONFIG differs: FIELD (group: value, …)`` for every dotted field of the resolved
+    configs whose value differs between groups, in the config's order; fields in
+    ``NOT_COMPARED`` and the ``shown`` ones (a setup line flagged them) are left out. A
+    group's runs share their config but for the seed and the run section, so its first
+    run speaks for it; a field a run's config lacks (an older rlmap) reads ``absent``."""
+    flat = {label: _flatten(runs[0].config) for label, runs in groups.items() if runs}
+    fields = dict.fromkeys(key for values in flat.values() for key in values)
+    out = []
+    for field in fields:
+        if _left_out(field, shown):
+            continue
+        values = {label: f.get(field, _ABSENT) for label, f in flat.items()}
+        if len({_exact(v) for v in values.values()}) > 1:  # not as shown: 0.95 ≠ 0.9501
+            detail = ", ".join(f"{label}: {_shown(v)}" for label, v in values.items())
+            out.append(f"CONFIG differs: {field} ({detail})")
     return out
+
+
+_ABSENT = object()
+
+
+def _flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"model": {"lora_rank": 8}}`` → ``{"model.lora_rank": 8}``; lists are values."""
+    out: dict[str, Any] = {}
+    for key, value in config.items():
+        if isinstance(value, Mapping) and value:
+            out |= _flatten(value, f"{prefix}{key}.")
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def _left_out(field: str, shown: frozenset[str]) -> bool:
+    """``field`` is in NOT_COMPARED or ``shown``, itself or by a section above it."""
+    parts = field.split(".")
+    above = {".".join(parts[:n]) for n in range(1, len(parts) + 1)}
+    return bool(above & (NOT_COMPARED.keys() | shown))
+
+
+def _exact(value: Any) -> str:
+    return "absent" if value is _ABSENT else json.dumps(value, sort_keys=True, default=str)
+
+
+def _shown(value: Any) -> str:
+    if value is _ABSENT:
+        return "absent"
+    if isinstance(value, bool | list | dict) or value is None:
+        return json.dumps(value, sort_keys=True)
+    return _fmt(value)
 
 
 def table(groups: Mapping[str, Sequence[Run]], kinds: Sequence[str] | None = None) -> str:
@@ -471,7 +578,7 @@ def write_report(runs: Sequence[Run], out: Path) -> str:
         "",
         *(
             [f"- {f}" for f in found]
-            or [f"- none: same setup, budgets within {BUDGET_TOLERANCE:.0%}"]
+            or [f"- none: same config, same setup, budgets within {BUDGET_TOLERANCE:.0%}"]
         ),
         "",
         "## Side by side",

@@ -98,11 +98,6 @@ FEEDBACK: dict[str, Feedback] = {
 MULTI_TURN_TASK = ("data.task=calculator",)
 """rlmap's built-in multi-turn task (a calculator tool); replace it with your own."""
 
-_TRAINABLE_SIBLING = {"classic-rlhf": "ppo", "sao": "ppo"}
-"""The nearest preset rlmap trains today, for presets it defines but cannot train."""
-_UNAVAILABLE_FIELDS = ("feedback.source",)
-"""Fields the advisor may set to values rlmap cannot train yet (dropped for the fallback)."""
-
 
 @dataclass(frozen=True)
 class Answer:
@@ -129,9 +124,10 @@ class Advice:
     config: RecipeConfig
     """The validated config of the baseline."""
     refused: str | None
-    """Why rlmap cannot train the baseline yet; None when it can."""
+    """Why ``rlmap train`` would refuse the baseline here (its own check); None: it trains."""
     closest: tuple[str, tuple[str, ...]] | None
-    """(recipe, overrides) of the closest trainable baseline when ``refused``."""
+    """(recipe, overrides) of the closest trainable baseline when ``refused``: the baseline
+    without the override of the refused field; None when that does not train either."""
     notes: tuple[str, ...] = ()
 
 
@@ -149,7 +145,7 @@ def advise(profile: TaskProfile) -> Advice:
     )
     config = build_config(base.preset, None, overrides)
     refused = _refusal(config)
-    closest = None if refused is None else _closest_trainable(base.preset, overrides)
+    closest = None if refused is None else _closest_trainable(base.preset, overrides, refused)
     answers = tuple(Answer(q.text, *q.answer(profile, config)) for q in QUESTIONS)
     notes = (feedback.note,) if feedback.note else ()
     return Advice(profile, answers, rows, base, base.preset, overrides, config, refused,
@@ -182,9 +178,22 @@ def _refusal(config: RecipeConfig) -> str | None:
     return None
 
 
-def _closest_trainable(recipe: str, overrides: tuple[str, ...]) -> tuple[str, tuple[str, ...]]:
-    kept = tuple(o for o in overrides if o.partition("=")[0] not in _UNAVAILABLE_FIELDS)
-    return _TRAINABLE_SIBLING.get(recipe, recipe), kept
+def _closest_trainable(
+    recipe: str, overrides: tuple[str, ...], refused: str
+) -> tuple[str, tuple[str, ...]] | None:
+    """The baseline without the override of the field ``refused`` names (a refusal names its
+    field first), checked the same way; None when no override is to blame or it is refused
+    too. Derived from the refusal rather than from a list of what rlmap lacks, which would
+    go stale as rlmap grows."""
+    field = refused.partition(":")[0]
+    kept = tuple(o for o in overrides if o.partition("=")[0] != field)
+    if kept == overrides:
+        return None
+    try:
+        trains = _refusal(build_config(recipe, None, kept)) is None
+    except ConfigError:  # the rest no longer validates without it
+        trains = False
+    return (recipe, kept) if trains else None
 
 
 def emit_config(profile: TaskProfile) -> dict[str, Any]:
@@ -207,9 +216,7 @@ def config_yaml(advice: Advice) -> str:
         f"({base.condition}): {base.baseline}.",
         f"Next change to try: {base.next_change}.",
     ]
-    if advice.refused is not None and advice.closest is not None:
-        lines += [f"Not trainable in rlmap yet: {advice.refused}.",
-                  f"Closest trainable baseline: {_train_command(*advice.closest)}"]  # fmt: skip
+    lines += _refusal_lines(advice)
     lines += [*advice.notes, DISCLAIMER]
     wrapped = [part for line in lines for part in textwrap.wrap(line, 86, break_on_hyphens=False)]
     header = "".join(f"# {line}\n" for line in wrapped)
@@ -221,6 +228,16 @@ def write_config(advice: Advice, path: Path, *, force: bool = False) -> None:
     is refused unless ``force``, and only a regular file is ever replaced; a directory,
     a missing parent or a failed write is an InputError naming the path."""
     write_new_text(Path(path), config_yaml(advice), force=force)
+
+
+def _refusal_lines(advice: Advice) -> list[str]:
+    """Why ``rlmap train`` would refuse the baseline, and the closest one it trains."""
+    if advice.refused is None:
+        return []
+    lines = [f"Not trainable here: {advice.refused}."]
+    if advice.closest is not None:
+        lines.append(f"Closest trainable baseline: {_train_command(*advice.closest)}")
+    return lines
 
 
 def _train_command(recipe: str, overrides: Iterable[str]) -> str:
@@ -391,9 +408,7 @@ def _render_baseline(advice: Advice) -> list[str]:
     lines = [f"Baseline to establish first ({where}): {advice.recipe}"]
     lines += _wrap(composition(advice.config), "  ", hang=4)
     lines += _wrap(_train_command(advice.recipe, advice.overrides), "  ", hang=4)
-    if advice.refused is not None and advice.closest is not None:
-        lines += _wrap(f"Not trainable in rlmap yet: {advice.refused}.", "  ")
-        lines += _wrap(f"Closest trainable baseline: {_train_command(*advice.closest)}", "  ")
+    lines += [line for text in _refusal_lines(advice) for line in _wrap(text, "  ")]
     lines += [line for note in advice.notes for line in _wrap(f"Note: {note}.", "  ")]
     return lines
 

@@ -1,4 +1,10 @@
-"""Recipes written out in full: the one-line composition and the axis-by-axis explanation."""
+"""Recipes written out in full: the one-line composition and the axis-by-axis explanation.
+
+The composition names every choice that changes the update: one component per axis, the
+system's engine and backend, and — only where they leave the defaults, so that a preset's
+line stays short — data-parallel learners and their sharding, bfloat16 passes, and LoRA
+(rank, scale, target modules). ``rlmap compare`` sets runs side by side by this line.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +15,7 @@ from typing import Any
 from rlmap import correction, estimators, feedback, reduction, sampling
 from rlmap.recipes.catalog import registry
 from rlmap.recipes.config import RecipeConfig
+from rlmap.system.params import SystemParams
 
 
 def _feedback(cfg: RecipeConfig) -> str:
@@ -68,7 +75,6 @@ def _behaviour(cfg: RecipeConfig) -> str:
     if k.placement == "none":
         return text + " + no KL"
     return text + f" + KL {k.estimator} in {k.placement} β={k.beta}"
-    return text
 
 
 def _reduction(cfg: RecipeConfig) -> str:
@@ -77,11 +83,25 @@ def _reduction(cfg: RecipeConfig) -> str:
 
 
 def _system(cfg: RecipeConfig) -> str:
-    s = cfg.system
+    s, default = cfg.system, SystemParams()
     text = "synchronous group barrier" if s.mode == "sync" else "asynchronous queue"
     if s.partial_rollout:
         text += " + partial rollout"
-    return text + f" ({s.engine}, {s.backend})"
+    where: list[str] = [s.engine, s.backend]
+    if s.learners > 1:  # one learner shards nothing: its sharding is not shown
+        where.append(f"{s.learners} {s.learner_sharding} learners")
+    if (s.train_dtype, s.rollout_dtype) != (default.train_dtype, default.rollout_dtype):
+        where.append(f"train {s.train_dtype} / rollout {s.rollout_dtype}")
+    return text + f" ({', '.join(where)})"
+
+
+def _adapters(cfg: RecipeConfig) -> str | None:
+    """LoRA when on: only the adapters train, so the update is another one; None: full
+    fine-tuning (the default)."""
+    m = cfg.model
+    if not m.lora_rank:
+        return None
+    return f"LoRA r={m.lora_rank}, α={m.resolved_lora_alpha:g} on {','.join(m.lora_modules)}"
 
 
 AXES = (
@@ -95,8 +115,10 @@ AXES = (
 
 
 def composition(cfg: RecipeConfig) -> str:
-    """The recipe's full name: one component per axis, joined with ' · '."""
-    return " · ".join(describe(cfg) for _, _, describe in AXES)
+    """The recipe's full name: one component per axis, then LoRA when on, joined with ' · '."""
+    parts = [describe(cfg) for _, _, describe in AXES]
+    adapters = _adapters(cfg)
+    return " · ".join(parts if adapters is None else [*parts, adapters])
 
 
 def _get(cfg: RecipeConfig, dotted: str) -> Any:

@@ -90,6 +90,18 @@ class Watch:
 
 
 @dataclass(frozen=True)
+class Setup:
+    """A set-up that a row's "in rlmap" text names, as data: a test builds every one with
+    the config's own validation, so the text cannot name a preset or setting rlmap lacks."""
+
+    preset: str | None
+    """The preset; None: the recipe of the advice's baseline, whichever row or fallback
+    picked it (rows 4 and 5 say how to run it, not which it is)."""
+    overrides: tuple[str, ...] = ()
+    """Dotted overrides, concrete where the text has a placeholder (``L`` → a level)."""
+
+
+@dataclass(frozen=True)
 class Row:
     """One task condition of the selection table (or a fallback when none applies)."""
 
@@ -116,6 +128,10 @@ class Row:
     """How to try the next change in rlmap, and what it lacks."""
     source: str = ""
     """The row as the source states it (Chinese), for traceability."""
+    named: tuple[Setup, ...] = ()
+    """Every preset and setting that ``baseline_in_rlmap`` and ``next_in_rlmap`` name, as
+    set-ups that ``rlmap train`` accepts (tests/recipes/test_recipes_advise.py builds them
+    and checks that the texts name nothing else)."""
 
 
 _ALL_EQUAL = Watch(
@@ -128,6 +144,9 @@ _VALUE_CALIBRATION = Watch(
     "critic/explained_variance, critic/value_error_first and _last: a critic that does not "
     "explain the returns adds bias instead of removing variance",
 )
+
+_REPLAY = ("behaviour.routing_replay=true", "model.path=embedded:tiny-moe")
+"""Row 4's routing replay, on the built-in MoE."""
 
 TABLE: tuple[Row, ...] = (
     Row(
@@ -151,6 +170,7 @@ TABLE: tuple[Row, ...] = (
         "overlong punishment); dr-grpo for the fixed-budget denominator alone",
         source="单轮、终局 verifier、同题多采便宜 | RLOO / GRPO | DAPO-style sampling/reduction "
         "| 全同组、总 rollout token",
+        named=(Setup("rloo"), Setup("grpo"), Setup("dapo"), Setup("dr-grpo")),
     ),
     Row(
         number=2,
@@ -173,6 +193,7 @@ TABLE: tuple[Row, ...] = (
         "length-adaptive λ_policy, Clip-Higher, positive NLL)",
         source="单轮很长、critic 明显失稳 | PPO + GAE | VAPO-style critic/λ 设计 "
         "| value calibration、长度定义",
+        named=(Setup("ppo"), Setup("vapo")),
     ),
     Row(
         number=3,
@@ -203,6 +224,20 @@ TABLE: tuple[Row, ...] = (
         "skipped, rare successes drawn again); search changes the data, outside rlmap",
         source="正确样本极稀少 | group sampling / curriculum | positive NLL、搜索、数据重平衡 "
         "| verifier 漏洞、prompt coverage",
+        named=(
+            Setup("grpo", ("sampling.group_size=16",)),
+            Setup(
+                "grpo",
+                (
+                    "sampling.group_size=16",
+                    "data.task=reasoning_gym:chain_sum",
+                    "sampling.curriculum=true",
+                    "sampling.curriculum_top=3",
+                ),
+            ),
+            Setup("grpo", ("sampling.group_size=16", "behaviour.positive_nll=0.1")),
+            Setup("grpo", ("sampling.group_size=16", "sampling.rebalance=true")),
+        ),
     ),
     Row(
         number=4,
@@ -214,7 +249,7 @@ TABLE: tuple[Row, ...] = (
             Watch(
                 "router metadata",
                 "record the rollout engine's top-k experts per token and "
-                "layer; without them routing cannot be replayed",
+                "layer: replaying the routing needs them",
             ),
             Watch(
                 "objective shift",
@@ -233,6 +268,11 @@ TABLE: tuple[Row, ...] = (
         "or [icepop]; moe/route_mismatch_frac and ratio/kappa/* show what it changed",
         source="MoE 训推 route 不一致 | 同步小实验 | R3 + probability correction "
         "| router metadata、目标偏移",
+        named=(
+            Setup(None, ("system.mode=sync", "behaviour.mode=decoupled")),
+            Setup(None, (*_REPLAY, "behaviour.corrections=[tis]")),
+            Setup(None, (*_REPLAY, "behaviour.corrections=[icepop]")),
+        ),
     ),
     Row(
         number=5,
@@ -266,6 +306,12 @@ TABLE: tuple[Row, ...] = (
         "d = π_θ/μ: behaviour.objective=direct_gate with behaviour.mode=bypass",
         source="rollout 与 learner 分离 | 记录真实 behavior | TIS/IcePop 或 direct correction "
         "| processor、support、staleness",
+        named=(
+            Setup(None, ("behaviour.mode=decoupled",)),
+            Setup(None, ("behaviour.corrections=[tis]",)),
+            Setup(None, ("behaviour.corrections=[icepop]",)),
+            Setup(None, ("behaviour.objective=direct_gate", "behaviour.mode=bypass")),
+        ),
     ),
     Row(
         number=6,
@@ -290,9 +336,15 @@ TABLE: tuple[Row, ...] = (
         baseline_in_rlmap="ppo with one trajectory per prompt: a value critic, GAE over "
         "action tokens (observations skipped), synchronous",
         next_in_rlmap="sao (asynchronous queue, direct ratio, double-sided gate, staleness "
-        "filter): defined, but rlmap cannot train it yet (system.mode=async)",
+        "filter) with data.task=calculator: its rollout workers run as threads in the "
+        "learner's process, or as Ray actors with system.backend=ray",
         source="多轮 agent、group barrier 严重 | single-rollout actor–critic | SAO-style async "
         "| 选择偏差、critic cold start",
+        named=(
+            Setup("ppo", ("sampling.group_size=1",)),
+            Setup("sao", ("data.task=calculator",)),
+            Setup("sao", ("data.task=calculator", "system.backend=ray")),
+        ),
     ),
     Row(
         number=7,
@@ -319,6 +371,7 @@ TABLE: tuple[Row, ...] = (
         next_in_rlmap="not in rlmap",
         source="context 超窗 | segment/turn value baseline | learned compaction "
         "| state sufficiency、跨段信用",
+        named=(Setup("ppo", ("credit.time_unit=turn",)),),
     ),
 )
 
