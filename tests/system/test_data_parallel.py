@@ -165,3 +165,48 @@ def _same_metrics(one: dict[str, float], two: dict[str, float]) -> None:
 def test_a_wrong_denominator_is_caught(runs: dict, bug: str) -> None:
     one, two = runs["one"]["token_mean"], runs["two"][("token_mean", bug)]
     assert _gap(two["grads"][0], one["grads"][0]) > 1e-2
+
+
+LAUNCH = {"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500"}
+"""What torchrun sets for rank 1 of 2 (the variables rlmap reads)."""
+
+
+@pytest.mark.parametrize(
+    ("environ", "expected"),
+    [
+        ({}, (0, 1)),  # no launcher: one process
+        ({"MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500"}, (0, 1)),  # a cluster's exports
+        (LAUNCH, (1, 2)),
+        (LAUNCH | {"LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"}, (1, 2)),
+        (LAUNCH | {"RANK": "0", "WORLD_SIZE": "1"}, (0, 1)),  # torchrun --nproc-per-node 1
+    ],
+)
+def test_the_launched_rank_is_read_from_a_full_environment(
+    environ: dict[str, str], expected: tuple[int, int]
+) -> None:
+    from rlmap.system.distributed import launched_rank
+
+    assert launched_rank(environ) == expected
+
+
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        ({"RANK": ""}, "RANK: not set, but WORLD_SIZE, MASTER_ADDR, MASTER_PORT are"),
+        ({"MASTER_ADDR": ""}, "MASTER_ADDR: not set, but RANK, WORLD_SIZE, MASTER_PORT are"),
+        ({"RANK": "2"}, "RANK: must be an integer from 0 to 1, got '2'"),  # 2 ranks: 0 and 1
+        ({"RANK": "-1"}, "RANK: must be an integer from 0 to 1, got '-1'"),
+        ({"WORLD_SIZE": "two"}, "WORLD_SIZE: must be an integer >= 1, got 'two'"),
+        ({"WORLD_SIZE": "0"}, "WORLD_SIZE: must be an integer >= 1, got '0'"),
+        ({"MASTER_PORT": "70000"}, "MASTER_PORT: must be an integer from 1 to 65535"),
+    ],
+)
+def test_a_launcher_environment_that_names_no_rank_is_refused(
+    change: dict[str, str], says: str
+) -> None:
+    from rlmap.core.errors import ConfigError
+    from rlmap.system.distributed import launched_rank
+
+    with pytest.raises(ConfigError) as err:
+        launched_rank(LAUNCH | change)
+    assert str(err.value).startswith(says), str(err.value)

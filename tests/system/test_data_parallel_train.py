@@ -120,7 +120,9 @@ def test_what_data_parallel_learners_refuse(extra: list[str], says: str) -> None
 def test_a_launcher_of_another_size_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     from rlmap.cli import _learner_world
 
-    monkeypatch.setenv("WORLD_SIZE", "3")
+    for name, value in (("RANK", "0"), ("WORLD_SIZE", "3"), ("MASTER_ADDR", "127.0.0.1"),
+                        ("MASTER_PORT", "29500")):  # fmt: skip
+        monkeypatch.setenv(name, value)  # a full launcher environment: only its size is wrong
     cfg = build_config("grpo", None, ["system.learners=2"])
     with pytest.raises(ConfigError, match=r"system.learners: 2, but the launcher started 3"):
         _learner_world(cfg)

@@ -157,3 +157,148 @@ def test_field_names_are_refused_where_there_is_no_file() -> None:
         with pytest.raises(ConfigError, match=r"^data.prompt_field: only data files"):
             build_config("grpo", None, [f"data.task={task}", "data.prompt_field=question"])
     assert build_config("grpo", None, ["data.task=x.jsonl", "data.answer_field=a"])
+
+
+# --- the guards every format shares: the row size, and text that is not text ------------------
+
+
+def _write_rows(tmp_path: Path, suffix: str, rows: list[dict[str, object]]) -> Path:
+    """``rows`` as a data file of ``suffix``, JSON written compactly and unescaped, so that
+    a row is the same bytes in every format (JSONL's line; the others' compact JSON)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / f"task.{suffix}"
+    if suffix == "parquet":
+        pq.write_table(pa.Table.from_pylist(rows), path)
+    elif suffix == "json":
+        path.write_text(json.dumps(rows, ensure_ascii=False, separators=(",", ":")))
+    else:
+        path.write_text("".join(json.dumps(r, ensure_ascii=False, separators=(",", ":")) + "\n"
+                                for r in rows))  # fmt: skip
+    return path
+
+
+def _where(path: Path, index: int) -> str:
+    """How an error names row ``index`` (from 0): its line, or its row."""
+    lines = path.suffix in (".jsonl", ".ndjson")
+    return f"{path}:{index + 1}:" if lines else f"{path} row {index}:"
+
+
+FORMATS = ["jsonl", "ndjson", "json", "parquet"]
+
+
+@pytest.mark.parametrize("suffix", FORMATS)
+@pytest.mark.parametrize("char", ["1", "é"])
+def test_a_row_one_byte_over_the_limit_is_refused_in_every_format(
+    tmp_path: Path, suffix: str, char: str
+) -> None:
+    from rlmap.core.errors import InputError
+    from rlmap.tasks.jsonl import MAX_ROW_BYTES
+
+    # {"prompt":"P","answer":"1"}: 11 bytes before P ('{"prompt":"') and 15 after
+    # ('","answer":"1"}'), so the row is 26 + bytes(P); "é" is 2 bytes in UTF-8.
+    width = len(char.encode())
+    fits = "1" * ((MAX_ROW_BYTES - 26) % width) + char * ((MAX_ROW_BYTES - 26) // width)
+    assert len(json.dumps({"prompt": fits, "answer": "1"}, ensure_ascii=False,
+                          separators=(",", ":")).encode()) == MAX_ROW_BYTES  # fmt: skip
+    rows = [{"prompt": "1+1=", "answer": "2"}, {"prompt": fits, "answer": "1"}]
+    assert len(load_file_examples(_write_rows(tmp_path, suffix, rows))) == 2  # at the limit: kept
+    rows.append({"prompt": fits + "1", "answer": "1"})  # one byte more: refused
+    path = _write_rows(tmp_path, suffix, rows)
+    with pytest.raises(InputError) as err:
+        load_file_examples(path)
+    assert str(err.value).startswith(f"{_where(path, 2)} row longer than {MAX_ROW_BYTES} bytes")
+    assert "\n" not in str(err.value)
+
+
+def test_a_held_out_file_passes_the_same_guard(tmp_path: Path) -> None:
+    from rlmap.core.errors import InputError
+    from rlmap.tasks.jsonl import MAX_ROW_BYTES
+
+    train = _write_rows(tmp_path, "jsonl", [{"prompt": f"{a}+1=", "answer": "1"} for a in range(8)])
+    heldout = tmp_path / "heldout.json"
+    heldout.write_text(json.dumps([{"prompt": "1" * MAX_ROW_BYTES, "answer": "1"}]))
+    cfg = build_config("grpo", None, [f"data.task={train}", f"data.eval_path={heldout}"])
+    with pytest.raises(InputError, match=r"heldout\.json row 0: row longer than"):
+        setup.labelled_prompts(cfg)
+
+
+SURROGATE_ROWS = [
+    ({"prompt": "1+1=\ud800", "answer": "2"}, "field 'prompt' holds a lone surrogate (\\ud800 "
+     "at character 5)"),
+    ({"prompt": "1+1=", "answer": "\udfff"}, "field 'answer' holds a lone surrogate (\\udfff "
+     "at character 1)"),
+    ({"messages": [{"role": "user", "content": "1+1="},
+                   {"role": "assistant", "content": "2\udc00"}]},
+     "messages[1].content holds a lone surrogate (\\udc00 at character 2)"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("suffix", ["jsonl", "json"])
+@pytest.mark.parametrize(("row", "problem"), SURROGATE_ROWS)
+def test_a_lone_surrogate_escape_names_its_row_and_field(
+    tmp_path: Path, suffix: str, row: dict[str, object], problem: str
+) -> None:
+    from rlmap.core.errors import InputError
+
+    # json.dumps escapes the surrogate as \ud800: valid JSON in a valid UTF-8 file
+    path = tmp_path / f"task.{suffix}"
+    rows = [{"prompt": "2+2=", "answer": "4"}, row]
+    path.write_text(json.dumps(rows) if suffix == "json" else
+                    "".join(json.dumps(r) + "\n" for r in rows))  # fmt: skip
+    assert "\\ud" in path.read_text()
+    with pytest.raises(InputError) as err:
+        load_file_examples(path)
+    tail = "half of a UTF-16 pair, which is not text"
+    assert str(err.value) == f"{_where(path, 1)} {problem}, {tail}"
+
+
+def _parquet_with_bad_utf8(path: Path, column: str, rows: int, bad_row: int) -> None:
+    """A Parquet file whose string ``column`` holds, in ``bad_row``, the three bytes a lone
+    surrogate would have (ED A0 80): pyarrow refuses to build that from Python, so the
+    column is built from raw buffers, as a writer that does not check UTF-8 would."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    values = [f"{a}+1=".encode() for a in range(rows)]
+    values[bad_row] = b"1+1=\xed\xa0\x80"
+    binary = pa.array(values, pa.binary())
+    strings = pa.Array.from_buffers(pa.string(), rows, binary.buffers())
+    other = pa.array([str(a) for a in range(rows)])
+    names = [column, "answer" if column != "answer" else "prompt"]
+    pq.write_table(pa.table({names[0]: strings, names[1]: other}), path)
+
+
+@pytest.mark.parametrize("column", ["prompt", "answer"])
+def test_a_parquet_string_that_is_not_utf8_names_its_row_and_field(
+    tmp_path: Path, column: str
+) -> None:
+    from rlmap.core.errors import InputError
+
+    path = tmp_path / "task.parquet"
+    _parquet_with_bad_utf8(path, column, rows=5, bad_row=3)
+    with pytest.raises(InputError) as err:
+        load_file_examples(path)
+    # "1+1=" is 4 bytes: the bad byte 0xed is the 5th
+    assert str(err.value) == (f"{path} row 3: field {column!r} is not UTF-8 (byte 0xed at "
+                              "column 5 of its text)")  # fmt: skip
+
+
+def test_a_parquet_chat_message_that_is_not_utf8_names_its_row(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from rlmap.core.errors import InputError
+
+    contents = pa.Array.from_buffers(pa.string(), 4, pa.array(
+        [b"1+1=", b"2", b"2+2=", b"\xed\xa0\x80"], pa.binary()).buffers())  # fmt: skip
+    roles = pa.array(["user", "assistant"] * 2)
+    messages = pa.StructArray.from_arrays([roles, contents], ["role", "content"])
+    offsets = pa.array([0, 2, 4], pa.int32())
+    path = tmp_path / "chat.parquet"
+    pq.write_table(pa.table({"messages": pa.ListArray.from_arrays(offsets, messages)}), path)
+    with pytest.raises(InputError) as err:
+        load_file_examples(path)
+    assert str(err.value) == (f"{path} row 1: field 'messages' is not UTF-8 (byte 0xed at "
+                              "column 1 of its text)")  # fmt: skip

@@ -55,3 +55,29 @@ def test_empty_file_is_an_error(tmp_path: Path, content: str) -> None:
 def test_missing_file_is_an_input_error(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="cannot read"):
         load_examples(tmp_path / "absent.jsonl")
+
+
+def test_a_line_of_exactly_the_limit_with_crlf_keeps_the_line_numbers(tmp_path: Path) -> None:
+    from rlmap.tasks.jsonl import MAX_ROW_BYTES
+
+    # {"prompt": "P", "answer": "1"}: 12 bytes before P, 17 after: 29 + len(P) = the limit.
+    # Read as MAX_ROW_BYTES + 1 bytes, the "\n" of its "\r\n" would be a line of its own,
+    # and the bad line 2 would be named line 3.
+    line = '{"prompt": "' + "1" * (MAX_ROW_BYTES - 29) + '", "answer": "1"}'
+    assert len(line) == MAX_ROW_BYTES
+    path = tmp_path / "task.jsonl"
+    path.write_bytes(line.encode() + b"\r\n" + b'{"prompt": "1+1="}\r\n')
+    with pytest.raises(InputError, match=rf"^{path}:2: missing field 'answer'"):
+        load_examples(path)
+
+
+def test_a_pair_with_a_lone_surrogate_names_its_line_and_field(tmp_path: Path) -> None:
+    from rlmap.tasks.jsonl import load_records
+
+    path = tmp_path / "pairs.jsonl"
+    path.write_text('{"prompt": "1+1=", "chosen": "2", "rejected": "3"}\n'
+                    '{"prompt": "1+1=", "chosen": "\\ud800", "rejected": "3"}\n')  # fmt: skip
+    with pytest.raises(InputError) as err:
+        load_records(path, ("prompt", "chosen", "rejected"), "pairs")
+    assert str(err.value) == (f"{path}:2: field 'chosen' holds a lone surrogate (\\ud800 at "
+                              "character 1), half of a UTF-16 pair, which is not text")  # fmt: skip

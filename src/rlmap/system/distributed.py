@@ -33,7 +33,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar, cast
 
@@ -71,16 +71,57 @@ SINGLE = World()
 """One process: every collective here is the identity."""
 
 
+LAUNCH_ENV = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+"""What a launcher (``torchrun``, or :func:`launch`) sets for every rank and the gloo
+rendezvous reads. ``LOCAL_RANK`` is not among them: the ranks share the CPU, none picks
+a device by it."""
+
+
+def launched_rank(environ: Mapping[str, str]) -> tuple[int, int]:
+    """(rank, world size) a launcher set in ``environ``; (0, 1) when it names no rank.
+
+    ``RANK`` or ``WORLD_SIZE`` says a launcher started this process; then every name of
+    ``LAUNCH_ENV`` must be set (an empty value is unset), or a ConfigError names all the
+    missing ones — else a rank without ``RANK`` would fail deep in torch, or write the run
+    directory as if it were rank 0. ``MASTER_ADDR``/``MASTER_PORT`` alone say nothing (a
+    cluster may export them to every job).
+    """
+    if not environ.get("RANK") and not environ.get("WORLD_SIZE"):
+        return 0, 1
+    given = [name for name in LAUNCH_ENV if environ.get(name)]
+    missing = [name for name in LAUNCH_ENV if not environ.get(name)]
+    if missing:
+        raise ConfigError(f"{', '.join(missing)}: not set, but {', '.join(given)} "
+                          f"{'is' if len(given) == 1 else 'are'}: a launcher (torchrun) sets "
+                          f"all of {', '.join(LAUNCH_ENV)}; set them all, or none for one "
+                          "process")  # fmt: skip
+    size = _env_int(environ, "WORLD_SIZE", 1, None)
+    _env_int(environ, "MASTER_PORT", 1, 65535)
+    return _env_int(environ, "RANK", 0, size - 1), size
+
+
+def _env_int(environ: Mapping[str, str], name: str, low: int, high: int | None) -> int:
+    """``environ[name]`` as an integer in [low, high]; ConfigError naming it otherwise."""
+    text = environ[name]
+    try:
+        value = int(text)
+    except ValueError:
+        value = low - 1
+    if value < low or (high is not None and value > high):
+        bounds = f"from {low} to {high}" if high is not None else f">= {low}"
+        raise ConfigError(f"{name}: must be an integer {bounds}, got {text!r}")
+    return value
+
+
 def world_of_env(sharding: Sharding) -> World:
     """The world a launcher (rlmap's own or ``torchrun``) set up in the environment, joined:
-    ``RANK`` / ``WORLD_SIZE`` read, the process group initialised. The backend is gloo:
-    the learner lives where the single-process learner does, on the CPU (rlmap places no
-    model on a GPU yet), so NCCL — which needs CUDA tensors — would not carry its
-    tensors. Without ``WORLD_SIZE`` (or with 1) a single process."""
-    size = int(os.environ.get("WORLD_SIZE", "1"))
+    ``RANK`` / ``WORLD_SIZE`` read (:func:`launched_rank`), the process group initialised.
+    The backend is gloo: the learner lives where the single-process learner does, on the
+    CPU (rlmap places no model on a GPU yet), so NCCL — which needs CUDA tensors — would
+    not carry its tensors. Without a launcher (or a world of 1) a single process."""
+    rank, size = launched_rank(os.environ)
     if size <= 1:
         return SINGLE
-    rank = int(os.environ["RANK"])
     die_with_launcher()
     if not dist.is_initialized():
         dist.init_process_group("gloo", rank=rank, world_size=size, timeout=TIMEOUT)

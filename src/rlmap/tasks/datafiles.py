@@ -15,6 +15,13 @@ A row is either plain — ``data.prompt_field`` (default ``prompt``) and
 chat row's final assistant message is its answer (without one, the answer field is); the
 messages before it are the prompt, rendered with the model's chat template. Other keys of a
 row are ignored (exported files carry ids).
+
+Every format passes the same two guards of :mod:`rlmap.tasks.jsonl` before anything is
+tokenised: a row over ``MAX_ROW_BYTES`` (a JSONL line's bytes; a JSON or Parquet row's
+size as compact JSON, the line it would be in a ``.jsonl`` file) is refused — a 16 MiB
+prompt once took 10 GB and two minutes in the tokenizer before any error — and so is a
+prompt, answer or message that is not text (a lone surrogate escape; for Parquet, a string
+column holding bytes that are not UTF-8).
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ from typing import Any
 
 from rlmap.core.errors import ConfigError, InputError, first_line
 from rlmap.tasks.arithmetic import Example
-from rlmap.tasks.jsonl import load_numbered, string_fields
+from rlmap.tasks.jsonl import check_row_size, check_text, load_numbered, string_fields
 
 ROLES = ("system", "user", "assistant", "tool")
 SUFFIXES = (".jsonl", ".json", ".parquet")
@@ -64,7 +71,7 @@ def _chat_row(row: dict[str, Any], answer_field: str) -> Example:
         if not isinstance(content, str):
             raise ValueError(f"messages[{i}].content must be a string, got "
                              f"{type(content).__name__}")  # fmt: skip
-        turns.append((role, content))
+        turns.append((role, check_text(content, f"messages[{i}].content")))
     if turns[-1][0] == "assistant":
         *prompt, (_, answer) = turns
     else:
@@ -98,6 +105,7 @@ def load_labelled_examples(
         try:
             if not isinstance(row, dict):
                 raise ValueError(f"expected an object, got {type(row).__name__}")
+            check_row_size(_json_size(row))
             out.append((f"{path} row {i}", convert(row)))
         except ValueError as err:
             raise InputError(f"{path} row {i}: {err}") from None
@@ -111,6 +119,14 @@ def load_file_examples(
 ) -> list[Example]:
     """Every example of a data file (see :func:`load_labelled_examples`)."""
     return [e for _, e in load_labelled_examples(path, prompt_field, answer_field)]
+
+
+def _json_size(row: dict[str, Any]) -> int:
+    """A row's size in bytes as compact JSON (UTF-8), the measure a JSONL line is held to.
+    Parquet values JSON has no type for (dates, bytes) count as their text; a lone surrogate
+    counts as its three bytes, so that :func:`check_text` is the one to name it."""
+    text = json.dumps(row, ensure_ascii=False, separators=(",", ":"), default=str)
+    return len(text.encode("utf-8", "surrogatepass"))
 
 
 def _json_rows(path: Path) -> list[Any]:
@@ -138,9 +154,33 @@ def _parquet_rows(path: Path) -> list[Any]:
         raise ConfigError("data.task: Parquet files need pyarrow (pip install pyarrow, or "
                           "datasets, which brings it)") from None  # fmt: skip
     try:
-        return list(pq.read_table(path).to_pylist())
+        table = pq.read_table(path)
+        return list(table.to_pylist())
     except OSError as err:
         raise InputError(f"{path}: cannot read the file of examples "
                          f"({err.strerror or err})") from None  # fmt: skip
+    except UnicodeDecodeError:  # Arrow checks UTF-8 when it writes, not when it reads
+        raise InputError(_not_utf8(path, table)) from None
     except Exception as err:  # pyarrow's ArrowInvalid for a damaged or foreign file
         raise InputError(f"{path}: not a Parquet file ({first_line(err)})") from None
+
+
+def _not_utf8(path: Path, table: Any) -> str:
+    """The error line naming the first row and column of ``table`` holding a string that is
+    not UTF-8 (a writer that does not check, or a lone surrogate's three bytes). Only on the
+    error path: the columns are converted one by one, then the bad ones value by value."""
+    bad = []
+    for name in table.column_names:
+        try:
+            table.column(name).to_pylist()
+        except UnicodeDecodeError:
+            bad.append(name)
+    for i in range(table.num_rows):
+        for name in bad:
+            try:
+                table.column(name)[i].as_py()
+            except UnicodeDecodeError as err:
+                byte = err.object[err.start : err.start + 1].hex()
+                return (f"{path} row {i}: field {name!r} is not UTF-8 (byte 0x{byte} at "
+                        f"column {err.start + 1} of its text)")  # fmt: skip
+    return f"{path}: a string is not UTF-8"

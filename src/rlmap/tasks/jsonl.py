@@ -7,6 +7,11 @@ carry ids). The file is read line by line as bytes: a line that is not UTF-8 is
 named by its number (not by a byte offset into the file), and a line over
 ``MAX_ROW_BYTES`` is refused before it is parsed or tokenised (a 50 MiB prompt
 stalls or aborts the tokenizer library; no model has a context that long).
+
+The two guards every data format shares live here (:mod:`rlmap.tasks.datafiles` calls
+them for JSON and Parquet rows): :func:`check_row_size`, and :func:`check_text` on every
+string a tokenizer will see — valid JSON can hold a lone surrogate (``"\\ud800"``, half
+of a UTF-16 pair), which Python keeps in a ``str`` and every tokenizer refuses.
 """
 
 from __future__ import annotations
@@ -23,6 +28,28 @@ T = TypeVar("T")
 FIELDS = ("prompt", "answer")
 MAX_ROW_BYTES = 1 << 20
 """The longest line accepted, in bytes (1 MiB, about 250k tokens of English text)."""
+
+
+def check_row_size(size: int) -> None:
+    """ValueError (no location) for a row of ``size`` bytes over ``MAX_ROW_BYTES``: the one
+    size guard of every data format, called before the row is tokenised (and, for a JSONL
+    line, before it is parsed)."""
+    if size > MAX_ROW_BYTES:
+        raise ValueError(f"row longer than {MAX_ROW_BYTES} bytes (1 MiB), the limit of one "
+                         "row; it is refused before tokenising")  # fmt: skip
+
+
+def check_text(value: str, field: str) -> str:
+    """``value``, or a ValueError naming ``field`` and its first lone surrogate: a string a
+    tokenizer would refuse with a TypeError naming neither."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise ValueError(
+            f"{field} holds a lone surrogate (\\u{ord(value[err.start]):04x} at character "
+            f"{err.start + 1}), half of a UTF-16 pair, which is not text"
+        ) from None
+    return value
 
 
 def parse_object(line: str) -> dict[str, Any]:
@@ -50,6 +77,7 @@ def string_fields(obj: dict[str, Any], fields: tuple[str, ...]) -> dict[str, str
             raise ValueError(f"missing field {field!r}")
         if not isinstance(obj[field], str):
             raise ValueError(f"field {field!r} must be a string, got {type(obj[field]).__name__}")
+        check_text(obj[field], f"field {field!r}")
     return {field: obj[field] for field in fields}
 
 
@@ -68,14 +96,15 @@ def _lines(path: Path, kind: str) -> list[tuple[int, bytes]]:
     try:
         with open(path, "rb") as f:
             for lineno in itertools.count(1):
-                raw = f.readline(MAX_ROW_BYTES + 1)
+                # no further than the limit and a CRLF: a 50 MiB line costs 1 MiB, and a line
+                # of exactly the limit keeps its "\r\n" (else its "\n" would count as a line)
+                raw = f.readline(MAX_ROW_BYTES + 2)
                 if not raw:
                     break
-                if len(raw.rstrip(b"\r\n")) > MAX_ROW_BYTES:
-                    raise InputError(
-                        f"{path}:{lineno}: row longer than {MAX_ROW_BYTES} bytes (1 MiB), the "
-                        "limit of one row; it is refused before tokenising"
-                    )
+                try:
+                    check_row_size(len(raw.rstrip(b"\r\n")))
+                except ValueError as err:
+                    raise InputError(f"{path}:{lineno}: {err}") from None
                 lines.append((lineno, raw))
     except OSError as err:
         raise InputError(f"{path}: cannot read the file of {kind} ({err.strerror})") from None
