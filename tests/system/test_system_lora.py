@@ -109,10 +109,38 @@ def test_training_moves_the_adapters_and_never_the_base(tiny_model_dir: Path, to
     assert len(moved) == len(lora_before)
 
 
-def test_the_engine_samples_from_the_merged_weights(tiny_model_dir: Path, toy: Toy) -> None:
+@pytest.fixture(scope="module")
+def untied_model_dir(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``tiny_model_dir`` with its output layer untied from the input embeddings (its own
+    copy of the weight), so ``lm_head`` and ``embed_tokens`` can be adapted."""
+    path = tmp_path_factory.mktemp("untied")
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    model.config.tie_word_embeddings = False
+    model.lm_head.weight = torch.nn.Parameter(model.lm_head.weight.detach().clone())
+    model.save_pretrained(path)
+    AutoTokenizer.from_pretrained(tiny_model_dir).save_pretrained(path)
+    return path
+
+
+TARGET_KINDS = {
+    "attention": "q_proj,k_proj,v_proj,o_proj",
+    "mlp": "gate_proj,up_proj,down_proj",
+    "output": "lm_head",
+    "embedding": "embed_tokens",
+}
+"""Every kind of layer LoRA may adapt: attention and MLP linears, the output layer and the
+input embeddings (the last two on the untied model; tied, they are refused)."""
+
+
+@pytest.mark.parametrize("kind", TARGET_KINDS)
+def test_the_engine_samples_from_the_merged_weights(
+    kind: str, tiny_model_dir: Path, untied_model_dir: Path, toy: Toy
+) -> None:
     # μ reported by the engine (a plain model holding W + (α/r)·BA) must be π_θ of the LoRA
-    # policy itself: κ = 1 up to float32 noise, after every update.
-    parts = _parts(tiny_model_dir, toy)
+    # policy itself: κ = 1 up to float32 noise, after every update, whatever layer is adapted.
+    # Before: an adapted embedding had no lora_A module and the merge failed outright.
+    model_dir = untied_model_dir if kind in ("output", "embedding") else tiny_model_dir
+    parts = _parts(model_dir, toy, f"model.lora_targets={TARGET_KINDS[kind]}")
     assert not lora.is_lora(parts.engine.model)  # a plain copy of the base architecture
     for seed in (0, 1):
         _perturb(parts.policy, seed)
@@ -124,7 +152,7 @@ def test_the_engine_samples_from_the_merged_weights(tiny_model_dir: Path, toy: T
             logprobs, _ = token_logprobs(parts.policy.eval(), batch.tokens, batch.attention_mask)
         gap = (logprobs - batch.behavior_logprobs)[batch.action_mask].abs().max()
         assert float(gap) < 1e-5
-    plain = AutoModelForCausalLM.from_pretrained(tiny_model_dir)  # the unmerged base is not it
+    plain = AutoModelForCausalLM.from_pretrained(model_dir)  # the unmerged base is not it
     with torch.no_grad():
         unmerged, _ = token_logprobs(plain.eval(), batch.tokens, batch.attention_mask)
     assert float((unmerged - batch.behavior_logprobs)[batch.action_mask].abs().max()) > 1e-2
@@ -259,6 +287,20 @@ def test_targets_take_a_list_or_a_comma_string_and_must_exist(
         _parts(tiny_model_dir, toy, "model.lora_targets=q_proj,c_attn")
 
 
+@pytest.mark.parametrize("target", ["lm_head", "embed_tokens", "q_proj,lm_head"])
+def test_a_tied_target_is_refused_naming_the_field(
+    target: str, tiny_model_dir: Path, toy: Toy
+) -> None:
+    # The embedded model ties lm_head to embed_tokens. Before: the run trained with κ
+    # drifting (ratio/kappa/max_abs_log 0.04 at step 2, 0.30 at step 3 with lr 1e-2): the
+    # engine's merged copy put W + ΔW on both sides of the tie, the learner only on one.
+    with pytest.raises(ConfigError) as caught:
+        _parts(tiny_model_dir, toy, f"model.lora_targets={target}")
+    message = str(caught.value)
+    assert message.startswith("model.lora_targets: ") and "\n" not in message
+    assert "tied" in message and ("lm_head" in message and "embed_tokens" in message)
+
+
 def test_an_adapter_directory_is_no_start_model(tiny_model_dir: Path, tmp_path: Path) -> None:
     parts_dir = tmp_path / "adapter"
     policy = lora.attach(AutoModelForCausalLM.from_pretrained(tiny_model_dir), rank=2, alpha=4,
@@ -279,3 +321,27 @@ def test_cli_trains_a_lora_policy(tiny_model_dir: Path, tmp_path: Path, toy: Toy
     assert (run / "checkpoints" / "step_2" / lora.ADAPTER_CONFIG).is_file()
     config = json.loads((run / "checkpoints" / "step_2" / lora.ADAPTER_CONFIG).read_text())
     assert config["r"] == 8 and config["lora_alpha"] == 16
+
+
+def test_targets_are_checked_on_the_architecture_alone() -> None:
+    # issue 27: a norm or a container reached peft, whose error printed the module's
+    # structure (600+ characters). On the meta device: no storage, only names and types.
+    from transformers import Qwen2Config
+
+    config = Qwen2Config(vocab_size=32, hidden_size=8, intermediate_size=16, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=1,
+                         tie_word_embeddings=False)  # fmt: skip
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    # untied: attention q/k/v/o_proj and MLP gate/up/down_proj (Linear), lm_head (Linear),
+    # embed_tokens (Embedding); by last name, sorted
+    valid = "down_proj,embed_tokens,gate_proj,k_proj,lm_head,o_proj,q_proj,up_proj,v_proj"
+    lora.check_targets(model, ("q_proj", "self_attn.v_proj", "lm_head", "embed_tokens"))
+    refusals = (("input_layernorm", "a Qwen2RMSNorm"), ("mlp", "a Qwen2MLP"),
+                ("layers", "a ModuleList"), ("c_attn", "no module named 'c_attn'"))  # fmt: skip
+    for target, why in refusals:
+        with pytest.raises(ConfigError) as caught:
+            lora.check_targets(model, ("q_proj", target))
+        message = str(caught.value)
+        assert message.startswith("model.lora_targets: ") and why in message, message
+        assert message.endswith(f"valid targets of Qwen2ForCausalLM: {valid}"), message

@@ -1,11 +1,16 @@
-"""Small Hugging Face helpers: models built on a trunk (critic, RM), a model's context."""
+"""Small Hugging Face helpers: models built on a trunk (critic, RM), a model's context, and
+the installed companions of torch that transformers imports."""
 
 from __future__ import annotations
 
 import contextlib
+import importlib
+import importlib.util
 import logging
 from collections.abc import Iterator
 from typing import Any
+
+from rlmap.core.errors import first_line
 
 CONTEXT_FIELDS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length")
 """The config fields that give a model's context, first found wins."""
@@ -38,3 +43,27 @@ def quiet_new_head() -> Iterator[None]:
         yield
     finally:
         logger.removeFilter(_errors_only)
+
+
+TORCH_COMPANIONS = ("torchvision", "torchaudio", "torchcodec")
+"""Packages built against one torch build, which transformers imports when present; rlmap
+needs none of them (vLLM's CPU wheel pulls them in)."""
+
+
+def companion_problem() -> str | None:
+    """One line saying what to run when an installed torch companion cannot be imported
+    (None when none is installed, or all import): a torchvision built for another torch
+    fails at import, and transformers then reports every model class as missing (``Could
+    not import module 'PreTrainedModel'``), naming neither the package nor the cure. Its
+    metadata cannot tell (``torch>=2.13`` is met by a CPU build the wheel was not built
+    for), so the check imports it: nothing to pay when none is installed."""
+    for name in TORCH_COMPANIONS:
+        if importlib.util.find_spec(name) is None:
+            continue
+        try:
+            importlib.import_module(name)
+        except Exception as exc:  # RuntimeError (a missing operator), ImportError, OSError
+            return (f"{name} cannot be imported with the installed torch ({first_line(exc)}); "
+                    "vLLM's CPU build brings it and rlmap needs none of it: run "
+                    f"pip uninstall -y {' '.join(TORCH_COMPANIONS)}")  # fmt: skip
+    return None

@@ -139,8 +139,8 @@ def _bounds(cfg: RecipeConfig) -> Iterator[str]:
     t = cfg.generation.temperature
     if cfg.system.engine == "vllm" and (0 < t < 0.01 or t > 2):
         yield (f"generation.temperature: {t} is outside what vLLM samples at as given "
-               "(below 0.01 it raises it to 0.01, above 2 it refuses); use 0 (greedy) "
-               "or 0.01..2")  # fmt: skip
+               "(below 0.01 it raises it to 0.01, above 2 it refuses); use a value in "
+               "[0.01, 2]")  # fmt: skip
     b = cfg.behaviour
     for low, high in (("icepop_low", "icepop_high"), ("masked_is_low", "masked_is_high")):
         lo, hi = getattr(b, low), getattr(b, high)
@@ -268,6 +268,12 @@ def _feedback(cfg: RecipeConfig) -> Iterator[str]:
     f = cfg.feedback
     if f.source == "process_reward" and f.process_reward is None:
         yield "feedback.process_reward: feedback.source=process_reward needs a scorer name"
+    scorer = f.process_reward if f.source == "process_reward" else None
+    if scorer is not None and scorer in process.registry:
+        tasks = process.registry.get(scorer).tasks
+        if cfg.data.task not in tasks:
+            yield (f"feedback.process_reward: '{scorer}' reads records that only data.task="
+                   f"{' or '.join(tasks)} keeps, got data.task={cfg.data.task}")  # fmt: skip
     for term, weight in (("format_pattern", "format_weight"), ("length_target", "length_weight")):
         value, w = getattr(f, term), getattr(f, weight)
         if (value is None) != (w == 0):
@@ -441,6 +447,9 @@ def _data(cfg: RecipeConfig) -> Iterator[str]:
                                  ("answer_field", d.answer_field, "answer")):  # fmt: skip
         if built_in and value != default:
             yield f"data.{name}: only data files have fields to name, not {d.task!r}"
+    if built_in and d.eval_path is not None:
+        yield (f"data.eval_path: only a data-file task takes a held-out file; {d.task!r} holds "
+               "out data.eval_size of its own prompts")  # fmt: skip
     named = (("feedback.verifier", cfg.feedback.verifier),
              ("feedback.eval_verifier", cfg.feedback.eval_verifier))  # fmt: skip
     for name, verifier in named:
@@ -466,6 +475,9 @@ def _lora(cfg: RecipeConfig) -> Iterator[str]:
     if not names or any(not TARGET_NAME.fullmatch(name) for name in names):
         yield (f"model.lora_targets: needs one or more module names (a list, or a comma-"
                f"separated string such as q_proj,v_proj), got {m.lora_targets!r}")  # fmt: skip
+    if m.lora_rank == 0 and m.lora_alpha is not None:  # None: unset, 2·r once r > 0
+        yield (f"model.lora_alpha: scales LoRA's update, and model.lora_rank=0 trains no "
+               f"adapters (full fine-tuning); got lora_alpha={m.lora_alpha}")  # fmt: skip
     if cfg.run.save_merged and m.lora_rank == 0:
         yield ("run.save_merged: needs model.lora_rank > 0 (a full fine-tuning checkpoint is "
                "already a plain model)")  # fmt: skip

@@ -30,6 +30,7 @@ import copy
 import re
 import sys
 import warnings
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -78,11 +79,7 @@ def attach(
     require_peft()
     from peft import LoraConfig, PeftModel, get_peft_model
 
-    names = [name for name, _ in model.named_modules()]
-    for target in targets:
-        if not any(name == target or name.endswith(f".{target}") for name in names):
-            raise ConfigError(f"model.lora_targets: no module named {target!r} in the model "
-                              f"({type(model).__name__})")  # fmt: skip
+    check_targets(model, targets)
     with torch.random.fork_rng(), warnings.catch_warnings():
         torch.manual_seed(seed)  # A's initialisation, seeded; the run's RNG is left alone
         # peft asks transformers 5 a question it has deprecated; nothing for a user to act on
@@ -94,6 +91,74 @@ def attach(
                             target_modules=list(targets), lora_dropout=0.0, bias="none",
                             task_type="CAUSAL_LM")  # fmt: skip
         return get_peft_model(model, config)
+
+
+def adaptable(module: nn.Module) -> bool:
+    """peft's LoRA can wrap ``module``: a Linear, Embedding, Conv or transformers' Conv1D
+    layer (the kinds its default dispatcher takes; not a norm, an activation or a container
+    of layers). nn.MultiheadAttention, which peft also takes, is left out: its weights are
+    ``in_proj_weight``/``out_proj``, not the ``weight`` the merge rewrites."""
+    from transformers.pytorch_utils import Conv1D
+
+    kinds = (nn.Linear, nn.Embedding, nn.Conv1d, nn.Conv2d, nn.Conv3d, Conv1D)
+    return isinstance(module, kinds)
+
+
+def check_targets(model: nn.Module, targets: tuple[str, ...]) -> None:
+    """ConfigError naming ``model.lora_targets`` when a target selects no module of
+    ``model``, or a module LoRA cannot adapt (peft would refuse it mid-setup with the whole
+    module printed); either way the line lists the valid targets: the last names of the
+    model's adaptable layers, less tied ones (which :func:`refuse_tied` refuses). ``model``
+    may be on the meta device: only names, types and tensor identities are read, so a run
+    checks its targets before any weight loads. Tied targets are refused too
+    (:func:`refuse_tied`)."""
+    modules = list(model.named_modules())
+    uses = Counter(id(p) for _, p in model.named_parameters(remove_duplicate=False))
+    valid = sorted({name.rsplit(".", 1)[-1] for name, m in modules if name and adaptable(m)
+                    and uses[id(getattr(m, "weight", None))] < 2})  # fmt: skip
+    listing = f"valid targets of {type(model).__name__}: {','.join(valid)}"
+    for target in targets:
+        chosen = [(name, m) for name, m in modules if _matches(name, target)]
+        if not chosen:
+            raise ConfigError(f"model.lora_targets: no module named {target!r} in the model; "
+                              f"{listing}")  # fmt: skip
+        for name, module in chosen:
+            if not adaptable(module):
+                raise ConfigError(f"model.lora_targets: {target!r} names {name}, a "
+                                  f"{type(module).__name__}, which LoRA cannot adapt (only "
+                                  f"Linear, Embedding and Conv layers); {listing}")  # fmt: skip
+    refuse_tied(model, targets)
+
+
+def _matches(name: str, target: str) -> bool:
+    """A module name that a ``model.lora_targets`` entry selects (peft's rule: the name or a
+    dotted suffix of it)."""
+    return name == target or name.endswith(f".{target}")
+
+
+def refuse_tied(model: nn.Module, targets: tuple[str, ...]) -> None:
+    """ConfigError naming ``model.lora_targets`` when a target's weight is tied to another
+    module's (``tie_word_embeddings``: ``lm_head`` and ``embed_tokens`` are one tensor).
+
+    peft adapts only the targeted side of a tie, so the learner's policy has W on one side
+    and W + ΔW on the other, which no tied plain model can hold: a rollout engine's merged
+    copy (HF or vLLM) would load W + ΔW into both sides, or W into both, and sample from
+    another policy than the learner's (κ ≠ 1, growing with ΔW)."""
+    owners: dict[int, list[str]] = {}
+    for name, param in model.named_parameters(remove_duplicate=False):
+        owners.setdefault(id(param), []).append(name.removesuffix(".weight"))
+    for target in targets:
+        for name, module in model.named_modules():
+            weight = getattr(module, "weight", None)
+            if not _matches(name, target) or not isinstance(weight, nn.Parameter):
+                continue
+            others = [n for n in owners.get(id(weight), []) if n != name]
+            if others:
+                raise ConfigError(
+                    f"model.lora_targets: {target!r} ({name}) shares its weight with "
+                    f"{others[0]} (tied embeddings), so a rollout engine could not sample "
+                    "from the adapted policy; target untied layers (e.g. q_proj,v_proj)"
+                )
 
 
 def plain_model(model: nn.Module) -> nn.Module:
@@ -135,9 +200,9 @@ def merged_state_dict(model: nn.Module) -> dict[str, Tensor]:
     deltas: dict[str, Tensor] = {}
     for name, layer in _lora_layers(model):
         (adapter,) = layer.active_adapters
-        a_RI, b_OR = layer.lora_A[adapter].weight, layer.lora_B[adapter].weight
-        delta = (b_OR @ a_RI) * layer.scaling[adapter]  # (out, in)
-        deltas[f"{name}.weight"] = delta.T if layer.fan_in_fan_out else delta
+        # peft's own (α / r) · B A, laid out as the base weight, for every layer kind
+        # (Linear, Embedding, Conv1D): the rule is the one its forward pass applies.
+        deltas[f"{name}.weight"] = layer.get_delta_weight(adapter)
     merged: dict[str, Tensor] = {}
     for key, value in plain_model(model).state_dict().items():
         if ".lora_" in key:

@@ -59,7 +59,7 @@ from rlmap.tasks.datafiles import load_file_examples, load_labelled_examples
 from rlmap.tasks.env import AnswerEnv, EnvFactory, reference_for
 from rlmap.tasks.preferences import PreferenceSpec, embedded_reward_model
 from rlmap.tasks.prompts import Messages, PromptEncoder, ToolSchemas, encode_prompt
-from rlmap.tasks.tiny import TinySpec
+from rlmap.tasks.tiny import TinySpec, build_tiny_model
 from rlmap.tasks.tokenizer import restore_bos
 from rlmap.tasks.tool_calls import ToolEnv
 from rlmap.tasks.warmstart import TOOL_DEMOS, WarmStartSpec, task_tokenizer, warm_start
@@ -289,6 +289,26 @@ def check_inputs(cfg: RecipeConfig) -> None:
     critic = cfg.model.critic_path
     if cfg.critic.enabled and critic is not None:
         check_model_dir(Path(critic), "model.critic_path")
+    if cfg.model.lora_rank:  # peft would refuse a norm or a container only once weights load
+        skeleton = architecture(cfg)
+        lora.check_targets(skeleton, cfg.model.lora_modules)
+
+
+def architecture(cfg: RecipeConfig) -> torch.nn.Module:
+    """The policy's modules on the meta device (shapes without storage: nothing allocated,
+    no weight read), to check its structure before the run directory exists."""
+    if cfg.model.path in EMBEDDED_MODELS:
+        tokenizer, spec = embedded_tokenizer(cfg), warm_start_spec(cfg).model
+        with torch.device("meta"):
+            return build_tiny_model(tokenizer, spec, seed=0)
+    path = model_path(cfg)
+    try:
+        with torch.device("meta"):
+            model: torch.nn.Module = AutoModelForCausalLM.from_config(
+                AutoConfig.from_pretrained(path))  # fmt: skip
+    except (OSError, ValueError, KeyError) as exc:
+        raise InputError(f"{path}: cannot load the model ({first_line(exc)})") from None
+    return model
 
 
 # --- model directories: checked cheaply, loaded with errors that name them ----------------

@@ -147,16 +147,32 @@ def _items(part: Part, seed: int, size: int) -> list[Example]:
 def _splits(task: str, args: str, split_seed: int, train_size: int,
             eval_size: int) -> tuple[tuple[Example, ...], tuple[Example, ...]]:  # fmt: skip
     parts = parse(task, json.loads(args))
-    if eval_size < len(parts):
-        raise ConfigError(f"data.eval_size: {eval_size} held out for {len(parts)} tasks; each "
-                          "task needs one at least")  # fmt: skip
+    held, trained = (_shares(parts, eval_size, "data.eval_size", "held out"),
+                     _shares(parts, train_size, "data.train_size", "to train on"))  # fmt: skip
     base = 2 * SPLIT_STRIDE * split_seed
     taken: set[str] = set()  # every held-out question first, then the training ones
-    heldout = [e for part, n in zip(parts, _counts(parts, eval_size), strict=True)
+    heldout = [e for part, n in zip(parts, held, strict=True)
                for e in _distinct(_items(part, base + SPLIT_STRIDE, n), taken)]  # fmt: skip
-    train = [e for part, n in zip(parts, _counts(parts, train_size), strict=True)
+    train = [e for part, n in zip(parts, trained, strict=True)
              for e in _distinct(_items(part, base, n), taken)]  # fmt: skip
     return tuple(train), tuple(heldout)
+
+
+def _shares(parts: list[Part], size: int, field: str, what: str) -> list[int]:
+    """:func:`_counts` of ``size`` (``field``), or a ConfigError when a task would get no
+    item: naming ``field`` when it is below one per task, else ``data.task`` and the weight
+    whose share rounds to 0 (reasoning-gym would refuse a dataset of size 0, an error that
+    reads as a fault of ``data.task_args``)."""
+    if size < len(parts):
+        raise ConfigError(f"{field}: {size} {what} for {len(parts)} tasks; each task needs "
+                          "one at least")  # fmt: skip
+    counts, total = _counts(parts, size), sum(p.weight for p in parts)
+    for part, n in zip(parts, counts, strict=True):
+        if n == 0:
+            raise ConfigError(f"data.task: weight {part.weight:g} of {part.name!r} (of "
+                              f"{total:g} in all) leaves it none of the {size} items {what} "
+                              f"({field}); raise its weight or {field}")  # fmt: skip
+    return counts
 
 
 def _distinct(examples: list[Example], taken: set[str]) -> list[Example]:
