@@ -1102,6 +1102,12 @@ def case_model_lora_alpha_without_lora(ws: Workspace) -> tuple[list[str], list[s
 
 
 @case
+def case_model_lora_targets_without_lora(ws: Workspace) -> tuple[list[str], list[str]]:
+    argv = ["train", "--out", "run", *TOY, "model.lora_targets=q_proj,v_proj"]
+    return argv, ["model.lora_targets", "model.lora_rank=0"]
+
+
+@case
 def case_task_eval_path_on_arithmetic(ws: Workspace) -> tuple[list[str], list[str]]:
     ws.jsonl("eval.jsonl", GOOD_ROWS)
     argv = ["train", "--out", "run", *TOY, "data.task=arithmetic", "data.eval_path=eval.jsonl"]

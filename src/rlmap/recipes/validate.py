@@ -21,6 +21,7 @@ from rlmap.core.registry import Registry
 from rlmap.feedback import process
 from rlmap.feedback.params import FeedbackParams
 from rlmap.recipes.config import RecipeConfig
+from rlmap.recipes.sections import ModelConfig
 from rlmap.system.lora import TARGET_NAME
 from rlmap.system.params import SystemParams
 from rlmap.system.sim_inputs import parse_duration
@@ -478,6 +479,9 @@ def _lora(cfg: RecipeConfig) -> Iterator[str]:
     if m.lora_rank == 0 and m.lora_alpha is not None:  # None: unset, 2·r once r > 0
         yield (f"model.lora_alpha: scales LoRA's update, and model.lora_rank=0 trains no "
                f"adapters (full fine-tuning); got lora_alpha={m.lora_alpha}")  # fmt: skip
+    if m.lora_rank == 0 and names != ModelConfig().lora_modules:
+        yield ("model.lora_targets: names the layers that get adapters, and model.lora_rank=0 "
+               f"trains none (full fine-tuning); got {m.lora_targets!r}")  # fmt: skip
     if cfg.run.save_merged and m.lora_rank == 0:
         yield ("run.save_merged: needs model.lora_rank > 0 (a full fine-tuning checkpoint is "
                "already a plain model)")  # fmt: skip
