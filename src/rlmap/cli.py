@@ -609,17 +609,21 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
+LOADS_MODELS = (_cmd_train, _cmd_eval, _cmd_reward_train, _cmd_judge_model)
+"""The commands that load a model through transformers (the others read files and configs)."""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; return its exit status. Errors are one line on stderr."""
     try:
         args = parse(argv)
     except SystemExit as exc:  # --help (0), or a usage error already printed as one line
         return exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 2
-    from rlmap.core.hf import companion_problem
+    if args.func in LOADS_MODELS:  # before anything imports transformers' models
+        from rlmap.core.hf import companion_problem
 
-    problem = companion_problem()  # before anything imports transformers' models
-    if problem is not None:
-        return _fail(args, problem, 2)
+        if (problem := companion_problem()) is not None:
+            return _fail(args, problem, 2)
     try:
         status = args.func(args)
     except (ConfigError, InputError) as exc:  # bad input

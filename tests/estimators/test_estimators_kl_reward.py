@@ -86,3 +86,16 @@ def test_per_turn_rewards_that_sum_to_the_outcome_change_nothing() -> None:
     tokens = torch.tensor([[0.1, 0.0, 0.9], [0.0, 0.0, 0.0]])
     batch = make_batch(mask, torch.tensor([1.0, 0.0]), token_rewards=tokens)
     assert torch.allclose(batch.total_rewards, batch.rewards)
+
+
+def test_a_group_of_equal_outcomes_with_unequal_penalties_has_an_advantage() -> None:
+    # All 4 correct (R = 1), Σ k1 = [0.004, 0.003, 0.002, 0.001], β = 1: the returns
+    # differ, GRPO divides their tiny spread by its std and gives unit-size advantages —
+    # so the group is not a zero-advantage one (before: zero_adv_frac 1.0 read the outcome,
+    # and `diagnose` would call a group GRPO pushes hard on "no learning signal").
+    group = torch.zeros(4, dtype=torch.long)
+    _, kl = _penalised(torch.ones(4), [0.004, 0.003, 0.002, 0.001], 1.0, group_id=group)
+    credit = registry.get("grpo").fn(kl, CreditParams(estimator="grpo"))
+    assert float(credit.advantages.abs().max()) > 1.0
+    assert float(credit.diagnostics["group/zero_adv_frac"]) == 0.0
+    assert float(credit.diagnostics["group/all_correct_frac"]) == 1.0  # the outcome's

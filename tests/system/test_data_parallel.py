@@ -179,6 +179,9 @@ LAUNCH = {"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "10.0.0.1", "MASTER_POR
         (LAUNCH, (1, 2)),
         (LAUNCH | {"LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"}, (1, 2)),
         (LAUNCH | {"RANK": "0", "WORLD_SIZE": "1"}, (0, 1)),  # torchrun --nproc-per-node 1
+        ({"WORLD_SIZE": "1"}, (0, 1)),  # stray exports of a world of one: no rendezvous
+        ({"RANK": "0"}, (0, 1)),
+        ({"RANK": "0", "WORLD_SIZE": "1"}, (0, 1)),
     ],
 )
 def test_the_launched_rank_is_read_from_a_full_environment(
@@ -199,6 +202,7 @@ def test_the_launched_rank_is_read_from_a_full_environment(
         ({"WORLD_SIZE": "two"}, "WORLD_SIZE: must be an integer >= 1, got 'two'"),
         ({"WORLD_SIZE": "0"}, "WORLD_SIZE: must be an integer >= 1, got '0'"),
         ({"MASTER_PORT": "70000"}, "MASTER_PORT: must be an integer from 1 to 65535"),
+        ({"WORLD_SIZE": "", "MASTER_ADDR": ""}, "WORLD_SIZE, MASTER_ADDR: not set, but RANK, "),
     ],
 )
 def test_a_launcher_environment_that_names_no_rank_is_refused(

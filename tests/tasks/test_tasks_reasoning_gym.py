@@ -309,10 +309,26 @@ def test_a_reasoning_gym_task_gets_the_chat_model_unless_a_model_is_named() -> N
                            ["data.task=reasoning_gym:chain_sum"])  # fmt: skip
     assert in_file.model.path == "embedded:tiny"
     assert build_config("grpo", None, []).model.path == "embedded:tiny"  # arithmetic: as before
-    # the task's own settings on an embedded model: one line said before training
+    # the model, and the task's own settings on an embedded model: one line before training
     note = embedded_task_note(cfg)
-    assert note is not None and "data.task_args" in note and "\n" not in note
-    easy = build_config("grpo", None, ["data.task=reasoning_gym:chain_sum",
-                                       'data.task_args={"max_terms": 3}'])  # fmt: skip
-    assert embedded_task_note(easy) is None
+    assert note is not None and "\n" not in note
+    assert "trains embedded:tiny-chat" in note and "data.task_args unset" in note
+    easy = build_config(
+        "grpo", None, ["data.task=reasoning_gym:chain_sum", 'data.task_args={"max_terms": 3}']
+    )
+    said = embedded_task_note(easy)
+    assert said is not None and "trains embedded:tiny-chat" in said and "task_args" not in said
     assert embedded_task_note(build_config("grpo", None, [])) is None
+
+
+def test_rlmap_train_says_the_note_before_training(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The CLI prints it (after the inputs passed their checks; no training here).
+    from rlmap import cli
+
+    monkeypatch.setattr(setup, "check_inputs", lambda cfg: None)
+    monkeypatch.setattr(cli, "_train_rank", lambda args, cfg, world: 0)
+    assert cli.main(["train", "data.task=reasoning_gym:chain_sum"]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("rlmap: note: reasoning_gym:chain_sum trains ")

@@ -44,7 +44,8 @@ def _token_credit(batch: Batch, adv_BT: Tensor, *, group: bool) -> Credit:
     mask_BT = train_mask(batch)
     diagnostics = advantage_diagnostics(adv_BT, mask_BT)
     if group:
-        diagnostics |= group_diagnostics(batch.rewards, batch.group_id, batch.valid)
+        diagnostics |= group_diagnostics(batch.rewards, batch.group_id, batch.valid,
+                                         batch.total_rewards)  # fmt: skip
     return Credit(advantages=adv_BT.detach(), returns=None, diagnostics=diagnostics)
 
 

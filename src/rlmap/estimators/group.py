@@ -106,20 +106,32 @@ def dr_grpo_advantages(rewards_B: Tensor, group_id_B: Tensor, valid_B: Tensor) -
     return torch.where(_has_baseline(valid_B, stats), stats.centred, 0.0)
 
 
-def group_diagnostics(rewards_B: Tensor, group_id_B: Tensor, valid_B: Tensor) -> dict[str, Tensor]:
+def group_diagnostics(
+    rewards_B: Tensor, group_id_B: Tensor, valid_B: Tensor, returns_B: Tensor | None = None
+) -> dict[str, Tensor]:
     """Fractions of groups (those with at least one valid member), detached scalars.
 
     - ``group/all_correct_frac``: min R over the group's valid members > 0;
     - ``group/all_wrong_frac``: max R over the group's valid members <= 0;
-    - ``group/zero_adv_frac``: all valid members' rewards are equal (max R == min R), so
-      the group-centred advantage is 0 for the whole group (a group with one valid
-      member counts here too: it has no baseline and also gets 0). REINFORCE++-baseline's
-      later batch whitening may shift such a group by a uniform amount.
+    - ``group/zero_adv_frac``: all valid members' returns are equal, so the group-centred
+      advantage is 0 for the whole group (a group with one valid member counts here too:
+      it has no baseline and also gets 0). REINFORCE++-baseline's later batch whitening may
+      shift such a group by a uniform amount.
+
+    R is the outcome ``rewards_B``; the return is ``returns_B`` (what the estimator centres:
+    with the KL penalty in the reward, R − β·Σ k1, which differs within a group of equal
+    outcomes), ``rewards_B`` when None.
     """
     r_B = rewards_B.detach()
     index_B, n_groups = group_index(group_id_B)
     low_G = _group_extreme(r_B, index_B, valid_B, n_groups, "amin")
     high_G = _group_extreme(r_B, index_B, valid_B, n_groups, "amax")
+    if returns_B is not None:
+        g_B = returns_B.detach()
+        low_ret_G = _group_extreme(g_B, index_B, valid_B, n_groups, "amin")
+        high_ret_G = _group_extreme(g_B, index_B, valid_B, n_groups, "amax")
+    else:
+        low_ret_G, high_ret_G = low_G, high_G
     present_G = r_B.new_zeros(n_groups).index_add_(0, index_B, valid_B.to(r_B.dtype)) > 0
     n_present = present_G.sum().clamp(min=1)
 
@@ -129,5 +141,5 @@ def group_diagnostics(rewards_B: Tensor, group_id_B: Tensor, valid_B: Tensor) ->
     return {
         "group/all_correct_frac": frac(low_G > 0),
         "group/all_wrong_frac": frac(high_G <= 0),
-        "group/zero_adv_frac": frac(high_G == low_G),
+        "group/zero_adv_frac": frac(high_ret_G == low_ret_G),
     }

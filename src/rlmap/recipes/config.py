@@ -276,18 +276,19 @@ def _task_model(
 
 
 def embedded_task_note(config: RecipeConfig) -> str | None:
-    """One line to say before training a reasoning-gym task at its own settings on an
-    embedded model (None otherwise): those settings are written for large models, and a
+    """One line to say before training a reasoning-gym task on an embedded model (None
+    otherwise): which model it trains (the chat model may have been picked for it), and,
+    at the task's own settings, written for large models, that they may be beyond it — a
     newcomer's first run would otherwise learn nothing without a word."""
-    d = config.data
-    if not d.task.startswith("reasoning_gym:") or not config.model.path.startswith("embedded:"):
+    d, model = config.data, config.model.path
+    if not d.task.startswith("reasoning_gym:") or not model.startswith("embedded:"):
         return None
+    note = f"note: {d.task} trains {model} (model.path names another)"
     if d.task_args:
-        return None
+        return note
     return (
-        f"note: {d.task} at its own settings (data.task_args unset) may be beyond "
-        f"{config.model.path}; docs/tasks.md gives settings it learns (chain_sum: "
-        "+22 points of held-out pass@1 in 200 steps)"
+        f"{note}; at the task's own settings (data.task_args unset), which may be beyond "
+        "it: docs/tasks.md gives settings it learns (chain_sum: +22 points in 200 steps)"
     )
 
 

@@ -84,9 +84,10 @@ def launched_rank(environ: Mapping[str, str]) -> tuple[int, int]:
     ``LAUNCH_ENV`` must be set (an empty value is unset), or a ConfigError names all the
     missing ones — else a rank without ``RANK`` would fail deep in torch, or write the run
     directory as if it were rank 0. ``MASTER_ADDR``/``MASTER_PORT`` alone say nothing (a
-    cluster may export them to every job).
+    cluster may export them to every job), and neither do ``WORLD_SIZE=1`` and ``RANK=0``
+    (a world of one process needs no rendezvous; schedulers and notebooks export them).
     """
-    if not environ.get("RANK") and not environ.get("WORLD_SIZE"):
+    if environ.get("RANK", "0") in ("", "0") and environ.get("WORLD_SIZE", "1") in ("", "1"):
         return 0, 1
     given = [name for name in LAUNCH_ENV if environ.get(name)]
     missing = [name for name in LAUNCH_ENV if not environ.get(name)]

