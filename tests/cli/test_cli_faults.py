@@ -122,3 +122,59 @@ def test_read_only_and_full_disks_give_one_line_naming_the_path(
         assert result["status"] == status, (argv, line)
         assert path in line and reason in line, (argv, line)
         assert result["changed"] == [], (argv, line, result["changed"])
+
+
+# issue 27: checkpoint write on a full disk
+# Before: `internal error (SafetensorError: ... No space left on device)`, naming no path.
+# Each case gets a 1 MiB tmpfs filled but for 64 KiB: room for the config, the metrics
+# lines and the samples (under 24 KiB here), none for a checkpoint (about 170 KiB).
+
+
+def test_a_full_disk_mid_checkpoint_names_the_checkpoint_and_keeps_the_previous(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    unshare = _unshare()
+    fresh, again, done = tmp_path / "fresh", tmp_path / "again", tmp_path / "done"
+    fresh.mkdir()
+    again.mkdir()
+    model = [f"model.path={tiny_model_dir}", *TOY]  # one step: its checkpoint is step_1
+    train = [sys.executable, "-m", "rlmap.cli", "train"]
+    made = subprocess.run([*train, "--out", str(done), *model], capture_output=True, text=True,
+                          env=ENV, timeout=300)  # fmt: skip
+    assert made.returncode == 0, made.stderr[-2000:]
+    config = done / "config.yaml"
+    config.write_text(config.read_text().replace("steps: 1\n", "steps: 2\n"))  # one step more
+    run = again / "run"
+    cases = [  # (argv, watched: must not change)
+        (["train", "--out", str(fresh / "run"), *model], []),
+        (["train", "--resume", str(run)], [str(run / "checkpoints" / "step_1")]),
+    ]
+    spec = tmp_path / "cases.json"
+    spec.write_text(json.dumps([{"argv": argv, "watch": watch} for argv, watch in cases]))
+    fill = "; ".join(
+        f"dd if=/dev/zero of={d}/slack bs=4k count=16 2>/dev/null; "
+        f"dd if=/dev/zero of={d}/filler bs=4k 2>/dev/null; rm {d}/slack"
+        for d in (fresh, again)
+    )
+    listing = (
+        "import json, os, sys; print(json.dumps([sorted(os.listdir(d)) for d in sys.argv[1:]]))"
+    )
+    script = (
+        f"mount -t tmpfs -o size=1m tmpfs {fresh} && mount -t tmpfs -o size=1m tmpfs {again} && "
+        f"cp -a {done} {run} && {{ {fill}; }} && "
+        f'"{sys.executable}" {HERE / "fault_driver.py"} {spec} && '
+        f'"{sys.executable}" -c "{listing}" {fresh}/run/checkpoints {run}/checkpoints'
+    )
+    env = {**ENV, "RLMAP_CACHE": str(tmp_path / "cache")}
+    proc = subprocess.run([*unshare, "sh", "-c", script], capture_output=True, text=True,
+                          env=env, timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    *_, results, left = proc.stdout.splitlines()
+    (first, second), (fresh_left, again_left) = json.loads(results), json.loads(left)
+    no_space = "No space left on device"
+    assert first["status"] == 1
+    assert _one_line(first["err"]) == f"rlmap: error: {fresh}/run/checkpoints/step_1: {no_space}"
+    assert fresh_left == []  # no step_1, no .tmp-step_1-* left behind
+    assert second["status"] == 1
+    assert _one_line(second["err"]) == f"rlmap: error: {run}/checkpoints/step_2: {no_space}"
+    assert again_left == ["step_1"] and second["changed"] == []  # the previous one intact

@@ -1,9 +1,15 @@
-"""Checkpoints: plain-transformers loading, exact resume, atomicity under a crash, rotation."""
+"""Checkpoints: plain-transformers loading, exact resume, atomicity under a crash, rotation,
+what makes one damaged, and a full disk mid-write."""
 
 from __future__ import annotations
 
+import dataclasses
+import errno
 import hashlib
+import math
+import os
 import random
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,14 +24,21 @@ from transformers import (
     Qwen2ForCausalLM,
 )
 
+from rlmap.core.errors import InputError
 from rlmap.experiments import checkpoint
 from rlmap.experiments.checkpoint import (
+    RNG_SHAPE,
+    Each,
+    capture_rng,
+    dataclass_shape,
     latest_checkpoint,
     list_checkpoints,
     load_trainer_state,
     restore_optimizers,
     restore_rng,
+    resume_point,
     save_checkpoint,
+    shape_problem,
 )
 from rlmap.tasks.tokenizer import build_tokenizer
 
@@ -210,3 +223,103 @@ def test_latest_checkpoint_of_a_run_without_any(tmp_path: Path) -> None:
     assert latest_checkpoint(tmp_path) is None
     (tmp_path / "checkpoints" / ".tmp-step_3-1").mkdir(parents=True)
     assert latest_checkpoint(tmp_path) is None
+
+
+# --- issue 27: a checkpoint missing a field is damaged; a full disk names the checkpoint ----
+
+
+@dataclasses.dataclass(frozen=True)
+class _Inner:
+    level: int = 0
+    recent: tuple[float, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class _Outer:
+    step: int = 0
+    beta: float | None = None
+    ev: float = 0.0
+    inner: _Inner | None = None
+
+
+def test_a_dataclass_shape_requires_every_field_typed_by_its_annotation() -> None:
+    shape = dataclass_shape(_Outer)
+    saved = dataclasses.asdict(_Outer(step=3, beta=0.5, ev=-math.inf, inner=_Inner(2, (1.0,))))
+    assert shape_problem(saved, shape) is None
+    assert shape_problem(saved | {"ev": 2}, shape) is None  # an int where a float goes: fine
+    assert shape_problem(saved | {"beta": None, "inner": None}, shape) is None  # X | None
+    assert shape_problem({k: v for k, v in saved.items() if k != "ev"}, shape) == "ev: missing"
+    assert shape_problem(saved | {"step": "3"}, shape) == "step: expected int, got str"
+    assert shape_problem(saved | {"inner": {"level": 1}}, shape) == "inner.recent: missing"
+    assert shape_problem(saved | {"inner": 1}, shape) == "inner: expected a dict, got int"
+
+
+def test_shape_problem_names_the_dotted_field_and_the_list_item() -> None:
+    shape = {"extra": {"ranks": Each({"torch": torch.Tensor})}, "opt": (list, tuple)}
+    ok = {"extra": {"ranks": [{"torch": torch.zeros(1)}]}, "opt": (), "more": 1}
+    assert shape_problem(ok, shape) is None  # fields beyond the shape are allowed
+    assert shape_problem({"opt": []}, shape) == "extra: missing"
+    assert shape_problem(ok | {"extra": {"ranks": [{"torch": torch.zeros(1)}, {}]}},
+                         shape) == "extra.ranks[1].torch: missing"  # fmt: skip
+    assert shape_problem(ok | {"opt": {}}, shape) == "opt: expected list or tuple, got dict"
+    assert shape_problem(ok | {"extra": []}, shape) == "extra: expected a dict, got list"
+
+
+def test_resume_point_skips_a_state_lacking_a_field_for_the_newest_intact_one(
+    tmp_path: Path, tokenizer: Any
+) -> None:
+    model = tiny_model(tokenizer)
+    opt, sched = optim_for(model)
+    first, second = (save(tmp_path, step, model, tokenizer, opt, sched) for step in (1, 2))
+    state = load_trainer_state(second)
+    del state["extra"]["ledger"]["generated_tokens"]
+    torch.save(state, second / "trainer_state.pt")
+    needs = {"extra": {"ledger": {"generated_tokens": int}}}
+    ckpt, saved, damaged = resume_point(tmp_path, (), lambda s: shape_problem(s, needs))
+    assert ckpt == first and saved is not None and saved["step"] == 1
+    assert damaged == [(second, f"{second}/trainer_state.pt: extra.ledger.generated_tokens: "
+                                "missing")]  # fmt: skip
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["step_1", "step_2"]
+    with pytest.raises(InputError, match=r"step_2/trainer_state.pt: nowhere: missing; no intact"):
+        resume_point(tmp_path, (), lambda s: shape_problem(s, {"nowhere": int}))  # none intact
+
+
+def test_capture_rng_always_holds_the_states_a_resume_requires() -> None:
+    assert shape_problem(capture_rng(), RNG_SHAPE) is None
+
+
+def _full_disk_in(where: str) -> Callable[..., None]:
+    """A write that fails as it does on a full disk: torch.save, writing to a Python file,
+    raises a RuntimeError over the file's OSError; safetensors (Rust) quotes the OS error."""
+
+    def fail(*args: object, **kwargs: object) -> None:
+        if where == "torch.save":
+            try:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            except OSError:  # chained implicitly (__context__), as torch's is
+                raise RuntimeError("[enforce fail at inline_container.cc:672] unexpected pos")  # noqa: B904
+        raise RuntimeError("Error while serializing: I/O error: No space left on device "
+                           f"(os error {errno.ENOSPC})")  # fmt: skip
+
+    return fail
+
+
+@pytest.mark.parametrize("where", ["torch.save", "save_pretrained"])
+def test_a_full_disk_mid_checkpoint_names_the_checkpoint_and_keeps_the_previous(
+    where: str, tmp_path: Path, tokenizer: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Before: internal error (SafetensorError: ... No space left on device), naming no path.
+    model = tiny_model(tokenizer)
+    opt, sched = optim_for(model)
+    first = save(tmp_path, 1, model, tokenizer, opt, sched)
+    before = tree_digest(first)
+    if where == "torch.save":
+        monkeypatch.setattr(checkpoint.torch, "save", _full_disk_in(where))
+    else:
+        monkeypatch.setattr(model, "save_pretrained", _full_disk_in(where))
+    with pytest.raises(OSError) as err:
+        save(tmp_path, 2, model, tokenizer, opt, sched)
+    assert err.value.errno == errno.ENOSPC and err.value.strerror == os.strerror(errno.ENOSPC)
+    assert err.value.filename == str(tmp_path / "checkpoints" / "step_2")
+    assert [p.name for p in (tmp_path / "checkpoints").iterdir()] == ["step_1"]  # no .tmp-*
+    assert tree_digest(first) == before

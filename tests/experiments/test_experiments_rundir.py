@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import math
+import os
 import re
 from pathlib import Path
 
@@ -14,7 +16,9 @@ from rlmap.core.errors import InputError
 from rlmap.experiments import rundir
 from rlmap.experiments.rundir import (
     MetricsLog,
+    append_jsonl,
     create_run_dir,
+    read_jsonl,
     write_json_atomic,
     write_text_atomic,
 )
@@ -142,3 +146,42 @@ def test_truncate_after_keeps_steps_up_to_the_checkpoint(tmp_path: Path) -> None
     assert [json.loads(line)["step"] for line in path.read_text().splitlines()] == [1, 2, 3]
     MetricsLog(path).append(4, {"a": 4.0})  # the resumed run redoes step 4
     assert [r["step"] for r in MetricsLog.read(path)] == [1, 2, 3, 4]
+
+
+# --- issue 27: every JSON-lines log appends after a newline ----------------------------------
+
+
+def test_append_jsonl_cuts_a_torn_last_line_and_keeps_one_that_lost_only_its_newline(
+    tmp_path: Path,
+) -> None:
+    # Before: resumes.jsonl was appended onto a torn line, leaving two unparseable halves.
+    path = tmp_path / "resumes.jsonl"
+    path.write_text('{"from": "step_2"}\n{"from": "st')  # kill -9 in the middle of a line
+    assert [v for _, v in read_jsonl(path)] == [{"from": "step_2"}]  # read as metrics are
+    append_jsonl(path, {"from": "step_4"})
+    assert path.read_text() == '{"from": "step_2"}\n{"from": "step_4"}\n'
+    path.write_text('{"from": "step_2"}')  # complete, only its newline lost: kept
+    append_jsonl(path, {"from": "step_4"})
+    assert path.read_text() == '{"from": "step_2"}\n{"from": "step_4"}\n'
+    path.write_text('{"from": "st')  # a torn first line: nothing before it
+    append_jsonl(path, {"from": None})
+    assert path.read_text() == '{"from": null}\n'
+
+
+def test_append_jsonl_names_the_log_when_the_disk_refuses(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import builtins
+
+    real = builtins.open
+
+    def full(file: object, mode: str = "r", *args: object, **kwargs: object) -> object:
+        if "a" in mode:  # as a full disk fails the flush: no file name on the error
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real(file, mode, *args, **kwargs)  # type: ignore[call-overload]
+
+    monkeypatch.setattr(builtins, "open", full)
+    with pytest.raises(OSError) as err:
+        append_jsonl(tmp_path / "metrics.jsonl", {"step": 1})
+    assert err.value.filename == str(tmp_path / "metrics.jsonl")
+    assert err.value.errno == errno.ENOSPC

@@ -7,6 +7,7 @@ import dataclasses
 import io
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -16,9 +17,17 @@ from typing import Any
 
 import pytest
 import torch
+from test_system_resume_faults import (
+    CONFIG_FIELDS,
+    assert_each_field_is_required,
+    saved_fields,
+    without,
+)
 
+from rlmap.cli import main
 from rlmap.core.batch import RewardStatus
-from rlmap.experiments.checkpoint import latest_checkpoint, load_trainer_state
+from rlmap.experiments.checkpoint import latest_checkpoint, list_checkpoints, load_trainer_state
+from rlmap.experiments.rundir import read_jsonl
 from rlmap.recipes import build_config
 from rlmap.system import async_loop, setup
 from rlmap.system.engine import Completion
@@ -421,3 +430,88 @@ def test_deterministic_mode_fills_to_the_bound_before_every_take(
         assert runner.queue.qsize() == 4
         runner.step(state)
         assert runner.rounds == 4  # (1 + 3)·2 / 2 per round
+
+
+# --- issue 27: an asynchronous checkpoint missing a field is damaged -------------------------
+
+
+@pytest.fixture(scope="module")
+def async_run(tiny_calc_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An asynchronous run of 2 steps, checkpoints at 1 and 2 (built once, copied by tests)."""
+    from conftest import _toy_overrides
+
+    run = tmp_path_factory.mktemp("async") / "run"
+    args = [*_args(_toy_overrides, tiny_calc_model_dir), "optim.steps=2", "run.checkpoint_every=1",
+            "run.eval_every=2"]  # fmt: skip
+    assert main(["train", "--recipe", "sao", "--out", str(run), *args]) == 0
+    return run
+
+
+def test_an_asynchronous_checkpoint_missing_any_field_is_damaged_and_refusing_changes_nothing(
+    async_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(async_run, run)
+    state = load_trainer_state(run / "checkpoints" / "step_2")
+    assert set(state["extra"]["async"]) == set(async_loop.SNAPSHOT_SHAPE)  # no field forgotten
+    assert state["extra"]["async"]["queue"]  # the case of the issue: work was queued
+    paths = saved_fields(state)
+    for must in [
+        ("extra", "async", "queue"),
+        ("extra", "async", "lost"),
+        ("optimizers", "critic", "param_groups"),
+        ("schedulers", "critic", "last_epoch"),
+    ]:
+        assert must in paths  # the walk reached the queue and the critic's optimiser
+    assert_each_field_is_required(run, paths + CONFIG_FIELDS, capsys)
+
+
+def _no_action(snapshot: dict[str, Any]) -> None:
+    del snapshot["queue"][0]["scored"]["episode"]["action"]
+
+
+def _half_a_round(snapshot: dict[str, Any]) -> None:
+    snapshot["redo"] = [[3]]  # a round's first prompt, without its count
+
+
+@pytest.mark.parametrize(
+    ("damage", "named"),
+    [
+        (_no_action, "extra.async.queue[0]: not a finished trajectory (TypeError: "),
+        (_half_a_round, "extra.async.redo[0]: expected a pair of ints, got [3]"),
+    ],
+)
+def test_an_asynchronous_checkpoint_whose_queue_does_not_load_back_is_damaged(
+    damage: Callable[[dict[str, Any]], None], named: str, async_run: Path, tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    run = tmp_path / "run"
+    shutil.copytree(async_run, run)
+    for ckpt in list_checkpoints(run):
+        state = load_trainer_state(ckpt)
+        damage(state["extra"]["async"])
+        torch.save(state, ckpt / "trainer_state.pt")
+    before = {p: p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file()}
+    assert main(["train", "--resume", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert f"step_2/trainer_state.pt: {named}" in err
+    assert {p: p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file()} == before
+
+
+def test_an_asynchronous_run_whose_newest_checkpoint_lacks_its_queue_resumes_from_the_one_before(
+    async_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Before: internal error (KeyError: 'queue'), after metrics.jsonl had lost step 2, its
+    # samples had been deleted and resumes.jsonl told of a resume that did not happen.
+    run = tmp_path / "run"
+    shutil.copytree(async_run, run)
+    newest = run / "checkpoints" / "step_2" / "trainer_state.pt"
+    torch.save(without(load_trainer_state(newest.parent), ["extra", "async", "queue"]), newest)
+    assert main(["train", "--resume", str(run)]) == 0
+    err = capsys.readouterr().err
+    assert f"{newest}: extra.async.queue: missing; skipped (kept as damaged-step_2-" in err
+    assert [r["step"] for r in _records(run)] == [0, 1, 2]  # step 2 redone from step 1
+    assert load_trainer_state(newest.parent)["extra"]["async"]["queue"] is not None  # rewritten
+    (record,) = [v for _, v in read_jsonl(run / "resumes.jsonl")]
+    assert record["from"] == "step_1"

@@ -2,21 +2,29 @@
 
 Before: a run killed before its first checkpoint and resumed logged steps 0, 1, 0, 1, 2, 3;
 an edited ``config.yaml`` was resumed silently with the old optimiser state; a missing
-``trainer_state.pt`` or a truncated safetensors file ended in a traceback.
+``trainer_state.pt`` or a truncated safetensors file ended in a traceback; a trainer state
+without a field (the asynchronous queue) ended in ``internal error (KeyError: ...)`` after
+metrics, samples and ``resumes.jsonl`` had been changed for a resume that never happened.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from copy import deepcopy
 from pathlib import Path
+from typing import Any
 
 import pytest
+import torch
 
 from rlmap.cli import main
 from rlmap.core.errors import ConfigError
 from rlmap.experiments import train as train_module
+from rlmap.experiments.checkpoint import list_checkpoints, load_trainer_state
+from rlmap.experiments.resume import ResumePoint, go_ahead, resume_point_of
+from rlmap.experiments.rundir import read_jsonl
 from rlmap.recipes import load_config
 
 Toy = Callable[..., list[str]]
@@ -172,3 +180,104 @@ def test_more_steps_with_a_cosine_schedule_are_refused(tiny_model_dir: Path, tmp
     config.write_text(config.read_text().replace("steps: 4", "steps: 6"))
     with pytest.raises(ConfigError, match=r"^optim.steps: cannot change on resume"):
         train_module.run_training(load_config(config), run, resume=True)
+
+
+# --- issue 27: a checkpoint missing a field is damaged; a refused resume changes nothing ----
+
+UNREAD = {("rng", "cuda"), ("extra", "config"), ("schedulers", "*", "_is_initial"),
+          ("schedulers", "*", "_get_lr_called_within_step"),
+          ("optimizers", "*", "state")}  # fmt: skip
+"""What is not walked into, field by field: CUDA's RNG (a machine's fact; none on CPU), the
+saved config (compared with ``config.yaml`` as a whole: a field gone is a change refused,
+three fields of it are checked below), two flags torch sets only around a scheduler's
+``step``, and the optimiser's per-parameter state (torch's own, keyed by parameter)."""
+CONFIG_FIELDS = [("extra", "config", "system", "mode"), ("extra", "config", "system", "learners"),
+                 ("extra", "config", "critic", "enabled")]  # fmt: skip
+"""The saved config's fields that say which other fields a checkpoint holds."""
+
+
+def saved_fields(state: dict[str, Any], at: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    """Every field of a trainer state as written, by path: each key of each dict, nested
+    dicts walked (lists are values: the queue's items are checked on their own)."""
+    out = []
+    for key, value in state.items():
+        path = (*at, key)
+        if any(len(u) == len(path) and all(a in ("*", b) for a, b in zip(u, path, strict=True))
+               for u in UNREAD):  # fmt: skip
+            continue
+        out.append(path)
+        if isinstance(value, dict):
+            out += saved_fields(value, path)
+    return out
+
+
+def without(state: dict[str, Any], path: Sequence[str | int]) -> dict[str, Any]:
+    """A deep copy of ``state`` less the field at ``path``."""
+    copy = deepcopy(state)
+    parent: Any = copy
+    for key in path[:-1]:
+        parent = parent[key]
+    del parent[path[-1]]
+    return copy
+
+
+def assert_each_field_is_required(
+    run: Path, paths: list[tuple[str, ...]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """For each field: a newest checkpoint without it is damaged (the resume goes on from
+    the one before, naming it); with every checkpoint without it, the resume is refused in
+    one line naming it, and the run directory is byte for byte as it was."""
+    cfg = load_config(run / "config.yaml")
+    *_, older, newest = list_checkpoints(run)
+    files = {ckpt: ckpt / "trainer_state.pt" for ckpt in (older, newest)}
+    originals = {ckpt: load_trainer_state(ckpt) for ckpt in files}
+    for path in paths:
+        field = ".".join(path)
+        torch.save(without(originals[newest], path), files[newest])
+        point = resume_point_of(cfg, run)  # the decision alone: it moves nothing
+        assert point.ckpt == older, field
+        assert point.damaged == [(newest, f"{files[newest]}: {field}: missing")]
+        torch.save(without(originals[older], path), files[older])
+        before = _tree(run)
+        assert main(["train", "--resume", str(run)]) == 2, field
+        err = capsys.readouterr().err
+        assert err == (f"rlmap: error: {files[newest]}: {field}: missing; no intact checkpoint "
+                       "to resume from\n")  # fmt: skip
+        assert _tree(run) == before, field
+        torch.save(originals[older], files[older])
+
+
+def test_a_synchronous_checkpoint_missing_any_field_is_damaged_and_refusing_changes_nothing(
+    finished: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = _copy(finished, tmp_path / "run")
+    paths = saved_fields(load_trainer_state(run / "checkpoints" / "step_4"))
+    for must in [("optimizers", "policy", "param_groups"), ("extra", "loop", "cursor"),
+                 ("extra", "ledger", "generated_tokens"), ("rng", "numpy")]:  # fmt: skip
+        assert must in paths  # the walk reached every level
+    assert_each_field_is_required(run, paths + CONFIG_FIELDS, capsys)
+
+
+def test_a_newest_checkpoint_missing_its_loop_state_is_set_aside_and_the_run_goes_on(
+    finished: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = _copy(finished, tmp_path / "run")
+    state = run / "checkpoints" / "step_4" / "trainer_state.pt"
+    torch.save(without(torch.load(state, weights_only=True), ["extra", "loop"]), state)
+    assert main(["train", "--resume", str(run)]) == 0
+    err = capsys.readouterr().err
+    assert f"{state}: extra.loop: missing; skipped (kept as damaged-step_4-" in err
+    assert _steps(run) == [0, 1, 2, 3, 4]  # step 3 and 4 redone from step 2, not doubled
+    kept = [p.name for p in (run / "checkpoints").iterdir() if p.name.startswith("damaged-")]
+    assert len(kept) == 1 and (run / "checkpoints" / "step_4").is_dir()
+    (record,) = [v for _, v in read_jsonl(run / "resumes.jsonl")]
+    assert record["from"] == "step_2" and "extra.loop: missing" in record["skipped"][0]
+
+
+def test_a_resume_after_a_torn_resumes_line_appends_a_line_of_its_own(tmp_path: Path) -> None:
+    # Before: the new record was appended onto the torn one: one unparseable line for two.
+    log = tmp_path / "resumes.jsonl"
+    log.write_text('{"from": "step_2", "changes": {}, "skipped": [], "time": 1.0}\n{"from": ')
+    go_ahead(tmp_path, ResumePoint(None, None, {}, []))  # a resume that starts over
+    lines = log.read_text().splitlines()
+    assert len(lines) == 2 and [json.loads(x)["from"] for x in lines] == ["step_2", None]

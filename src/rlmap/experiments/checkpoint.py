@@ -24,13 +24,16 @@ are deleted, so a crash mid-delete cannot leave a partial ``step_*`` behind.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import random
 import re
 import shutil
-import sys
+import types
+import typing
 import zipfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -90,27 +93,47 @@ def checkpoint_problem(ckpt: Path, models: Sequence[str] = ()) -> str | None:
 
 
 def resume_point(
-    run_dir: Path, models: Sequence[str] = ()
-) -> tuple[Path | None, list[tuple[Path, str]]]:
-    """The newest intact checkpoint of a run, and each damaged newer one with its fault.
+    run_dir: Path,
+    models: Sequence[str] = (),
+    state_problem: Callable[[dict[str, Any]], str | None] = lambda state: None,
+) -> tuple[Path | None, dict[str, Any] | None, list[tuple[Path, str]]]:
+    """The newest intact checkpoint of a run, its trainer state, and each damaged newer
+    one with its fault.
 
-    Nothing is moved here (a resume refused later must leave the run as it was): the
-    caller sets the damaged ones aside with :func:`set_aside` once the resume goes ahead.
-    A run without checkpoints resumes from None (it starts over); a run whose every
-    checkpoint is damaged raises :class:`~rlmap.core.errors.InputError` naming the newest
-    one's fault.
+    Intact: :func:`checkpoint_problem` finds nothing, ``trainer_state.pt`` loads, and
+    ``state_problem`` finds nothing in it (a field missing or of the wrong type: a file cut
+    short and one without a field a resume reads are damaged alike). Checkpoints are read
+    newest first, up to the first intact one. Nothing is moved here (a resume refused
+    later must leave the run as it was): the caller sets the damaged ones aside with
+    :func:`set_aside` once the resume goes ahead. A run without checkpoints resumes from
+    None (it starts over); a run whose every checkpoint is damaged raises
+    :class:`~rlmap.core.errors.InputError` naming the newest one's fault.
     """
-    checkpoints = list_checkpoints(run_dir)
-    problems = [(ckpt, checkpoint_problem(ckpt, models)) for ckpt in reversed(checkpoints)]
-    intact = next((ckpt for ckpt, problem in problems if problem is None), None)
-    if checkpoints and intact is None:
-        raise InputError(f"{problems[0][1]}; no intact checkpoint to resume from")
-    damaged = []
-    for ckpt, problem in problems:
-        if ckpt == intact or problem is None:
-            break
+    damaged: list[tuple[Path, str]] = []
+    for ckpt in reversed(list_checkpoints(run_dir)):
+        state, problem = _read(ckpt, models, state_problem)
+        if problem is None:
+            return ckpt, state, damaged
         damaged.append((ckpt, problem))
-    return intact, damaged
+    if damaged:
+        raise InputError(f"{damaged[0][1]}; no intact checkpoint to resume from")
+    return None, None, []
+
+
+def _read(
+    ckpt: Path, models: Sequence[str], state_problem: Callable[[dict[str, Any]], str | None]
+) -> tuple[dict[str, Any] | None, str | None]:
+    """(the trainer state, None) of an intact checkpoint; (None or the state, what is wrong,
+    naming the file) of a damaged one."""
+    problem = checkpoint_problem(ckpt, models)
+    if problem is not None:
+        return None, problem
+    try:
+        state = load_trainer_state(ckpt)
+    except InputError as exc:
+        return None, str(exc)
+    field = state_problem(state)
+    return state, None if field is None else f"{ckpt / TRAINER_STATE}: {field}"
 
 
 def set_aside(damaged: Sequence[tuple[Path, str]]) -> list[str]:
@@ -125,30 +148,35 @@ def set_aside(damaged: Sequence[tuple[Path, str]]) -> list[str]:
     return notes
 
 
-def capture_rng() -> dict[str, Any]:
+def capture_rng(device: torch.device | None = None) -> dict[str, Any]:
     """Every RNG state a training step can draw from, as plain data.
 
-    numpy's state is stored as lists so the file loads with ``weights_only=True``;
-    it is captured only when numpy is already imported (nothing else can have
-    drawn from it).
+    numpy's state is stored as lists so the file loads with ``weights_only=True``; CUDA's
+    only for the learner's own CUDA ``device`` (a machine's fact, not the run's:
+    :data:`RNG_SHAPE` leaves it out): another GPU's generator is not this rank's, and a
+    CPU learner never starts CUDA to read one.
     """
-    state: dict[str, Any] = {"torch": torch.get_rng_state(), "python": random.getstate()}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    if "numpy" in sys.modules:
-        name, keys, pos, has_gauss, gauss = sys.modules["numpy"].random.get_state()
-        state["numpy"] = [name, keys.tolist(), int(pos), int(has_gauss), float(gauss)]
+    import numpy as np
+
+    legacy: Any = np.random.get_state()  # (name, keys, pos, has_gauss, gauss)
+    name, keys, pos, has_gauss, gauss = legacy
+    state: dict[str, Any] = {"torch": torch.get_rng_state(), "python": random.getstate(),
+                             "numpy": [name, keys.tolist(), int(pos), int(has_gauss),
+                                       float(gauss)]}  # fmt: skip
+    if device is not None and device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(device)
     return state
 
 
-def restore_rng(state: Mapping[str, Any]) -> None:
-    """Put back the RNG states of a trainer state from :func:`load_trainer_state`."""
+def restore_rng(state: Mapping[str, Any], device: torch.device | None = None) -> None:
+    """Put back the RNG states of a trainer state from :func:`load_trainer_state`; CUDA's
+    into the learner's CUDA ``device`` only (one saved on a CPU run stays out)."""
     rng = state["rng"]
     torch.set_rng_state(rng["torch"])
     version, internal, gauss = rng["python"]
     random.setstate((version, tuple(internal), gauss))
-    if "cuda" in rng and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(rng["cuda"])
+    if "cuda" in rng and device is not None and device.type == "cuda":
+        torch.cuda.set_rng_state(rng["cuda"], device)
     if "numpy" in rng:
         import numpy as np
 
@@ -180,12 +208,109 @@ def load_trainer_state(ckpt_dir: Path) -> dict[str, Any]:
     that does not load is an :class:`~rlmap.core.errors.InputError` naming it."""
     path = Path(ckpt_dir) / TRAINER_STATE
     try:
-        state: dict[str, Any] = torch.load(path, map_location="cpu", weights_only=True)
+        state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # missing, truncated, corrupt or foreign: named, one line
         raise InputError(f"{path}: cannot be loaded ({type(exc).__name__})") from None
-    if state.get("format") != STATE_FORMAT:
-        raise InputError(f"{path}: trainer state format {state.get('format')!r} unknown")
+    if not isinstance(state, dict):
+        raise InputError(f"{path}: not a trainer state (a {type(state).__name__})")
+    if "format" not in state:
+        raise InputError(f"{path}: format: missing")
+    if state["format"] != STATE_FORMAT:
+        raise InputError(f"{path}: trainer state format {state['format']!r} unknown")
     return state
+
+
+Shape = Any
+"""What :func:`shape_problem` holds a value to: a type or a tuple of types (an instance of
+one), a dict of field → shape (a dict holding every field; more are allowed), a
+:class:`Maybe` or an :class:`Each`."""
+
+
+@dataclass(frozen=True)
+class Maybe:
+    """None, or a value of ``shape``."""
+
+    shape: Shape
+
+
+@dataclass(frozen=True)
+class Each:
+    """A list (or tuple) whose every item has ``shape``."""
+
+    shape: Shape
+
+
+RNG_SHAPE: dict[str, Shape] = {"torch": torch.Tensor, "python": (list, tuple), "numpy": list}
+"""The RNG states :func:`capture_rng` saves on every machine (CUDA's only where there is CUDA)."""
+
+
+OPTIMIZER_SHAPE: dict[str, Shape] = {"state": dict, "param_groups": list}
+"""What an optimiser's ``load_state_dict`` reads: the per-parameter state and the groups."""
+SCHEDULER_SHAPE: dict[str, Shape] = {"last_epoch": int, "_step_count": int, "base_lrs": list,
+                                     "_last_lr": list, "lr_lambdas": list}  # fmt: skip
+"""What a ``LambdaLR`` (the schedule rlmap makes) keeps of itself: its position, base and
+last rates, and its factors' state (its ``load_state_dict`` raises without them; without
+the others it silently starts the schedule over). Its two other keys are flags torch sets
+only around a call of ``step``."""
+
+
+def trainer_state_shape(optimizers: Sequence[str], extra: Mapping[str, Shape]) -> dict[str, Shape]:
+    """The shape of the ``trainer_state.pt`` :func:`save_checkpoint` writes with optimisers
+    and schedulers of these names and an ``extra`` of that shape."""
+    return {
+        "format": int,
+        "step": int,
+        "optimizers": {name: OPTIMIZER_SHAPE for name in optimizers},
+        "schedulers": {name: SCHEDULER_SHAPE for name in optimizers},
+        "rng": RNG_SHAPE,
+        "extra": dict(extra),
+    }
+
+
+def dataclass_shape(cls: type) -> dict[str, Shape]:
+    """The shape of ``dataclasses.asdict`` of a ``cls`` as a checkpoint loads it back: every
+    field, typed by its annotation (a float may be saved as an int, a nested dataclass is
+    a dict of its own fields, ``X | None`` is :class:`Maybe`)."""
+    hints = typing.get_type_hints(cls)
+    return {f.name: _hint_shape(hints[f.name]) for f in dataclasses.fields(cls)}
+
+
+def _hint_shape(hint: Any) -> Shape:
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        inner = _hint_shape(args[0]) if len(args) == 1 else tuple(map(_hint_shape, args))
+        return Maybe(inner) if len(args) < len(typing.get_args(hint)) else inner
+    if dataclasses.is_dataclass(hint):
+        return dataclass_shape(hint)  # type: ignore[arg-type]
+    if hint is float:
+        return (int, float)
+    return typing.get_origin(hint) or hint
+
+
+def shape_problem(value: Any, shape: Shape, where: str = "") -> str | None:
+    """The first way ``value`` departs from ``shape``, naming the field by its dotted path
+    from ``where`` (``extra.async.queue: missing``); None when it fits."""
+    if isinstance(shape, Maybe):
+        return None if value is None else shape_problem(value, shape.shape, where)
+    if isinstance(shape, Each):
+        if not isinstance(value, (list, tuple)):
+            return f"{where}: expected a list, got {type(value).__name__}"
+        problems = (shape_problem(v, shape.shape, f"{where}[{k}]") for k, v in enumerate(value))
+        return next((p for p in problems if p is not None), None)
+    if isinstance(shape, dict):
+        if not isinstance(value, Mapping):
+            return f"{where}: expected a dict, got {type(value).__name__}"
+        for key, inner in shape.items():
+            field = f"{where}.{key}" if where else key
+            if key not in value:
+                return f"{field}: missing"
+            if (problem := shape_problem(value[key], inner, field)) is not None:
+                return problem
+        return None
+    if not isinstance(value, shape):
+        wanted = " or ".join(t.__name__ for t in (shape if isinstance(shape, tuple) else (shape,)))
+        return f"{where}: expected {wanted}, got {type(value).__name__}"
+    return None
 
 
 def _fsync_tree(root: Path) -> None:
@@ -233,6 +358,7 @@ def _trainer_state(
     schedulers: Mapping[str, Any],
     extra: Mapping[str, Any],
     optimizer_states: Mapping[str, Any] | None,
+    device: torch.device | None,
 ) -> dict[str, Any]:
     states = optimizer_states or {name: opt.state_dict() for name, opt in optimizers.items()}
     return {
@@ -240,9 +366,26 @@ def _trainer_state(
         "step": int(step),
         "optimizers": dict(states),
         "schedulers": {name: sched.state_dict() for name, sched in schedulers.items()},
-        "rng": capture_rng(),
+        "rng": capture_rng(device),
         "extra": dict(extra),
     }
+
+
+def os_error(exc: BaseException) -> OSError | None:
+    """The operating system's error behind a failed write (a full or read-only disk), or
+    None: an OSError in ``exc``'s chain (``torch.save`` to a Python file raises a
+    RuntimeError over the file's own), or one quoted by a library that writes by itself
+    (safetensors: ``... No space left on device (os error 28)``)."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno is not None:
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    quoted = re.search(r"\(os error (\d+)\)", str(exc))
+    if quoted is None:
+        return None
+    code = int(quoted.group(1))
+    return OSError(code, os.strerror(code))
 
 
 def save_checkpoint(
@@ -259,6 +402,7 @@ def save_checkpoint(
     model_state: Mapping[str, torch.Tensor] | None = None,
     optimizer_states: Mapping[str, Any] | None = None,
     extra_states: Mapping[str, Mapping[str, torch.Tensor]] | None = None,
+    device: torch.device | None = None,
 ) -> Path:
     """Write ``<run_dir>/checkpoints/step_<step>/`` atomically and return its path.
 
@@ -272,9 +416,11 @@ def save_checkpoint(
     given, are what is saved of the policy, the extra models and the optimisers instead
     of their own state dicts (data-parallel FSDP2: the full
     dicts gathered from the shards).
-    Raises FileExistsError if ``step_<step>`` already exists (nothing is overwritten), and
+    Raises FileExistsError if ``step_<step>`` already exists (nothing is overwritten),
     :class:`~rlmap.core.errors.TrainingError` if any weight is NaN or infinite (nothing is
-    written: a checkpoint that loads but answers nothing is worse than none).
+    written: a checkpoint that loads but answers nothing is worse than none), and an
+    OSError naming ``step_<step>`` when the disk refuses a write (full, read-only): the
+    temporary copy is removed and the previous checkpoint is as it was.
     """
     if keep < 1:
         raise ValueError(f"checkpoint keep must be >= 1, got {keep}")
@@ -303,13 +449,17 @@ def save_checkpoint(
         for name, extra_model in (extra_models or {}).items():
             extra_model.save_pretrained(tmp / name, safe_serialization=True,
                                         state_dict=given.get(name))  # fmt: skip
-        state = _trainer_state(step, optimizers, schedulers, extra, optimizer_states)
-        torch.save(state, tmp / TRAINER_STATE)
+        state = _trainer_state(step, optimizers, schedulers, extra, optimizer_states, device)
+        with open(tmp / TRAINER_STATE, "wb") as f:  # through Python: a full disk is an OSError
+            torch.save(state, f)
         _fsync_tree(tmp)
         os.replace(tmp, final)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(OSError):
             shutil.rmtree(tmp)
+        cause = os_error(exc) if isinstance(exc, Exception) else None
+        if cause is not None:  # named by the checkpoint, not a file of its temporary copy
+            raise OSError(cause.errno, cause.strerror, str(final)) from exc
         raise
     fsync_dir(root)
     _rotate(run_dir, keep)

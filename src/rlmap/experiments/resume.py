@@ -2,13 +2,15 @@
 
 The decision comes first and touches nothing (:func:`resume_point_of`: the newest intact
 checkpoint, its trainer state, the config changes it accepts, the damaged checkpoints);
-refusals raise there. Only once the run's parts are built does :func:`go_ahead` set the
+refusals raise there. Intact means whole on disk *and* holding every field the resume
+reads (:func:`state_problem`): a checkpoint without its optimiser, its RNG, its loop state
+or an asynchronous run's queue is damaged like one cut short, found before anything is
+cut back or set aside. Only once the run's parts are built does :func:`go_ahead` set the
 damaged checkpoints aside and write the resume's line in ``resumes.jsonl``.
 """
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from collections.abc import Mapping
@@ -17,9 +19,22 @@ from pathlib import Path
 from typing import Any
 
 from rlmap.core.errors import ConfigError
-from rlmap.experiments.checkpoint import load_trainer_state, resume_point, set_aside
+from rlmap.experiments.checkpoint import (
+    RNG_SHAPE,
+    Each,
+    Shape,
+    dataclass_shape,
+    resume_point,
+    set_aside,
+    shape_problem,
+    trainer_state_shape,
+)
+from rlmap.experiments.ledger import Ledger
+from rlmap.experiments.rundir import append_jsonl
 from rlmap.recipes.config import RecipeConfig
+from rlmap.system.async_loop import SNAPSHOT_SHAPE, snapshot_problem
 from rlmap.system.critic import CRITIC_DIR
+from rlmap.system.sync import LoopState
 
 RESUMABLE_CHANGES = ("optim.steps", "run.progress")
 """Fields of ``config.yaml`` a resume accepts changed (extend or shorten a run, hide the bar);
@@ -48,13 +63,14 @@ def resume_point_of(cfg: RecipeConfig, run_dir: Path) -> ResumePoint:
 
     A config changed since the checkpoint is refused unless only :data:`RESUMABLE_CHANGES`
     differ (and ``optim.steps`` only with a constant schedule: a cosine one would jump).
-    Refusals raise here, before any file is touched.
+    Refusals raise here, before any file is touched; so does a run whose every checkpoint
+    is damaged.
     """
-    ckpt, damaged = resume_point(run_dir, [CRITIC_DIR] if cfg.critic.enabled else [])
-    if ckpt is None:
+    models = [CRITIC_DIR] if cfg.critic.enabled else []
+    ckpt, saved, damaged = resume_point(run_dir, models, state_problem)
+    if ckpt is None or saved is None:
         return ResumePoint(None, None, {}, damaged)
-    saved = load_trainer_state(ckpt)
-    changes = config_changes(saved["extra"].get("config"), cfg)
+    changes = config_changes(saved["extra"]["config"], cfg)
     refused = [c for c in changes if c[0] not in RESUMABLE_CHANGES]
     if refused:
         field, old, new = refused[0]
@@ -84,13 +100,45 @@ def go_ahead(run_dir: Path, point: ResumePoint) -> None:
     _record_resume(run_dir, point.ckpt, point.changes, notes)
 
 
-def config_changes(
-    saved: Mapping[str, Any] | None, cfg: RecipeConfig
-) -> list[tuple[str, Any, Any]]:
-    """(dotted field, saved value, current value) for every field that differs; none when
-    the checkpoint predates saving its config."""
-    if saved is None:
-        return []
+CONFIG_SHAPE: dict[str, Shape] = {"extra": {"config": {"system": {"mode": str, "learners": int},
+                                                      "critic": {"enabled": bool}}}}  # fmt: skip
+"""What a trainer state's saved config must say before the rest can be checked: the fields
+that decide which other fields the checkpoint holds."""
+
+
+def state_shape(mode: str, critic: bool, learners: int) -> dict[str, Shape]:
+    """Every field :func:`rlmap.experiments.train` saves in a checkpoint of a run with this
+    loop mode, critic and number of learner ranks, and what a resume reads of each: loop
+    state, ledger and config always; the queue with its counters (asynchronous loop); each
+    rank's RNG (several learner ranks)."""
+    extra: dict[str, Shape] = {"loop": dataclass_shape(LoopState),
+                               "ledger": dataclass_shape(Ledger), "config": dict}  # fmt: skip
+    if mode != "sync":
+        extra["async"] = SNAPSHOT_SHAPE
+    if learners > 1:
+        extra["rank_rng"] = Each(RNG_SHAPE)
+    return trainer_state_shape(["policy", CRITIC_DIR] if critic else ["policy"], extra)
+
+
+def state_problem(state: dict[str, Any]) -> str | None:
+    """What a resume cannot read in a trainer state, by field (``extra.async.queue:
+    missing``), or None. The fields expected are those of the run's own saved config (so
+    a config edited since is refused as such, by :func:`resume_point_of`, not called
+    damage); an asynchronous run's queue must load back whole."""
+    problem = shape_problem(state, CONFIG_SHAPE)
+    if problem is not None:
+        return problem
+    saved = state["extra"]["config"]
+    mode = saved["system"]["mode"]
+    shape = state_shape(mode, saved["critic"]["enabled"], saved["system"]["learners"])
+    problem = shape_problem(state, shape)
+    if problem is None and mode != "sync":
+        problem = snapshot_problem(state["extra"]["async"], "extra.async.")
+    return problem
+
+
+def config_changes(saved: Mapping[str, Any], cfg: RecipeConfig) -> list[tuple[str, Any, Any]]:
+    """(dotted field, saved value, current value) for every field that differs."""
     now, was = _flat(cfg.model_dump(mode="json")), _flat(saved)
     return [(k, was.get(k), now.get(k)) for k in sorted(now.keys() | was.keys())
             if was.get(k) != now.get(k)]  # fmt: skip
@@ -112,5 +160,4 @@ def _record_resume(
     """One line per resume in ``resumes.jsonl``: where from, what changed, what was skipped."""
     record = {"from": None if ckpt is None else ckpt.name, "changes": changes, "skipped": notes,
               "time": time.time()}  # fmt: skip
-    with open(run_dir / RESUMES_FILE, "a") as f:
-        f.write(json.dumps(record) + "\n")
+    append_jsonl(run_dir / RESUMES_FILE, record)

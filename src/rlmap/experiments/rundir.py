@@ -5,8 +5,9 @@ explicit ``--out`` that already holds files is refused with the command that
 continues it instead. Every whole-file write (config, ledger, summary) goes
 through a temporary file in the same directory and ``os.replace``, so a reader —
 or a resume after ``kill -9`` — sees the old file or the new one, never half of
-either. ``metrics.jsonl`` is the one file written by appending; its reader
-ignores a line torn by a crash mid-write.
+either. The JSON-lines logs (``metrics.jsonl``, ``resumes.jsonl``) are written by
+appending (:func:`append_jsonl`); their reader (:func:`read_jsonl`) ignores a last line
+torn by a crash mid-write, and the next append cuts it first.
 """
 
 from __future__ import annotations
@@ -231,28 +232,42 @@ def _metric_value(name: str, value: Any) -> float | int | None:
     return number if math.isfinite(number) else None
 
 
-def _parse_records(path: Path) -> list[dict[str, Any]]:
-    """Records of a metrics file; a final line that does not parse is a torn write and dropped.
+def _decode(line: bytes) -> Any:
+    """One JSON line; raises UnicodeDecodeError, JSONDecodeError or RecursionError."""
+    return json.loads(line.decode("utf-8"))
 
-    Anything else that is not a record is an :class:`InputError` (a ValueError) naming
-    ``path:lineno``; so is a file that cannot be read.
+
+def read_jsonl(path: Path, what: str = "log") -> list[tuple[int, Any]]:
+    """(line number, value) of each line of a JSON-lines log; a final line that does not
+    parse is a torn write and dropped.
+
+    Any other line that does not parse is an :class:`InputError` (a ValueError) naming
+    ``path:lineno``; so is a file that cannot be read (``what`` names it).
     """
     try:
         lines = Path(path).read_bytes().split(b"\n")
     except OSError as exc:
-        raise InputError(f"{path}: cannot read the metrics ({exc.strerror})") from None
+        raise InputError(f"{path}: cannot read the {what} ({exc.strerror})") from None
     numbered = [(i + 1, line) for i, line in enumerate(lines) if line.strip()]
-    records: list[dict[str, Any]] = []
+    values: list[tuple[int, Any]] = []
     for index, (lineno, line) in enumerate(numbered):
         try:
-            record = json.loads(line.decode("utf-8"))
+            values.append((lineno, _decode(line)))
         except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as err:
             if index == len(numbered) - 1:
-                break  # torn by a crash mid-append: the step was never complete
+                break  # torn by a crash mid-append: the record was never complete
             if isinstance(err, json.JSONDecodeError):
                 raise InputError(f"{path}:{lineno}: invalid JSON ({err.msg})") from None
             why = "not UTF-8" if isinstance(err, UnicodeDecodeError) else "nested too deeply"
             raise InputError(f"{path}:{lineno}: {why}") from None
+    return values
+
+
+def _parse_records(path: Path) -> list[dict[str, Any]]:
+    """Records of a metrics file (:func:`read_jsonl`); a line that is not an object with an
+    int ``step`` is an :class:`InputError` naming ``path:lineno``."""
+    records: list[dict[str, Any]] = []
+    for lineno, record in read_jsonl(path, "metrics"):
         if not isinstance(record, dict) or not isinstance(record.get("step"), int):
             raise InputError(f"{path}:{lineno}: not a metrics record (an object with int 'step')")
         records.append(record)
@@ -265,23 +280,55 @@ def _write_records(path: Path, records: list[dict[str, Any]]) -> None:
     write_text_atomic(path, text)
 
 
+def append_jsonl(path: Path, record: Mapping[str, Any]) -> None:
+    """Append ``record`` to the JSON-lines log ``path`` as one line and flush it.
+
+    A last line torn by a crash mid-append is cut first (:func:`_mend_jsonl`), so the new
+    line starts a line of its own instead of ending a torn one. Each append opens, writes
+    one line and closes the file: the line is in the OS's hands at once, and nothing stays
+    open between appends. A write the disk refuses is an OSError naming ``path``.
+    """
+    path = Path(path)
+    line = json.dumps(record, allow_nan=False) + "\n"
+    try:
+        _mend_jsonl(path)
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(line)
+            f.flush()
+    except OSError as exc:
+        raise _named(exc, path) from exc
+
+
+def _mend_jsonl(path: Path) -> None:
+    """Make a JSON-lines log end on a newline, as :func:`read_jsonl` reads it: a last line
+    that parses lost only its newline and keeps it; one that does not was torn and is cut
+    (an atomic rewrite). A missing file, or one that ends on a newline, is left alone."""
+    path = Path(path)
+    if not path.exists() or path.stat().st_size == 0:
+        return
+    with open(path, "rb") as f:
+        f.seek(-1, os.SEEK_END)
+        if f.read(1) == b"\n":
+            return
+    data = path.read_bytes()
+    head, newline, tail = data.rpartition(b"\n")
+    try:
+        _decode(tail)
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        write_bytes_atomic(path, head + newline)
+        return
+    write_bytes_atomic(path, data + b"\n")
+
+
 class MetricsLog:
     """Append-only ``metrics.jsonl``: one JSON object ``{"step": N, ...}`` per line.
 
-    Opening a log whose file ends in a torn line (a crash mid-append) rewrites the
-    file without it, so the next append starts on a fresh line. Each append opens,
-    writes one line and closes the file: the line is in the OS's hands at once, and
-    nothing stays open between steps.
+    Appends go through :func:`append_jsonl`: a file ending in a torn line (a crash
+    mid-append) loses it before the next line is written.
     """
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
-        if self.path.exists() and self.path.stat().st_size > 0:
-            with open(self.path, "rb") as f:
-                f.seek(-1, os.SEEK_END)
-                torn = f.read(1) != b"\n"
-            if torn:
-                _write_records(self.path, _parse_records(self.path))
 
     def append(self, step: int, metrics: Mapping[str, Any]) -> None:
         """Write ``{"step": step, **metrics}`` as one line and flush it.
@@ -294,10 +341,7 @@ class MetricsLog:
             raise ValueError("metrics: 'step' is the record key; pass it as the step argument")
         record: dict[str, Any] = {"step": int(step)}
         record.update({name: _metric_value(name, v) for name, v in metrics.items()})
-        line = json.dumps(record, allow_nan=False) + "\n"
-        with open(self.path, "a", encoding="utf-8") as f:
-            f.write(line)
-            f.flush()
+        append_jsonl(self.path, record)
 
     @staticmethod
     def read(path: Path) -> list[dict[str, Any]]:

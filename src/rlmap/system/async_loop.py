@@ -201,6 +201,35 @@ def scored_from_record(r: dict[str, Any]) -> Scored:
     return Scored(episode=Episode(**e), **top)
 
 
+SNAPSHOT_SHAPE: dict[str, Any] = {
+    "queue": list, "redo": list, "lost": int, "started": int, "dropped": int, "cursor": int,
+    "finished": int, "finished_tokens": int, "aborted_rounds": int, "consumed": int,
+    "stale_dropped": int, "rejected": int, "restarted": int, "empty_steps": int,
+    "taken": list, "rounds": int,
+}  # fmt: skip
+"""Every field of an :meth:`AsyncRunner.snapshot` and its type
+(:func:`rlmap.experiments.checkpoint.shape_problem`): a checkpoint whose snapshot lacks one
+is damaged."""
+
+
+def snapshot_problem(r: dict[str, Any], where: str = "") -> str | None:
+    """What does not load back in a snapshot that has every field of :data:`SNAPSHOT_SHAPE`
+    (a queued trajectory; a round to redo or a group's taken mask that is not a pair of
+    ints), named by its place; None when all does. A resume checks it before it touches
+    the run, not when its runner starts."""
+    for k, record in enumerate(r["queue"]):
+        try:
+            Finished.from_record(record)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            return f"{where}queue[{k}]: not a finished trajectory ({type(exc).__name__}: {exc})"
+    for name in ("redo", "taken"):
+        for k, pair in enumerate(r[name]):
+            if not (isinstance(pair, (list, tuple)) and len(pair) == 2
+                    and all(isinstance(x, int) for x in pair)):  # fmt: skip
+                return f"{where}{name}[{k}]: expected a pair of ints, got {pair!r:.60}"
+    return None
+
+
 def numbered(scored: list[Scored], took: float) -> list[Finished]:
     """A round's trajectories, each numbered within its group in the order they came."""
     seen: dict[int, int] = {}
@@ -313,7 +342,7 @@ class AsyncRunner:
         c.aborted_rounds = r["aborted_rounds"]
         self.consumed, self.stale_dropped = r["consumed"], r["stale_dropped"]
         self.rejected, self.empty_steps = r["rejected"], r["empty_steps"]
-        self.restarted = r["restarted"] + r.get("lost", 0)  # those still to redo: counted
+        self.restarted = r["restarted"] + r["lost"]  # those still to redo: counted
         self.taken = {int(g): int(m) for g, m in r["taken"]}
         self.rounds = r["rounds"]
 
@@ -587,12 +616,14 @@ def round_seed(seed: int, worker: int, round_: int) -> int:
 @contextmanager
 def seeded(seed: int) -> Iterator[None]:
     """Python's, numpy's and torch's generators seeded with ``seed`` inside the block, and
-    as they were afterwards (the learner's own draws do not depend on the rounds run)."""
+    as they were afterwards (the learner's own draws do not depend on the rounds run).
+    CUDA's generators are saved only where CUDA has started (a round on a GPU engine
+    started it; a CPU run never does, and reading them would start it)."""
     states = random.getstate(), np.random.get_state(), torch.get_rng_state()
-    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
     random.seed(seed)
     np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)  # CUDA's generators too
+    torch.manual_seed(seed)  # CUDA's generators too (lazily, where CUDA has not started)
     try:
         yield
     finally:
