@@ -156,6 +156,16 @@ class Batch:
         }
         return Batch(**kw)
 
+    def to(self, device: torch.device | str, *, non_blocking: bool = False) -> Batch:
+        """Every field on ``device`` (None stays None): the crossing of one micro-batch from
+        the host to the learner's device. A field already there is not copied."""
+        kw: dict[str, Any] = {
+            f.name: (None if getattr(self, f.name) is None
+                     else getattr(self, f.name).to(device, non_blocking=non_blocking))
+            for f in dataclasses.fields(self)
+        }  # fmt: skip
+        return Batch(**kw)
+
     def replace(self, **changes: Any) -> Batch:
         """A copy with some fields changed (the record itself is frozen)."""
         return dataclasses.replace(self, **changes)

@@ -107,6 +107,14 @@ class Ledger:
     """Rollout engine (e.g. ``hf-cpu``, ``vllm``)."""
     precision: str = ""
     """Learner / rollout precision (e.g. ``fp32``, ``bf16/bf16``)."""
+    device: str = ""
+    """The learner's device (``system.device`` resolved: ``cpu``, ``cuda:0``)."""
+    device_name: str = ""
+    """Its name (``cpu``, ``NVIDIA H200``)."""
+    cuda: str | None = None
+    """The CUDA version torch was built with, on a GPU; None on the CPU."""
+    fp32_matmul: str = ""
+    """``torch.get_float32_matmul_precision()``: ``highest`` is full float32 (no TF32)."""
 
     base_model: str = ""
     """``model.path`` the policy started from (``embedded:tiny`` or a directory)."""
@@ -250,25 +258,29 @@ def _fraction(part: float, whole: float) -> float:
     return part / whole if whole > 0 else 0.0
 
 
-def measure_peak_memory() -> tuple[int, int | None]:
-    """(peak resident KiB of this process, peak CUDA bytes allocated or None without CUDA)."""
+def measure_peak_memory(device: Any = None) -> tuple[int, int | None]:
+    """(peak resident KiB of this process, peak bytes allocated on the learner's CUDA
+    ``device``, or None when the learner is not on a GPU — a vLLM engine's reservation on a
+    GPU beside a CPU learner is not the learner's)."""
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     host_kib = rss // 1024 if sys.platform == "darwin" else rss  # macOS reports bytes
     gpu_bytes = None
-    torch = sys.modules.get("torch")  # only a process that imported torch can have used CUDA
-    if torch is not None and torch.cuda.is_available():
-        gpu_bytes = int(torch.cuda.max_memory_allocated())
+    if device is not None and device.type == "cuda":
+        import torch
+
+        gpu_bytes = int(torch.cuda.max_memory_allocated(device))
     return int(host_kib), gpu_bytes
 
 
-def reset_peak_memory() -> None:
-    """Start a new CUDA peak (``reset_peak_memory_stats``), so that the next
-    :func:`measure_peak_memory` reports the peak since now; nothing on a process that has
-    not used CUDA (the call would start a CUDA context). The host's peak resident set
-    cannot be reset: ``ru_maxrss`` is the process's peak since it started."""
-    torch = sys.modules.get("torch")
-    if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
-        torch.cuda.reset_peak_memory_stats()
+def reset_peak_memory(device: Any = None) -> None:
+    """Start a new CUDA peak on the learner's ``device`` (``reset_peak_memory_stats``), so
+    that the next :func:`measure_peak_memory` reports the peak since now; nothing when the
+    learner is not on a GPU (the call would start a CUDA context). The host's peak resident
+    set cannot be reset: ``ru_maxrss`` is the process's peak since it started."""
+    if device is not None and device.type == "cuda":
+        import torch
+
+        torch.cuda.reset_peak_memory_stats(device)
 
 
 def peak_memory_mb(host_kib: int, gpu_bytes: int | None) -> float:

@@ -66,6 +66,7 @@ from rlmap.recipes.config import RecipeConfig
 from rlmap.system import setup
 from rlmap.system.async_loop import async_runner
 from rlmap.system.critic import CRITIC_DIR
+from rlmap.system.device import describe
 from rlmap.system.distributed import (
     SINGLE,
     World,
@@ -228,7 +229,7 @@ def _one_step(
     loop: Loop,
 ) -> tuple[LoopState, Ledger]:
     cfg, started = parts.cfg, time.perf_counter()
-    reset_peak_memory()
+    reset_peak_memory(parts.device)
     try:
         new_state, metrics = loop.step(parts, state)
         last = new_state.step == cfg.optim.steps
@@ -237,7 +238,7 @@ def _one_step(
     except TrainingError as exc:  # the run directory keeps every step before this one
         raise TrainingError(f"step {state.step + 1}: {exc}") from None
     state = new_state
-    peaks = peak_memory(parts.world)
+    peaks = peak_memory(parts.world, parts.device)
     metrics["system/peak_memory_mb"] = peak_memory_mb(*peaks)
     ledger = ledger.add(
         generated_tokens=int(metrics["sampling/generated_tokens"]),
@@ -268,9 +269,10 @@ def _one_step(
     return state, ledger
 
 
-def peak_memory(world: World) -> tuple[int, int | None]:
-    """:func:`measure_peak_memory`, the largest over the learner ranks (-1: not measured)."""
-    cpu, gpu = measure_peak_memory()
+def peak_memory(world: World, device: torch.device) -> tuple[int, int | None]:
+    """:func:`measure_peak_memory` on the learner's ``device``, the largest over the learner
+    ranks (-1: not measured)."""
+    cpu, gpu = measure_peak_memory(device)
     if not world.parallel:
         return cpu, gpu
     top_cpu, top_gpu = all_max(world, [cpu, -1 if gpu is None else gpu])
@@ -296,7 +298,7 @@ def _checkpoint(
         extra["async"] = snapshot()
     model_state = optimizer_states = extra_states = None
     if world.parallel:
-        extra["rank_rng"] = gather(world, capture_rng())
+        extra["rank_rng"] = gather(world, capture_rng(parts.device))
         model_state = full_state_dict(parts.trained, world, main_only=True)
         optimizer_states = {"policy": optimizer_state(parts.trained, parts.optimizer, world)}
         if parts.critic_learner is not None and parts.critic_optimizer is not None:
@@ -312,7 +314,7 @@ def _checkpoint(
                         optimizers=optimizers, schedulers=schedulers, extra=extra,
                         keep=cfg.run.keep_checkpoints, extra_models=extra_models,
                         model_state=model_state, optimizer_states=optimizer_states,
-                        extra_states=extra_states)  # fmt: skip
+                        extra_states=extra_states, device=parts.device)  # fmt: skip
         write_json_atomic(run_dir / "ledger.json", ledger.to_dict())
     barrier(world)  # no rank goes on (or is killed) before the checkpoint is in place
 
@@ -383,6 +385,7 @@ def _initial_ledger(cfg: RecipeConfig, parts: setup.Parts, start: Path) -> Ledge
         denominator=denominator,
         engine=cfg.system.engine,
         precision=_precision(cfg),
+        **describe(parts.device),
         base_model=cfg.model.path,
         base_fingerprint=checkpoint_fingerprint(start),
         tokenizer_fingerprint=tokenizer_fingerprint(parts.tokenizer),
@@ -412,10 +415,10 @@ def _restore(
             load_optimizer_state(parts.critic_learner, parts.critic_optimizer,
                                  state["optimizers"][CRITIC_DIR], world)  # fmt: skip
         restore_optimizers(state, optimizers={}, schedulers=schedulers, only=("schedulers",))
-        restore_rng({"rng": state["extra"]["rank_rng"][world.rank]})
+        restore_rng({"rng": state["extra"]["rank_rng"][world.rank]}, parts.device)
     else:
         restore_optimizers(state, optimizers=optimizers, schedulers=schedulers)
-        restore_rng(state)
+        restore_rng(state, parts.device)
     loop = LoopState.saved(state["extra"]["loop"])
     publish(parts, loop.step)
     if not world.main:
@@ -441,7 +444,9 @@ def _finish(
         "wall_clock_s": ledger.wall_clock_s,
         "learner_steps": ledger.learner_steps,
         "compute_share": ledger.compute_share(),
-    }
+        "device": {"device": ledger.device, "device_name": ledger.device_name,
+                   "cuda": ledger.cuda, "fp32_matmul": ledger.fp32_matmul},
+    }  # fmt: skip
     if balance:  # the asynchronous loop's trajectories: finished = consumed + dropped + queued
         summary["trajectories"] = balance
         ledger = dataclasses.replace(ledger, aborted_rollouts=balance["aborted"],

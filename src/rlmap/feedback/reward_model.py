@@ -185,7 +185,7 @@ def train_reward_model(
     tokenizer = restore_bos(AutoTokenizer.from_pretrained(base))
     pad = int(tokenizer.pad_token_id)
     rng = random.Random(spec.seed)
-    with torch.random.fork_rng():
+    with torch.random.fork_rng(devices=[]):  # on the CPU: no CUDA state to save (or start)
         torch.manual_seed(spec.seed)
         model = new_reward_model(base)
     net: nn.Module = model

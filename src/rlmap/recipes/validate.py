@@ -22,6 +22,7 @@ from rlmap.feedback import process
 from rlmap.feedback.params import FeedbackParams
 from rlmap.recipes.config import RecipeConfig
 from rlmap.recipes.sections import ModelConfig
+from rlmap.system.device import SETTING as DEVICE_SETTING
 from rlmap.system.lora import TARGET_NAME
 from rlmap.system.params import SystemParams
 from rlmap.system.sim_inputs import parse_duration
@@ -488,6 +489,8 @@ def _lora(cfg: RecipeConfig) -> Iterator[str]:
 
 
 def _system(cfg: RecipeConfig) -> Iterator[str]:
+    if not DEVICE_SETTING.fullmatch(cfg.system.device):
+        yield f"system.device: one of auto, cpu, cuda, cuda:N, got {cfg.system.device!r}"
     if cfg.system.partial_rollout and cfg.system.mode != "async":
         yield ("system.partial_rollout: needs system.mode=async (the synchronous loop never "
                "updates weights while a trajectory runs)")  # fmt: skip

@@ -53,6 +53,7 @@ from rlmap.core.hf import quiet_new_head
 from rlmap.core.ops import at_least_float32
 from rlmap.estimators import train_mask, value_loss
 from rlmap.reduction import ReductionParams, reduce, token_weights
+from rlmap.system.device import model_device
 from rlmap.system.distributed import SINGLE, World
 from rlmap.system.logprobs import attention_of, position_ids
 from rlmap.system.memory import autocast_to
@@ -157,16 +158,20 @@ def compute_values(
     was_training = critic.training
     critic.eval()
     attention_BT = attention_of(batch)
+    device = model_device(critic)
     parts: list[tuple[Tensor, Tensor]] = []
     try:
         for start in range(0, batch.size, micro_batch_size):
             rows = slice(start, start + micro_batch_size)
+            tokens, attention = batch.tokens[rows].to(device), attention_BT[rows].to(device)
             with autocast_to(critic, dtype):
-                out_BT = critic_outputs(critic, batch.tokens[rows], attention_BT[rows])
-            parts.append(align_values(out_BT, batch.action_mask[rows], attention_BT[rows]))
+                out_BT = critic_outputs(critic, tokens, attention)
+            parts.append(align_values(out_BT, batch.action_mask[rows].to(device), attention))
     finally:
         critic.train(was_training)
-    return torch.cat([v for v, _ in parts]), torch.cat([b for _, b in parts])
+    host = batch.tokens.device  # back once, after every micro-batch ran
+    return (torch.cat([v for v, _ in parts]).to(host),
+            torch.cat([b for _, b in parts]).to(host))  # fmt: skip
 
 
 def value_weights(mb: Batch) -> Tensor:
@@ -219,7 +224,8 @@ def update_critic(
     def micro(mb: Batch, rows: Tensor, w: Weights) -> tuple[Tensor, dict[str, Tensor], Kept]:
         with autocast_to(critic, s.train_dtype):
             outputs_BT = critic_outputs(critic, mb.tokens, attention_of(mb))
-        return critic_loss(outputs_BT, mb, returns_BT[rows], w[0], value_clip=s.value_clip), {}, {}
+        returns = returns_BT[rows].to(mb.tokens.device)  # the micro-batch's device
+        return critic_loss(outputs_BT, mb, returns, w[0], value_clip=s.value_clip), {}, {}
 
     schedule = Schedule(
         epochs=s.updates * s.epochs,

@@ -18,6 +18,7 @@ from rlmap.core.batch import End, RewardStatus
 from rlmap.core.errors import ConfigError, InputError
 from rlmap.diagnostics.passk import pass_at_k_tensor
 from rlmap.experiments.samples import CORRECT, Judged, class_fractions, error_class
+from rlmap.system.device import cuda_indices, model_device
 from rlmap.system.engine import RolloutEngine
 from rlmap.system.hf_engine import HFEngine
 from rlmap.system.lora import ADAPTER_CONFIG
@@ -63,7 +64,9 @@ def evaluate(
     sample of each of the first ``keep`` prompts is appended to it, as text.
     """
     envs = [environment(e) for e in examples for _ in range(samples)]
-    with torch.random.fork_rng():
+    model = getattr(engine, "model", None)  # the HF engine's; vLLM's seeds are its own
+    on = model_device(model) if isinstance(model, torch.nn.Module) else torch.device("cpu")
+    with torch.random.fork_rng(devices=cuda_indices(on)):
         torch.manual_seed(seed)
         episodes = run_episodes(engine, envs, max_new_tokens=max_new_tokens,
                                 temperature=temperature, top_p=top_p,

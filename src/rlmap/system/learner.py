@@ -154,7 +154,8 @@ def update_policy(
     """
 
     def micro(mb: Batch, rows: Tensor, w: Weights) -> tuple[Tensor, dict[str, Tensor], Kept]:
-        return _micro_loss(policy, mb, advantages_BT[rows], w, s, learner_version)
+        adv_BT = advantages_BT[rows].to(mb.tokens.device)  # the micro-batch's device
+        return _micro_loss(policy, mb, adv_BT, w, s, learner_version)
 
     schedule = Schedule(
         epochs=s.epochs,

@@ -20,6 +20,7 @@ from torch import Tensor, nn
 
 from rlmap.core.batch import Batch
 from rlmap.core.ops import at_least_float32
+from rlmap.system.device import model_device
 from rlmap.system.lora import plain_model
 from rlmap.system.routing import replaying
 
@@ -255,17 +256,22 @@ def batched_logprobs(
     must all run as many; B may then be 0, given a row to run on)."""
     was_training = model.training
     model.eval()
+    device = model_device(model)  # each micro-batch crosses to it; the results come back once
     parts = []
     try:
         starts = list(range(0, tokens_BT.shape[0], micro_batch_size))
         for _ in range(passes - len(starts)):
-            scored(model, tokens_BT[:1], attention_BT[:1], temperature=temperature)
+            scored(model, tokens_BT[:1].to(device), attention_BT[:1].to(device),
+                   temperature=temperature)  # fmt: skip
         for i in starts:
             rows = slice(i, i + micro_batch_size)
-            routes = None if routes_BTLK is None else routes_BTLK[rows]
+            routes = None if routes_BTLK is None else routes_BTLK[rows].to(device)
             with replaying(model, routes, replay=True):
-                parts.append(scored(model, tokens_BT[rows], attention_BT[rows],
+                parts.append(scored(model, tokens_BT[rows].to(device),
+                                    attention_BT[rows].to(device),
                                     temperature=temperature)[0])  # fmt: skip
     finally:
         model.train(was_training)
-    return torch.cat(parts) if parts else tokens_BT.new_zeros(tokens_BT.shape, dtype=torch.float32)
+    if not parts:
+        return tokens_BT.new_zeros(tokens_BT.shape, dtype=torch.float32)
+    return torch.cat(parts).to(tokens_BT.device)

@@ -39,6 +39,7 @@ import torch
 from torch import Tensor, nn
 
 from rlmap.core.errors import ConfigError
+from rlmap.system.device import cuda_indices, model_device
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
@@ -80,12 +81,17 @@ def attach(
     from peft import LoraConfig, PeftModel, get_peft_model
 
     check_targets(model, targets)
-    with torch.random.fork_rng(), warnings.catch_warnings():
+    # A's initialisation draws from the generator of the model's device: that one is saved
+    with (
+        torch.random.fork_rng(devices=cuda_indices(model_device(model))),
+        warnings.catch_warnings(),
+    ):
         torch.manual_seed(seed)  # A's initialisation, seeded; the run's RNG is left alone
         # peft asks transformers 5 a question it has deprecated; nothing for a user to act on
         warnings.filterwarnings("ignore", "`is_gradient_checkpointing`", FutureWarning)
         if adapter is not None:
-            return PeftModel.from_pretrained(model, adapter, is_trainable=True)
+            return PeftModel.from_pretrained(model, adapter, is_trainable=True,
+                                             torch_device=str(model_device(model)))  # fmt: skip
         # peft annotates lora_alpha as int, but only ever divides it by r: any α > 0 works
         config = LoraConfig(r=rank, lora_alpha=alpha,  # type: ignore[arg-type]
                             target_modules=list(targets), lora_dropout=0.0, bias="none",

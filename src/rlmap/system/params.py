@@ -28,6 +28,10 @@ class SystemParams:
     seed, worker, round), as far ahead as the staleness bound admits; learner step k
     always consumes the same trajectories and a run repeats exactly (resume included).
     Slower: no rollout overlaps learning."""
+    device: str = "auto"
+    """Where the learner's models and micro-batches live (:mod:`rlmap.system.device`): auto
+    (``cuda:LOCAL_RANK`` when CUDA is available, else the CPU), cpu, cuda or cuda:N. A GPU
+    machine trains on the CPU only when asked to (``cpu``)."""
     engine: Literal["hf", "vllm"] = "hf"
     """Rollout engine: Hugging Face ``generate`` or vLLM (:mod:`rlmap.system.vllm_engine`; its
     CUDA build on a GPU, its CPU build elsewhere), both in the learner's process."""

@@ -37,6 +37,7 @@ from rlmap.recipes.config import RecipeConfig
 from rlmap.recipes.sections import DataConfig
 from rlmap.system import lora
 from rlmap.system.critic import CRITIC_DIR, CriticSettings, load_critic
+from rlmap.system.device import place, resolve
 from rlmap.system.distributed import SINGLE, World, parallel, wrap
 from rlmap.system.engine import RolloutEngine
 from rlmap.system.hf_engine import HFEngine
@@ -118,6 +119,9 @@ class Parts:
     """The shaping terms added to it, or None (:func:`rlmap.system.scoring.shaping_reward`)."""
     world: World = SINGLE
     """This process's learner rank (:mod:`rlmap.system.distributed`)."""
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    """Where the learner's models live (:func:`rlmap.system.device.resolve`); the batch
+    record stays on the host and each micro-batch crosses to it."""
     learner: torch.nn.Module | None = None
     """The policy as the data-parallel learner trains it (DDP / FSDP2 around a
     :class:`~rlmap.system.logprobs.Scorer`); None in one process: ``policy`` itself."""
@@ -263,6 +267,7 @@ def check_inputs(cfg: RecipeConfig) -> None:
     directory is created, so bad input leaves nothing behind.
     """
     refuse_unavailable(cfg)
+    learner_device(cfg)
     load_data(cfg)
     f = cfg.feedback
     if f.uses_judge and f.judge_url is not None:
@@ -429,13 +434,19 @@ def load_tokenizer(path: Path) -> PreTrainedTokenizerBase:
     return restore_bos(tokenizer)  # an embedded tokenizer from before it added <bos> itself
 
 
-def load_causal_lm(path: Path, dtype: torch.dtype | None = None) -> torch.nn.Module:
-    """``AutoModelForCausalLM.from_pretrained(path)``, or an InputError naming ``path``."""
+def load_causal_lm(
+    path: Path, dtype: torch.dtype | None = None, device: torch.device | None = None
+) -> torch.nn.Module:
+    """``AutoModelForCausalLM.from_pretrained(path)`` on ``device`` (None: the CPU), or an
+    InputError naming ``path``. On a GPU the weights load straight onto it (``device_map``),
+    never through a whole host copy."""
+    straight = {"device_map": {"": device}} if device is not None and device.type == "cuda" else {}
     try:
-        model: torch.nn.Module = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+        model: torch.nn.Module = AutoModelForCausalLM.from_pretrained(path, dtype=dtype,
+                                                                      **straight)  # fmt: skip
     except (OSError, ValueError, KeyError, RuntimeError, SafetensorError) as exc:
         raise InputError(f"{path}: cannot load the model ({first_line(exc)})") from None
-    return model
+    return model if device is None else place(model, device)
 
 
 def labelled_prompts(cfg: RecipeConfig) -> list[tuple[str, str | Messages]]:
@@ -504,6 +515,24 @@ def check_prompt_lengths(
                 f"{label}: prompt of {n} tokens leaves no room for a response in the "
                 f"{context}-position context of {source}"
             )
+
+
+def learner_device(cfg: RecipeConfig) -> torch.device:
+    """``system.device`` resolved (:func:`rlmap.system.device.resolve`), or a one-line
+    ConfigError for what this machine lacks or rlmap cannot run there yet. On CUDA the
+    float32 matmul precision is pinned to full float32 (no TF32), so a float32 run's κ and
+    exactness checks mean on a GPU what they mean on a CPU."""
+    device = resolve(cfg.system.device)
+    if device.type != "cuda":
+        return device
+    if cfg.system.learners > 1:
+        raise ConfigError("system.device: several learner ranks on CUDA (NCCL) are not built "
+                          "yet; use system.device=cpu with system.learners > 1")  # fmt: skip
+    if cfg.system.backend == "ray":
+        raise ConfigError("system.device: Ray's rollout actors cannot read a learner's CUDA "
+                          "weights yet; use system.device=cpu with system.backend=ray")  # fmt: skip
+    torch.set_float32_matmul_precision("highest")
+    return device
 
 
 def refuse_unavailable(cfg: RecipeConfig) -> None:
@@ -727,7 +756,11 @@ def critic_settings(cfg: RecipeConfig) -> CriticSettings:
 
 
 def build_critic(
-    cfg: RecipeConfig, start: Path, resume_from: Path | None, world: World = SINGLE
+    cfg: RecipeConfig,
+    start: Path,
+    resume_from: Path | None,
+    world: World = SINGLE,
+    device: torch.device | None = None,
 ) -> tuple[torch.nn.Module | None, torch.optim.Optimizer | None, Any, torch.nn.Module | None]:
     """(critic, its optimiser, its scheduler, its data-parallel wrapper or None), or Nones
     when ``critic.enabled`` is false.
@@ -742,7 +775,8 @@ def build_critic(
     path = start if cfg.model.critic_path is None else Path(cfg.model.critic_path)
     if resume_from is not None:
         path = resume_from / CRITIC_DIR
-    critic = load_critic(path, dtype=MASTER_DTYPE, seed=cfg.seed)
+    critic: torch.nn.Module = load_critic(path, dtype=MASTER_DTYPE, seed=cfg.seed)
+    critic = critic if device is None else place(critic, device)  # before its optimiser
     if cfg.optim.gradient_checkpointing:
         checkpoint_activations(critic)
     per_batch = critic_settings(cfg).optimizer_steps
@@ -771,9 +805,12 @@ def build(
     policy (DDP) or keeps its own full copy (FSDP2).
     """
     refuse_unavailable(cfg)
+    device = learner_device(cfg)
     tokenizer = load_tokenizer(start)
     m, reference = cfg.model, None
-    policy = load_causal_lm(start if m.lora_rank else resume_from or start, dtype=MASTER_DTYPE)
+    # on the device before LoRA and the optimiser exist: adapters and AdamW state follow it
+    policy = load_causal_lm(start if m.lora_rank else resume_from or start, dtype=MASTER_DTYPE,
+                            device=device)  # fmt: skip
     if cfg.optim.gradient_checkpointing:
         checkpoint_activations(policy)
     if cfg.behaviour.routing_replay and (problem := check_replayable(policy)) is not None:
@@ -784,7 +821,7 @@ def build(
                              adapter=resume_from)  # fmt: skip
         reference = policy if cfg.kl.placement != "none" else None  # the base: adapters off
     elif cfg.kl.placement != "none":
-        reference = load_causal_lm(start, dtype=MASTER_DTYPE)
+        reference = load_causal_lm(start, dtype=MASTER_DTYPE, device=device)
         reference.eval().requires_grad_(False)
     policy.train()
     sharded = world.parallel and world.sharding == "fsdp2"
@@ -794,16 +831,16 @@ def build(
     train, heldout = load_data(cfg)
     eval_environment, eval_rescore, rescore_items = evaluation_scoring(cfg, tokenizer)
     critic, critic_optimizer, critic_scheduler, critic_learner = build_critic(
-        cfg, start, resume_from, world)  # fmt: skip
+        cfg, start, resume_from, world, device)  # fmt: skip
     return Parts(cfg, tokenizer, policy, reference, engine, optimizer, scheduler, train, heldout,
                  environment_factory(cfg, tokenizer, latency=True), update_settings(cfg),
                  critic, critic_optimizer, critic_scheduler,
                  eval_environment=eval_environment, eval_rescore=eval_rescore,
                  eval_rescore_items=rescore_items,
-                 reward_model=_reward_model(cfg, tokenizer, reward_path),
+                 reward_model=_reward_model(cfg, tokenizer, reward_path, device),
                  base_reward=base_reward(cfg), shaping=shaping_reward(cfg),
                  world=world, learner=learner, critic_learner=critic_learner,
-                 levels=curriculum_levels(cfg))  # fmt: skip
+                 levels=curriculum_levels(cfg), device=device)  # fmt: skip
 
 
 def curriculum_levels(cfg: RecipeConfig) -> reasoning_gym.LevelPools | None:
@@ -819,8 +856,9 @@ def curriculum_levels(cfg: RecipeConfig) -> reasoning_gym.LevelPools | None:
 
 
 def _reward_model(
-    cfg: RecipeConfig, tokenizer: PreTrainedTokenizerBase, path: Path | None
-) -> torch.nn.Module | None:
+    cfg: RecipeConfig, tokenizer: PreTrainedTokenizerBase, path: Path | None,
+    device: torch.device,
+) -> torch.nn.Module | None:  # fmt: skip
     """The frozen reward model at ``path``; its tokenizer must be the policy's."""
     if path is None:
         if cfg.feedback.uses_reward_model:
@@ -832,7 +870,7 @@ def _reward_model(
             f"model.reward_path: {path} has a different tokenizer from the policy's; the reward "
             "model must read the policy's tokens"
         )
-    return load_reward_model(path, dtype=MASTER_DTYPE)
+    return place(load_reward_model(path, dtype=MASTER_DTYPE), device)
 
 
 def make_optimizer(

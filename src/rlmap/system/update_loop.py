@@ -25,6 +25,7 @@ from torch import Tensor, nn
 
 from rlmap.core.batch import Batch
 from rlmap.reduction.microbatch import split_indices
+from rlmap.system.device import model_device
 from rlmap.system.distributed import SINGLE, World, accumulating, all_sum, gather, micro_steps
 from rlmap.system.optim_step import guarded_step
 
@@ -67,8 +68,9 @@ class Updates:
     named part of it, ``grad_norm`` (before clipping) and ``lr``."""
 
     def cat(self, name: str) -> Tensor:
-        """A kept tensor over every micro-batch of every update, rows stacked: (ΣB, T)."""
-        return torch.cat(self.kept[name])
+        """A kept tensor over every micro-batch of every update, rows stacked: (ΣB, T), on
+        the host (one transfer from the learner's device, after the updates)."""
+        return torch.cat(self.kept[name]).cpu()
 
     @property
     def all_rows(self) -> Tensor:
@@ -136,26 +138,35 @@ def _accumulate(
     world: World,
     out: Updates,
 ) -> dict[str, float]:
-    """The backward passes of one mini-batch on this rank; its loss parts, summed over ranks."""
+    """The backward passes of one mini-batch on this rank; its loss parts, summed over ranks.
+
+    The mini-batch stays on the host; each micro-batch (and its weights) crosses to the
+    model's device, and nothing comes back inside the loop: the loss parts add up on the
+    device, in float64 as Python floats would, and are read once after it."""
     mine = (owner_rows == world.rank).nonzero().flatten()
     pieces = [mine[i] for i in split_indices(mine.numel(), schedule.micro_batch_size)]
     steps = micro_steps(owner_rows, world, schedule.micro_batch_size) if world.parallel else 0
     padding = max(steps - len(pieces), 0)
-    parts: dict[str, float] = defaultdict(float)
+    device = model_device(model)
+    totals: dict[str, Tensor] = {}
     for k, index in enumerate(pieces + [torch.zeros(1, dtype=torch.long)] * padding):
         real = k < len(pieces)
-        micro = tuple(w[index] if real else torch.zeros_like(w[index]) for w in weights)
+        micro = tuple(
+            (w[index] if real else torch.zeros_like(w[index])).to(device) for w in weights
+        )
         with accumulating(model, world, last=k == len(pieces) + padding - 1):
-            loss, sums, kept = micro_loss(mb.select(index), rows[index], micro)
+            loss, sums, kept = micro_loss(mb.select(index).to(device), rows[index], micro)
             loss.backward()
         if not real:  # zero weights: a pass for the collectives, nothing to count or keep
             continue
-        parts["loss"] += float(loss.detach())  # parts of one sum: they add up
-        for key, part in sums.items():
-            parts[key] += float(part)
+        for key, part in {"loss": loss, **sums}.items():  # parts of one sum: they add up
+            exact = part.detach().double()
+            totals[key] = totals[key] + exact if key in totals else exact
         out.rows.append(rows[index])
         for key, tensor in kept.items():
             out.kept[key].append(tensor.detach())
+    read = torch.stack(list(totals.values())).tolist() if totals else []  # one sync
+    parts = dict(zip(totals, read, strict=True))
     if not world.parallel:
         return parts
     keys = sorted(set().union(*gather(world, sorted(parts))))  # a rank may have no rows

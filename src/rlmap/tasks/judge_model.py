@@ -144,7 +144,7 @@ def train_judge(
                for m, e in held.items()}  # fmt: skip
     train = judge_examples(train_task, spec.steps * spec.batch_size, spec.pairwise, spec.seed)
     rng = random.Random(spec.seed)
-    with torch.random.fork_rng():
+    with torch.random.fork_rng(devices=[]):  # on the CPU: no CUDA state to save (or start)
         torch.manual_seed(spec.seed)
         model.train()
         optimizer = torch.optim.AdamW(model.parameters(), lr=spec.lr)

@@ -54,7 +54,7 @@ def build_tiny_model(
                                 norm_topk_prob=True, **common)  # fmt: skip
     else:
         config = Qwen2Config(**common)
-    with torch.random.fork_rng():
+    with torch.random.fork_rng(devices=[]):  # built on the CPU: no CUDA state to save
         torch.manual_seed(seed)
         model = AutoModelForCausalLM.from_config(config)
     model.generation_config.pad_token_id = tokenizer.pad_token_id

@@ -235,7 +235,7 @@ def supervised_finetune(
     train = demonstrations(spec)
     rng = random.Random(spec.seed)
     total = spec.steps + spec.blur_steps
-    with torch.random.fork_rng():
+    with torch.random.fork_rng(devices=[]):  # the warm start runs on the CPU (bit-reproducible)
         torch.manual_seed(spec.seed)
         model = build_tiny_model(tokenizer, spec.model, spec.seed)
         net: torch.nn.Module = model  # called as a plain module (typing of HF's __call__)

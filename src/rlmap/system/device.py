@@ -1,0 +1,107 @@
+"""Where the learner's models and micro-batches live: one device, resolved once.
+
+``system.device`` is ``auto`` (``cuda:LOCAL_RANK`` when CUDA is available, else ``cpu``),
+``cpu``, ``cuda`` or ``cuda:N``, as accelerate's ``Accelerator.device`` picks it. The run's
+models are placed there through :func:`place` before adapters and optimisers exist (so
+LoRA's A and B and AdamW's moments are created on it); the batch record stays on the host
+and each micro-batch crosses to the model's device (:func:`model_device`), its per-row
+outputs coming back once per pass. :func:`audit` lists where every parameter, buffer and
+optimiser state of a run lives.
+
+The embedded warm start is not placed: it runs on the CPU, where its cached result is
+bit-reproducible, and the run then loads it onto the device like any checkpoint.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+from rlmap.core.errors import ConfigError
+
+SETTING = re.compile(r"auto|cpu|cuda(:\d+)?")
+"""What ``system.device`` may say."""
+
+
+def resolve(setting: str, environ: Mapping[str, str] = os.environ) -> torch.device:
+    """The learner's device for ``system.device`` (``LOCAL_RANK``, a launcher's, picks the
+    GPU of ``auto`` and ``cuda``); a one-line ConfigError for a device this machine lacks."""
+    if not SETTING.fullmatch(setting):
+        raise ConfigError(f"system.device: one of auto, cpu, cuda, cuda:N, got {setting!r}")
+    if setting == "cpu" or (setting == "auto" and not torch.cuda.is_available()):
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise ConfigError(f"system.device: {setting} asks for CUDA, and this torch sees "
+                          f"none (torch {torch.__version__}); use cpu or auto")  # fmt: skip
+    count = torch.cuda.device_count()
+    index = int(setting.partition(":")[2] or environ.get("LOCAL_RANK", "0") or 0)
+    if not 0 <= index < count:
+        raise ConfigError(f"system.device: cuda:{index} is not among this machine's {count} "
+                          f"GPU(s) (cuda:0..cuda:{count - 1})")  # fmt: skip
+    return torch.device("cuda", index)
+
+
+def place(module: nn.Module, device: torch.device) -> nn.Module:
+    """``module`` on ``device`` (in place; the same object back)."""
+    return module.to(device)
+
+
+def model_device(model: nn.Module) -> torch.device:
+    """The device of ``model``'s first parameter (the CPU for a model without any)."""
+    first = next(model.parameters(), None)
+    return torch.device("cpu") if first is None else first.device
+
+
+def cuda_indices(device: torch.device) -> list[int]:
+    """The CUDA devices whose generators a ``fork_rng`` on ``device`` must save: its own, or
+    none (a CPU run never initialises CUDA)."""
+    if device.type != "cuda":
+        return []
+    return [torch.cuda.current_device() if device.index is None else device.index]
+
+
+def audit(
+    models: Mapping[str, nn.Module | None],
+    optimizers: Mapping[str, torch.optim.Optimizer | None] = {},
+) -> dict[str, list[str]]:
+    """{device: names} of every parameter, buffer and optimiser state tensor of ``models``
+    and ``optimizers`` (None entries skipped): a run whose parts all share one device
+    gives one key."""
+    found: defaultdict[str, list[str]] = defaultdict(list)
+    for name, model in models.items():
+        if model is None:
+            continue
+        for key, tensor in _tensors(model):
+            found[str(tensor.device)].append(f"{name}.{key}")
+    for name, optimizer in optimizers.items():
+        if optimizer is None:
+            continue
+        for i, state in enumerate(optimizer.state.values()):
+            for key, value in state.items():
+                if isinstance(value, torch.Tensor) and value.dim() > 0:  # step counts: CPU
+                    found[str(value.device)].append(f"{name}.state[{i}].{key}")
+    return dict(found)
+
+
+def _tensors(model: nn.Module) -> Iterable[tuple[str, torch.Tensor]]:
+    yield from model.named_parameters(remove_duplicate=False)
+    yield from model.named_buffers(remove_duplicate=False)
+
+
+def describe(device: torch.device) -> dict[str, Any]:
+    """What the ledger and ``summary.json`` record of the learner's device: its name, the
+    CUDA version torch was built with, and the float32 matmul precision (``highest``: no
+    TF32, so κ and the exactness checks mean what they say). Nothing CUDA is touched on a
+    CPU device."""
+    if device.type != "cuda":
+        return {"device": str(device), "device_name": "cpu", "cuda": None,
+                "fp32_matmul": torch.get_float32_matmul_precision()}  # fmt: skip
+    return {"device": str(device), "device_name": torch.cuda.get_device_name(device),
+            "cuda": torch.version.cuda,
+            "fp32_matmul": torch.get_float32_matmul_precision()}  # fmt: skip
