@@ -68,8 +68,12 @@ def test_the_reference_is_the_base_with_adapters_off_and_no_second_model(
 ) -> None:
     loaded: list[Path] = []
     real = setup.load_causal_lm
-    monkeypatch.setattr(setup, "load_causal_lm", lambda path, dtype=None: loaded.append(path)
-                        or real(path, dtype))  # fmt: skip
+
+    def loading(path: Path, dtype: torch.dtype | None = None, device: object = None) -> object:
+        loaded.append(path)
+        return real(path, dtype, device)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(setup, "load_causal_lm", loading)
     parts = _parts(tiny_model_dir, toy)
     assert len(loaded) == 1  # the policy's base only: no reference copy
     assert parts.reference is parts.policy and lora.is_lora(parts.policy)

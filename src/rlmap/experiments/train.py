@@ -108,17 +108,19 @@ def run_training(
     reward_path = on_main(world, lambda: setup.reward_model_path(
         cfg, progress=view.phase("reward model")))  # fmt: skip
     parts = setup.build(cfg, start, resume_from=ckpt, reward_path=reward_path, world=world)
-    if point is not None and main:
-        go_ahead(run_dir, point)
     state, ledger = LoopState(), _initial_ledger(cfg, parts, start)
     log = None
     if ckpt is not None and saved is not None:
-        state, ledger, before = _restore(parts, ckpt, saved)
+        state, ledger, before = _restore(parts, ckpt, saved)  # may refuse: nothing changed yet
+        if main and point is not None:
+            go_ahead(run_dir, point)
         if main:
             MetricsLog.truncate_after(run_dir / "metrics.jsonl", state.step)  # drop the redone
             drop_samples_after(run_dir, state.step)
             log = StepRecords(run_dir, tensorboard=cfg.run.tensorboard)
     else:
+        if point is not None and main:
+            go_ahead(run_dir, point)  # nothing to resume from: set aside, say so, start over
         if main:
             run_dir.mkdir(parents=True, exist_ok=True)
             MetricsLog.truncate_after(run_dir / "metrics.jsonl", -1)  # a resume that starts over
