@@ -229,9 +229,10 @@ def _cmd_eval(args: argparse.Namespace) -> None:
     if asked.get("system.engine") == "vllm":
         raise ConfigError("system.engine: rlmap eval samples with the HF engine; "
                           "system.engine=vllm is not supported here (leave it out)")  # fmt: skip
+    device = _device(args)
     _quiet_transformers()
     metrics = evaluate_checkpoint(Path(args.checkpoint), samples=args.samples,
-                                  overrides=args.overrides)  # fmt: skip
+                                  overrides=args.overrides, device=device)  # fmt: skip
     for key, value in metrics.items():
         print(f"{key:<16} {value:.4f}")
 
@@ -332,6 +333,7 @@ def _cmd_reward_train(args: argparse.Namespace) -> int:
 
     _quiet_transformers()
     _at_least(1, steps=args.steps, batch_size=args.batch_size)
+    device = _device(args)
     if args.lr is not None and not (math.isfinite(args.lr) and args.lr > 0):
         raise ConfigError(f"--lr: must be a positive number, got {args.lr}")
     train = load_pairs(Path(args.pairs))
@@ -349,7 +351,8 @@ def _cmd_reward_train(args: argparse.Namespace) -> int:
     given = {"steps": args.steps, "batch_size": args.batch_size, "lr": args.lr}
     spec = RewardModelSpec(seed=args.seed, **{k: v for k, v in given.items() if v is not None})
     model, tokenizer, metrics = train_reward_model(base, train, heldout, spec,
-                                                   progress=view.phase("reward model"))  # fmt: skip
+                                                   progress=view.phase("reward model"),
+                                                   device=device)  # fmt: skip
     info = {"base": str(base), "pairs": args.pairs, "eval_pairs": args.eval_pairs, **metrics}
     save_reward_model(out, model, tokenizer, info)
     for key, value in metrics.items():
@@ -370,6 +373,7 @@ def _cmd_judge_model(args: argparse.Namespace) -> int:
 
     _quiet_transformers()
     _at_least(1, steps=args.steps)
+    device = _device(args)
     if args.base:
         check_model_dir(Path(args.base), "--base")
     kind, hint = "judge model directory", "choose another --out"
@@ -385,7 +389,8 @@ def _cmd_judge_model(args: argparse.Namespace) -> int:
     out = create_run_dir(root=Path("judges"), out=Path(args.out) if args.out else None,
                          kind=kind, hint=hint)  # fmt: skip
     model, tokenizer, metrics = train_judge(base, train, heldout, spec,
-                                            progress=view.phase("judge model"))  # fmt: skip
+                                            progress=view.phase("judge model"),
+                                            device=device)  # fmt: skip
     save_judge(out, model, tokenizer, {"base": str(base), "steps": args.steps,
                                        "seed": args.seed, **metrics})  # fmt: skip
     for key, value in metrics.items():
@@ -454,6 +459,7 @@ def _add_run_commands(sub: Any) -> None:
     p = _command(sub, "eval", help="held-out pass@1, pass@k, length and diversity of a checkpoint")
     p.add_argument("checkpoint", help="a checkpoint directory (Hugging Face format)")
     p.add_argument("--samples", type=int, default=None, help="samples per prompt (k of pass@k)")
+    _device_flag(p)
     p.add_argument("overrides", nargs="*", help="dotted.key=value overrides of the data config")
     p.set_defaults(func=_cmd_eval)
     p = _command(sub, "tasks", help="the tasks data.task names: built in, and reasoning-gym's")
@@ -569,6 +575,7 @@ def _add_reward_model_commands(sub: Any) -> None:
     q.add_argument("--batch-size", type=int, default=None, help="pairs per step (default 64)")
     q.add_argument("--lr", type=float, default=None, help="AdamW learning rate")
     q.add_argument("--seed", type=int, default=0)
+    _device_flag(q)
     q.set_defaults(func=_cmd_reward_train)
     q = _command(rm, "pairs", help="write the embedded task's preference pairs as JSONL")
     q.add_argument("--out", required=True, help="pairs file (held-out pairs go beside it)")
@@ -588,7 +595,20 @@ def _add_reward_model_commands(sub: Any) -> None:
     q.add_argument("--out", default=None, help="output directory (default: judges/<time>)")
     q.add_argument("--steps", type=int, default=1500, help="optimiser steps")
     q.add_argument("--seed", type=int, default=0)
+    _device_flag(q)
     q.set_defaults(func=_cmd_judge_model)
+
+
+def _device_flag(p: argparse.ArgumentParser) -> None:
+    help_ = "where the model runs: auto (a GPU when there is one), cpu, cuda, cuda:N"
+    p.add_argument("--device", default="auto", help=help_)
+
+
+def _device(args: argparse.Namespace) -> Any:
+    """``--device`` resolved (:func:`rlmap.system.device.resolve`), or a one-line error."""
+    from rlmap.system.device import resolve
+
+    return resolve(args.device, field="--device")
 
 
 def parse(argv: Sequence[str] | None) -> argparse.Namespace:

@@ -256,3 +256,22 @@ def test_judge_table_reads_a_run_directory(tmp_path: Path) -> None:
     assert cells[:9] == ["run-a", "judge", "0.250 → 0.750", "0.550 → 0.750", "0.275 → 0.375",
                          "1,234", "56,789", "12 / 1", "0.60 / – / – / –"]  # fmt: skip
     assert cells[9] == "42"
+
+
+def test_the_gpu_check_runs_at_toy_size_on_a_cpu(tmp_path: Path) -> None:
+    # CHECK_SMALL=1: every step of the GPU check at toy size (the embedded warm start from
+    # the tests' cache); its figures come out as one JSON file and its checks pass.
+    out = tmp_path / "gpu_check.json"
+    cache = os.environ.get("RLMAP_CACHE", str(Path.home() / ".cache" / "rlmap"))
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "CHECK_SMALL": "1", "PY": sys.executable,
+           "GPU_CHECK_OUT": str(out), "RLMAP_CACHE": cache}  # fmt: skip
+    done = subprocess.run(["bash", str(BENCH / "gpu_check.sh")], env=env, capture_output=True,
+                          text=True, timeout=900)  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    figures = json.loads(out.read_text())
+    assert figures["checks"] and all(figures["checks"].values()), figures["checks"]
+    assert figures["tiny"]["device"] == "cpu" and figures["audit"]["devices"] == ["cpu"]
+    assert figures["large"]["s_per_step"] > 0 and figures["large"]["learner_peak_gib"] is None
+    assert figures["resume"]["resumed_to"] == 4
+    assert figures["resume"]["max_rel_loss_gap"] == 0.0  # on a CPU the resume is exact
+    assert "ok   every tensor on it" in done.stdout

@@ -1142,6 +1142,50 @@ def case_eval_with_the_vllm_engine(ws: Workspace) -> tuple[list[str], list[str]]
     return ["eval", ws.model("ckpt"), "system.engine=vllm"], ["system.engine", "HF engine"]
 
 
+@case
+def case_eval_on_a_gpu_this_machine_lacks(ws: Workspace) -> tuple[list[str], list[str]]:
+    return ["eval", ws.model("ckpt"), "--device", "cuda"], ["--device: cuda asks for CUDA"]
+
+
+@case
+def case_rm_train_device_misspelled(ws: Workspace) -> tuple[list[str], list[str]]:
+    ws.jsonl("pairs.jsonl", [PAIR])
+    argv = ["reward-model", "train", "--pairs", "pairs.jsonl", "--device", "gpu"]
+    return argv, ["--device: one of auto, cpu, cuda, cuda:N, got 'gpu'"]
+
+
+@case
+def case_judgemodel_device_out_of_range(ws: Workspace) -> tuple[list[str], list[str]]:
+    return ["judge-model", "--device", "cuda:3"], ["--device: cuda:3 asks for CUDA"]
+
+
+DEVICE_FLAGS = [([], 0, "cpu"), ([], 1, "cuda:0"), (["--device", "cpu"], 1, "cpu")]
+"""(flags, GPUs on the machine, where eval samples): auto picks a GPU when there is one."""
+
+
+@pytest.mark.parametrize(("flag", "count", "expected"), DEVICE_FLAGS)
+def test_eval_samples_on_the_device_it_is_given(
+    flag: list[str], count: int, expected: str, ws: Workspace,
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    import torch
+
+    import rlmap.system.evaluate as evaluate
+
+    seen: list[object] = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: count > 0)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: count)
+
+    def spy(*args: object, **kwargs: object) -> dict[str, float]:
+        seen.append(kwargs["device"])
+        return {"eval/pass@1": 0.5}
+
+    monkeypatch.setattr(evaluate, "evaluate_checkpoint", spy)
+    assert main(["eval", ws.model("ckpt"), *flag]) == 0
+    assert seen == [torch.device(expected)]
+    capsys.readouterr()
+
+
 def test_settings_that_do_something_are_accepted(
     ws: Workspace, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

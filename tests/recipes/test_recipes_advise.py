@@ -534,3 +534,14 @@ def test_row_6_says_that_sao_trains_and_it_does(capsys: pytest.CaptureFixture[st
     out = " ".join(capsys.readouterr().out.split())
     assert "cannot train" not in out
     assert "sao (asynchronous queue" in out and "system.backend=ray" in out
+
+
+def test_advise_recommends_bfloat16_on_a_gpu() -> None:
+    # issue 28: bf16 autocast over fp32 master weights is the GPU setting; advise says so,
+    # with settings the config accepts.
+    from rlmap.recipes import build_config
+    from rlmap.recipes.advise import TaskProfile, advise, render
+
+    text = " ".join(render(advise(TaskProfile())).split())
+    assert "system.train_dtype=bfloat16 system.rollout_dtype=bfloat16" in text
+    build_config("grpo", None, ["system.train_dtype=bfloat16", "system.rollout_dtype=bfloat16"])

@@ -246,3 +246,17 @@ def test_a_cpu_run_on_a_gpu_machine_never_starts_cuda(
                                       "model.lora_rank=2"])  # fmt: skip
     run_training(cfg, tmp_path / "run", resume=True)
     assert (tmp_path / "run" / "checkpoints" / "step_3").is_dir()
+
+
+def test_mfu_is_six_n_tokens_over_the_devices_peak(monkeypatch: pytest.MonkeyPatch) -> None:
+    from rlmap.system.device import mfu
+
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H200")
+    # 6 · 0.5e9 parameters · 20,000 tokens = 6e13 FLOPs in 0.25 s = 2.4e14 FLOP/s;
+    # ÷ 989.4e12 (H200 BF16 dense) = 0.24257...; ÷ 66.9e12 (FP32) = 3.587...
+    cuda = torch.device("cuda", 0)
+    assert mfu(500_000_000, 20_000, 0.25, cuda, "bfloat16") == pytest.approx(2.4e14 / 989.4e12)
+    assert mfu(500_000_000, 20_000, 0.25, cuda, "float32") == pytest.approx(2.4e14 / 66.9e12)
+    assert mfu(500_000_000, 20_000, 0.25, torch.device("cpu"), "float32") is None
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Some GPU")
+    assert mfu(500_000_000, 20_000, 0.25, cuda, "bfloat16") is None  # no peak known: no figure

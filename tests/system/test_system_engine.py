@@ -296,3 +296,57 @@ def test_shipped_generation_config_does_not_change_sampling() -> None:
     assert samples == sample(engine(clean), seed=9, n=6)
     assert len({c.response_ids[0] for c in samples[0]}) > 1  # top_k=1 would make them all equal
     assert shipped.generation_config.top_k == 1  # restored after the call
+
+
+def test_a_seeded_engine_never_keeps_every_steps_scores(monkeypatch: pytest.MonkeyPatch) -> None:
+    # (T, B, V) scores at a real vocabulary (B = 256, T = 256, V = 151,936) are 39.8 GB; the
+    # engine's own draw keeps log μ of each drawn token, (B,) a step, so generate must not
+    # return them, with a generator of its own or without one.
+    eng = HFEngine(tiny_model(), pad_token_id=PAD, eos_token_id=EOS)
+    asked: list[bool] = []
+    real = type(eng.model).generate
+
+    def spy(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        out = real(self, *args, **kwargs)
+        asked.append(bool(kwargs["generation_config"].output_scores))
+        assert (out.scores is not None) == asked[-1]
+        return out
+
+    monkeypatch.setattr(type(eng.model), "generate", spy)
+    eng.reseed(0)
+    (group,) = eng.generate([[1, 5, 6]], n=2, max_new_tokens=4, temperature=1.0, top_p=1.0)
+    eng.reseed(None)
+    eng.generate([[1, 5, 6]], n=2, max_new_tokens=4, temperature=1.0, top_p=1.0)
+    assert asked == [False, False]
+    assert all(len(c.logprobs) == len(c.response_ids) for c in group)
+
+
+@pytest.mark.parametrize(("temperature", "top_p"), [(1.0, 1.0), (0.8, 0.6), (1.5, 0.9)])
+def test_without_a_generator_of_its_own_the_draws_are_generates_own(
+    temperature: float, top_p: float
+) -> None:
+    # Reference: transformers' own sampling (do_sample, its warpers, multinomial on torch's
+    # default generator) from the same RNG state gives the same tokens, row by row — the
+    # engine's draw replaced it without changing a number of any run.
+    from transformers import GenerationConfig
+
+    from rlmap.system.hf_engine import FiniteScores, rollout_mode
+
+    model = tiny_model(1)
+    eng = HFEngine(model, pad_token_id=PAD, eos_token_id=EOS)
+    prompts = [[1, 5, 6], [1, 7]]
+    torch.manual_seed(3)
+    ours = [c for g in eng.generate(prompts, n=3, max_new_tokens=6, temperature=temperature,
+                                    top_p=top_p) for c in g]  # fmt: skip
+    config = GenerationConfig(do_sample=True, temperature=temperature, top_p=top_p, top_k=0,
+                              max_new_tokens=6, min_new_tokens=0, pad_token_id=PAD,
+                              eos_token_id=[EOS])  # fmt: skip
+    ids, mask = left_pad([p for p in prompts for _ in range(3)], PAD, torch.device("cpu"))
+    torch.manual_seed(3)
+    with rollout_mode(model):
+        out = model.generate(input_ids=ids, attention_mask=mask, generation_config=config,
+                             logits_processor=[FiniteScores()])  # fmt: skip
+    theirs = out[:, ids.shape[1] :].tolist()
+    assert len({c.response_ids for c in ours}) > 1  # the draws do differ between rows
+    for c, row in zip(ours, theirs, strict=True):
+        assert list(c.response_ids) == row[: len(c.response_ids)]

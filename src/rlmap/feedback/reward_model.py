@@ -174,8 +174,11 @@ def train_reward_model(
     spec: RewardModelSpec,
     *,
     progress: Callable[[int, int, float], None] | None = None,
+    device: torch.device | None = None,
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase, dict[str, float]]:
-    """Fit the Bradley–Terry loss on ``train``; report held-out pairwise accuracy.
+    """Fit the Bradley–Terry loss on ``train`` on ``device`` (None: the CPU; the new head is
+    drawn on the CPU, reproducibly, before the model moves); report held-out pairwise
+    accuracy.
 
     Returns (model, tokenizer, metrics: ``rm/train_loss`` (last 20 steps' mean),
     ``rm/train_accuracy``, ``rm/heldout_accuracy``, ``rm/heldout_accuracy_before``).
@@ -188,6 +191,8 @@ def train_reward_model(
     with torch.random.fork_rng(devices=[]):  # on the CPU: no CUDA state to save (or start)
         torch.manual_seed(spec.seed)
         model = new_reward_model(base)
+    if device is not None:
+        nn.Module.to(model, device)  # before the optimiser: AdamW state follows the weights
     net: nn.Module = model
     before = pairwise_accuracy(net, tokenizer, heldout) if heldout else float("nan")
     net.train()

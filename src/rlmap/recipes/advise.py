@@ -345,6 +345,9 @@ def _q_system(p: TaskProfile, cfg: RecipeConfig) -> tuple[str, str]:
     if p.separate_rollout:
         why += "; separate processes drift anyway: record policy versions "
         why += "(system/max_version_lag)"
+    why += "; on a GPU, train and roll out in bfloat16 (system.train_dtype=bfloat16 "
+    why += "system.rollout_dtype=bfloat16: autocast over float32 master weights and AdamW "
+    why += "state) and watch the mismatch it makes (ratio/kappa/*)"
     return answer, why
 
 

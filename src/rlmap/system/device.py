@@ -29,20 +29,23 @@ SETTING = re.compile(r"auto|cpu|cuda(:\d+)?")
 """What ``system.device`` may say."""
 
 
-def resolve(setting: str, environ: Mapping[str, str] = os.environ) -> torch.device:
+def resolve(
+    setting: str, environ: Mapping[str, str] = os.environ, field: str = "system.device"
+) -> torch.device:
     """The learner's device for ``system.device`` (``LOCAL_RANK``, a launcher's, picks the
-    GPU of ``auto`` and ``cuda``); a one-line ConfigError for a device this machine lacks."""
+    GPU of ``auto`` and ``cuda``); a one-line ConfigError naming ``field`` (a command's
+    ``--device``) for a device this machine lacks."""
     if not SETTING.fullmatch(setting):
-        raise ConfigError(f"system.device: one of auto, cpu, cuda, cuda:N, got {setting!r}")
+        raise ConfigError(f"{field}: one of auto, cpu, cuda, cuda:N, got {setting!r}")
     if setting == "cpu" or (setting == "auto" and not torch.cuda.is_available()):
         return torch.device("cpu")
     if not torch.cuda.is_available():
-        raise ConfigError(f"system.device: {setting} asks for CUDA, and this torch sees "
+        raise ConfigError(f"{field}: {setting} asks for CUDA, and this torch sees "
                           f"none (torch {torch.__version__}); use cpu or auto")  # fmt: skip
     count = torch.cuda.device_count()
     index = int(setting.partition(":")[2] or environ.get("LOCAL_RANK", "0") or 0)
     if not 0 <= index < count:
-        raise ConfigError(f"system.device: cuda:{index} is not among this machine's {count} "
+        raise ConfigError(f"{field}: cuda:{index} is not among this machine's {count} "
                           f"GPU(s) (cuda:0..cuda:{count - 1})")  # fmt: skip
     return torch.device("cuda", index)
 
@@ -105,3 +108,33 @@ def describe(device: torch.device) -> dict[str, Any]:
     return {"device": str(device), "device_name": torch.cuda.get_device_name(device),
             "cuda": torch.version.cuda,
             "fp32_matmul": torch.get_float32_matmul_precision()}  # fmt: skip
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for ``device``'s queued kernels (a GPU's), so that a phase timer read next
+    measures the phase and not its launch; nothing on the CPU."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+PEAK_FLOPS: dict[str, dict[str, float]] = {
+    "NVIDIA H200": {"bfloat16": 989.4e12, "float32": 66.9e12},
+    "NVIDIA H100 80GB HBM3": {"bfloat16": 989.4e12, "float32": 66.9e12},
+    "NVIDIA A100-SXM4-80GB": {"bfloat16": 312e12, "float32": 19.5e12},
+    "NVIDIA A100-SXM4-40GB": {"bfloat16": 312e12, "float32": 19.5e12},
+}
+"""Dense peak FLOP/s by device name (``torch.cuda.get_device_name``) and precision, from
+NVIDIA's data sheets (H100/H200 SXM: 989.4 TFLOP/s BF16 dense, 66.9 FP32; A100 SXM: 312
+and 19.5), the denominators of ``system/mfu``; docs/scaling.md cites them."""
+
+
+def mfu(
+    parameters: int, tokens: int, seconds: float, device: torch.device, dtype: str
+) -> float | None:
+    """Model FLOPs utilisation of an update: 6·N·tokens (forward 2N, backward 4N per token)
+    ÷ seconds ÷ the device's peak FLOP/s at ``dtype`` (``bfloat16`` | ``float32``); None
+    when the device's peak is not in :data:`PEAK_FLOPS` (every CPU)."""
+    if device.type != "cuda" or seconds <= 0:
+        return None
+    peak = PEAK_FLOPS.get(torch.cuda.get_device_name(device), {}).get(dtype)
+    return None if peak is None else 6 * parameters * tokens / seconds / peak

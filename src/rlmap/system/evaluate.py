@@ -153,9 +153,14 @@ def final_answer(tokenizer: PreTrainedTokenizerBase, episode: Episode) -> str:
 
 
 def evaluate_checkpoint(
-    checkpoint: Path, *, samples: int | None = None, overrides: Sequence[str] = ()
+    checkpoint: Path,
+    *,
+    samples: int | None = None,
+    overrides: Sequence[str] = (),
+    device: torch.device | None = None,
 ) -> dict[str, float]:
-    """Evaluate a checkpoint on the held-out set of the run that wrote it (or the default).
+    """Evaluate a checkpoint on the held-out set of the run that wrote it (or the default),
+    sampling on ``device`` (None: the CPU).
 
     A LoRA run's checkpoint (an adapter) loads on the base model its ``adapter_config.json``
     names (transformers' own peft integration), with the adapters on.
@@ -176,7 +181,7 @@ def evaluate_checkpoint(
         None, None, overrides)  # fmt: skip
     _, heldout = setup.load_data(cfg)  # a bad data file fails before the model loads
     tokenizer = setup.load_tokenizer(checkpoint)
-    model = setup.load_causal_lm(checkpoint)
+    model = setup.load_causal_lm(checkpoint, device=device)
     engine = HFEngine(model, pad_token_id=int(tokenizer.pad_token_id),
                       eos_token_id=int(tokenizer.eos_token_id))  # fmt: skip
     g = cfg.generation

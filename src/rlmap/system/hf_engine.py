@@ -4,33 +4,33 @@ Notation: ``B`` sequences in a chunk (prompts × n, at most ``max_batch``), ``P`
 longest prompt of the chunk (prompts are left-padded to it), ``T`` generated
 steps (≤ max_new_tokens), ``V`` the vocabulary.
 
-Behaviour log-probs. ``generate`` draws o_t ~ softmax(s_t), where s_t are the
-*processed* scores: the float32 logits after the temperature and top-p warpers
-(tokens outside the nucleus at -inf). With ``output_scores=True`` it returns exactly
-these s_t, so
+Behaviour log-probs. o_t is drawn from softmax(s_t), where s_t are the *processed* scores:
+the float32 logits after the temperature and top-p warpers (tokens outside the nucleus at
+-inf), and the last link of the chain, :class:`OwnDraw`, keeps
 
     log μ(o_t) = s_t[o_t] − logsumexp(s_t)
 
-is the log-probability of the distribution the token was drawn from — the nucleus
-renormalisation included, no recomputation. Greedy decoding (temperature == 0) runs
-no warpers, so there log μ is the log-softmax of the raw logits.
+as it draws: the log-probability of the distribution the token was drawn from — the
+nucleus renormalisation included, no recomputation — (B,) a step. ``generate`` runs greedy
+over the draw's forced scores and keeps none of its own: (T, B, V) of them would be 39.8 GB
+at B = 256, T = 256, V = 151,936. Greedy decoding (temperature == 0) runs no warpers, so
+there log μ is the log-softmax of the raw logits.
 
 Only our settings shape μ. In transformers 5, ``generate`` fills every field of an
 explicit ``GenerationConfig`` left at ``None`` from ``model.generation_config`` and
 then from global defaults (``top_k=50``). Real checkpoints ship ``top_k=20``,
 ``repetition_penalty``, ``min_p``, ``suppress_tokens``…; several of these have no
-non-``None`` "off" value. So the engine (a) sets every sampling field with an off
-value explicitly — ``top_k=0`` is what disables top-k (``None`` would inherit) — and
-(b) hides the model's shipped generation config for the duration of the call.
+non-``None`` "off" value. So the engine (a) runs ``generate`` greedy over its own chain
+(no sampling field of ``generate``'s is read) with every other processor set off
+explicitly, and (b) hides the model's shipped generation config for the duration of the
+call.
 
-Randomness: sampling draws from torch's default generator of the model's device
-(``torch.multinomial``), so saving and restoring the torch RNG state reproduces the
-rollouts exactly. An engine given a generator of its own (:meth:`HFEngine.reseed`: the
-asynchronous loop's workers, one per round) draws from that instead and touches no
-global generator: ``generate`` then runs greedy over our own chain — temperature and
-top-p (transformers' own warpers, in its order), then :class:`OwnDraw`, which samples
-o_t from the processed scores with the engine's generator, keeps log μ(o_t), and hands
-back scores whose argmax is o_t.
+Randomness: sampling draws from torch's default generator of the model's device, exactly
+as ``generate``'s own sampling would (``multinomial(softmax(s_t))``, the same numbers), so
+saving and restoring the torch RNG state reproduces the rollouts exactly. An engine given
+a generator of its own (:meth:`HFEngine.reseed`: the asynchronous loop's workers, one per
+round) draws from that instead and touches no global generator. Either way the chain is
+temperature and top-p (transformers' own warpers, in its order), then :class:`OwnDraw`.
 """
 
 from __future__ import annotations
@@ -172,23 +172,22 @@ class HFEngine:
             prompts, n=n, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p
         )
         stops = tuple(dict.fromkeys((*self.eos_token_ids, *stop_token_ids)))
-        own = self.generator is not None and temperature > 0  # our draw, greedy generate
-        config = sampling_config(
-            max_new_tokens=max_new_tokens,
-            temperature=0.0 if own else temperature,
-            top_p=top_p,
-            pad_token_id=self.pad_token_id,
-            eos_token_ids=stops,
+        sampled = temperature > 0  # else greedy: no warpers, the argmax
+        config = sampling_config(max_new_tokens=max_new_tokens, pad_token_id=self.pad_token_id,
+                                 eos_token_ids=stops)  # fmt: skip
+        warpers = (
+            (TemperatureLogitsWarper(float(temperature)), TopPLogitsWarper(float(top_p)))
+            if sampled
+            else ()
         )
-        warpers = (TemperatureLogitsWarper(temperature), TopPLogitsWarper(top_p)) if own else ()
         # the n samples of a prompt are adjacent, so regrouping is slicing
         flat = [tuple(p) for p in prompts for _ in range(n)]
         completions: list[Completion] = []
         with rollout_mode(self.model):
             for start in range(0, len(flat), self.max_batch):
                 chunk = flat[start : start + self.max_batch]
-                draw = OwnDraw(self.generator) if own and self.generator is not None else None
-                chain = [FiniteScores(), *warpers, *([draw] if draw is not None else [])]
+                draw = OwnDraw(self.generator, greedy=not sampled)
+                chain = [FiniteScores(), *warpers, draw]
                 done = self._generate_chunk(chunk, config, stops, chain, draw, stop_strings)
                 completions += [cut_at_stop_strings(c, stop_strings) for c in done]
         return [completions[i * n : (i + 1) * n] for i in range(len(prompts))]
@@ -199,7 +198,7 @@ class HFEngine:
         config: GenerationConfig,
         stops: Sequence[int],
         chain: list[LogitsProcessor],
-        draw: OwnDraw | None,
+        draw: OwnDraw,
         stop_strings: StopStrings | None = None,
     ) -> list[Completion]:
         """One ``generate`` call on at most ``max_batch`` prompts (rows that complete a stop
@@ -215,10 +214,7 @@ class HFEngine:
                                  generation_config=config, logits_processor=chain,
                                  stopping_criteria=ends)  # fmt: skip
         tokens = out.sequences[:, input_ids.shape[1] :]  # (B, T)
-        if draw is not None:  # (B, T): the draws' log μ (the scores returned were forced)
-            logprobs = torch.stack(draw.logprobs, dim=1)
-        else:
-            logprobs = sampled_logprobs(out.scores, tokens)  # (B, T)
+        logprobs = torch.stack(draw.logprobs, dim=1)  # (B, T): log μ of each drawn token
         lengths, ended = response_lengths(tokens, stops)  # (B,), (B,)
         packed = torch.cat([lengths[:, None], ended[:, None].long(), tokens], dim=1).tolist()
         routes = _sequence_routes(calls, prompts, lengths.tolist(), input_ids.shape[1])
@@ -251,20 +247,33 @@ def _sequence_routes(
 
 
 class OwnDraw(LogitsProcessor):
-    """The last link of the chain when an engine has a generator of its own: draws o_t ~
-    softmax(s_t) from the processed scores s_t (after temperature and top-p) with that
-    generator, keeps log μ(o_t) = s_t[o_t] − logsumexp(s_t) in ``logprobs``, and returns
-    scores that are 0 at o_t and −inf elsewhere, so that greedy ``generate`` picks o_t."""
+    """The last link of the chain: picks o_t from the processed scores s_t (after
+    temperature and top-p), keeps log μ(o_t) = s_t[o_t] − logsumexp(s_t) in ``logprobs``,
+    (B,) a step, and returns scores that are 0 at o_t and −inf elsewhere, so that greedy
+    ``generate`` picks o_t. ``generate`` itself then keeps no scores: (T, B, V) of them are
+    39.8 GB at B = 256, T = 256, V = 151,936.
 
-    def __init__(self, generator: torch.Generator) -> None:
-        self.generator = generator
+    o_t: the argmax (``greedy``, as ``generate`` picks it); a draw from softmax(s_t) with
+    the engine's own ``generator``; or, without one, exactly ``generate``'s own draw
+    (``multinomial(softmax(s_t))`` on the device's default generator, the same numbers)."""
+
+    def __init__(self, generator: torch.Generator | None, *, greedy: bool = False) -> None:
+        self.generator, self.greedy = generator, greedy
         self.logprobs: list[Tensor] = []
         """Per step, (B,) float32 log μ of the drawn tokens."""
 
     def __call__(self, input_ids: Tensor, scores: Tensor) -> Tensor:
-        logp = torch.log_softmax(scores.float(), dim=-1)  # (B, V)
-        token = torch.multinomial(logp.exp(), 1, generator=self.generator)  # (B, 1)
-        self.logprobs.append(logp.gather(-1, token).squeeze(-1))
+        if self.generator is not None and not self.greedy:
+            logp = torch.log_softmax(scores.float(), dim=-1)  # (B, V)
+            token = torch.multinomial(logp.exp(), 1, generator=self.generator)  # (B, 1)
+            self.logprobs.append(logp.gather(-1, token).squeeze(-1))
+        else:
+            if self.greedy:
+                token = scores.argmax(-1, keepdim=True)  # (B, 1)
+            else:
+                token = torch.multinomial(torch.softmax(scores, dim=-1), 1)  # (B, 1)
+            s = scores.float()
+            self.logprobs.append(s.gather(-1, token).squeeze(-1) - s.logsumexp(-1))
         return torch.full_like(scores, -math.inf).scatter_(-1, token, 0.0)
 
 
@@ -303,22 +312,16 @@ class FiniteScores(LogitsProcessor):
 
 
 def sampling_config(
-    *,
-    max_new_tokens: int,
-    temperature: float,
-    top_p: float,
-    pad_token_id: int,
-    eos_token_ids: Sequence[int],
+    *, max_new_tokens: int, pad_token_id: int, eos_token_ids: Sequence[int]
 ) -> GenerationConfig:
-    """The full generation config: temperature and top-p from the call, every other processor off.
+    """The full generation config: greedy over the chain's own draw (:class:`OwnDraw`, after
+    the call's temperature and top-p), every processor of ``generate``'s own off.
 
-    ``top_k=0`` disables top-k (``None`` would be filled with the model's or the global 50).
-    Greedy (temperature == 0) sets no warpers at all: ``generate`` ignores them without sampling.
+    Greedy: none of ``generate``'s sampling fields (top-k, top-p, temperature) is read. No
+    scores are returned: the draw keeps log μ of each token itself.
     """
-    greedy = temperature == 0
-    warpers = {} if greedy else {"temperature": temperature, "top_p": top_p, "top_k": 0}
     return GenerationConfig(
-        do_sample=not greedy,
+        do_sample=False,
         num_beams=1,
         max_new_tokens=max_new_tokens,
         min_new_tokens=0,
@@ -331,11 +334,10 @@ def sampling_config(
         renormalize_logits=False,
         remove_invalid_values=False,
         use_cache=True,
-        output_scores=True,
+        output_scores=False,
         return_dict_in_generate=True,
         pad_token_id=pad_token_id,
         eos_token_id=list(eos_token_ids),
-        **warpers,
     )
 
 
@@ -372,16 +374,6 @@ def left_pad(
     lengths = torch.tensor([len(p) for p in prompts])  # (B,)
     mask = torch.arange(width)[None, :] >= (width - lengths)[:, None]  # (B, P)
     return ids.to(device), mask.long().to(device)
-
-
-def sampled_logprobs(scores: Sequence[Tensor], tokens: Tensor) -> Tensor:
-    """(B, T) float32: log softmax(s_t)[o_t] for the T per-step (B, V) processed scores s_t.
-
-    Past a row's EOS the token is padding and the value is meaningless (possibly -inf).
-    """
-    stacked = torch.stack(tuple(scores), dim=1).float()  # (B, T, V)
-    chosen = stacked.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)  # (B, T)
-    return chosen - stacked.logsumexp(-1)
 
 
 def response_lengths(tokens: Tensor, stop_token_ids: Sequence[int]) -> tuple[Tensor, Tensor]:

@@ -42,10 +42,12 @@ from rlmap.sampling.curriculum import climb as climb_curriculum
 from rlmap.sampling.rebalance import Visits, kept, visited
 from rlmap.sampling.refill import first_groups, sample_more
 from rlmap.system.critic import compute_values, update_critic
+from rlmap.system.device import mfu, synchronize
 from rlmap.system.distributed import full_state_dict, gather
 from rlmap.system.engine import RolloutEngine, forget_cache
 from rlmap.system.evaluate import final_answer
 from rlmap.system.learner import UpdateSettings, prepare_batch, update_policy
+from rlmap.system.logprobs import attention_of
 from rlmap.system.memory import autocast_to
 from rlmap.system.rollout import Episode, Scored, episode_metrics, run_episodes, to_batch
 from rlmap.system.scoring import score_episodes, trajectories
@@ -520,15 +522,24 @@ def _learn_policy(
     s: UpdateSettings,
     owner: torch.Tensor | None,
 ) -> dict[str, float]:
-    """The policy's optimiser steps on ``credit.advantages`` (this rank's rows: ``owner``)."""
+    """The policy's optimiser steps on ``credit.advantages`` (this rank's rows: ``owner``),
+    timed with the device's queue drained; ``system/mfu`` where the device's peak is known."""
     started = time.perf_counter()
     metrics = update_policy(p.trained, p.optimizer, p.scheduler, batch, credit.advantages,
                             s, learner_version=state.step,
                             generator=torch.Generator().manual_seed(seed),
                             world=p.world, owner=owner)  # fmt: skip
+    synchronize(p.device)
+    seconds = time.perf_counter() - started
+    attention = attention_of(batch)  # the tokens this rank's forward and backward passes saw
+    tokens = int((attention if owner is None else attention[owner == p.world.rank]).sum())
+    tokens *= s.epochs
+    parameters = sum(w.numel() for w in p.policy.parameters())
+    utilisation = mfu(parameters, tokens, seconds, p.device, p.cfg.system.train_dtype)
     return metrics | {
         "optim/policy_steps": float(p.settings.optimizer_steps),
-        "system/policy_update_s": time.perf_counter() - started,
+        "system/policy_update_s": seconds,
+        **({} if utilisation is None else {"system/mfu": utilisation}),
     }
 
 

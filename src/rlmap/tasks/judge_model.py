@@ -101,6 +101,7 @@ def accuracy(model: PreTrainedModel, tokenizer: Tokenizer, examples: Sequence[Ex
         rows = [tokenizer.encode(e.prompt) for e in chunk]
         width = max(map(len, rows))
         ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows])  # left-padded
+        ids = ids.to(next(model.parameters()).device)
         mask = (ids != pad).long()
         generate: Any = model.generate  # transformers' typing of generate differs by release
         out = generate(
@@ -133,11 +134,15 @@ def train_judge(
     spec: JudgeModelSpec,
     *,
     progress: Callable[[int, int, float], None] | None = None,
+    device: torch.device | None = None,
 ) -> tuple[PreTrainedModel, Tokenizer, dict[str, float]]:
-    """Fine-tune the causal LM at ``base`` into the judge; its held-out accuracies, pointwise
-    and pairwise, before and after (``judge/heldout_{pointwise,pairwise}_accuracy[_before]``)."""
+    """Fine-tune the causal LM at ``base`` into the judge on ``device`` (None: the CPU); its
+    held-out accuracies, pointwise and pairwise, before and after
+    (``judge/heldout_{pointwise,pairwise}_accuracy[_before]``)."""
     tokenizer = restore_bos(AutoTokenizer.from_pretrained(base))
     model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+    if device is not None:
+        torch.nn.Module.to(model, device)  # in place
     held = {mode: judge_examples(heldout_task, spec.heldout, float(mode == "pairwise"),
                                  spec.seed + 1) for mode in ("pointwise", "pairwise")}  # fmt: skip
     metrics = {f"judge/heldout_{m}_accuracy_before": accuracy(model, tokenizer, e)
@@ -153,7 +158,9 @@ def train_judge(
         )
         for step in range(spec.steps):
             chunk = train[step * spec.batch_size : (step + 1) * spec.batch_size]
-            ids, attention, labels = sft_batch(tokenizer, chunk, 0.0, rng)
+            ids, attention, labels = (
+                t.to(model.device) for t in sft_batch(tokenizer, chunk, 0.0, rng)
+            )
             loss = model(input_ids=ids, attention_mask=attention, labels=labels).loss
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
