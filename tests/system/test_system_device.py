@@ -15,7 +15,6 @@ from transformers import AutoTokenizer
 from rlmap.core.batch import Batch, End, RewardStatus
 from rlmap.core.errors import ConfigError
 from rlmap.recipes import build_config
-from rlmap.system import device as device_module
 from rlmap.system import setup
 from rlmap.system.device import audit, resolve
 
@@ -176,8 +175,11 @@ def test_every_micro_batch_crosses_to_the_learners_device(
     tiny_model_dir: Path, toy: Toy, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A spy on the crossing: the policy update's micro-batches (8 rollouts, micro-batches
-    # of 3: 3 + 3 + 2) each cross once, to the policy's device.
+    # of 3: 3 + 3 + 2) each cross once, to the policy's device — here a sentinel for it,
+    # cpu:0 (a CPU device that is not equal to plain "cpu"), so a crossing to anything but
+    # the model's device is seen.
     from rlmap.experiments.train import run_training
+    from rlmap.system import update_loop
 
     seen: list[tuple[int, torch.device]] = []
     real = Batch.to
@@ -187,11 +189,12 @@ def test_every_micro_batch_crosses_to_the_learners_device(
         return real(self, target, **kw)
 
     monkeypatch.setattr(Batch, "to", spy)
-    monkeypatch.setattr(device_module, "model_device", lambda model: torch.device("cpu"))
+    sentinel = torch.device("cpu", 0)
+    monkeypatch.setattr(update_loop, "model_device", lambda model: sentinel)
     cfg = build_config("grpo", None, [*toy(tiny_model_dir, steps=1), "kl.placement=none"])
     run_training(cfg, tmp_path / "run")
     assert sorted(size for size, _ in seen) == [2, 3, 3]
-    assert {target for _, target in seen} == {torch.device("cpu")}
+    assert {target for _, target in seen} == {sentinel}
 
 
 def test_the_run_records_its_device_and_a_cpu_learner_reports_no_gpu_peak(
@@ -254,9 +257,17 @@ def test_mfu_is_six_n_tokens_over_the_devices_peak(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H200")
     # 6 · 0.5e9 parameters · 20,000 tokens = 6e13 FLOPs in 0.25 s = 2.4e14 FLOP/s;
     # ÷ 989.4e12 (H200 BF16 dense) = 0.24257...; ÷ 66.9e12 (FP32) = 3.587...
-    cuda = torch.device("cuda", 0)
-    assert mfu(500_000_000, 20_000, 0.25, cuda, "bfloat16") == pytest.approx(2.4e14 / 989.4e12)
-    assert mfu(500_000_000, 20_000, 0.25, cuda, "float32") == pytest.approx(2.4e14 / 66.9e12)
-    assert mfu(500_000_000, 20_000, 0.25, torch.device("cpu"), "float32") is None
+    cuda, six_n = torch.device("cuda", 0), 6 * 500_000_000
+    assert mfu(six_n, 20_000, 0.25, cuda, "bfloat16") == pytest.approx(2.4e14 / 989.4e12)
+    assert mfu(six_n, 20_000, 0.25, cuda, "float32") == pytest.approx(2.4e14 / 66.9e12)
+    assert mfu(six_n, 20_000, 0.25, torch.device("cpu"), "float32") is None
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Some GPU")
-    assert mfu(500_000_000, 20_000, 0.25, cuda, "bfloat16") is None  # no peak known: no figure
+    assert mfu(six_n, 20_000, 0.25, cuda, "bfloat16") is None  # no peak known: no figure
+
+
+def test_a_frozen_parameter_costs_an_update_four_flops_a_token_not_six() -> None:
+    from rlmap.system.device import update_flops_per_token
+
+    model = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.Linear(2, 2, bias=False))
+    model[0].requires_grad_(False)  # 3·2 + 2 = 8 frozen, 2·2 = 4 trained
+    assert update_flops_per_token(model) == 4 * 8 + 6 * 4

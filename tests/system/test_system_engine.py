@@ -340,13 +340,18 @@ def test_without_a_generator_of_its_own_the_draws_are_generates_own(
                                     top_p=top_p) for c in g]  # fmt: skip
     config = GenerationConfig(do_sample=True, temperature=temperature, top_p=top_p, top_k=0,
                               max_new_tokens=6, min_new_tokens=0, pad_token_id=PAD,
-                              eos_token_id=[EOS])  # fmt: skip
+                              eos_token_id=[EOS], output_scores=True,
+                              return_dict_in_generate=True)  # fmt: skip
     ids, mask = left_pad([p for p in prompts for _ in range(3)], PAD, torch.device("cpu"))
     torch.manual_seed(3)
     with rollout_mode(model):
         out = model.generate(input_ids=ids, attention_mask=mask, generation_config=config,
                              logits_processor=[FiniteScores()])  # fmt: skip
-    theirs = out[:, ids.shape[1] :].tolist()
+    theirs = out.sequences[:, ids.shape[1] :]
+    scores = torch.stack(out.scores, dim=1).float()  # (B, T, V): what generate drew from
+    mu = scores.gather(-1, theirs.unsqueeze(-1)).squeeze(-1) - scores.logsumexp(-1)
     assert len({c.response_ids for c in ours}) > 1  # the draws do differ between rows
-    for c, row in zip(ours, theirs, strict=True):
-        assert list(c.response_ids) == row[: len(c.response_ids)]
+    for i, c in enumerate(ours):
+        n = len(c.response_ids)
+        assert list(c.response_ids) == theirs[i, :n].tolist()
+        assert torch.equal(torch.tensor(c.logprobs), mu[i, :n])  # log μ, bit for bit

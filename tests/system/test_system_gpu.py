@@ -26,7 +26,7 @@ pytestmark = [
 def test_one_update_on_the_gpu_equals_the_cpus(tiny_model_dir: Path) -> None:
     # fp32 with full-precision matmuls (no TF32): π_old, the loss, the gradient norm and the
     # updated weights agree with the CPU's to float32 noise (1e-4 relative).
-    torch.set_float32_matmul_precision("highest")
+    assert torch.get_float32_matmul_precision() == "highest"  # rlmap's setting on CUDA
     model, scored, pad = _rollouts(tiny_model_dir)
     batch = to_batch(scored, pad_token_id=pad)
     advantages = torch.randn(batch.tokens.shape, generator=torch.Generator().manual_seed(2))

@@ -128,13 +128,21 @@ NVIDIA's data sheets (H100/H200 SXM: 989.4 TFLOP/s BF16 dense, 66.9 FP32; A100 S
 and 19.5), the denominators of ``system/mfu``; docs/scaling.md cites them."""
 
 
+def update_flops_per_token(model: nn.Module) -> int:
+    """FLOPs an update spends per token: 6 per trained parameter (forward 2, backward 4: the
+    gradients of the activations and of the weight), 4 per frozen one (no weight gradient:
+    LoRA's base)."""
+    return sum((6 if w.requires_grad else 4) * w.numel() for w in model.parameters())
+
+
 def mfu(
-    parameters: int, tokens: int, seconds: float, device: torch.device, dtype: str
+    flops_per_token: int, tokens: int, seconds: float, device: torch.device, dtype: str
 ) -> float | None:
-    """Model FLOPs utilisation of an update: 6·N·tokens (forward 2N, backward 4N per token)
-    ÷ seconds ÷ the device's peak FLOP/s at ``dtype`` (``bfloat16`` | ``float32``); None
-    when the device's peak is not in :data:`PEAK_FLOPS` (every CPU)."""
+    """Model FLOPs utilisation of an update: ``flops_per_token`` (6·N for full fine-tuning,
+    :func:`update_flops_per_token`) × tokens ÷ seconds ÷ the device's peak FLOP/s at
+    ``dtype`` (``bfloat16`` | ``float32``); None when the device's peak is not in
+    :data:`PEAK_FLOPS` (every CPU)."""
     if device.type != "cuda" or seconds <= 0:
         return None
     peak = PEAK_FLOPS.get(torch.cuda.get_device_name(device), {}).get(dtype)
-    return None if peak is None else 6 * parameters * tokens / seconds / peak
+    return None if peak is None else flops_per_token * tokens / seconds / peak

@@ -175,11 +175,7 @@ class HFEngine:
         sampled = temperature > 0  # else greedy: no warpers, the argmax
         config = sampling_config(max_new_tokens=max_new_tokens, pad_token_id=self.pad_token_id,
                                  eos_token_ids=stops)  # fmt: skip
-        warpers = (
-            (TemperatureLogitsWarper(float(temperature)), TopPLogitsWarper(float(top_p)))
-            if sampled
-            else ()
-        )
+        warpers = sampling_warpers(temperature, top_p)
         # the n samples of a prompt are adjacent, so regrouping is slicing
         flat = [tuple(p) for p in prompts for _ in range(n)]
         completions: list[Completion] = []
@@ -187,7 +183,7 @@ class HFEngine:
             for start in range(0, len(flat), self.max_batch):
                 chunk = flat[start : start + self.max_batch]
                 draw = OwnDraw(self.generator, greedy=not sampled)
-                chain = [FiniteScores(), *warpers, draw]
+                chain: list[LogitsProcessor] = [FiniteScores(), *warpers, draw]
                 done = self._generate_chunk(chunk, config, stops, chain, draw, stop_strings)
                 completions += [cut_at_stop_strings(c, stop_strings) for c in done]
         return [completions[i * n : (i + 1) * n] for i in range(len(prompts))]
@@ -244,6 +240,20 @@ def _sequence_routes(
     full = torch.cat([full, unrouted], dim=1)
     return [full[i, width - len(p) : width + n].clone()
             for i, (p, n) in enumerate(zip(prompts, lengths, strict=True))]  # fmt: skip
+
+
+def sampling_warpers(temperature: float, top_p: float) -> list[LogitsProcessor]:
+    """Temperature and top-p as ``generate`` itself would add them: each only where it
+    changes something (a top-p of 1 would sort (B, V) every step for nothing), none when
+    greedy (temperature 0)."""
+    if temperature == 0:
+        return []
+    warpers: list[LogitsProcessor] = []
+    if temperature != 1:
+        warpers.append(TemperatureLogitsWarper(float(temperature)))
+    if top_p < 1:
+        warpers.append(TopPLogitsWarper(float(top_p)))
+    return warpers
 
 
 class OwnDraw(LogitsProcessor):

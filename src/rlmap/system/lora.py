@@ -81,7 +81,8 @@ def attach(
     from peft import LoraConfig, PeftModel, get_peft_model
 
     check_targets(model, targets)
-    # A's initialisation draws from the generator of the model's device: that one is saved
+    # peft draws A on the CPU and moves it after; the model's device's generator is saved
+    # too, should a peft version draw there
     with (
         torch.random.fork_rng(devices=cuda_indices(model_device(model))),
         warnings.catch_warnings(),

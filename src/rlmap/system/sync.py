@@ -42,7 +42,7 @@ from rlmap.sampling.curriculum import climb as climb_curriculum
 from rlmap.sampling.rebalance import Visits, kept, visited
 from rlmap.sampling.refill import first_groups, sample_more
 from rlmap.system.critic import compute_values, update_critic
-from rlmap.system.device import mfu, synchronize
+from rlmap.system.device import mfu, synchronize, update_flops_per_token
 from rlmap.system.distributed import full_state_dict, gather
 from rlmap.system.engine import RolloutEngine, forget_cache
 from rlmap.system.evaluate import final_answer
@@ -534,8 +534,8 @@ def _learn_policy(
     attention = attention_of(batch)  # the tokens this rank's forward and backward passes saw
     tokens = int((attention if owner is None else attention[owner == p.world.rank]).sum())
     tokens *= s.epochs
-    parameters = sum(w.numel() for w in p.policy.parameters())
-    utilisation = mfu(parameters, tokens, seconds, p.device, p.cfg.system.train_dtype)
+    flops = update_flops_per_token(p.policy)
+    utilisation = mfu(flops, tokens, seconds, p.device, p.cfg.system.train_dtype)
     return metrics | {
         "optim/policy_steps": float(p.settings.optimizer_steps),
         "system/policy_update_s": seconds,

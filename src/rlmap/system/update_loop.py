@@ -141,8 +141,10 @@ def _accumulate(
     """The backward passes of one mini-batch on this rank; its loss parts, summed over ranks.
 
     The mini-batch stays on the host; each micro-batch (and its weights) crosses to the
-    model's device, and nothing comes back inside the loop: the loss parts add up on the
-    device, in float64 as Python floats would, and are read once after it."""
+    model's device, and nothing is read back inside the loop: the loss parts add up on the
+    device, in float64 as Python floats would, and are read once after it. (The copies are
+    from pageable host memory, so on a GPU each still waits for the stream: pinning is not
+    built yet.)"""
     mine = (owner_rows == world.rank).nonzero().flatten()
     pieces = [mine[i] for i in split_indices(mine.numel(), schedule.micro_batch_size)]
     steps = micro_steps(owner_rows, world, schedule.micro_batch_size) if world.parallel else 0
