@@ -275,3 +275,5 @@ def test_the_gpu_check_runs_at_toy_size_on_a_cpu(tmp_path: Path) -> None:
     assert figures["resume"]["resumed_to"] == 4
     assert figures["resume"]["max_rel_loss_gap"] == 0.0  # on a CPU the resume is exact
     assert "ok   every tensor on it" in done.stdout
+    script = "gpu_check.py"  # the figures' script, which gpu_check.sh runs after the tests
+    assert f"=== bench/{script} --small" in done.stdout
