@@ -37,6 +37,9 @@ def test_peak_memory_is_the_max_over_measurements() -> None:
     assert (ledger.peak_host_memory_kib, ledger.peak_gpu_memory_bytes) == (1000, None)
     ledger = ledger.with_peak_memory(800, 5).with_peak_memory(900, 3)
     assert (ledger.peak_host_memory_kib, ledger.peak_gpu_memory_bytes) == (1000, 5)
+    assert ledger.peak_rollout_gpu_memory_bytes is None  # never measured
+    ledger = ledger.with_peak_memory(0, None, 8).with_peak_memory(0, 2, None)
+    assert (ledger.peak_gpu_memory_bytes, ledger.peak_rollout_gpu_memory_bytes) == (5, 8)
 
 
 def test_measure_peak_memory_reports_this_process() -> None:

@@ -5,6 +5,7 @@ is not the CPU), so a model left behind on the CPU shows in the audit."""
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -207,9 +208,80 @@ def test_the_run_records_its_device_and_a_cpu_learner_reports_no_gpu_peak(
     run_training(build_config("grpo", None, toy(tiny_model_dir, steps=1)), tmp_path / "run")
     ledger = json.loads((tmp_path / "run" / "ledger.json").read_text())
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
-    recorded = {"device": "cpu", "device_name": "cpu", "cuda": None, "fp32_matmul": "highest"}
+    recorded = {"device": "cpu", "device_name": "cpu", "cuda": None, "fp32_matmul": "highest",
+                "deterministic_kernels": False}  # fmt: skip
     assert {k: ledger[k] for k in recorded} == recorded == summary["device"]
     assert ledger["peak_gpu_memory_bytes"] is None
+    assert ledger["peak_rollout_gpu_memory_bytes"] is None
+
+
+def test_the_rollouts_peak_is_measured_alone_and_reaches_the_ledger(
+    tiny_model_dir: Path, toy: Toy, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # take_peak stands in for a GPU's counters: the rollout peaks at 3 MiB in step 1 and
+    # 5 MiB in step 2. The step's metric is its own, the ledger keeps the larger (5 MiB).
+    import json
+
+    from rlmap.experiments.train import run_training
+    from rlmap.system import sync
+
+    peaks = iter([3 * 2**20, 5 * 2**20])
+    monkeypatch.setattr(sync, "take_peak", lambda device: next(peaks))
+    run_training(build_config("grpo", None, toy(tiny_model_dir, steps=2)), tmp_path / "run")
+    rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["system/rollout_peak_memory_mb"] for r in rows if r["step"] > 0] == [3.0, 5.0]
+    ledger = json.loads((tmp_path / "run" / "ledger.json").read_text())
+    assert ledger["peak_rollout_gpu_memory_bytes"] == 5 * 2**20
+
+
+def test_a_phase_peak_starts_anew_and_a_cpu_has_none(monkeypatch: pytest.MonkeyPatch) -> None:
+    from rlmap.system.device import take_peak
+
+    calls: list[str] = []
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated",
+                        lambda device=None: calls.append(f"read {device}") or 9)  # fmt: skip
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats",
+                        lambda device=None: calls.append(f"reset {device}"))  # fmt: skip
+    assert take_peak(torch.device("cpu")) is None and calls == []
+    assert take_peak(torch.device("cuda", 1)) == 9
+    assert calls == ["read cuda:1", "reset cuda:1"]  # read, then the next phase starts at 0
+
+
+def test_deterministic_kernels_on_a_gpu_set_torch_and_cublas(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from rlmap.system import setup
+
+    switched: list[bool] = []
+    monkeypatch.setattr(torch, "use_deterministic_algorithms", switched.append)
+    monkeypatch.setattr(torch, "set_float32_matmul_precision", lambda value: None)
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    _fake_cuda(monkeypatch, 2)
+    off = build_config("grpo", None, ["system.device=cuda:1"])
+    assert setup.learner_device(off) == torch.device("cuda", 1) and switched == []
+    on = build_config("grpo", None, ["system.device=cuda:1", "system.deterministic_kernels=true"])
+    setup.learner_device(on)
+    assert switched == [True] and os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":16:8")  # the user's own value is kept
+    setup.learner_device(on)
+    assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":16:8"
+    switched.clear()  # a CPU run is deterministic already: nothing process-wide is switched
+    setup.learner_device(
+        build_config("grpo", None, ["system.device=cpu", "system.deterministic_kernels=true"])
+    )
+    assert switched == []
+
+
+def test_a_phase_timer_waits_for_the_devices_queue(monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+
+    from rlmap.system.device import elapsed
+
+    synced: list[object] = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: synced.append(device))
+    assert elapsed(time.perf_counter(), torch.device("cpu")) >= 0 and synced == []
+    elapsed(time.perf_counter(), torch.device("cuda", 0))
+    assert synced == [torch.device("cuda", 0)]
 
 
 def test_peak_memory_is_the_learners_device_only(monkeypatch: pytest.MonkeyPatch) -> None:

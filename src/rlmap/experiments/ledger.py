@@ -94,7 +94,11 @@ class Ledger:
     peak_host_memory_kib: int = 0
     """Peak resident memory of the process, KiB (``ru_maxrss``); max over resumes."""
     peak_gpu_memory_bytes: int | None = None
-    """Peak ``torch.cuda.max_memory_allocated``, bytes; None when no GPU was used."""
+    """Peak ``torch.cuda.max_memory_allocated`` on the learner's device outside the rollout
+    (π_old, π_ref, values, updates, weight sync), bytes; None when no GPU was used."""
+    peak_rollout_gpu_memory_bytes: int | None = None
+    """The same peak during the synchronous loop's rollout (an HF engine on the learner's
+    GPU), bytes; None when no GPU was used or the rollout overlaps learning (async)."""
     epochs_per_batch: int = 1
     """Passes over each batch of rollouts (PPO epochs)."""
     effective_batch: int = 0
@@ -115,6 +119,8 @@ class Ledger:
     """The CUDA version torch was built with, on a GPU; None on the CPU."""
     fp32_matmul: str = ""
     """``torch.get_float32_matmul_precision()``: ``highest`` is full float32 (no TF32)."""
+    deterministic_kernels: bool = False
+    """Whether PyTorch's deterministic algorithms were on (``system.deterministic_kernels``)."""
 
     base_model: str = ""
     """``model.path`` the policy started from (``embedded:tiny`` or a directory)."""
@@ -183,15 +189,17 @@ class Ledger:
             self, **{name: getattr(self, name) + value for name, value in deltas.items()}
         )
 
-    def with_peak_memory(self, host_kib: int, gpu_bytes: int | None) -> Ledger:
+    def with_peak_memory(
+        self, host_kib: int, gpu_bytes: int | None, rollout_gpu_bytes: int | None = None
+    ) -> Ledger:
         """A new ledger whose peaks are the max of the recorded ones and these."""
-        gpu = self.peak_gpu_memory_bytes
-        if gpu_bytes is not None:
-            gpu = gpu_bytes if gpu is None else max(gpu, gpu_bytes)
         return dataclasses.replace(
             self,
             peak_host_memory_kib=max(self.peak_host_memory_kib, host_kib),
-            peak_gpu_memory_bytes=gpu,
+            peak_gpu_memory_bytes=_max(self.peak_gpu_memory_bytes, gpu_bytes),
+            peak_rollout_gpu_memory_bytes=_max(
+                self.peak_rollout_gpu_memory_bytes, rollout_gpu_bytes
+            ),
         )
 
     def metrics(self) -> dict[str, float]:
@@ -251,6 +259,13 @@ class Ledger:
         if unknown:
             raise ValueError(f"ledger: unknown fields {unknown}; known: {sorted(known)}")
         return cls(**data)
+
+
+def _max(recorded: int | None, new: int | None) -> int | None:
+    """The larger of two peaks, None (not measured) counting as none."""
+    if new is None or recorded is None:
+        return recorded if new is None else new
+    return max(recorded, new)
 
 
 def _fraction(part: float, whole: float) -> float:

@@ -234,14 +234,19 @@ def _one_step(
     reset_peak_memory(parts.device)
     try:
         new_state, metrics = loop.step(parts, state)
+        rollout = metrics.get("system/rollout_peak_memory_mb")  # sync, on a GPU
+        # read before the evaluation: the learner's phases (with the rollout in async)
+        peaks = peak_memory(parts.world, parts.device, None if rollout is None
+                            else round(rollout * 2**20))  # fmt: skip
         last = new_state.step == cfg.optim.steps
         if parts.world.main and (last or new_state.step % cfg.run.eval_every == 0):
             metrics |= _evaluate(parts, run_dir, new_state.step)
     except TrainingError as exc:  # the run directory keeps every step before this one
         raise TrainingError(f"step {state.step + 1}: {exc}") from None
     state = new_state
-    peaks = peak_memory(parts.world, parts.device)
-    metrics["system/peak_memory_mb"] = peak_memory_mb(*peaks)
+    metrics["system/peak_memory_mb"] = peak_memory_mb(*peaks[:2])
+    if peaks[2] is not None:  # the largest over the ranks
+        metrics["system/rollout_peak_memory_mb"] = peaks[2] / 2**20
     ledger = ledger.add(
         generated_tokens=int(metrics["sampling/generated_tokens"]),
         # asynchronous: rounds = taken / B, fractional when stale ones were replaced
@@ -271,14 +276,24 @@ def _one_step(
     return state, ledger
 
 
-def peak_memory(world: World, device: torch.device) -> tuple[int, int | None]:
-    """:func:`measure_peak_memory` on the learner's ``device``, the largest over the learner
-    ranks (-1: not measured)."""
+def peak_memory(
+    world: World, device: torch.device, rollout: int | None = None
+) -> tuple[int, int | None, int | None]:
+    """(host KiB, learner GPU bytes, rollout GPU bytes): :func:`measure_peak_memory` on the
+    learner's ``device`` and the rollout's peak ``rollout``, each the largest over the
+    learner ranks (None: not measured)."""
     cpu, gpu = measure_peak_memory(device)
     if not world.parallel:
-        return cpu, gpu
-    top_cpu, top_gpu = all_max(world, [cpu, -1 if gpu is None else gpu])
-    return int(top_cpu), None if top_gpu < 0 else int(top_gpu)
+        return cpu, gpu, rollout
+    top_cpu, top_gpu, top_rollout = all_max(
+        world, [cpu, -1 if gpu is None else gpu, -1 if rollout is None else rollout]
+    )
+    return int(top_cpu), _measured(top_gpu), _measured(top_rollout)
+
+
+def _measured(value: float) -> int | None:
+    """A gathered peak: -1 stands for not measured."""
+    return None if value < 0 else int(value)
 
 
 def _checkpoint(
@@ -447,7 +462,8 @@ def _finish(
         "learner_steps": ledger.learner_steps,
         "compute_share": ledger.compute_share(),
         "device": {"device": ledger.device, "device_name": ledger.device_name,
-                   "cuda": ledger.cuda, "fp32_matmul": ledger.fp32_matmul},
+                   "cuda": ledger.cuda, "fp32_matmul": ledger.fp32_matmul,
+                   "deterministic_kernels": ledger.deterministic_kernels},
     }  # fmt: skip
     if balance:  # the asynchronous loop's trajectories: finished = consumed + dropped + queued
         summary["trajectories"] = balance

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -102,12 +103,28 @@ def describe(device: torch.device) -> dict[str, Any]:
     CUDA version torch was built with, and the float32 matmul precision (``highest``: no
     TF32, so κ and the exactness checks mean what they say). Nothing CUDA is touched on a
     CPU device."""
+    cpu = device.type != "cuda"
+    return {"device": str(device),
+            "device_name": "cpu" if cpu else torch.cuda.get_device_name(device),
+            "cuda": None if cpu else torch.version.cuda,
+            "fp32_matmul": torch.get_float32_matmul_precision(),
+            "deterministic_kernels": torch.are_deterministic_algorithms_enabled()}  # fmt: skip
+
+
+CUBLAS_WORKSPACE = ":4096:8"
+"""``CUBLAS_WORKSPACE_CONFIG`` for deterministic cuBLAS (CUDA ≥ 10.2; PyTorch's
+reproducibility notes): a fixed workspace per stream, so a matmul's reduction order repeats."""
+
+
+def use_deterministic_kernels(device: torch.device) -> None:
+    """PyTorch's deterministic algorithms on a CUDA ``device`` (``system.deterministic_kernels``):
+    an op without a deterministic kernel then raises instead of varying between runs, and
+    cuBLAS gets a fixed workspace (set before its first call; a value the user set is kept).
+    Process-wide, like the matmul precision. A CPU run is deterministic already: nothing."""
     if device.type != "cuda":
-        return {"device": str(device), "device_name": "cpu", "cuda": None,
-                "fp32_matmul": torch.get_float32_matmul_precision()}  # fmt: skip
-    return {"device": str(device), "device_name": torch.cuda.get_device_name(device),
-            "cuda": torch.version.cuda,
-            "fp32_matmul": torch.get_float32_matmul_precision()}  # fmt: skip
+        return
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE)
+    torch.use_deterministic_algorithms(True)
 
 
 def synchronize(device: torch.device) -> None:
@@ -115,6 +132,25 @@ def synchronize(device: torch.device) -> None:
     measures the phase and not its launch; nothing on the CPU."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+def elapsed(started: float, device: torch.device) -> float:
+    """Seconds since ``started`` (a ``time.perf_counter()`` reading), read once ``device``'s
+    queue has drained: a phase timer's reading. CUDA kernels run after their launch returns,
+    so without the sync a phase is charged its launches and the next phase its work."""
+    synchronize(device)
+    return time.perf_counter() - started
+
+
+def take_peak(device: torch.device) -> int | None:
+    """Bytes allocated at most on the learner's CUDA ``device`` since its peak was last reset,
+    and a new peak started (so the next phase is measured alone); None on the CPU, whose
+    peak resident set cannot be split by phase (and no CUDA context is started)."""
+    if device.type != "cuda":
+        return None
+    peak = int(torch.cuda.max_memory_allocated(device))
+    torch.cuda.reset_peak_memory_stats(device)
+    return peak
 
 
 PEAK_FLOPS: dict[str, dict[str, float]] = {

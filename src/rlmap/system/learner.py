@@ -27,6 +27,7 @@ from torch import Tensor, nn
 from rlmap.core.batch import Batch
 from rlmap.correction import BehaviourParams, KLParams, PolicyTerms, policy_loss, positive_nll
 from rlmap.reduction import ReductionParams, reduce, token_weights
+from rlmap.system.device import elapsed, model_device
 from rlmap.system.distributed import SINGLE, World, gather, micro_steps
 from rlmap.system.logprobs import attention_of, batched_logprobs, scored
 from rlmap.system.lora import adapters_off
@@ -88,13 +89,13 @@ def prepare_batch(
         with autocast_to(policy, s.train_dtype):
             old = _shared_logprobs(policy, batch, attention, s, world, owner, replayed,
                                    sharded=True)  # fmt: skip
-        timings["system/old_logprobs_s"] = time.perf_counter() - started
+        timings["system/old_logprobs_s"] = elapsed(started, model_device(policy))
     if reference is not None and s.kl.placement != "none":
         started = time.perf_counter()
         with adapters_off(reference), autocast_to(reference, s.train_dtype):  # LoRA: the base
             ref = _shared_logprobs(reference, batch, attention, s, world, owner, None,
                                    sharded=False)  # fmt: skip
-        timings["system/reference_s"] = time.perf_counter() - started
+        timings["system/reference_s"] = elapsed(started, model_device(reference))
     return batch.replace(old_logprobs=old, ref_logprobs=ref), timings
 
 

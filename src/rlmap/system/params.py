@@ -32,6 +32,10 @@ class SystemParams:
     """Where the learner's models and micro-batches live (:mod:`rlmap.system.device`): auto
     (``cuda:LOCAL_RANK`` when CUDA is available, else the CPU), cpu, cuda or cuda:N. A GPU
     machine trains on the CPU only when asked to (``cpu``)."""
+    deterministic_kernels: bool = False
+    """On a GPU: PyTorch's deterministic algorithms and a fixed cuBLAS workspace, so a run and
+    its resume repeat bit for bit (slower; an op without a deterministic kernel raises).
+    Without it a GPU resume is equal within float tolerance. On a CPU: nothing to change."""
     engine: Literal["hf", "vllm"] = "hf"
     """Rollout engine: Hugging Face ``generate`` or vLLM (:mod:`rlmap.system.vllm_engine`; its
     CUDA build on a GPU, its CPU build elsewhere), both in the learner's process."""

@@ -37,7 +37,7 @@ from rlmap.recipes.config import RecipeConfig
 from rlmap.recipes.sections import DataConfig
 from rlmap.system import lora
 from rlmap.system.critic import CRITIC_DIR, CriticSettings, load_critic
-from rlmap.system.device import place, resolve
+from rlmap.system.device import place, resolve, use_deterministic_kernels
 from rlmap.system.distributed import SINGLE, World, parallel, wrap
 from rlmap.system.engine import RolloutEngine
 from rlmap.system.hf_engine import HFEngine
@@ -532,6 +532,8 @@ def learner_device(cfg: RecipeConfig) -> torch.device:
         raise ConfigError("system.device: Ray's rollout actors cannot read a learner's CUDA "
                           "weights yet; use system.device=cpu with system.backend=ray")  # fmt: skip
     torch.set_float32_matmul_precision("highest")
+    if cfg.system.deterministic_kernels:
+        use_deterministic_kernels(device)
     return device
 
 

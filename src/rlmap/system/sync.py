@@ -42,7 +42,7 @@ from rlmap.sampling.curriculum import climb as climb_curriculum
 from rlmap.sampling.rebalance import Visits, kept, visited
 from rlmap.sampling.refill import first_groups, sample_more
 from rlmap.system.critic import compute_values, update_critic
-from rlmap.system.device import mfu, synchronize, update_flops_per_token
+from rlmap.system.device import elapsed, mfu, take_peak, update_flops_per_token
 from rlmap.system.distributed import full_state_dict, gather
 from rlmap.system.engine import RolloutEngine, forget_cache
 from rlmap.system.evaluate import final_answer
@@ -464,7 +464,7 @@ def learn(
         values, bootstrap = compute_values(critic, batch, p.settings.micro_batch_size,
                                            p.settings.train_dtype)  # fmt: skip
         batch = batch.replace(values=values, bootstrap_values=bootstrap)
-        metrics["system/critic_values_s"] = time.perf_counter() - started
+        metrics["system/critic_values_s"] = elapsed(started, p.device)
     credit = estimator.fn(batch, _credit_params(p, warming))
     metrics |= {k: float(v) for k, v in credit.diagnostics.items()}
     seed = p.cfg.seed * 1_000_003 + state.step
@@ -487,7 +487,7 @@ def publish(p: Parts, version: int) -> float:
         p.engine.set_weights(state, version)  # type: ignore[attr-defined]  # an own-copy engine
     else:
         p.engine.update_weights(p.policy, version)
-    return time.perf_counter() - started
+    return elapsed(started, p.device)
 
 
 def _credit_params(p: Parts, warming: bool) -> CreditParams:
@@ -510,7 +510,7 @@ def _learn_critic(
                             credit.returns, critic_settings(p.cfg),
                             generator=torch.Generator().manual_seed(seed), world=p.world,
                             owner=owner)  # fmt: skip
-    return metrics | {"system/critic_update_s": time.perf_counter() - started}
+    return metrics | {"system/critic_update_s": elapsed(started, p.device)}
 
 
 def _learn_policy(
@@ -529,8 +529,7 @@ def _learn_policy(
                             s, learner_version=state.step,
                             generator=torch.Generator().manual_seed(seed),
                             world=p.world, owner=owner)  # fmt: skip
-    synchronize(p.device)
-    seconds = time.perf_counter() - started
+    seconds = elapsed(started, p.device)
     attention = attention_of(batch)  # the tokens this rank's forward and backward passes saw
     tokens = int((attention if owner is None else attention[owner == p.world.rank]).sum())
     tokens *= s.epochs
@@ -544,18 +543,24 @@ def _learn_policy(
 
 
 def sync_step(p: Parts, state: LoopState) -> tuple[LoopState, dict[str, float]]:
-    """One synchronous step: collect a full batch behind the group barrier, then learn."""
+    """One synchronous step: collect a full batch behind the group barrier, then learn.
+
+    On a GPU the rollout's peak memory is ``system/rollout_peak_memory_mb`` and a new peak
+    starts for the learner's phases (``system/peak_memory_mb``, read by the caller)."""
     start = time.perf_counter()
     kept, state, metrics = collect(p, state)
     metrics["system/empty_step"] = float(not kept)
-    rollout_s = time.perf_counter() - start
+    rollout_s = elapsed(start, p.device)
+    rollout_peak = take_peak(p.device)
+    if rollout_peak is not None:
+        metrics["system/rollout_peak_memory_mb"] = rollout_peak / 2**20
     if kept:
         batch = to_batch(kept, pad_token_id=int(p.tokenizer.pad_token_id))
         owner = torch.tensor([x.rank for x in kept]) if p.world.parallel else None
         metrics |= learn(p, batch, state, owner)
         state = adapt_kl(p, state, metrics, batch.size)
     forget_cache(p.engine)  # a resumed run starts the next step with none
-    update_s = time.perf_counter() - start - rollout_s
+    update_s = elapsed(start, p.device) - rollout_s
     metrics |= {
         "system/rollout_s": rollout_s,
         "system/update_s": update_s,
