@@ -219,6 +219,21 @@ def test_load_critic_is_seeded_and_refuses_a_trunk_that_did_not_load(
         load_critic(tmp_path / "broken", dtype=torch.float32, seed=0)
 
 
+def test_a_new_value_head_is_the_cpus_draw_from_the_seed_wherever_it_loads(
+    tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The head is N(0, 0.02²) drawn from a CPU generator seeded 3 (initializer_range 0.02,
+    # the tiny config's), bias 0 — as transformers draws it on a CPU after manual_seed(3).
+    # On a GPU transformers would draw from the GPU's generator; stand that in by making
+    # manual_seed do nothing, so its draw comes from whatever the global stream holds.
+    expected = torch.empty(1, 32).normal_(0.0, 0.02, generator=torch.Generator().manual_seed(3))
+    torch.manual_seed(99)
+    monkeypatch.setattr(torch, "manual_seed", lambda seed: None)
+    critic = load_critic(tiny_model_dir, dtype=torch.float32, seed=3)
+    assert torch.equal(critic.get_submodule("score").weight.detach(), expected)
+    assert torch.equal(critic.get_submodule("score").bias.detach(), torch.zeros(1))
+
+
 def test_value_pretraining_stops_after_three_steps_without_a_better_explained_variance() -> None:
     # EVs 0.1, 0.3, 0.2, 0.3 (equal is no improvement), NaN (all returns equal), 0.35 → the
     # best stays 0.3 from the second step, and the third non-improving step in a row ends it.

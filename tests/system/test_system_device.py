@@ -97,6 +97,26 @@ def test_a_batch_crosses_whole_and_comes_back_equal(target: str) -> None:
     assert sparse.turn_id is None and sparse.routed_experts is None  # None stays None
 
 
+def test_a_crossing_to_a_gpu_is_staged_in_pinned_memory_and_does_not_block(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from rlmap.core.batch import cross
+
+    calls: list[object] = []
+
+    class Staged:  # what pin_memory() returns, standing in for page-locked host memory
+        def to(self, device: torch.device, non_blocking: bool = False) -> str:
+            calls.append((device, non_blocking))
+            return "on the GPU"
+
+    monkeypatch.setattr(torch.Tensor, "pin_memory", lambda self: calls.append("pin") or Staged())
+    cuda, host = torch.device("cuda", 0), torch.ones(3)
+    assert cross(host, cuda) == "on the GPU" and calls == ["pin", (cuda, True)]
+    calls.clear()
+    assert cross(host, torch.device("cpu")) is host and calls == []  # already there: no copy
+    assert cross(host, torch.device("meta")).device.type == "meta" and calls == []
+
+
 def _parts_on_meta(
     recipe: str, overrides: list[str], model_dir: Path, monkeypatch: pytest.MonkeyPatch,
     reward_path: Path | None = None,

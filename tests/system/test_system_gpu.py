@@ -52,6 +52,29 @@ def test_one_update_on_the_gpu_equals_the_cpus(tiny_model_dir: Path) -> None:
     assert torch.allclose(w_c, w_g, rtol=1e-4, atol=1e-6)
 
 
+def test_a_critic_and_a_reward_model_load_straight_onto_the_gpu(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    # The critic's new head is the CPU's draw (the same seed gives the same critic on any
+    # device); a saved reward model loads as it was saved.
+    from transformers import AutoModelForSequenceClassification
+
+    from rlmap.feedback.reward_model import load_reward_model
+    from rlmap.system.critic import load_critic
+
+    cuda = torch.device("cuda", 0)
+    on_cpu = load_critic(tiny_model_dir, dtype=torch.float32, seed=5)
+    on_gpu = load_critic(tiny_model_dir, dtype=torch.float32, seed=5, device=cuda)
+    assert {p.device for p in on_gpu.parameters()} == {cuda}
+    for name, weight in on_cpu.state_dict().items():
+        assert torch.equal(weight, on_gpu.state_dict()[name].cpu()), name
+    AutoModelForSequenceClassification.from_pretrained(
+        tiny_model_dir, num_labels=1
+    ).save_pretrained(tmp_path / "rm")
+    rm = load_reward_model(tmp_path / "rm", device=cuda)
+    assert {p.device for p in rm.parameters()} == {cuda} and not rm.training
+
+
 @pytest.mark.parametrize("recipe", ["grpo", "ppo"])
 def test_every_part_of_a_gpu_run_lives_on_the_gpu(
     recipe: str, tiny_model_dir: Path, toy: Callable[..., list[str]]

@@ -10,6 +10,7 @@ metrics, samples and ``resumes.jsonl`` had been changed for a resume that never 
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Callable, Sequence
 from copy import deepcopy
@@ -303,4 +304,26 @@ def test_a_restore_that_fails_after_the_checks_changes_nothing(
     before = _tree(run)
     assert main(["train", "--resume", str(run)]) == 2
     assert "does not fit the model" in capsys.readouterr().err
+    assert _tree(run) == before and not (run / "resumes.jsonl").exists()
+
+
+def test_optimiser_state_that_does_not_fit_the_model_is_one_line_and_changes_nothing(
+    finished: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The real failure the test above stands in for: step_2's AdamW moment of parameter 0
+    # flattened, as a checkpoint of another model would hold it. PyTorch's own check counts
+    # tensors only, so before the resume failed inside step 3's optimiser step.
+    run = _copy(finished, tmp_path / "run")
+    (run / "checkpoints" / "step_4" / "trainer_state.pt").unlink()  # step_2 is the one to use
+    path = run / "checkpoints" / "step_2" / "trainer_state.pt"
+    state = torch.load(path, weights_only=True)
+    moments = state["optimizers"]["policy"]["state"][0]
+    shape = tuple(moments["exp_avg"].shape)
+    moments["exp_avg"] = moments["exp_avg"].flatten()
+    torch.save(state, path)
+    before = _tree(run)
+    assert main(["train", "--resume", str(run)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and str(path.parent) in err, err
+    assert f"exp_avg of parameter 0 has shape ({math.prod(shape)},), the parameter {shape}" in err
     assert _tree(run) == before and not (run / "resumes.jsonl").exists()

@@ -47,6 +47,18 @@ class RewardStatus(IntEnum):
     TIMEOUT = 3
 
 
+def cross(tensor: Tensor, device: torch.device) -> Tensor:
+    """``tensor`` on ``device``: how a micro-batch crosses from the host to the learner's
+    device. Host to GPU, the copy is staged in page-locked memory and does not block the
+    host (``non_blocking``): the kernels that read it are queued after it on the same
+    stream, and PyTorch's pinned-memory cache keeps the staging buffer until the copy is
+    done. Anything else is a plain ``.to`` (none at all when ``tensor`` is already there).
+    """
+    if device.type == "cuda" and tensor.device.type == "cpu":
+        return tensor.pin_memory().to(device, non_blocking=True)
+    return tensor.to(device)
+
+
 @dataclass(frozen=True)
 class Batch:
     """A padded batch of trajectories (see module docstring for shapes)."""
@@ -156,12 +168,14 @@ class Batch:
         }
         return Batch(**kw)
 
-    def to(self, device: torch.device | str, *, non_blocking: bool = False) -> Batch:
+    def to(self, device: torch.device | str) -> Batch:
         """Every field on ``device`` (None stays None): the crossing of one micro-batch from
-        the host to the learner's device. A field already there is not copied."""
+        the host to the learner's device (:func:`cross`). A field already there is not
+        copied."""
+        device = torch.device(device)
         kw: dict[str, Any] = {
             f.name: (None if getattr(self, f.name) is None
-                     else getattr(self, f.name).to(device, non_blocking=non_blocking))
+                     else cross(getattr(self, f.name), device))
             for f in dataclasses.fields(self)
         }  # fmt: skip
         return Batch(**kw)

@@ -33,6 +33,15 @@ def head_dim(config: Any) -> int:
     )
 
 
+def loading_onto(device: Any) -> dict[str, Any]:
+    """``from_pretrained`` keywords that load a model's weights straight onto a GPU
+    ``device`` (``device_map``), never through a whole host copy; none for the CPU (or
+    None), where ``from_pretrained`` loads anyway."""
+    if device is None or device.type != "cuda":
+        return {}
+    return {"device_map": {"": device}}
+
+
 def _errors_only(record: logging.LogRecord) -> bool:
     return record.levelno >= logging.ERROR
 

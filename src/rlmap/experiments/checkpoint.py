@@ -192,15 +192,43 @@ def restore_optimizers(
     only: tuple[str, ...] = ("optimizers", "schedulers"),
 ) -> None:
     """Load saved optimizer and scheduler states into live objects, matched by name (the
-    kinds in ``only``)."""
+    kinds in ``only``). An optimiser's state follows its parameters onto their device
+    (``Optimizer.load_state_dict``); a ValueError, before anything is loaded, names the
+    parameter whose saved state does not fit (PyTorch checks only the counts, and a
+    shape mismatch would surface as an error inside the next step)."""
     for kind, live in (("optimizers", optimizers), ("schedulers", schedulers)):
         if kind not in only:
             continue
         saved = state[kind]
         if set(saved) != set(live):
             raise ValueError(f"checkpoint {kind}: saved {sorted(saved)}, given {sorted(live)}")
+        if kind == "optimizers":
+            for name, optimizer in optimizers.items():
+                check_fits(name, optimizer, saved[name])
         for name, obj in live.items():
             obj.load_state_dict(saved[name])
+
+
+def check_fits(name: str, optimizer: torch.optim.Optimizer, saved: Mapping[str, Any]) -> None:
+    """ValueError naming the first parameter of ``optimizer`` whose ``saved`` state (a
+    ``state_dict()``) has another shape, or the groups whose sizes differ."""
+    groups = [list(g["params"]) for g in saved["param_groups"]]
+    live = [list(g["params"]) for g in optimizer.param_groups]
+    if [len(g) for g in groups] != [len(g) for g in live]:
+        raise ValueError(f"optimizers.{name}: saved for parameter groups of "
+                         f"{[len(g) for g in groups]} tensors, the model has "
+                         f"{[len(g) for g in live]}")  # fmt: skip
+    for ids, params in zip(groups, live, strict=True):
+        for index, param in zip(ids, params, strict=True):
+            for key, value in saved["state"].get(index, {}).items():
+                if (
+                    isinstance(value, torch.Tensor)
+                    and value.dim() > 0
+                    and value.shape != param.shape
+                ):
+                    raise ValueError(f"optimizers.{name}: the state {key} of parameter {index} "
+                                     f"has shape {tuple(value.shape)}, the parameter "
+                                     f"{tuple(param.shape)}")  # fmt: skip
 
 
 def load_trainer_state(ckpt_dir: Path) -> dict[str, Any]:

@@ -34,7 +34,7 @@ from typing import Any
 import torch
 
 from rlmap import reduction
-from rlmap.core.errors import ConfigError, TrainingError
+from rlmap.core.errors import ConfigError, InputError, TrainingError
 from rlmap.experiments.checkpoint import (
     capture_rng,
     load_trainer_state,
@@ -434,7 +434,10 @@ def _restore(
         restore_optimizers(state, optimizers={}, schedulers=schedulers, only=("schedulers",))
         restore_rng({"rng": state["extra"]["rank_rng"][world.rank]}, parts.device)
     else:
-        restore_optimizers(state, optimizers=optimizers, schedulers=schedulers)
+        try:
+            restore_optimizers(state, optimizers=optimizers, schedulers=schedulers)
+        except ValueError as exc:  # checked before anything was loaded
+            raise InputError(f"{ckpt}: {exc}; resume with the recipe that wrote it") from None
         restore_rng(state, parts.device)
     loop = LoopState.saved(state["extra"]["loop"])
     publish(parts, loop.step)

@@ -38,7 +38,8 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
-from rlmap.core.hf import quiet_new_head
+from rlmap.core.batch import cross
+from rlmap.core.hf import loading_onto, quiet_new_head
 from rlmap.experiments.rundir import write_new_text
 from rlmap.tasks.jsonl import load_records
 from rlmap.tasks.prompts import encode_prompt, encode_response
@@ -109,7 +110,7 @@ def scores(model: nn.Module, rows: Sequence[Sequence[int]], pad_id: int) -> Tens
     """(N,) float32 scores of token-id rows (differentiable; the caller picks the grad mode)."""
     ids, mask = right_pad(rows, pad_id)
     device = next(model.parameters()).device
-    out = model(input_ids=ids.to(device), attention_mask=mask.to(device))
+    out = model(input_ids=cross(ids, device), attention_mask=cross(mask, device))
     return out.logits[:, 0].float()
 
 
@@ -237,8 +238,15 @@ def save_reward_model(
     (out / INFO_FILE).write_text(json.dumps(info, indent=2, default=str))
 
 
-def load_reward_model(path: Path, dtype: torch.dtype = torch.float32) -> PreTrainedModel:
-    """A trained reward model, in eval mode, frozen."""
-    model: PreTrainedModel = AutoModelForSequenceClassification.from_pretrained(path, dtype=dtype)
+def load_reward_model(
+    path: Path, dtype: torch.dtype = torch.float32, device: torch.device | None = None
+) -> PreTrainedModel:
+    """A trained reward model, in eval mode, frozen, on ``device`` (None: the CPU; a GPU's
+    weights load straight onto it)."""
+    model: PreTrainedModel = AutoModelForSequenceClassification.from_pretrained(
+        path, dtype=dtype, **loading_onto(device)
+    )
     model.eval().requires_grad_(False)
+    if device is not None:
+        nn.Module.to(model, device)  # a GPU's weights are there already
     return model

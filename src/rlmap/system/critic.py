@@ -48,12 +48,12 @@ import torch
 from torch import Tensor, nn
 from transformers import AutoConfig, AutoModelForTokenClassification, PreTrainedModel
 
-from rlmap.core.batch import Batch
-from rlmap.core.hf import quiet_new_head
+from rlmap.core.batch import Batch, cross
+from rlmap.core.hf import loading_onto, quiet_new_head
 from rlmap.core.ops import at_least_float32
 from rlmap.estimators import train_mask, value_loss
 from rlmap.reduction import ReductionParams, reduce, token_weights
-from rlmap.system.device import model_device
+from rlmap.system.device import cuda_indices, model_device
 from rlmap.system.distributed import SINGLE, World
 from rlmap.system.logprobs import attention_of, position_ids
 from rlmap.system.memory import autocast_to
@@ -89,25 +89,33 @@ class CriticSettings:
         return self.updates * self.epochs * self.minibatches
 
 
-def load_critic(path: Path, *, dtype: torch.dtype, seed: int) -> PreTrainedModel:
-    """The value model from ``path``: a causal LM's trunk + a new head, or a saved critic.
+def load_critic(
+    path: Path, *, dtype: torch.dtype, seed: int, device: torch.device | None = None
+) -> PreTrainedModel:
+    """The value model from ``path``: a causal LM's trunk + a new head, or a saved critic, on
+    ``device`` (None: the CPU; a GPU's weights load straight onto it).
 
-    The new head's initialisation is drawn from ``seed`` (not the global RNG), so a
-    run's critic does not depend on what ran before in the process. Classifier
-    dropout is off: a regression target has no use for it, and it would make the
-    values used for GAE differ from those being trained. Raises ValueError when any
-    weight other than the head is missing (a trunk that did not load).
+    The new head's initialisation is drawn from ``seed`` on a CPU generator (not the global
+    RNG, nor a GPU's), so a run's critic does not depend on what ran before in the process
+    or on its device. Classifier dropout is off: a regression target has no use for it,
+    and it would make the values used for GAE differ from those being trained. Raises
+    ValueError when any weight other than the head is missing (a trunk that did not load).
     """
     config = AutoConfig.from_pretrained(path, num_labels=1)
     config.classifier_dropout = 0.0
-    with torch.random.fork_rng(devices=[]), quiet_new_head():
+    with (
+        torch.random.fork_rng(devices=[] if device is None else cuda_indices(device)),
+        quiet_new_head(),
+    ):
         torch.manual_seed(seed)
         critic, info = AutoModelForTokenClassification.from_pretrained(
-            path, config=config, dtype=dtype, output_loading_info=True
+            path, config=config, dtype=dtype, output_loading_info=True, **loading_onto(device)
         )
     missing = sorted(set(info["missing_keys"]) - set(_HEAD))
     if missing:
         raise ValueError(f"critic from {path}: weights missing from the checkpoint: {missing}")
+    if set(_HEAD) & set(info["missing_keys"]):
+        draw_head(critic, seed)
     with torch.no_grad():
         # Fresh storage for every weight: loaded tensors sit at arbitrary offsets of the
         # file's buffer, and CPU kernels round differently at different alignments, so a
@@ -115,7 +123,20 @@ def load_critic(path: Path, *, dtype: torch.dtype, seed: int) -> PreTrainedModel
         for param in critic.parameters():
             param.data = param.data.clone()
     critic.train()
-    return critic
+    return critic if device is None else critic.to(device)
+
+
+def draw_head(critic: PreTrainedModel, seed: int) -> None:
+    """A new value head as ``transformers`` draws one on a CPU seeded ``seed`` (weight
+    ~ N(0, initializer_range²), bias 0: the same numbers, checked), copied to wherever the
+    critic lives: on a GPU its own draw would come from the GPU's generator."""
+    head = critic.get_submodule("score")
+    assert isinstance(head, nn.Linear)
+    generator = torch.Generator().manual_seed(seed)
+    weight = torch.empty(head.weight.shape, dtype=head.weight.dtype)
+    with torch.no_grad():
+        head.weight.copy_(weight.normal_(0.0, critic.config.initializer_range, generator=generator))
+        head.bias.zero_()
 
 
 def critic_outputs(critic: nn.Module, tokens_BT: Tensor, attention_BT: Tensor) -> Tensor:
@@ -163,10 +184,10 @@ def compute_values(
     try:
         for start in range(0, batch.size, micro_batch_size):
             rows = slice(start, start + micro_batch_size)
-            tokens, attention = batch.tokens[rows].to(device), attention_BT[rows].to(device)
+            tokens, attention = cross(batch.tokens[rows], device), cross(attention_BT[rows], device)
             with autocast_to(critic, dtype):
                 out_BT = critic_outputs(critic, tokens, attention)
-            parts.append(align_values(out_BT, batch.action_mask[rows].to(device), attention))
+            parts.append(align_values(out_BT, cross(batch.action_mask[rows], device), attention))
     finally:
         critic.train(was_training)
     host = batch.tokens.device  # back once, after every micro-batch ran
@@ -224,7 +245,7 @@ def update_critic(
     def micro(mb: Batch, rows: Tensor, w: Weights) -> tuple[Tensor, dict[str, Tensor], Kept]:
         with autocast_to(critic, s.train_dtype):
             outputs_BT = critic_outputs(critic, mb.tokens, attention_of(mb))
-        returns = returns_BT[rows].to(mb.tokens.device)  # the micro-batch's device
+        returns = cross(returns_BT[rows], mb.tokens.device)  # the micro-batch's device
         return critic_loss(outputs_BT, mb, returns, w[0], value_clip=s.value_clip), {}, {}
 
     schedule = Schedule(

@@ -54,6 +54,7 @@ from transformers import (
     TopPLogitsWarper,
 )
 
+from rlmap.core.batch import cross
 from rlmap.core.errors import TrainingError
 from rlmap.core.hf import context_length
 from rlmap.system.engine import Completion, StopStrings, cut_at_stop_strings
@@ -383,7 +384,7 @@ def left_pad(
     )
     lengths = torch.tensor([len(p) for p in prompts])  # (B,)
     mask = torch.arange(width)[None, :] >= (width - lengths)[:, None]  # (B, P)
-    return ids.to(device), mask.long().to(device)
+    return cross(ids, device), cross(mask.long(), device)
 
 
 def response_lengths(tokens: Tensor, stop_token_ids: Sequence[int]) -> tuple[Tensor, Tensor]:

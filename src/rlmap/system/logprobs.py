@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from rlmap.core.batch import Batch
+from rlmap.core.batch import Batch, cross
 from rlmap.core.ops import at_least_float32
 from rlmap.system.device import model_device
 from rlmap.system.lora import plain_model
@@ -261,14 +261,14 @@ def batched_logprobs(
     try:
         starts = list(range(0, tokens_BT.shape[0], micro_batch_size))
         for _ in range(passes - len(starts)):
-            scored(model, tokens_BT[:1].to(device), attention_BT[:1].to(device),
+            scored(model, cross(tokens_BT[:1], device), cross(attention_BT[:1], device),
                    temperature=temperature)  # fmt: skip
         for i in starts:
             rows = slice(i, i + micro_batch_size)
-            routes = None if routes_BTLK is None else routes_BTLK[rows].to(device)
+            routes = None if routes_BTLK is None else cross(routes_BTLK[rows], device)
             with replaying(model, routes, replay=True):
-                parts.append(scored(model, tokens_BT[rows].to(device),
-                                    attention_BT[rows].to(device),
+                parts.append(scored(model, cross(tokens_BT[rows], device),
+                                    cross(attention_BT[rows], device),
                                     temperature=temperature)[0])  # fmt: skip
     finally:
         model.train(was_training)

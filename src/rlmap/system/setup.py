@@ -28,7 +28,7 @@ from transformers import (
 
 from rlmap import feedback
 from rlmap.core.errors import ConfigError, InputError, first_line
-from rlmap.core.hf import context_length
+from rlmap.core.hf import context_length, loading_onto
 from rlmap.feedback import judge
 from rlmap.feedback.isolation import IsolatedVerifier, Verify
 from rlmap.feedback.reward import Reward
@@ -440,10 +440,10 @@ def load_causal_lm(
     """``AutoModelForCausalLM.from_pretrained(path)`` on ``device`` (None: the CPU), or an
     InputError naming ``path``. On a GPU the weights load straight onto it (``device_map``),
     never through a whole host copy."""
-    straight = {"device_map": {"": device}} if device is not None and device.type == "cuda" else {}
     try:
-        model: torch.nn.Module = AutoModelForCausalLM.from_pretrained(path, dtype=dtype,
-                                                                      **straight)  # fmt: skip
+        model: torch.nn.Module = AutoModelForCausalLM.from_pretrained(
+            path, dtype=dtype, **loading_onto(device)
+        )
     except (OSError, ValueError, KeyError, RuntimeError, SafetensorError) as exc:
         raise InputError(f"{path}: cannot load the model ({first_line(exc)})") from None
     return model if device is None else place(model, device)
@@ -777,8 +777,7 @@ def build_critic(
     path = start if cfg.model.critic_path is None else Path(cfg.model.critic_path)
     if resume_from is not None:
         path = resume_from / CRITIC_DIR
-    critic: torch.nn.Module = load_critic(path, dtype=MASTER_DTYPE, seed=cfg.seed)
-    critic = critic if device is None else place(critic, device)  # before its optimiser
+    critic: torch.nn.Module = load_critic(path, dtype=MASTER_DTYPE, seed=cfg.seed, device=device)
     if cfg.optim.gradient_checkpointing:
         checkpoint_activations(critic)
     per_batch = critic_settings(cfg).optimizer_steps
@@ -872,7 +871,7 @@ def _reward_model(
             f"model.reward_path: {path} has a different tokenizer from the policy's; the reward "
             "model must read the policy's tokens"
         )
-    return place(load_reward_model(path, dtype=MASTER_DTYPE), device)
+    return load_reward_model(path, dtype=MASTER_DTYPE, device=device)
 
 
 def make_optimizer(

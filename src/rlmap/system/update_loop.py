@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from rlmap.core.batch import Batch
+from rlmap.core.batch import Batch, cross
 from rlmap.reduction.microbatch import split_indices
 from rlmap.system.device import model_device
 from rlmap.system.distributed import SINGLE, World, accumulating, all_sum, gather, micro_steps
@@ -154,7 +154,7 @@ def _accumulate(
     for k, index in enumerate(pieces + [torch.zeros(1, dtype=torch.long)] * padding):
         real = k < len(pieces)
         micro = tuple(
-            (w[index] if real else torch.zeros_like(w[index])).to(device) for w in weights
+            cross(w[index] if real else torch.zeros_like(w[index]), device) for w in weights
         )
         with accumulating(model, world, last=k == len(pieces) + padding - 1):
             loss, sums, kept = micro_loss(mb.select(index).to(device), rows[index], micro)
