@@ -12,7 +12,8 @@ Four parts, each a dict in the output file, each printed as a line:
    parameters), bf16 autocast over fp32 master weights, ``grpo`` with 32 prompts × 8 samples
    and up to 256 new tokens: seconds per step split into rollout / π_old + π_ref / update,
    generated tokens/s, update tokens/s, learner peak memory against the 16 B/param floor of
-   ``bench/scaling.py``, ``system/mfu``. Its answers are random (pass@1 ≈ 0): it times.
+   ``bench/scaling.py``, the rollout's peak memory, ``system/mfu``. Its answers are random
+   (pass@1 ≈ 0): it times.
 4. ``resume``: a run killed with SIGKILL after its second checkpoint and resumed, against
    one that was not: the largest relative difference of the later steps' losses.
 
@@ -128,12 +129,15 @@ def large(out: Path, small: bool) -> dict[str, Any]:
     generated = median("sampling/generated_tokens")
     ledger = json.loads((run / "ledger.json").read_text())
     peak = ledger.get("peak_gpu_memory_bytes")
+    rollout_peak = ledger.get("peak_rollout_gpu_memory_bytes")
     return {
         "parameters": parameters, "steps": steps, "s_per_step": median("", walls),
         "rollout_s": rollout, "pi_old_and_ref_s": scoring, "update_s": update,
         "generated_tokens_per_s": generated / rollout if rollout else None,
+        "update_tokens_per_s": median("system/update_tokens_per_s"),
         "mfu": median("system/mfu") if "system/mfu" in timed[0] else None,
         "learner_peak_gib": None if peak is None else peak / 2**30,
+        "rollout_peak_gib": None if rollout_peak is None else rollout_peak / 2**30,
         "floor_16_bytes_per_param_gib": 16 * parameters / 2**30,
         "device": ledger["device"],
     }  # fmt: skip

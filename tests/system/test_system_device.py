@@ -250,6 +250,9 @@ def test_the_rollouts_peak_is_measured_alone_and_reaches_the_ledger(
     run_training(build_config("grpo", None, toy(tiny_model_dir, steps=2)), tmp_path / "run")
     rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["system/rollout_peak_memory_mb"] for r in rows if r["step"] > 0] == [3.0, 5.0]
+    for r in rows[1:]:  # the update's tokens (prompt and response) include every generated one
+        tokens = r["system/update_tokens_per_s"] * r["system/policy_update_s"]
+        assert tokens == pytest.approx(round(tokens)) and tokens > r["sampling/generated_tokens"]
     ledger = json.loads((tmp_path / "run" / "ledger.json").read_text())
     assert ledger["peak_rollout_gpu_memory_bytes"] == 5 * 2**20
 

@@ -538,6 +538,7 @@ def _learn_policy(
     return metrics | {
         "optim/policy_steps": float(p.settings.optimizer_steps),
         "system/policy_update_s": seconds,
+        "system/update_tokens_per_s": tokens / max(seconds, 1e-9),
         **({} if utilisation is None else {"system/mfu": utilisation}),
     }
 
