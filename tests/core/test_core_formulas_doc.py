@@ -286,6 +286,6 @@ def test_a_wrong_default_an_unknown_name_and_a_missing_entry_are_caught() -> Non
     assert code_name_problems("`rlmap.correction.ratios.LOG_RATIO_BOUND = 10.0`") != []
     missing = code_name_problems('`rlmap.reduction.registry["token_mean"]`')
     assert missing == [
-        "`rlmap.reduction.registry`: entries ['fixed_budget', 'response_mean'] are "
-        "registered but not documented"
+        "`rlmap.reduction.registry`: entries ['fixed_budget', 'prompt_mean', 'response_mean', "
+        "'seq_mean_token_sum', 'token_sum'] are registered but not documented"
     ]

@@ -16,7 +16,8 @@ from rlmap.reduction import (
     token_weights,
 )
 
-NAMES = ["response_mean", "token_mean", "fixed_budget"]
+NAMES = ["response_mean", "token_mean", "fixed_budget", "prompt_mean", "token_sum",
+         "seq_mean_token_sum"]  # fmt: skip
 V, D, B, T = 11, 5, 7, 8
 
 
@@ -44,7 +45,8 @@ def random_batch(seed: int) -> Batch:
     mask = torch.arange(T).unsqueeze(0) < lengths.unsqueeze(-1)  # (B, T)
     rewards = torch.randn(B, generator=g)
     tokens = torch.randint(0, V, (B, T), generator=g)
-    return make_batch(mask, rewards).replace(tokens=tokens)
+    groups = torch.tensor([4, 1, 4, 9, 1, 4, 9])  # 3 prompts of 3, 2, 2 rows, not contiguous
+    return make_batch(mask, rewards, group_id=groups).replace(tokens=tokens)
 
 
 def grads(model: TinyPolicy, loss: Tensor) -> list[Tensor]:
@@ -52,7 +54,7 @@ def grads(model: TinyPolicy, loss: Tensor) -> list[Tensor]:
 
 
 def full_grad(model: TinyPolicy, batch: Batch, p: ReductionParams) -> list[Tensor]:
-    w = token_weights(batch.action_mask, p)
+    w = token_weights(batch.action_mask, p, group_id=batch.group_id)
     return grads(model, reduce(model.per_token_loss(batch), w))
 
 
@@ -83,7 +85,7 @@ def assert_grads_close(a: list[Tensor], b: list[Tensor]) -> None:
 def test_microbatches_sum_to_full_gradient(name: str, micro_batch_size: int, shuffle: bool) -> None:
     batch, model = random_batch(0), TinyPolicy(0)
     p = ReductionParams(name, max_len=T)
-    w = token_weights(batch.action_mask, p)
+    w = token_weights(batch.action_mask, p, group_id=batch.group_id)
     g = torch.Generator().manual_seed(1)
     pairs = list(microbatches(batch, w, micro_batch_size, generator=g, shuffle=shuffle))
     assert_grads_close(summed_grad(model, pairs), full_grad(model, batch, p))
@@ -94,7 +96,7 @@ def test_microbatches_sum_to_full_gradient(name: str, micro_batch_size: int, shu
 def test_random_partitions_sum_to_full_gradient(name: str, seed: int) -> None:
     batch, model = random_batch(seed), TinyPolicy(seed)
     p = ReductionParams(name, max_len=T)
-    w = token_weights(batch.action_mask, p)
+    w = token_weights(batch.action_mask, p, group_id=batch.group_id)
     parts = random_partition(torch.Generator().manual_seed(100 + seed))
     pairs = [(batch.select(ix), w[ix]) for ix in parts]
     assert_grads_close(summed_grad(model, pairs), full_grad(model, batch, p))
@@ -106,26 +108,30 @@ def test_data_parallel_ranks_with_summed_denominator(name: str) -> None:
     # and its own mask only, then the ranks' gradients are summed (not averaged).
     batch, model = random_batch(3), TinyPolicy(3)
     p = ReductionParams(name, max_len=T)
-    shards = [batch.select(ix) for ix in split_indices(B, 4)]  # rows 0-3 and 4-6
-    global_denom = sum(denominator(s.action_mask) for s in shards)
-    assert global_denom == denominator(batch.action_mask)
-    pairs = [(s, token_weights(s.action_mask, p, denom=global_denom)) for s in shards]
+    # rows 0-3 and 4-6: prompts 1 and 4 are split between the ranks
+    shards = [batch.select(ix) for ix in split_indices(B, 4)]
+    global_denom = sum(denominator(s.action_mask, s.group_id) for s in shards)
+    assert global_denom == denominator(batch.action_mask, batch.group_id)
+    pairs = [(s, token_weights(s.action_mask, p, denom=global_denom, group_id=s.group_id))
+             for s in shards]  # fmt: skip
     assert_grads_close(summed_grad(model, pairs), full_grad(model, batch, p))
 
 
-@pytest.mark.parametrize("name", ["response_mean", "token_mean"])
+@pytest.mark.parametrize("name", [n for n in NAMES if n != "fixed_budget"])
 def test_naive_per_microbatch_denominator_differs(name: str) -> None:
     # The usual gradient accumulation — each micro-batch reduced with its own
     # denominator, losses averaged over micro-batches — is not the full-batch
-    # gradient when lengths (token_mean) or micro-batch sizes (response_mean) are
-    # uneven: B = 7 split into 3 + 3 + 1. The invariance tests above can fail.
+    # gradient when lengths (token_mean), micro-batch sizes (response_mean,
+    # seq_mean_token_sum) or the groups a micro-batch holds (prompt_mean) are uneven:
+    # B = 7 split into 3 + 3 + 1. token_sum has no denominator, but the average over
+    # micro-batches divides it by 3. The invariance tests above can fail.
     batch, model = random_batch(0), TinyPolicy(0)
     p = ReductionParams(name)
     parts = split_indices(B, 3)
     naive = []
     for ix in parts:
         mb = batch.select(ix)
-        w_own = token_weights(mb.action_mask, p)  # denominator recomputed: the bug
+        w_own = token_weights(mb.action_mask, p, group_id=mb.group_id)  # recomputed: the bug
         naive.append((mb, w_own / len(parts)))
     wrong, right = summed_grad(model, naive), full_grad(model, batch, p)
     gap = max(float((x - y).abs().max()) for x, y in zip(wrong, right, strict=True))

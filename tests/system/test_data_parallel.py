@@ -68,7 +68,8 @@ def _parallel(cases: list[dict[str, object]], tmp_path: Path) -> list[dict]:
     return torch.load(out, weights_only=False)
 
 
-REDUCTIONS = ("response_mean", "token_mean", "fixed_budget")
+REDUCTIONS = ("response_mean", "token_mean", "fixed_budget", "prompt_mean", "token_sum",
+              "seq_mean_token_sum")  # fmt: skip
 BUGS = ("per_rank", "averaged")
 TWO_STEPS = "token_mean, 2 steps, KL"
 IDLE_RANK = "token_mean, 2 steps, rank 1 owns nothing, clipped"
@@ -82,6 +83,8 @@ def runs(
     """(single-process, two-rank) results per reduction, and per planted bug (token mean)."""
     sharding = request.param
     cases = {r: _case(tiny_model_dir, r) for r in REDUCTIONS}
+    # prompt 1 (rows 3-5) split between the ranks: its N_g and P must still be global
+    cases["prompt_mean"]["owner"] = torch.tensor([0] * 4 + [1] * 5)
     # two optimiser steps (π_old recomputed, each rank scoring its rows) with a KL to π_ref
     two_steps = _case(tiny_model_dir, "token_mean")
     two_steps["settings"] = replace(two_steps["settings"], minibatches=2,  # type: ignore[type-var]

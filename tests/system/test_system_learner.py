@@ -62,7 +62,17 @@ def _settings(reduction: str, micro: int, **behaviour: object) -> UpdateSettings
     )
 
 
-@pytest.mark.parametrize("reduction", ["response_mean", "token_mean", "fixed_budget"])
+@pytest.mark.parametrize(
+    "reduction",
+    [
+        "response_mean",
+        "token_mean",
+        "fixed_budget",
+        "prompt_mean",
+        "token_sum",
+        "seq_mean_token_sum",
+    ],
+)
 def test_update_does_not_depend_on_micro_batch_size(tiny_model_dir: Path, reduction: str) -> None:
     model, scored, pad = _rollouts(tiny_model_dir)
     batch = to_batch(scored, pad_token_id=pad)

@@ -20,18 +20,39 @@ def check_params(p: ReductionParams) -> None:
         raise ConfigError(f"reduction.max_len: must be >= 1, got {p.max_len}")
 
 
-def token_weights(mask_BT: Tensor, p: ReductionParams, denom: Denominator | None = None) -> Tensor:
+def token_weights(
+    mask_BT: Tensor,
+    p: ReductionParams,
+    denom: Denominator | None = None,
+    group_id: Tensor | None = None,
+) -> Tensor:
     """Per-token weights w_{i,t} of reduction ``p.name`` (docs/formulas.md §5).
 
     ``denom`` is the whole optimiser mini-batch's counts; when None it is taken
-    from ``mask_BT``, i.e. ``mask_BT`` must then be the whole mini-batch on one
-    process. Call once per mini-batch, before the micro-batch loop. Data-parallel
-    ranks pass the rank-summed ``Denominator`` (see :func:`denominator`).
-    Shapes: ``mask_BT`` (B, T) → (B, T) float32.
+    from ``mask_BT`` (and ``group_id``), i.e. ``mask_BT`` must then be the whole mini-batch
+    on one process. Call once per mini-batch, before the micro-batch loop. Data-parallel
+    ranks pass the rank-summed ``Denominator`` (see :func:`denominator`). ``group_id`` is
+    each row's prompt group (``Batch.group_id``); reductions that do not weigh by group
+    ignore it, ``prompt_mean`` needs it.
+    Shapes: ``mask_BT`` (B, T), ``group_id`` (B,) long → (B, T) float32.
     """
     check_params(p)
-    d = denominator(mask_BT) if denom is None else denom
-    return registry.get(p.name).fn(mask_BT, d, p)
+    entry = registry.get(p.name)
+    d = denominator(mask_BT, group_id if entry.needs_groups else None) if denom is None else denom
+    if entry.needs_groups:
+        _check_groups(p.name, d, group_id)
+    return entry.fn(mask_BT, d, p, group_id)
+
+
+def _check_groups(name: str, d: Denominator, group_id: Tensor | None) -> None:
+    """Every row's group must be one the denominator counted (a programming error if not)."""
+    if group_id is None:
+        raise ValueError(f"token_weights: '{name}' needs each row's group_id, got None")
+    if d.group_tokens is None:
+        raise ValueError(f"token_weights: '{name}' needs a Denominator with group_tokens")
+    missing = set(group_id.tolist()) - {g for g, _ in d.group_tokens}
+    if missing:
+        raise ValueError(f"token_weights: group ids {sorted(missing)} not in the denominator")
 
 
 def reduce(loss_BT: Tensor, weights_BT: Tensor) -> Tensor:

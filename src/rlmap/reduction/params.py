@@ -15,6 +15,8 @@ class ReductionParams:
 
     name: str = "response_mean"
     """``response_mean`` (each response weighs the same), ``token_mean`` (each action token
-    weighs the same) or ``fixed_budget`` (Dr. GRPO: a constant denominator B · L_max)."""
+    weighs the same), ``fixed_budget`` (Dr. GRPO: a constant denominator B · L_max),
+    ``prompt_mean`` (each prompt group weighs the same; SkyRL), ``token_sum`` (no
+    denominator; verl) or ``seq_mean_token_sum`` (each response's token sum over B; verl)."""
     max_len: int | None = None
     """L_max, the generation budget in action tokens; required by ``fixed_budget``."""
