@@ -49,6 +49,20 @@ $(VERIFIERS_STAMP): $(VLLM_STAMP)
 	touch $(VERIFIERS_STAMP)
 endif
 
+# The anchors' own loss functions, for the tests that compare rlmap's with them
+# (tests/anchors.py): verl's core_algos needs only these beside rlmap's dependencies. They go
+# --no-deps into a folder of their own, never into the virtualenv (verl's wheel ships a
+# top-level `tests` package), and only those tests put it on sys.path. ANCHORS= installs
+# none (those tests then skip, saying why).
+ANCHORS ?= verl==0.9.1 tensordict==0.10.0 omegaconf==2.4.0 pyvers==0.2.3 codetiming==1.4.0 orjson==3.13.0
+ANCHORS_DIR := $(VENV)/anchors
+ANCHORS_STAMP := $(if $(ANCHORS),$(VENV)/.rlmap-anchors-installed,$(VERIFIERS_STAMP))
+ifneq ($(ANCHORS),)
+$(ANCHORS_STAMP): $(VERIFIERS_STAMP)
+	$(BIN)/python -m pip install -q --no-deps --target $(ANCHORS_DIR) $(ANCHORS)
+	touch $(ANCHORS_STAMP)
+endif
+
 run: $(STAMP)
 	$(BIN)/rlmap train
 
@@ -59,7 +73,7 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy src
 
-unit: $(VERIFIERS_STAMP)
+unit: $(ANCHORS_STAMP)
 	$(BIN)/pytest -n 2
 
 test: lint typecheck unit

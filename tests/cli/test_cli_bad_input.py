@@ -208,6 +208,24 @@ def case_train_config_bad_value(ws: Workspace) -> tuple[list[str], list[str]]:
 
 
 @case
+def case_train_dppo_threshold_not_a_probability_gap(ws: Workspace) -> tuple[list[str], list[str]]:
+    argv = ["train", "--out", "run", *TOY, "behaviour.objective=dppo_tv"]
+    return [*argv, "behaviour.dppo_tv_high=1.5"], ["behaviour.dppo_tv_high", "[0, 1]", "1.5"]
+
+
+@case
+def case_train_m2po_threshold_not_positive(ws: Workspace) -> tuple[list[str], list[str]]:
+    argv = ["train", "--out", "run", *TOY, "behaviour.corrections=[m2po]"]
+    return [*argv, "behaviour.m2po_threshold=0"], ["behaviour.m2po_threshold", "> 0"]
+
+
+@case
+def case_train_m2po_in_bypass_mode(ws: Workspace) -> tuple[list[str], list[str]]:
+    argv = ["train", "--out", "run", *TOY, "behaviour.corrections=[m2po]"]
+    return [*argv, "behaviour.mode=bypass"], ["behaviour.corrections", "'m2po'", "bypass"]
+
+
+@case
 def case_train_config_is_a_directory(ws: Workspace) -> tuple[list[str], list[str]]:
     return ["train", "--config", ws.dir("configs")], ["configs", "is a directory"]
 
@@ -1057,6 +1075,29 @@ def case_train_vllm_temperature_below_its_floor(ws: Workspace) -> tuple[list[str
 def case_train_vllm_temperature_above_its_ceiling(ws: Workspace) -> tuple[list[str], list[str]]:
     argv = ["train", "--out", "run", *TOY, "system.engine=vllm", "generation.temperature=2.5"]
     return argv, ["generation.temperature: 2.5", "use a value in [0.01, 2]"]
+
+
+@case
+def case_train_replay_sampling_set_without_top_p(ws: Workspace) -> tuple[list[str], list[str]]:
+    argv = ["train", "--out", "run", *TOY, "behaviour.replay_sampling_set=true"]
+    return argv, ["behaviour.replay_sampling_set", "generation.top_p = 1", "top_p < 1"]
+
+
+@case
+def case_train_replay_sampling_set_on_vllm_cpu(ws: Workspace) -> tuple[list[str], list[str]]:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("on a GPU vLLM's V2 model runner may return kept sets")
+    argv = ["train", "--out", "run", *TOY, "behaviour.replay_sampling_set=true",
+            "generation.top_p=0.9", "system.engine=vllm"]  # fmt: skip
+    return argv, ["behaviour.replay_sampling_set", "vLLM's CPU build", "system.engine=hf"]
+
+
+@case
+def case_train_sampling_set_cap_zero(ws: Workspace) -> tuple[list[str], list[str]]:
+    argv = ["train", "--out", "run", *TOY, "behaviour.sampling_set_cap=0"]
+    return argv, ["behaviour.sampling_set_cap", "must be >= 1, got 0"]
 
 
 MIXTURE = "data.task=reasoning_gym:chain_sum*3+basic_arithmetic"

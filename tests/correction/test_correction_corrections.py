@@ -21,7 +21,7 @@ from rlmap.correction.weights import (
     version_lag,
 )
 
-NAMES = ("tis", "icepop", "masked_is", "staleness", "decoupled")
+NAMES = ("tis", "icepop", "masked_is", "staleness", "decoupled", "m2po", "opsm")
 
 
 def kappa_terms(kappa: list[list[float]], mask: list[list[bool]] | None = None) -> PolicyTerms:
@@ -49,6 +49,8 @@ def test_registry_names_and_needs_kappa() -> None:
         "masked_is": True,
         "staleness": False,
         "decoupled": True,
+        "m2po": True,
+        "opsm": False,
     }
 
 
@@ -61,6 +63,8 @@ def test_registry_levels() -> None:
         "masked_is": False,
         "staleness": False,
         "decoupled": True,
+        "m2po": True,
+        "opsm": False,
     }
     switches = {n: corrections.get(n).level_switch for n in NAMES}
     assert switches == dict.fromkeys(NAMES) | {"tis": "tis_level"}

@@ -33,7 +33,7 @@ def test_estimators_reference_loop_and_registry() -> None:
             want = {"k1": a - b, "k2": 0.5 * (a - b) ** 2, "k3": math.exp(x) - x - 1}
             for name, v in want.items():
                 assert got[name][i, t].item() == pytest.approx(v, rel=1e-5, abs=1e-6)
-    assert kl_estimators.names() == ("k1", "k2", "k3")
+    assert kl_estimators.names() == ("k1", "k2", "k3", "k3_iw")
 
 
 @settings(max_examples=50, deadline=None)

@@ -131,7 +131,8 @@ def test_gspo_with_a_token_level_correction_is_rejected() -> None:
         with pytest.raises(
             ConfigError,
             match=rf"^behaviour.corrections: '{name}' .*'gspo'.*behaviour.gspo_token=true"
-            r".*sequence-level correction \(tis with tis_level=sequence, masked_is, staleness\)",
+            r".*sequence-level correction \(tis with tis_level=sequence, masked_is, staleness, "
+            r"opsm\)",
         ):
             check_behaviour(BehaviourParams(objective="gspo", corrections=(name,)), kl)
     # accepted: sequence-level corrections, or GSPO-token, or a token-level objective
@@ -205,7 +206,10 @@ def test_accepted_combinations_scale_each_tokens_gradient_by_its_weight(
 
     def grad_of(with_weight: bool) -> tuple[torch.Tensor, torch.Tensor]:
         j, _ = registry.get(p.objective).fn(terms, p)
-        w, _ = corrections.get(p.corrections[0]).fn(terms, p)
+        entry = corrections.get(p.corrections[0])
+        w, _ = entry.fn(terms, p)
+        if entry.minibatch is not None:  # m2po: the learner puts it in the pinned weights
+            w = entry.minibatch(terms.log_kappa, terms.mask, p).float()
         j = j * w if with_weight else j
         m = mask.float()
         loss = ((j * m).sum(-1) / m.sum(-1)).mean()  # response_mean

@@ -16,7 +16,18 @@ from rlmap.correction import BehaviourParams, PolicyTerms, registry
 from rlmap.correction.objectives import gspo_loss, ppo_clip_loss, sapo_loss
 from rlmap.correction.params import RatioMode
 
-NAMES = ("pg", "ppo_clip", "cispo", "gspo", "sapo", "direct_gate")
+NAMES = (
+    "pg",
+    "ppo_clip",
+    "cispo",
+    "gspo",
+    "sapo",
+    "direct_gate",
+    "dppo_tv",
+    "dppo_kl",
+    "dro",
+    "gmpo",
+)
 
 
 def terms_for(
@@ -282,7 +293,7 @@ def test_gspo_and_gspo_token_differ_when_the_advantage_varies_along_a_sequence()
 
 def test_objective_levels() -> None:
     levels = {n: registry.get(n).sequence_level for n in NAMES}
-    assert levels == dict.fromkeys(NAMES, False) | {"gspo": True}
+    assert levels == dict.fromkeys(NAMES, False) | {"gspo": True, "gmpo": True}
     switches = {n: registry.get(n).token_switch for n in NAMES}
     assert switches == dict.fromkeys(NAMES) | {"gspo": "gspo_token"}
     fields = {f.name: f.type for f in dataclasses.fields(BehaviourParams)}

@@ -13,7 +13,7 @@ from rlmap.recipes.explain import scaled
 # FORMULAS.md §9, written out here independently of the registry.
 SECTION_9 = {
     "classic-rlhf", "grpo", "dr-grpo", "rloo", "reinforce", "dapo",
-    "vapo", "gspo", "cispo", "sapo", "sao", "ppo",
+    "vapo", "gspo", "cispo", "sapo", "sao", "ppo", "dppo", "dro", "gmpo",
 }  # fmt: skip
 
 
@@ -84,11 +84,26 @@ def test_variants_differ_from_grpo_only_in_what_the_table_says() -> None:
         "gspo": {"behaviour"},
         "cispo": {"behaviour"},
         "sapo": {"behaviour"},
+        "gmpo": {"behaviour"},
+        "dppo": {"behaviour"},  # the objective, δ, and bypass mode
+        "dro": {"behaviour", "credit"},  # the objective, β, and the mean baseline
         "dr-grpo": {"credit", "reduction"},
     }.items():
         other = preset(name).model_dump()
         differing = {k for k in base if k != "recipe" and base[k] != other[k]}
         assert differing == changed, name
+
+
+def test_the_2026_objectives_are_their_papers_compositions() -> None:
+    dppo, dro, gmpo = preset("dppo").behaviour, preset("dro"), preset("gmpo").behaviour
+    # DPPO anchors its trust region on the rollout policy: bypass mode, binary TV at 0.15
+    assert (dppo.objective, dppo.mode, dppo.dppo_tv_low, dppo.dppo_tv_high) == (
+        "dppo_tv", "bypass", 0.15, 0.15)  # fmt: skip
+    # DRO: Kimi k1.5's mean baseline (no std) and β = 0.05
+    assert (dro.behaviour.objective, dro.behaviour.dro_beta, dro.credit.estimator) == (
+        "dro", 0.05, "dr_grpo")  # fmt: skip
+    # GMPO: the log-space band (e^−0.4, e^0.4)
+    assert (gmpo.objective, gmpo.gmpo_clip_low, gmpo.gmpo_clip_high) == ("gmpo", 0.4, 0.4)
 
 
 def test_scaling_is_reported_against_the_quoted_values() -> None:

@@ -19,7 +19,8 @@ from rlmap.system.hf_engine import HFEngine
 from rlmap.tasks.prompts import encode_prompt
 
 Toy = Callable[..., list[str]]
-CRITIC_FREE = ["grpo", "dr-grpo", "rloo", "reinforce", "dapo", "gspo", "cispo", "sapo"]
+CRITIC_FREE = ["grpo", "dr-grpo", "rloo", "reinforce", "dapo", "gspo", "cispo", "sapo", "dppo",
+               "dro", "gmpo"]  # fmt: skip
 
 
 @pytest.mark.parametrize("recipe", CRITIC_FREE)

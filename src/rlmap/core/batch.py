@@ -59,6 +59,10 @@ def cross(tensor: Tensor, device: torch.device) -> Tensor:
     return tensor.to(device)
 
 
+_TRAILING = {"routed_experts": ("L", "K"), "sampling_set": ("K",)}
+"""Per-token fields with dimensions after (B, T), and their names."""
+
+
 @dataclass(frozen=True)
 class Batch:
     """A padded batch of trajectories (see module docstring for shapes)."""
@@ -104,6 +108,14 @@ class Batch:
     """(B, T, L, K) long: the experts the rollout engine routed each token column through, per
     MoE layer (L) and top-k slot (K); -1 where nothing was routed (padding, the last sampled
     token). Mixture-of-experts policies only (:mod:`rlmap.system.routing`)."""
+    sampling_set: Tensor | None = None
+    """(B, T, K) int32: the token ids the rollout engine's top-p filter kept when it sampled
+    each action token (the set μ's reported log-prob is renormalised over), right-padded with
+    -1; a column of -1 only means no set was recorded (observations, padding, a set larger
+    than ``behaviour.sampling_set_cap``): that token is scored over the full vocabulary.
+    K is the batch's largest recorded set. Dense rather than CSR ids + offsets so that
+    :meth:`select` and :meth:`to` slice and move it as every other field; the cap bounds
+    it. Only with ``behaviour.replay_sampling_set`` (docs/formulas.md §4.1)."""
 
     def __post_init__(self) -> None:
         b, t = self.tokens.shape
@@ -111,10 +123,10 @@ class Batch:
             x = getattr(self, f.name)
             if x is None:
                 continue
-            if f.name == "routed_experts":
-                if x.dim() != 4 or tuple(x.shape[:2]) != (b, t):
-                    raise ValueError(f"Batch.routed_experts: shape {tuple(x.shape)}, "
-                                     f"expected ({b}, {t}, L, K)")  # fmt: skip
+            if f.name in _TRAILING:
+                if x.dim() != 2 + len(_TRAILING[f.name]) or tuple(x.shape[:2]) != (b, t):
+                    raise ValueError(f"Batch.{f.name}: shape {tuple(x.shape)}, expected "
+                                     f"({b}, {t}, {', '.join(_TRAILING[f.name])})")  # fmt: skip
                 continue
             per_token = x.dim() == 2
             want = (b, t) if per_token else (b,)

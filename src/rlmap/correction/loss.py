@@ -34,6 +34,8 @@ def check_behaviour(p: BehaviourParams, kl: KLParams) -> None:
     if len(set(p.corrections)) != len(p.corrections):
         raise ConfigError(f"behaviour.corrections: duplicate names in {p.corrections}")
     _check_levels(p)
+    _check_thresholds(p)
+    _check_selections(p)
     if p.dual_clip is not None and p.dual_clip <= 1.0:
         raise ConfigError(f"behaviour.dual_clip: must be > 1, got {p.dual_clip}")
     if p.clip_low < 0 or p.clip_high < 0 or p.gate_low < 0 or p.gate_high < 0:
@@ -42,6 +44,40 @@ def check_behaviour(p: BehaviourParams, kl: KLParams) -> None:
         kl_estimators.get(kl.estimator)
     if kl.target is not None and kl.target <= 0:
         raise ConfigError(f"kl.target: must be > 0, got {kl.target}")
+
+
+def _check_thresholds(p: BehaviourParams) -> None:
+    """DPPO, DRO and GMPO hyper-parameters, one line naming the field (docs/formulas.md §3).
+
+    Written as ``not ok`` so that a NaN, which fails every comparison, is refused too.
+    """
+    for name in ("dppo_tv_low", "dppo_tv_high"):
+        value = getattr(p, name)
+        if not 0.0 <= value <= 1.0:
+            raise ConfigError(
+                f"behaviour.{name}: must be in [0, 1] (a gap of two probabilities), got {value}"
+            )
+    for name in ("dppo_kl_low", "dppo_kl_high", "dppo_tau", "gmpo_clip_low", "gmpo_clip_high"):
+        value = getattr(p, name)
+        if not value >= 0.0:
+            raise ConfigError(f"behaviour.{name}: must be >= 0, got {value}")
+    if not p.dro_beta > 0.0:
+        raise ConfigError(
+            f"behaviour.dro_beta: must be > 0 (at β = 0 dro is plain pg, silently off-policy "
+            f"on a reused batch), got {p.dro_beta}"
+        )
+
+
+def _check_selections(p: BehaviourParams) -> None:
+    """M2PO's τ and OPSM's δ (docs/formulas.md §4), checked whether or not they are listed.
+
+    τ ≤ 0 would drop every token of nonzero (log κ)²; δ < 0 would drop an Â < 0 trajectory
+    whose policy has not moved at all (its mean log μ − log π_θ is 0). ``not ok`` refuses NaN.
+    """
+    if not p.m2po_threshold > 0.0:
+        raise ConfigError(f"behaviour.m2po_threshold: must be > 0, got {p.m2po_threshold}")
+    if not p.opsm_delta >= 0.0:
+        raise ConfigError(f"behaviour.opsm_delta: must be >= 0, got {p.opsm_delta}")
 
 
 def _check_levels(p: BehaviourParams) -> None:
@@ -86,12 +122,16 @@ def policy_loss(
     p: BehaviourParams,
     kl: KLParams,
     ref_logprobs: Tensor | None = None,
+    keep_BT: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """(j_BT, diagnostics): the objective times every correction's weight, + β·k in the loss.
 
     ``ref_logprobs`` (B, T) log π_ref is required when ``kl.placement == "loss"``.
-    The KL term is not multiplied by the correction weights: it regularises every
-    action token. Diagnostics are detached scalars (objective, corrections, ``kl/mean``).
+    ``keep_BT`` (B, T) is the keep-mask a mini-batch correction (M2PO) selected over the
+    whole optimiser mini-batch (:func:`rlmap.correction.weights.minibatch_keep`, this
+    micro-batch's rows), applied like a correction's weight. The KL term is not multiplied
+    by the correction weights: it regularises every action token. Diagnostics are detached
+    scalars (objective, corrections, ``kl/mean``).
     """
     check_behaviour(p, kl)
     j, diag = objectives.get(p.objective).fn(terms, p)  # (B, T)
@@ -99,10 +139,13 @@ def policy_loss(
         w, more = corrections.get(name).fn(terms, p)
         j = j * w.detach()
         diag |= more
+    if keep_BT is not None:
+        j = j * keep_BT.to(j.dtype)
     if kl.placement == "loss":
         if ref_logprobs is None:
             raise ConfigError("kl.placement: 'loss' needs ref_logprobs (log π_ref per token)")
-        k = kl_estimators.get(kl.estimator).fn(terms.logprobs, ref_logprobs)  # (B, T)
+        estimator = kl_estimators.get(kl.estimator)
+        k = estimator.per_token(terms.logprobs, ref_logprobs, terms.old_logprobs)  # (B, T)
         j = j + kl.beta * k
         diag["kl/mean"] = masked_mean(k.detach(), terms.mask)
     return torch.where(terms.mask, j, 0.0), diag

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from rlmap.core.ops import masked_mean
+from rlmap.core.ops import at_least_float32, masked_mean
 from rlmap.core.registry import Registry
 from rlmap.correction.params import BehaviourParams
 from rlmap.correction.ratios import ratio_stats, sequence_mean
@@ -50,6 +50,9 @@ class Objective:
     token_switch: str | None = None
     """The boolean :class:`BehaviourParams` field that, when true, makes a sequence-level
     objective token-level (gspo: ``gspo_token``); None if there is none."""
+    code: str = ""
+    """The anchor implementations (repository, file::function) the objective was checked
+    against, where docs/formulas.md §3 says how each differs; empty where none was read."""
 
     def is_sequence_level(self, p: BehaviourParams) -> bool:
         """Whether the objective is sequence-level under the settings ``p``."""
@@ -205,6 +208,156 @@ def ppo_clip_active(
     return high, low
 
 
+def log_ratio_penalty(log_ratio_BT: Tensor) -> Tensor:
+    """(log r)², the quadratic proximity penalty of DRO (×β/2) and of prime-rl's DPPO (×τ); (B, T).
+
+    Its gradient w.r.t. log π_θ is 2·log r: zero at r = 1, pulling π_θ back towards the
+    reference from either side. Every action token pays it, whatever its advantage or mask
+    (the Kimi-K2.5 KL, arXiv 2602.02276; Kimi k1.5 puts it on the sequence log-ratio instead).
+    """
+    return log_ratio_BT.square()
+
+
+def dppo_tv_dropped(
+    logprobs_BT: Tensor,
+    ref_logprobs_BT: Tensor,
+    advantages_BT: Tensor,
+    *,
+    delta_low: float,
+    delta_high: float,
+) -> tuple[Tensor, Tensor]:
+    """(high, low) bool (B, T): where DPPO's binary-TV trust region drops the policy gradient.
+
+    Paper: Qi et al. 2026, arXiv 2602.04879, Eq. 13. With Δ = p_θ − p_ref, a gap of
+    *probabilities* (not a ratio), chosen by the sign of Â:
+
+        high = 1[Â > 0 ∧ Δ > δ_high]      low = 1[Â < 0 ∧ Δ < −δ_low]
+
+    Both are computed without gradient (the mask is a constant of the update).
+    Differs from prime-rl and verl: at Â = 0 they apply the low test; here nothing is
+    dropped (as SkyRL). The loss is the same (Â = 0 has no policy gradient); only the
+    mask fraction differs.
+    """
+    gap = at_least_float32(logprobs_BT.detach()).exp() - at_least_float32(ref_logprobs_BT).exp()
+    high = (advantages_BT > 0) & (gap > delta_high)
+    low = (advantages_BT < 0) & (gap < -delta_low)
+    return high, low
+
+
+def binary_kl(log_p_BT: Tensor, log_q_BT: Tensor) -> Tensor:
+    """KL(Bern(p) ‖ Bern(q)) = p·ln(p/q) + (1−p)·ln((1−p)/(1−q)) per token; (B, T).
+
+    The KL between the two-outcome distributions "this token" / "any other token". The 1e-8
+    in the second term is verl's and SkyRL's: it keeps it finite when p or q rounds to 1.
+    """
+    log_p, log_q = at_least_float32(log_p_BT), at_least_float32(log_q_BT)
+    p, q = log_p.exp(), log_q.exp()
+    return p * (log_p - log_q) + (1.0 - p) * torch.log((1.0 - p + 1e-8) / (1.0 - q + 1e-8))
+
+
+def dppo_kl_dropped(
+    logprobs_BT: Tensor,
+    ref_logprobs_BT: Tensor,
+    advantages_BT: Tensor,
+    *,
+    delta_low: float,
+    delta_high: float,
+) -> tuple[Tensor, Tensor]:
+    """(high, low) bool (B, T): where DPPO's binary-KL trust region drops the policy gradient.
+
+    Paper: Qi et al. 2026, arXiv 2602.04879, Eq. 14. With D = KL(Bern(p_ref) ‖ Bern(p_θ))
+    (:func:`binary_kl`, reference first, as verl and SkyRL):
+
+        high = 1[Â > 0 ∧ p_θ > p_ref ∧ D > δ_high]   low = 1[Â < 0 ∧ p_θ < p_ref ∧ D > δ_low]
+
+    Unlike the TV gap, D grows fast near p = 0 or 1: p_ref = 0.9 → p_θ = 0.99 is a TV gap of
+    0.09 but a binary KL of 0.144. At Â = 0 nothing is dropped (verl: the low test).
+    """
+    logp = logprobs_BT.detach()
+    kl = binary_kl(ref_logprobs_BT, logp)
+    high = (advantages_BT > 0) & (logp > ref_logprobs_BT) & (kl > delta_high)
+    low = (advantages_BT < 0) & (logp < ref_logprobs_BT) & (kl > delta_low)
+    return high, low
+
+
+def dppo_loss(
+    log_ratio_BT: Tensor, advantages_BT: Tensor, dropped_BT: Tensor, *, tau: float = 0.0
+) -> Tensor:
+    """j = −M·r·Â + τ·(log r)², M = 1 − dropped (DPPO's binary trust-region mask); (B, T).
+
+    Paper: Qi et al. 2026 ("Rethinking the Trust Region in LLM RL", DPPO), arXiv 2602.04879,
+    Eq. 11: PPO's ratio clip is replaced by a mask on the probability gap
+    (:func:`dppo_tv_dropped`, :func:`dppo_kl_dropped`); a kept token carries the *raw*,
+    unclipped ratio, so its gradient is −Â·r·∇log π_θ, a dropped one has none. With no token
+    dropped and τ = 0, j is the unclipped surrogate −r·Â (ppo_clip with an infinite ε).
+    The optional τ term (prime-rl's default loss; 0 in the paper) applies to every token.
+    Differs from verl: its j = −M·Â·sg(min(r, C))·log π_θ (C = ``clip_ratio_c``, 3 by
+    default) has the same gradient wherever r < C, another value; rlmap does not truncate.
+    """
+    pg = torch.where(dropped_BT, 0.0, -log_ratio_BT.exp() * advantages_BT)  # (B, T)
+    return pg + tau * log_ratio_penalty(log_ratio_BT)
+
+
+def dro_loss(
+    logprobs_BT: Tensor, log_ratio_BT: Tensor, advantages_BT: Tensor, *, beta: float
+) -> Tensor:
+    """j = −Â·log π_θ + (β/2)·(log r)²; (B, T). ∂j/∂log π_θ = −Â + β·log r.
+
+    Direct Reward Optimization: Richemond et al. 2024 (arXiv 2405.19107) and Kimi k1.5
+    (Kimi Team 2025, arXiv 2501.12599), as verl's ``compute_policy_loss_dro`` and Tinker's
+    ``loss_fn="dro"`` write it. The plain policy gradient plus a quadratic pull towards the
+    reference of r, so that a batch can be reused off-policy. Not "distributionally robust".
+    Differs from Kimi k1.5: the penalty is per token, not on the sequence log-ratio (as both
+    anchors). At r = 1 (one update per batch in decoupled mode) it is exactly ``pg``.
+    """
+    return pg_loss(logprobs_BT, advantages_BT) + 0.5 * beta * log_ratio_penalty(log_ratio_BT)
+
+
+def gmpo_clipped_log_ratio(
+    log_ratio_BT: Tensor, seq_advantages_B1: Tensor, *, clip_low: float, clip_high: float
+) -> Tensor:
+    """ℓ̃ = min(log r, ε_high) if Â_i > 0, max(log r, −ε_low) otherwise; (B, T).
+
+    PPO's one-sided clip written in log space (GMPO): the clip binds only in the direction
+    the advantage pushes, and a clipped token gets no gradient.
+    """
+    high = log_ratio_BT.clamp(max=clip_high)
+    low = log_ratio_BT.clamp(min=-clip_low)
+    return torch.where(seq_advantages_B1 > 0, high, low)
+
+
+def gmpo_loss(
+    log_ratio_BT: Tensor,
+    advantages_BT: Tensor,
+    mask_BT: Tensor,
+    *,
+    clip_low: float,
+    clip_high: float,
+) -> Tensor:
+    """GMPO: −Â_i · s_i, s_i the *geometric* mean of the clipped token ratios; (B, T).
+
+    Paper: Zhao et al. 2025 (Geometric-Mean Policy Optimization), arXiv 2507.20673;
+    ε = 0.4 in log space.
+
+        ℓ̃_{i,t} = min(log r, ε_high) if Â_i > 0 else max(log r, −ε_low)
+        s_i     = exp(Σ_t m_{i,t} ℓ̃_{i,t} / |o_i|)
+        j_i     = −Â_i · s_i
+
+    Â_i is the masked mean of Â over the trajectory (the scalar itself for outcome
+    estimators). As :func:`gspo_loss`, j_i is written on every action token of i, so the
+    ``response_mean`` reduction gives the paper's (1/B) Σ_i j_i, value and gradient, with
+    rows of |o_i| = 0 contributing 0 and still counting in B (verl's ``torch.mean``, TRL's
+    ``.mean()``). verl's ``geo_mean`` ignores ``loss_agg_mode``; rlmap applies the
+    configured reduction (under ``token_mean`` a sequence would weigh |o_i|/N).
+    Differs from verl: verl clips by the sign of each token's Â and does not clamp log r
+    to ±20; the two agree for outcome advantages (one Â per trajectory).
+    """
+    adv_B1 = sequence_mean(advantages_BT, mask_BT).unsqueeze(-1)  # (B, 1) Â_i
+    clipped = gmpo_clipped_log_ratio(log_ratio_BT, adv_B1, clip_low=clip_low, clip_high=clip_high)
+    s_B1 = sequence_mean(clipped, mask_BT).exp().unsqueeze(-1)  # (B, 1)
+    return (-adv_B1 * s_B1).expand_as(log_ratio_BT)
+
+
 # ---------------------------------------------------------------- adapters
 
 
@@ -300,6 +453,58 @@ def _direct_gate(terms: PolicyTerms, p: BehaviourParams) -> tuple[Tensor, dict[s
     return _on_mask(j, terms), diag | _ratio_tails(terms, p)
 
 
+def _dppo(
+    terms: PolicyTerms, p: BehaviourParams, high: Tensor, low: Tensor
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """DPPO on the mode's r. The mask's reference is the same π_old as r's: the trainer's
+    recomputation in decoupled mode, μ_old in bypass mode (the paper's, prime-rl's, SkyRL's).
+
+    ``ratio/rho/clipped_*`` are the dropped fractions (high: Â > 0, low: Â < 0): a dropped
+    token loses its gradient exactly as a clipped one does in ppo_clip.
+    """
+    j = dppo_loss(terms.log_rho, terms.advantages, high | low, tau=p.dppo_tau)
+    return _on_mask(j, terms), _clip_fracs(high, low, terms.mask) | _ratio_tails(terms, p)
+
+
+def _dppo_tv(terms: PolicyTerms, p: BehaviourParams) -> tuple[Tensor, dict[str, Tensor]]:
+    high, low = dppo_tv_dropped(
+        terms.logprobs,
+        terms.old_logprobs,
+        terms.advantages,
+        delta_low=p.dppo_tv_low,
+        delta_high=p.dppo_tv_high,
+    )
+    return _dppo(terms, p, high, low)
+
+
+def _dppo_kl(terms: PolicyTerms, p: BehaviourParams) -> tuple[Tensor, dict[str, Tensor]]:
+    high, low = dppo_kl_dropped(
+        terms.logprobs,
+        terms.old_logprobs,
+        terms.advantages,
+        delta_low=p.dppo_kl_low,
+        delta_high=p.dppo_kl_high,
+    )
+    return _dppo(terms, p, high, low)
+
+
+def _dro(terms: PolicyTerms, p: BehaviourParams) -> tuple[Tensor, dict[str, Tensor]]:
+    j = dro_loss(terms.logprobs, terms.log_rho, terms.advantages, beta=p.dro_beta)
+    return _on_mask(j, terms), _ratio_tails(terms, p)
+
+
+def _gmpo(terms: PolicyTerms, p: BehaviourParams) -> tuple[Tensor, dict[str, Tensor]]:
+    """``ratio/rho/clipped_*``: tokens whose log r the clip holds (no gradient), high for
+    Â_i > 0 and log r > ε_high, low for Â_i < 0 and log r < −ε_low (TRL's clip_ratio/*)."""
+    log_r, adv, mask = terms.log_rho, terms.advantages, terms.mask
+    j = gmpo_loss(log_r, adv, mask, clip_low=p.gmpo_clip_low, clip_high=p.gmpo_clip_high)
+    adv_B1 = sequence_mean(adv, mask).unsqueeze(-1)  # (B, 1)
+    log_r = log_r.detach()
+    high = (adv_B1 > 0) & (log_r > p.gmpo_clip_high)
+    low = (adv_B1 < 0) & (log_r < -p.gmpo_clip_low)
+    return _on_mask(j, terms), _clip_fracs(high, low, mask) | _ratio_tails(terms, p)
+
+
 registry: Registry[Objective] = Registry("policy objective")
 _CLIP = ("clip_low", "clip_high")
 registry.add(
@@ -346,5 +551,52 @@ registry.add(
         "d·Â·log π_θ gated to 1−ε_l < d < 1+ε_h (DIS)",
         "Hou et al. (SAO)",
         ("gate_low", "gate_high"),
+    ),
+)
+_DPPO_PAPER = "Qi et al. 2026, Rethinking the Trust Region in LLM RL (DPPO), arXiv 2602.04879"
+registry.add(
+    "dppo_tv",
+    Objective(
+        _dppo_tv,
+        "raw r·Â; a token whose probability moved past δ in Â's direction is dropped (TV)",
+        _DPPO_PAPER + ", Eq. 13",
+        ("dppo_tv_low", "dppo_tv_high", "dppo_tau"),
+        code="verl trainer/ppo/core_algos.py::compute_policy_loss_dppo_tv (0.9.1); prime-rl "
+        "trainer/rl/loss.py::default_loss_fn; SkyRL skyrl_train/utils/ppo_utils.py::"
+        "dppo_policy_loss (binary_tv)",
+    ),
+)
+registry.add(
+    "dppo_kl",
+    Objective(
+        _dppo_kl,
+        "raw r·Â; a token whose binary KL to the reference passed δ in Â's direction is dropped",
+        _DPPO_PAPER + ", Eq. 14",
+        ("dppo_kl_low", "dppo_kl_high", "dppo_tau"),
+        code="verl trainer/ppo/core_algos.py::compute_policy_loss_dppo_kl (0.9.1); SkyRL "
+        "skyrl_train/utils/ppo_utils.py::dppo_policy_loss (binary_kl)",
+    ),
+)
+registry.add(
+    "dro",
+    Objective(
+        _dro,
+        "−Â·log π_θ + (β/2)(log r)², direct reward optimisation",
+        "Richemond et al. 2024, arXiv 2405.19107; Kimi Team 2025, Kimi k1.5, arXiv 2501.12599",
+        ("dro_beta",),
+        code="verl trainer/ppo/core_algos.py::compute_policy_loss_dro (0.9.1); Tinker "
+        'loss_fn="dro" (tinker-docs /tinker/losses/dro)',
+    ),
+)
+registry.add(
+    "gmpo",
+    Objective(
+        _gmpo,
+        "−Â_i × geometric mean of the log-space-clipped token ratios",
+        "Zhao et al. 2025, Geometric-Mean Policy Optimization (GMPO), arXiv 2507.20673",
+        ("gmpo_clip_low", "gmpo_clip_high"),
+        sequence_level=True,
+        code="verl trainer/ppo/core_algos.py::compute_policy_loss_geo_mean (0.9.1); TRL "
+        "trl/experimental/gmpo/gmpo_trainer.py::GMPOTrainer._compute_loss",
     ),
 )

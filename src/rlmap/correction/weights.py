@@ -6,8 +6,13 @@ both. A mask never changes a denominator: dropped tokens contribute zero to the
 reduction's fixed denominator (docs/formulas.md §5). Values of w off the action mask are
 irrelevant (the loss is zero there).
 
-κ-based corrections (tis, icepop, masked_is, decoupled) need decoupled mode: in
+κ-based corrections (tis, icepop, masked_is, decoupled, m2po) need decoupled mode: in
 bypass mode π_old := μ_old, so κ ≡ 1 and they do nothing.
+
+M2PO selects over the whole optimiser mini-batch, so it cannot be a per-micro-batch weight:
+its entry has a ``minibatch`` keep function that the learner applies once per mini-batch to
+the pinned reduction weights (:func:`minibatch_keep`); its ``fn`` returns w ≡ 1 and the
+diagnostics only.
 """
 
 from __future__ import annotations
@@ -18,14 +23,17 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from rlmap.core.batch import Batch
 from rlmap.core.errors import ConfigError
-from rlmap.core.ops import masked_mean
+from rlmap.core.ops import at_least_float32, masked_mean
 from rlmap.core.registry import Registry
 from rlmap.correction.params import BehaviourParams
-from rlmap.correction.ratios import LOG_RATIO_BOUND, sequence_mean
+from rlmap.correction.ratios import LOG_RATIO_BOUND, log_kappa, sequence_mean
 from rlmap.correction.terms import PolicyTerms
 
 CorrectionFn = Callable[[PolicyTerms, BehaviourParams], tuple[Tensor, dict[str, Tensor]]]
+MinibatchFn = Callable[[Tensor, Tensor, BehaviourParams], Tensor]
+"""(log κ (B, T), action mask (B, T), params) -> keep (B, T) bool, over one whole mini-batch."""
 
 
 @dataclass(frozen=True)
@@ -47,6 +55,11 @@ class Correction:
     level_switch: str | None = None
     """The :class:`BehaviourParams` field whose value ``"sequence"`` makes a token-level
     correction sequence-level (tis: ``tis_level``); None if there is none."""
+    minibatch: MinibatchFn | None = None
+    """A keep-mask selected over the whole optimiser mini-batch (M2PO), or None. The learner
+    multiplies the mini-batch's pinned reduction weights by it before any micro-batch runs
+    (:func:`minibatch_keep`), so it cannot depend on ``micro_batch_size``; it reads π_old,
+    which the trainer then recomputes before the update. ``fn`` returns w ≡ 1."""
 
     def is_token_level(self, p: BehaviourParams) -> bool:
         """Whether the weight is token-level under the settings ``p``."""
@@ -126,6 +139,86 @@ def decoupled_weight(log_kappa_BT: Tensor, *, cap: float) -> Tensor:
     return log_kappa_BT.detach().exp().clamp(max=cap)
 
 
+def m2po_keep(log_kappa_BT: Tensor, mask_BT: Tensor, *, threshold: float) -> Tensor:
+    """M2PO: drop the tokens of largest M2 = (log κ)² until the rest's mean M2 ≤ τ; (B, T) bool.
+
+    Paper: Zheng et al. 2025, "Prosperity before Collapse" (arXiv 2510.01161), τ_M2 = 0.04 in
+    AReaL's ``examples/math/gsm8k_m2po.yaml``. Code: AReaL
+    ``areal/trainer/ppo/actor.py::_apply_m2po_masking``, ``::_get_m2po_loss_mask``. With the
+    N masked values sorted m_(1) ≥ … ≥ m_(N), k is the smallest count for which
+    (1/(N−k)) Σ_{j>k} m_(j) ≤ τ, and every token with M2 ≥ m_(k) is dropped: ties at the cut
+    go together, so the mask does not depend on the order of the rows. Differs from AReaL:
+    the learner selects over the optimiser mini-batch (AReaL: per micro-batch) and the
+    reduction's denominator keeps the dropped tokens (AReaL's shrinks, docs/formulas.md §5);
+    the test is ≤ τ (AReaL: < τ); when no k < N works every token is dropped (AReaL keeps the
+    smallest one, to avoid dividing by 0).
+    """
+    m2_BT = at_least_float32(log_kappa_BT.detach()).square()
+    if m2_BT.numel() == 0:
+        return mask_BT.clone()
+    desc = torch.where(mask_BT, m2_BT, -torch.inf).flatten().sort(descending=True).values
+    values = torch.where(torch.isfinite(desc), desc, 0.0).double()  # the N masked ones, then 0
+    dropped = torch.cat([values.new_zeros(1), values.cumsum(0)])  # Σ of the k largest, k = 0..L
+    rest = mask_BT.sum() - torch.arange(dropped.numel(), device=desc.device)  # N − k, k = 0..L
+    fits = (rest <= 0) | (dropped[-1] - dropped <= threshold * rest)
+    k = fits.int().argmax()  # the first count that fits; k = N always does
+    cut = torch.where(k > 0, desc[(k - 1).clamp(min=0)], torch.inf)  # m_(k), the smallest dropped
+    return mask_BT & (m2_BT < cut)
+
+
+def opsm_keep(log_d_BT: Tensor, advantages_BT: Tensor, mask_BT: Tensor, *, delta: float) -> Tensor:
+    """Off-policy sequence mask: w_i = 1[Â_i ≥ 0 ∨ D_i ≤ δ]; (B, T), constant along each row.
+
+    D_i = (1/|o_i|) Σ_t m_{i,t} sg(log μ_old − log π_θ) = −mean_t log d, the sampled-token
+    estimate of KL(μ_old ‖ π_θ); Â_i = (1/|o_i|) Σ_t m Â, the trajectory's advantage. A
+    trajectory that was bad (Â_i < 0) and that π_θ has moved away from (D_i > δ) is dropped
+    whole; Â_i ≥ 0 is never dropped; an empty row has D_i = 0 and is kept.
+    Paper: DeepSeek-AI 2025, DeepSeek-V3.2 (arXiv 2512.02556), "Off-Policy Sequence Masking".
+    Code: slime ``slime/utils/ppo_utils.py::compute_opsm_mask`` (``--use-opsm``, δ =
+    ``--opsm-delta`` = 1e-4); TRL ``GRPOTrainer.get_off_policy_mask``
+    (``off_policy_mask_threshold``, off by default). "old" is μ_old, the rollout engine's
+    log-prob, as in the paper (π_old "directly returned by the inference framework") and TRL
+    with vLLM, so both the policy's drift and the engine mismatch count, in either mode.
+    Differs: slime's default "old" is the trainer's π_old (μ only with
+    ``--use-rollout-logprobs``); slime and TRL test each token's Â_{i,t}, rlmap the row's
+    mean Â_i — the same for outcome advantages, and the mask stays sequence-level (usable
+    under GSPO) for per-token ones.
+    """
+    kl_B = -sequence_mean(log_d_BT.detach(), mask_BT)  # (B,)
+    adv_B = sequence_mean(advantages_BT.detach(), mask_BT)  # (B,)
+    keep_B = (adv_B >= 0) | (kl_B <= delta)
+    return keep_B.to(kl_B.dtype).unsqueeze(-1).expand(mask_BT.shape)
+
+
+def minibatch_keep(batch: Batch, p: BehaviourParams) -> Tensor:
+    """(B, T) bool: the product of the listed mini-batch corrections' keep-masks (M2PO).
+
+    ``batch`` is one whole optimiser mini-batch, before any micro-batch runs
+    (:func:`rlmap.system.learner._weights` multiplies its pinned weights by this), so the
+    selection is the same whatever ``micro_batch_size``. All True when none is listed.
+    """
+    keep = torch.ones(batch.action_mask.shape, dtype=torch.bool)
+    selectors = [c.minibatch for c in map(registry.get, p.corrections) if c.minibatch is not None]
+    if not selectors:
+        return keep
+    if batch.old_logprobs is None:
+        raise ConfigError(
+            "behaviour.corrections: a mini-batch correction (m2po) reads log κ = log π_old − "
+            "log μ_old before the update, but π_old was not recomputed (Batch.old_logprobs)"
+        )
+    log_k = log_kappa(batch.old_logprobs, batch.behavior_logprobs)
+    mask = batch.action_mask & batch.valid.unsqueeze(-1)
+    for select in selectors:
+        keep = keep & select(log_k, mask, p)
+    return keep
+
+
+def needs_old_before_update(p: BehaviourParams) -> bool:
+    """Whether a listed correction selects over the mini-batch from π_old (M2PO): the
+    trainer must then recompute π_old before the update, even for one optimiser step."""
+    return any(registry.get(name).minibatch is not None for name in p.corrections)
+
+
 # ---------------------------------------------------------------- adapters
 
 
@@ -186,6 +279,27 @@ def _decoupled(terms: PolicyTerms, p: BehaviourParams) -> tuple[Tensor, dict[str
     return w, {"ratio/kappa/decoupled_capped_frac": masked_mean(capped, terms.mask)}
 
 
+def _m2po_select(log_kappa_BT: Tensor, mask_BT: Tensor, p: BehaviourParams) -> Tensor:
+    return m2po_keep(log_kappa_BT, mask_BT, threshold=p.m2po_threshold)
+
+
+def _m2po(terms: PolicyTerms, p: BehaviourParams) -> tuple[Tensor, dict[str, Tensor]]:
+    """w ≡ 1: the learner applies the mini-batch's selection; here only its figures, over
+    the tokens given (the whole batch's updates, in the learner's diagnostics)."""
+    keep = m2po_keep(terms.log_kappa, terms.mask, threshold=p.m2po_threshold)
+    diag = {
+        "ratio/kappa/m2": masked_mean(at_least_float32(terms.log_kappa).square(), terms.mask),
+        "ratio/kappa/m2po_masked_frac": masked_mean((~keep).float(), terms.mask),
+    }
+    return torch.ones_like(terms.log_kappa), diag
+
+
+def _opsm(terms: PolicyTerms, p: BehaviourParams) -> tuple[Tensor, dict[str, Tensor]]:
+    w = opsm_keep(terms.log_d, terms.advantages, terms.mask, delta=p.opsm_delta)
+    dropped_B = (w == 0).any(-1)  # w is constant along a row
+    return w, {"ratio/d/seq_masked_frac": _trajectory_frac(dropped_B, terms.mask)}
+
+
 registry: Registry[Correction] = Registry("behaviour correction")
 registry.add(
     "tis",
@@ -241,5 +355,30 @@ registry.add(
         summary="AReaL behaviour weight min(π_prox/μ, cap)",
         paper="Fu et al. 2025 (AReaL)",
         params=("decoupled_cap",),
+    ),
+)
+registry.add(
+    "m2po",
+    Correction(
+        _m2po,
+        needs_kappa=True,
+        token_level=True,
+        summary="drop the largest (log κ)² until the rest's mean is ≤ τ, per optimiser mini-batch",
+        paper="Zheng et al. 2025 (M2PO, arXiv 2510.01161); AReaL "
+        "areal/trainer/ppo/actor.py::_apply_m2po_masking",
+        params=("m2po_threshold",),
+        minibatch=_m2po_select,
+    ),
+)
+registry.add(
+    "opsm",
+    Correction(
+        _opsm,
+        needs_kappa=False,
+        token_level=False,
+        summary="drop trajectories with Â < 0 whose mean log μ_old − log π_θ exceeds δ",
+        paper="DeepSeek-AI 2025 (DeepSeek-V3.2, arXiv 2512.02556); slime "
+        "slime/utils/ppo_utils.py::compute_opsm_mask, TRL GRPOTrainer.get_off_policy_mask",
+        params=("opsm_delta",),
     ),
 )

@@ -169,6 +169,69 @@ registry.add(
     ),
 )
 registry.add(
+    "dppo",
+    Preset(
+        build=lambda: p.grpo_variant(
+            "dppo", objective="dppo_tv", mode="bypass", dppo_tv_low=0.15, dppo_tv_high=0.15
+        ),
+        summary="grpo with a binary total-variation trust region on the rollout policy: tokens "
+        "whose probability moved past δ in the advantage's direction get no gradient, the rest "
+        "the raw ratio",
+        paper="Qi et al. 2026, Rethinking the Trust Region in LLM Reinforcement Learning "
+        "(DPPO, arXiv 2602.04879)",
+        quotes=(
+            Quote(
+                "the trust region is anchored to the rollout (behaviour) policy, not a "
+                "recomputed one",
+                "behaviour.mode",
+                "bypass",
+            ),
+            Quote("binary-TV δ = 0.15 (verl's DPPO example)", "behaviour.dppo_tv_high", 0.15),
+            Quote("no clip on the kept tokens' ratio (verl's example: clip_ratio_c = 10,000)"),
+        ),
+        note="δ is the anchors' example value (verl; prime-rl and SkyRL default to 0.2); the "
+        "binary-KL variant is behaviour.objective=dppo_kl. With one optimiser step per batch "
+        "and an engine that shares the policy, d = 1 and nothing is masked: the mask bites "
+        "with several steps per batch, a bfloat16 engine or stale (async) data.",
+    ),
+)
+registry.add(
+    "dro",
+    Preset(
+        build=p.dro_config,
+        summary="mean-baseline advantage + direct reward optimisation: −Â·log π_θ plus a "
+        "quadratic (β/2)(log r)² pull towards the behaviour policy, no clip",
+        paper="Richemond et al. 2024, Offline Regularised Reinforcement Learning for Large "
+        "Language Models Alignment (DRO); Kimi Team 2025, Kimi k1.5",
+        quotes=(
+            Quote("β = 0.05 (verl's DRO example and Tinker's)", "behaviour.dro_beta", 0.05),
+            Quote(
+                "mean-of-group baseline, no std division (Kimi k1.5)", "credit.estimator", "dr_grpo"
+            ),
+        ),
+        note="The penalty is per token, as both anchors apply it (Kimi k1.5 writes it on the "
+        "sequence log-ratio). With one optimiser step per batch r = 1 and DRO is pg: it bites "
+        "with several steps per batch or stale data. Everything else as the grpo preset.",
+    ),
+)
+registry.add(
+    "gmpo",
+    Preset(
+        build=lambda: p.grpo_variant(
+            "gmpo", objective="gmpo", gmpo_clip_low=0.4, gmpo_clip_high=0.4
+        ),
+        summary="grpo with the geometric mean of the token ratios (clipped in log space) as "
+        "each response's ratio",
+        paper="Zhao et al. 2025, Geometric-Mean Policy Optimization (GMPO, arXiv 2507.20673)",
+        quotes=(
+            Quote(
+                "clip range (e^−0.4, e^0.4) on the token ratios", "behaviour.gmpo_clip_high", 0.4
+            ),
+        ),
+        note="Only the objective differs from the grpo preset (docs/formulas.md §9).",
+    ),
+)
+registry.add(
     "sao",
     Preset(
         build=p.sao_config,

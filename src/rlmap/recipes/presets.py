@@ -84,6 +84,13 @@ def grpo_variant(name: str, **behaviour: Any) -> RecipeConfig:
     return cfg.model_copy(update={"recipe": name, "behaviour": replace(cfg.behaviour, **behaviour)})
 
 
+def dro_config() -> RecipeConfig:
+    """grpo with the DRO objective on the mean-baseline (std-free) advantage, as Kimi k1.5's
+    derivation gives it (Â = R − mean_g R: ``dr_grpo``)."""
+    cfg = grpo_variant("dro", objective="dro", dro_beta=0.05)
+    return cfg.model_copy(update={"credit": replace(cfg.credit, estimator="dr_grpo")})
+
+
 def grpo_config() -> RecipeConfig:
     return _config(
         "grpo",

@@ -15,6 +15,8 @@ import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import torch
+
 from rlmap import correction, estimators, feedback, reduction, sampling
 from rlmap.core.errors import ConfigError
 from rlmap.core.registry import Registry
@@ -247,6 +249,25 @@ def _behaviour(cfg: RecipeConfig) -> Iterator[str]:
         yield ("behaviour.routing_replay: the vLLM engine does not hand rlmap its expert "
                "routes yet (R3 replays the routes the engine took; vLLM 0.32 returns them only "
                "from its V2 model runner, which needs Triton); use system.engine=hf")  # fmt: skip
+
+
+def _replay(cfg: RecipeConfig) -> Iterator[str]:
+    """Top-p kept-set replay: something to replay, and an engine that records it."""
+    b = cfg.behaviour
+    if b.sampling_set_cap < 1:
+        yield f"behaviour.sampling_set_cap: must be >= 1, got {b.sampling_set_cap}"
+    if not b.replay_sampling_set:
+        return
+    if cfg.generation.top_p >= 1:
+        yield ("behaviour.replay_sampling_set: generation.top_p = 1 keeps the whole "
+               "vocabulary, so there is no kept set to replay; set generation.top_p < 1 or "
+               "leave it off")  # fmt: skip
+    if cfg.system.engine == "vllm" and not torch.cuda.is_available():
+        # vLLM 0.32 returns sets (return_sampling_mask) from its V2 model runner only, which
+        # needs Triton: its CPU build refuses it (tried: "Model Runner V2 requires Triton").
+        yield ("behaviour.replay_sampling_set: vLLM's CPU build cannot return kept sets "
+               "(return_sampling_mask needs its V2 model runner, which needs Triton); use "
+               "system.engine=hf")  # fmt: skip
 
 
 def _kl(cfg: RecipeConfig) -> Iterator[str]:
@@ -564,6 +585,7 @@ CHECKS: tuple[Check, ...] = (
     _critic,
     _credit,
     _behaviour,
+    _replay,
     _kl,
     _reduction,
     _feedback,

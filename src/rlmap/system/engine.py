@@ -39,6 +39,21 @@ class Completion:
     """Mixture-of-experts policies, when the engine records routing: (len(prompt_ids) +
     len(response_ids), L, K) long, the experts each position was routed through (-1 where
     none was: the last token of the longest responses of a call is never fed back)."""
+    kept: torch.Tensor | None = None
+    """When the call asked for kept sets (``kept_sets``): (len(response_ids), K) int32, the ids
+    the top-p filter kept at each step (the set log μ is renormalised over; the sampled
+    token is in it), right-padded with -1; a row of -1 where the set was larger than the
+    call's cap (not recorded)."""
+
+
+def kept_rows(sets: Sequence[Sequence[int]], cap: int) -> torch.Tensor:
+    """(len(sets), K) int32: each set's ids in a row, right-padded with -1, a set of more than
+    ``cap`` ids left out (a row of -1); K is the longest set kept."""
+    sets = [s if len(s) <= cap else () for s in sets]
+    out = torch.full((len(sets), max((len(s) for s in sets), default=0)), -1, dtype=torch.int32)
+    for i, s in enumerate(sets):
+        out[i, : len(s)] = torch.tensor(list(s), dtype=torch.int32)
+    return out
 
 
 @dataclass(frozen=True)
@@ -93,8 +108,9 @@ def cut_at_stop_strings(c: Completion, stops: StopStrings | None) -> Completion:
     if end is None or (end == len(c.response_ids) and c.stopped):
         return c
     routes = None if c.routes is None else c.routes[: len(c.prompt_ids) + end]
+    kept = None if c.kept is None else c.kept[:end]
     return replace(c, response_ids=c.response_ids[:end], logprobs=c.logprobs[:end],
-                   stopped=True, routes=routes)  # fmt: skip
+                   stopped=True, routes=routes, kept=kept)  # fmt: skip
 
 
 @runtime_checkable
@@ -121,13 +137,17 @@ class RolloutEngine(Protocol):
         top_p: float,
         stop_token_ids: Sequence[int] = (),
         stop_strings: StopStrings | None = None,
+        kept_sets: int = 0,
     ) -> list[list[Completion]]:
         """``n`` samples for each prompt: the outer list follows ``prompts``, the inner has ``n``.
 
         ``temperature == 0`` means greedy decoding (for evaluation). A sample ends at EOS, at
         any of ``stop_token_ids`` (e.g. the end of a tool call, where an environment takes
         over), after the token that completes one of ``stop_strings``, or after
-        ``max_new_tokens``; the stop token is part of the response.
+        ``max_new_tokens``; the stop token is part of the response. ``kept_sets`` > 0: each
+        completion carries the kept set of every sampled token, those of at most that many
+        ids (``Completion.kept``); callers pass it only when they want sets, so an engine
+        without them need not take the argument.
         """
         ...
 

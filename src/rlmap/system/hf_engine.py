@@ -16,6 +16,11 @@ over the draw's forced scores and keeps none of its own: (T, B, V) of them would
 at B = 256, T = 256, V = 151,936. Greedy decoding (temperature == 0) runs no warpers, so
 there log μ is the log-softmax of the raw logits.
 
+Kept sets (``generate(kept_sets=cap)``, for ``behaviour.replay_sampling_set``): the draw also
+keeps, per step, the ids whose processed score is finite — the support it drew from, so
+the sampled token is in it — as (B, k) int32 (:func:`kept_ids`), a set over ``cap`` ids
+not kept; the learner renormalises over them (docs/formulas.md §4.1).
+
 Only our settings shape μ. In transformers 5, ``generate`` fills every field of an
 explicit ``GenerationConfig`` left at ``None`` from ``model.generation_config`` and
 then from global defaults (``top_k=50``). Real checkpoints ship ``top_k=20``,
@@ -163,11 +168,14 @@ class HFEngine:
         top_p: float,
         stop_token_ids: Sequence[int] = (),
         stop_strings: StopStrings | None = None,
+        kept_sets: int = 0,
     ) -> list[list[Completion]]:
         """``n`` samples per prompt (outer list per prompt, in order); see the module docstring.
 
         A row stops at EOS, at any of ``stop_token_ids`` or after the token that completes
-        one of ``stop_strings``, whichever comes first.
+        one of ``stop_strings``, whichever comes first. ``kept_sets`` > 0: every completion
+        carries each step's kept set — the ids left finite by the temperature and top-p
+        warpers, what :class:`OwnDraw` draws from — when it has at most that many ids.
         """
         check_sampling_args(
             prompts, n=n, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p
@@ -183,7 +191,7 @@ class HFEngine:
         with rollout_mode(self.model):
             for start in range(0, len(flat), self.max_batch):
                 chunk = flat[start : start + self.max_batch]
-                draw = OwnDraw(self.generator, greedy=not sampled)
+                draw = OwnDraw(self.generator, greedy=not sampled, kept_cap=kept_sets)
                 chain: list[LogitsProcessor] = [FiniteScores(), *warpers, draw]
                 done = self._generate_chunk(chunk, config, stops, chain, draw, stop_strings)
                 completions += [cut_at_stop_strings(c, stop_strings) for c in done]
@@ -215,6 +223,7 @@ class HFEngine:
         lengths, ended = response_lengths(tokens, stops)  # (B,), (B,)
         packed = torch.cat([lengths[:, None], ended[:, None].long(), tokens], dim=1).tolist()
         routes = _sequence_routes(calls, prompts, lengths.tolist(), input_ids.shape[1])
+        kept = _sequence_kept(draw.kept, lengths.tolist())
         return [
             Completion(
                 prompt_ids=prompt,
@@ -223,9 +232,10 @@ class HFEngine:
                 stopped=bool(row[1]),
                 version=self._version,
                 routes=route,
+                kept=k,
             )
-            for prompt, row, lp, route in zip(
-                prompts, packed, logprobs.tolist(), routes, strict=True
+            for prompt, row, lp, route, k in zip(
+                prompts, packed, logprobs.tolist(), routes, kept, strict=True
             )
         ]
 
@@ -241,6 +251,27 @@ def _sequence_routes(
     full = torch.cat([full, unrouted], dim=1)
     return [full[i, width - len(p) : width + n].clone()
             for i, (p, n) in enumerate(zip(prompts, lengths, strict=True))]  # fmt: skip
+
+
+def _sequence_kept(steps: list[Tensor], lengths: list[int]) -> list[Tensor | None]:
+    """Each sequence's (length, K) int32 kept sets from the draw's per-step (B, k_t) ones,
+    K trimmed to the sequence's largest set; Nones when no set was asked for."""
+    if not steps:
+        return [None] * len(lengths)
+    width = max(s.shape[1] for s in steps)
+    padded = [_pad_ids(s, width) for s in steps]
+    full = torch.stack(padded, dim=1).cpu()  # (B, T, K)
+    out: list[Tensor | None] = []
+    for i, n in enumerate(lengths):
+        rows = full[i, :n]
+        k = int((rows >= 0).sum(-1).max()) if n else 0
+        out.append(rows[:, :k].clone())
+    return out
+
+
+def _pad_ids(ids: Tensor, width: int) -> Tensor:
+    """(B, k) ids right-padded with -1 to (B, width)."""
+    return torch.nn.functional.pad(ids, (0, width - ids.shape[1]), value=-1)
 
 
 def sampling_warpers(temperature: float, top_p: float) -> list[LogitsProcessor]:
@@ -266,12 +297,20 @@ class OwnDraw(LogitsProcessor):
 
     o_t: the argmax (``greedy``, as ``generate`` picks it); a draw from softmax(s_t) with
     the engine's own ``generator``; or, without one, exactly ``generate``'s own draw
-    (``multinomial(softmax(s_t))`` on the device's default generator, the same numbers)."""
+    (``multinomial(softmax(s_t))`` on the device's default generator, the same numbers).
 
-    def __init__(self, generator: torch.Generator | None, *, greedy: bool = False) -> None:
-        self.generator, self.greedy = generator, greedy
+    With ``kept_cap`` > 0 it also keeps each step's kept set K_t = {v : s_t[v] > −inf}, the
+    support log μ is normalised over (o_t is always in it: −inf has probability 0), for
+    the sets of at most ``kept_cap`` ids; a larger set is a row of -1 (not recorded)."""
+
+    def __init__(
+        self, generator: torch.Generator | None, *, greedy: bool = False, kept_cap: int = 0
+    ) -> None:
+        self.generator, self.greedy, self.kept_cap = generator, greedy, kept_cap
         self.logprobs: list[Tensor] = []
         """Per step, (B,) float32 log μ of the drawn tokens."""
+        self.kept: list[Tensor] = []
+        """Per step (with ``kept_cap``), (B, k_t) int32 kept ids, highest score first, -1 padded."""
 
     def __call__(self, input_ids: Tensor, scores: Tensor) -> Tensor:
         if self.generator is not None and not self.greedy:
@@ -285,7 +324,20 @@ class OwnDraw(LogitsProcessor):
                 token = torch.multinomial(torch.softmax(scores, dim=-1), 1)  # (B, 1)
             s = scores.float()
             self.logprobs.append(s.gather(-1, token).squeeze(-1) - s.logsumexp(-1))
+        if self.kept_cap > 0:
+            self.kept.append(kept_ids(scores, self.kept_cap))
         return torch.full_like(scores, -math.inf).scatter_(-1, token, 0.0)
+
+
+def kept_ids(scores: Tensor, cap: int) -> Tensor:
+    """(B, k) int32: the ids of each row's finite scores, highest first, right-padded with -1;
+    a row with more than ``cap`` of them is all -1 (k: the largest set of at most ``cap``)."""
+    count = torch.isfinite(scores).sum(-1)  # (B,)
+    fits = count <= cap
+    k = int(torch.where(fits, count, 0).max())
+    values, ids = scores.topk(k, dim=-1)  # (B, k)
+    kept = torch.isfinite(values) & fits[:, None]
+    return torch.where(kept, ids, -1).to(torch.int32)
 
 
 class TextStop(StoppingCriteria):

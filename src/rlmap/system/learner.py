@@ -24,8 +24,10 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from rlmap.core.batch import Batch
+from rlmap.core.batch import Batch, cross
+from rlmap.core.errors import TrainingError
 from rlmap.correction import BehaviourParams, KLParams, PolicyTerms, policy_loss, positive_nll
+from rlmap.correction.weights import minibatch_keep, needs_old_before_update
 from rlmap.reduction import ReductionParams, reduce, token_weights
 from rlmap.system.device import elapsed, model_device
 from rlmap.system.distributed import SINGLE, World, gather, micro_steps
@@ -77,24 +79,27 @@ def prepare_batch(
     owns and the ranks exchange them (:func:`_shared_logprobs`). The reference is scored
     with any LoRA adapters off: a LoRA run's reference *is* its policy (the base is the
     policy with its adapters off, no second model), whatever wrapper the learner trains
-    ``policy`` through.
+    ``policy`` through. With ``behaviour.replay_sampling_set`` both are scored over each
+    token's kept set (:func:`replayed_sets`): π_ref too, so that at θ = ref the KL is 0.
     """
     needs_old = policy_logprobs or (s.behaviour.mode == "decoupled" and s.optimizer_steps > 1)
+    needs_old = needs_old or needs_old_before_update(s.behaviour)  # M2PO selects from π_old
     attention = attention_of(batch)
     old = ref = None
+    kept = replayed_sets(batch, s.behaviour)
     timings: dict[str, float] = {}
     if needs_old:
         started = time.perf_counter()
         replayed = batch.routed_experts if s.behaviour.routing_replay else None
         with autocast_to(policy, s.train_dtype):
             old = _shared_logprobs(policy, batch, attention, s, world, owner, replayed,
-                                   sharded=True)  # fmt: skip
+                                   sharded=True, kept=kept)  # fmt: skip
         timings["system/old_logprobs_s"] = elapsed(started, model_device(policy))
     if reference is not None and s.kl.placement != "none":
         started = time.perf_counter()
         with adapters_off(reference), autocast_to(reference, s.train_dtype):  # LoRA: the base
             ref = _shared_logprobs(reference, batch, attention, s, world, owner, None,
-                                   sharded=False)  # fmt: skip
+                                   sharded=False, kept=kept)  # fmt: skip
         timings["system/reference_s"] = elapsed(started, model_device(reference))
     return batch.replace(old_logprobs=old, ref_logprobs=ref), timings
 
@@ -109,6 +114,7 @@ def _shared_logprobs(
     routes: Tensor | None,
     *,
     sharded: bool,
+    kept: Tensor | None = None,
 ) -> Tensor:
     """(B, T) log-probs of the whole batch under ``model``: in one process directly; with
     several ranks each scores its own rows (the policy — ``sharded``, FSDP2's collectives
@@ -116,14 +122,15 @@ def _shared_logprobs(
     if not world.parallel or owner is None:
         return batched_logprobs(model, batch.tokens, attention, temperature=s.temperature,
                                 micro_batch_size=s.micro_batch_size,
-                                routes_BTLK=routes)  # fmt: skip
+                                routes_BTLK=routes, kept_BTK=kept)  # fmt: skip
     mine = (owner == world.rank).nonzero().flatten()
     passes = micro_steps(owner, world, s.micro_batch_size) if sharded else 0
     rows = mine if mine.numel() else torch.zeros(1, dtype=torch.long)  # something to run on
     local = batched_logprobs(model, batch.tokens[rows], attention[rows],
                              temperature=s.temperature, micro_batch_size=s.micro_batch_size,
                              routes_BTLK=None if routes is None else routes[rows],
-                             passes=passes)[: mine.numel()]  # fmt: skip
+                             passes=passes, kept_BTK=None if kept is None else kept[rows],
+                             )[: mine.numel()]  # fmt: skip
     out = torch.zeros(batch.tokens.shape, dtype=local.dtype, device=local.device)
     for index, part in gather(world, (mine.cpu(), local.cpu())):
         out[index.to(out.device)] = part.to(out.device)
@@ -155,7 +162,7 @@ def update_policy(
     """
 
     def micro(mb: Batch, rows: Tensor, w: Weights) -> tuple[Tensor, dict[str, Tensor], Kept]:
-        adv_BT = advantages_BT[rows].to(mb.tokens.device)  # the micro-batch's device
+        adv_BT = cross(advantages_BT[rows], mb.tokens.device)  # the micro-batch's device
         return _micro_loss(policy, mb, adv_BT, w, s, learner_version)
 
     schedule = Schedule(
@@ -175,12 +182,18 @@ def update_policy(
 
 
 def _weights(mb: Batch, s: UpdateSettings) -> Weights:
-    """The mini-batch's pinned weights: the objective's, and the positive NLL's when on."""
-    weights = token_weights(mb.action_mask, s.reduction)
+    """The mini-batch's pinned weights: the reduction's, the keep-mask of a mini-batch
+    correction (M2PO: applied to the objective, not to the KL term; all ones without one),
+    and the positive NLL's when on.
+
+    ``mb`` is the whole (global) mini-batch; its group ids serve ``prompt_mean``.
+    """
+    weights = token_weights(mb.action_mask, s.reduction, group_id=mb.group_id)
+    selected = minibatch_keep(mb, s.behaviour).to(weights.dtype)  # over the whole mini-batch
     if s.behaviour.positive_nll <= 0:
-        return (weights,)
+        return weights, selected
     keep = mb.action_mask & (mb.rewards > 0).unsqueeze(-1)
-    return weights, token_weights(keep, ReductionParams(name="token_mean"))
+    return weights, selected, token_weights(keep, ReductionParams(name="token_mean"))
 
 
 def _micro_loss(
@@ -197,18 +210,18 @@ def _micro_loss(
         replaying(policy, mb.routed_experts, replay=s.behaviour.routing_replay, stats=routes),
         autocast_to(policy, s.train_dtype),
     ):
-        logprobs, entropy = scored(
-            policy, mb.tokens, attention_of(mb), temperature=s.temperature, with_entropy=True
-        )
+        logprobs, entropy = scored(policy, mb.tokens, attention_of(mb),
+                                   temperature=s.temperature, with_entropy=True,
+                                   kept_BTK=replayed_sets(mb, s.behaviour))  # fmt: skip
     assert entropy is not None
     old = _old_logprobs(mb, logprobs, s)
     j_BT, _ = policy_loss(_terms(mb, logprobs, old, adv_BT, learner_version), s.behaviour,
-                          s.kl, mb.ref_logprobs)  # fmt: skip
+                          s.kl, mb.ref_logprobs, keep_BT=w[1])  # fmt: skip
     loss = reduce(j_BT, w[0])
     parts = {"loss/policy": loss.detach()}
-    if len(w) > 1:
+    if len(w) > 2:
         nll, keep = positive_nll(logprobs, mb.action_mask, mb.rewards)
-        nll_loss = reduce(nll * keep, w[1])
+        nll_loss = reduce(nll * keep, w[2])
         loss = loss + s.behaviour.positive_nll * nll_loss
         parts["loss/nll"] = nll_loss.detach()
     kept = {"logprobs": logprobs, "old": old, "entropy": entropy}
@@ -248,7 +261,34 @@ def _diagnostics(
         compared = int(out.cat("routes_compared").sum())
         mismatched = int(out.cat("routes_mismatched").sum())
         metrics["moe/route_mismatch_frac"] = mismatched / compared if compared else 0.0
+    if s.behaviour.replay_sampling_set and batch.sampling_set is not None:
+        metrics |= sampling_set_metrics(batch.sampling_set, batch.action_mask)
     return metrics
+
+
+def replayed_sets(batch: Batch, b: BehaviourParams) -> Tensor | None:
+    """The batch's kept sets when top-p replay is on, else None. A batch with action tokens
+    and no sets is a one-line error: scoring it over the full vocabulary would silently
+    compare π with the engine's renormalised μ (slime #2167 refuses it too)."""
+    if not b.replay_sampling_set:
+        return None
+    if batch.sampling_set is None and bool(batch.action_mask.any()):
+        raise TrainingError("behaviour.replay_sampling_set: the batch carries no kept sets "
+                            "(the rollout engine recorded none)")  # fmt: skip
+    return batch.sampling_set
+
+
+def sampling_set_metrics(sets_BTK: Tensor, action_mask_BT: Tensor) -> dict[str, float]:
+    """``sampling_set/mean_size``: ids per recorded set, over the action tokens with one;
+    ``sampling_set/overflow_frac``: the share of action tokens without one (their set was
+    over ``behaviour.sampling_set_cap``; they were scored over the full vocabulary)."""
+    size = (sets_BTK >= 0).sum(-1)  # (B, T)
+    recorded = action_mask_BT & (size > 0)
+    tokens = int(action_mask_BT.sum())
+    return {
+        "sampling_set/mean_size": float(size[recorded].float().mean()) if recorded.any() else 0.0,
+        "sampling_set/overflow_frac": (tokens - int(recorded.sum())) / tokens if tokens else 0.0,
+    }
 
 
 def _old_logprobs(mb: Batch, logprobs: Tensor, s: UpdateSettings) -> Tensor:

@@ -3,8 +3,10 @@
 ``logprobs[:, t] = log π(tokens[:, t] | tokens[:, <t])`` on the learner's side,
 aligned with the batch record's columns (column 0 has no context and gets 0).
 Logits are divided by the sampling temperature so that π_θ and μ describe the
-same distribution; top-p is *not* applied here — with ``top_p < 1`` the gap shows
-up in κ, which is what κ is for.
+same distribution. Top-p is applied only through a recorded kept set (``kept_BTK``,
+``behaviour.replay_sampling_set``): the log-prob is then renormalised over the set the
+engine drew from, K ∪ {y}, as μ's is (docs/formulas.md §4.1); without one, with
+``top_p < 1`` the gap, log S_μ(K), shows up in κ.
 
 Left padding: position ids are counted over real tokens only, as Hugging Face
 ``generate`` counts them, so that the learner and the rollout engine see the
@@ -13,6 +15,7 @@ same positions (otherwise κ ≠ 1 for a reason that is not numerics).
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -50,21 +53,25 @@ def token_logprobs(
     temperature: float = 1.0,
     with_entropy: bool = False,
     chunk: int = LOGPROB_CHUNK,
+    kept_BTK: Tensor | None = None,
 ) -> tuple[Tensor, Tensor | None]:
     """(log π of each token (B, T), its entropy (B, T) or None), column 0 set to 0.
 
-    log π(x) = z_x − logsumexp(z) with z = logits / temperature. Entropy is a detached
-    diagnostic: H = logsumexp(z) − Σ softmax(z)·z. The transformer runs once; its final
-    hidden states go through the LM head ``chunk`` positions at a time, forward and
-    backward (:class:`ChunkedLogprobs`: the chunk's logits are recomputed in backward), so
-    no (B, T, V) tensor ever exists — at Qwen2.5's V = 151,936, T = 1,024 and 8 rows the
-    full logits alone would be 4.98 GB in float32. Models whose logits are not a plain
-    linear map of the hidden states (logit soft-capping or scaling) take the full path.
+    log π(x) = z_x − logsumexp(z) with z = logits / temperature; with ``kept_BTK`` (the
+    batch's ``sampling_set``) a token whose set was recorded gets log π̃(x) = z_x −
+    logsumexp_{v ∈ K ∪ {x}} z_v (:func:`kept_only`). Entropy is a detached diagnostic over
+    the full vocabulary whatever the set: H = logsumexp(z) − Σ softmax(z)·z. The transformer
+    runs once; its final hidden states go through the LM head ``chunk`` positions at a time,
+    forward and backward (:class:`ChunkedLogprobs`: the chunk's logits are recomputed in
+    backward), so no (B, T, V) tensor ever exists — at Qwen2.5's V = 151,936, T = 1,024 and
+    8 rows the full logits alone would be 4.98 GB in float32. Models whose logits are not a
+    plain linear map of the hidden states (logit soft-capping or scaling) take the full path.
     """
     model = plain_model(model)  # a LoRA policy: the transformers model carrying its adapters
     head = _plain_lm_head(model)
     if head is None:
-        return _full_logprobs(model, tokens_BT, attention_BT, temperature, with_entropy)
+        return _full_logprobs(model, tokens_BT, attention_BT, temperature, with_entropy,
+                              kept_BTK)  # fmt: skip
     hidden = model.base_model(  # type: ignore[operator]
         input_ids=tokens_BT,
         attention_mask=attention_BT,
@@ -72,9 +79,10 @@ def token_logprobs(
         use_cache=False,  # no KV cache: nothing reads it, and checkpointing refuses one
     ).last_hidden_state[:, :-1]  # (B, T-1, H) predicts tokens 1..T-1
     b, t1, h = hidden.shape
+    kept_NK = None if kept_BTK is None else kept_BTK[:, 1:].reshape(b * t1, -1)
     logprobs_N, entropy_N = ChunkedLogprobs.apply(
         hidden.reshape(b * t1, h), head.weight, head.bias, tokens_BT[:, 1:].reshape(-1),
-        1.0 / temperature, chunk, with_entropy,
+        1.0 / temperature, chunk, with_entropy, kept_NK,
     )  # fmt: skip
     pad = hidden.new_zeros((b, 1), dtype=torch.float32)
     logprobs = torch.cat([pad, logprobs_N.view(b, t1)], dim=1)
@@ -96,10 +104,10 @@ class Scorer(nn.Module):
 
     def forward(
         self, tokens_BT: Tensor, attention_BT: Tensor, temperature: float = 1.0,
-        with_entropy: bool = False,
+        with_entropy: bool = False, kept_BTK: Tensor | None = None,
     ) -> tuple[Tensor, Tensor | None]:  # fmt: skip
         return token_logprobs(self.model, tokens_BT, attention_BT, temperature=temperature,
-                              with_entropy=with_entropy)  # fmt: skip
+                              with_entropy=with_entropy, kept_BTK=kept_BTK)  # fmt: skip
 
 
 def scored(
@@ -109,16 +117,37 @@ def scored(
     *,
     temperature: float = 1.0,
     with_entropy: bool = False,
+    kept_BTK: Tensor | None = None,
 ) -> tuple[Tensor, Tensor | None]:
     """:func:`token_logprobs`, through the learner's wrapper when ``model`` is one (a
     :class:`Scorer`, or DDP around one), else on the plain model."""
     inner = getattr(model, "module", model)
     if isinstance(inner, Scorer):
         out: tuple[Tensor, Tensor | None] = model(tokens_BT, attention_BT, temperature,
-                                                  with_entropy)  # fmt: skip
+                                                  with_entropy, kept_BTK)  # fmt: skip
         return out
     return token_logprobs(model, tokens_BT, attention_BT, temperature=temperature,
-                          with_entropy=with_entropy)  # fmt: skip
+                          with_entropy=with_entropy, kept_BTK=kept_BTK)  # fmt: skip
+
+
+def kept_only(z: Tensor, kept: Tensor | None, targets: Tensor) -> Tensor:
+    """``z`` (..., V) with −inf outside K ∪ {y} on every row that carries a kept set, in place.
+
+    ``kept`` (..., K): the row's kept ids, -1 padded; a row of -1 (no set recorded) and
+    every row when ``kept`` is None stay whole (the full vocabulary). ``targets`` (...): y,
+    the sampled token, kept even if the set lacks it — so log π̃(y) is finite and a set of
+    {y} alone gives log π̃(y) = 0. Then logsumexp(z) over the row is logsumexp over K ∪ {y}
+    (slime ``_build_topp_keep_mask``, slime/backends/megatron_utils/loss.py: rows without a
+    recorded nucleus stay unmasked).
+    """
+    if kept is None:
+        return z
+    ids = kept.long()
+    recorded = (ids >= 0).any(-1, keepdim=True)  # (..., 1)
+    ids = torch.where(ids >= 0, ids, targets.unsqueeze(-1))  # padding points at y, kept anyway
+    keep = torch.zeros_like(z, dtype=torch.bool).scatter_(-1, ids, True)
+    keep.scatter_(-1, targets.unsqueeze(-1), True)
+    return z.masked_fill_(recorded & ~keep, -math.inf)
 
 
 def _plain_lm_head(model: nn.Module) -> nn.Linear | None:
@@ -136,6 +165,10 @@ def _plain_lm_head(model: nn.Module) -> nn.Linear | None:
 
 class ChunkedLogprobs(torch.autograd.Function):
     """log π(target) = z_target − logsumexp(z), z = (h Wᵀ + b) / T, chunk by chunk.
+
+    With ``kept_NK`` each chunk's z is set to −inf outside K ∪ {target} on the rows that
+    carry a kept set (:func:`kept_only`), in forward and in backward's recomputation, so
+    softmax and ∂z below are the kept set's (0 outside it); the entropy is taken before.
 
     Forward keeps only (N,) results and each row's logsumexp; backward recomputes each
     chunk's logits and applies ∂ log π / ∂z = onehot(target) − softmax(z):
@@ -156,19 +189,23 @@ class ChunkedLogprobs(torch.autograd.Function):
     def forward(
         ctx: Any, hidden_NH: Tensor, weight_VH: Tensor, bias_V: Tensor | None,
         targets_N: Tensor, inv_t: float, chunk: int, with_entropy: bool,
+        kept_NK: Tensor | None = None,
     ) -> tuple[Tensor, Tensor]:  # fmt: skip
         n, dtype = hidden_NH.shape[0], torch.promote_types(hidden_NH.dtype, torch.float32)
         logprobs = hidden_NH.new_empty(n, dtype=dtype)
         lse_all = hidden_NH.new_empty(n, dtype=dtype)
         entropy = hidden_NH.new_zeros(n if with_entropy else 0, dtype=dtype)
         for s in range(0, n, chunk):
-            z = _chunk_logits(hidden_NH[s : s + chunk], weight_VH, bias_V, inv_t)  # (c, V)
+            rows = slice(s, s + chunk)
+            z = _chunk_logits(hidden_NH[rows], weight_VH, bias_V, inv_t)  # (c, V)
             lse = torch.logsumexp(z, dim=-1)
-            logprobs[s : s + chunk] = z.gather(-1, targets_N[s : s + chunk, None])[:, 0] - lse
-            lse_all[s : s + chunk] = lse
-            if with_entropy:
-                entropy[s : s + chunk] = lse - (torch.softmax(z, dim=-1) * z).sum(-1)
-        ctx.save_for_backward(hidden_NH, weight_VH, bias_V, targets_N, lse_all)
+            if with_entropy:  # the full vocabulary's, before any kept-set mask
+                entropy[rows] = lse - (torch.softmax(z, dim=-1) * z).sum(-1)
+            if kept_NK is not None:
+                lse = torch.logsumexp(kept_only(z, kept_NK[rows], targets_N[rows]), dim=-1)
+            logprobs[rows] = z.gather(-1, targets_N[rows, None])[:, 0] - lse
+            lse_all[rows] = lse
+        ctx.save_for_backward(hidden_NH, weight_VH, bias_V, targets_N, lse_all, kept_NK)
         ctx.inv_t, ctx.chunk = inv_t, chunk
         device = hidden_NH.device.type
         ctx.autocast = (device, torch.is_autocast_enabled(device), torch.get_autocast_dtype(device))
@@ -183,7 +220,7 @@ class ChunkedLogprobs(torch.autograd.Function):
 
     @staticmethod
     def _backward(ctx: Any, g_N: Tensor) -> tuple[Tensor | None, ...]:
-        hidden_NH, weight_VH, bias_V, targets_N, lse_all = ctx.saved_tensors
+        hidden_NH, weight_VH, bias_V, targets_N, lse_all, kept_NK = ctx.saved_tensors
         need_h, need_w, need_b = ctx.needs_input_grad[:3]  # a frozen head (LoRA): no ∂W
         grad_h = torch.empty_like(hidden_NH) if need_h else None
         wide = torch.promote_types(weight_VH.dtype, torch.float32)
@@ -194,6 +231,9 @@ class ChunkedLogprobs(torch.autograd.Function):
             g = at_least_float32(g_N[s : s + ctx.chunk])
             # one (c, V) buffer, in place: z → p = exp(z − lse) → −g·p → + g·onehot → · 1/T
             dz = _chunk_logits(h, weight_VH, bias_V, ctx.inv_t)
+            if kept_NK is not None:  # p = 0 outside K ∪ {target}
+                rows = slice(s, s + ctx.chunk)
+                kept_only(dz, kept_NK[rows], targets_N[rows])
             dz.sub_(lse_all[s : s + ctx.chunk, None]).exp_().mul_(-g[:, None])
             dz.scatter_add_(-1, targets_N[s : s + ctx.chunk, None], g[:, None])
             if ctx.inv_t != 1.0:
@@ -206,7 +246,7 @@ class ChunkedLogprobs(torch.autograd.Function):
                 grad_b += dz.sum(0)
         grad_weight = None if grad_w is None else grad_w.to(weight_VH.dtype)
         grad_bias = None if grad_b is None else grad_b.to(bias_V.dtype)
-        return grad_h, grad_weight, grad_bias, None, None, None, None
+        return grad_h, grad_weight, grad_bias, None, None, None, None, None
 
 
 def _chunk_logits(h: Tensor, weight_VH: Tensor, bias_V: Tensor | None, inv_t: float) -> Tensor:
@@ -217,9 +257,10 @@ def _chunk_logits(h: Tensor, weight_VH: Tensor, bias_V: Tensor | None, inv_t: fl
 
 def _full_logprobs(
     model: nn.Module, tokens_BT: Tensor, attention_BT: Tensor, temperature: float,
-    with_entropy: bool,
+    with_entropy: bool, kept_BTK: Tensor | None = None,
 ) -> tuple[Tensor, Tensor | None]:  # fmt: skip
-    """The reference path: the model's full (B, T, V) logits, then one gather, one logsumexp."""
+    """The reference path: the model's full (B, T, V) logits, then one gather, one logsumexp
+    (over each recorded kept set, :func:`kept_only`, for the log-probs; never the entropy)."""
     logits = model(
         input_ids=tokens_BT,
         attention_mask=attention_BT,
@@ -227,14 +268,18 @@ def _full_logprobs(
         use_cache=False,
     ).logits[:, :-1]  # (B, T-1, V) predicts tokens 1..T-1
     z = logits.float() / temperature if temperature != 1.0 else logits.float()
-    lse = torch.logsumexp(z, dim=-1)  # (B, T-1)
-    chosen = z.gather(-1, tokens_BT[:, 1:].unsqueeze(-1)).squeeze(-1)
+    targets = tokens_BT[:, 1:]
+    full = torch.logsumexp(z, dim=-1)  # (B, T-1)
+    lse = full
+    if kept_BTK is not None:  # out of place: z stays whole for the entropy
+        lse = torch.logsumexp(kept_only(z.clone(), kept_BTK[:, 1:], targets), dim=-1)
+    chosen = z.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
     pad = tokens_BT.new_zeros((tokens_BT.shape[0], 1), dtype=z.dtype)
     logprobs = torch.cat([pad, chosen - lse], dim=1)
     entropy = None
     if with_entropy:
         with torch.no_grad():
-            h = lse - (torch.softmax(z, dim=-1) * z).sum(-1)
+            h = full - (torch.softmax(z, dim=-1) * z).sum(-1)
             entropy = torch.cat([pad, h], dim=1)
     return logprobs, entropy
 
@@ -249,9 +294,11 @@ def batched_logprobs(
     micro_batch_size: int,
     routes_BTLK: Tensor | None = None,
     passes: int = 0,
+    kept_BTK: Tensor | None = None,
 ) -> Tensor:
     """(B, T) detached log-probs in micro-batches (π_old recomputation, π_ref); with
-    ``routes_BTLK`` a mixture-of-experts model replays the rollout's routing (R3). At least
+    ``routes_BTLK`` a mixture-of-experts model replays the rollout's routing (R3), with
+    ``kept_BTK`` each token is scored over its recorded kept set (top-p replay). At least
     ``passes`` forward passes run (extra ones on row 0, discarded: a sharded model's ranks
     must all run as many; B may then be 0, given a row to run on)."""
     was_training = model.training
@@ -266,10 +313,11 @@ def batched_logprobs(
         for i in starts:
             rows = slice(i, i + micro_batch_size)
             routes = None if routes_BTLK is None else cross(routes_BTLK[rows], device)
+            kept = None if kept_BTK is None else cross(kept_BTK[rows], device)
             with replaying(model, routes, replay=True):
                 parts.append(scored(model, cross(tokens_BT[rows], device),
                                     cross(attention_BT[rows], device),
-                                    temperature=temperature)[0])  # fmt: skip
+                                    temperature=temperature, kept_BTK=kept)[0])  # fmt: skip
     finally:
         model.train(was_training)
     if not parts:

@@ -56,6 +56,10 @@ class Episode:
     """MoE policies: (len(prompt_ids) + len(response_ids), L, K) experts per position, each
     from the engine call that first routed it (:func:`earliest_routes`); rows past the last
     call (observations after the last turn) are missing and count as not routed."""
+    kept: torch.Tensor | None = None
+    """With ``behaviour.replay_sampling_set``: (len(response_ids), K) int32, each action
+    token's kept set as the engine recorded it (``Completion.kept``), -1 padded; rows of -1
+    on observations and where no set was recorded."""
 
     @property
     def turns(self) -> int:
@@ -81,7 +85,7 @@ def single_turn(
     return Episode(prompt_ids=c.prompt_ids, response_ids=c.response_ids, action=(True,) * n,
                    logprobs=c.logprobs, versions=(c.version,) * n, turn_ids=(0,) * n,
                    end=End.TERMINAL if c.stopped else End.TRUNCATED, eos=c.stopped,
-                   rewards=(reward,), status=status, routes=c.routes)  # fmt: skip
+                   rewards=(reward,), status=status, routes=c.routes, kept=c.kept)  # fmt: skip
 
 
 @dataclass
@@ -102,6 +106,8 @@ class _Running:
     tool_results: list[str | None] = field(default_factory=list)
     turns: int = 0
     routes: torch.Tensor | None = None
+    kept: list[torch.Tensor] = field(default_factory=list)
+    """Per turn and observation, (n, K) kept sets (empty unless the engine recorded them)."""
 
     @property
     def context(self) -> tuple[int, ...]:
@@ -116,6 +122,8 @@ class _Running:
         self.turn_ids += [self.turns] * n
         self.turns += 1
         self.routes = earliest_routes(self.routes, c.routes)
+        if c.kept is not None:
+            self.kept.append(c.kept)
 
     def add_step(self, s: EnvStep) -> None:
         self.rewards.append(s.reward)
@@ -131,6 +139,8 @@ class _Running:
         self.logprobs += [0.0] * n
         self.versions += [0] * n
         self.turn_ids += [-1] * n
+        if self.kept:  # observations have no kept set
+            self.kept.append(torch.full((n, 0), -1, dtype=torch.int32))
 
     def finish(self, end: End, eos: bool) -> Episode:
         status = RewardStatus.INFRA_ERROR if end == End.ABORTED else self.status
@@ -139,7 +149,19 @@ class _Running:
                        versions=tuple(self.versions), turn_ids=tuple(self.turn_ids), end=end,
                        eos=eos, rewards=tuple(self.rewards), status=status,
                        tool_calls=self.tool_calls, tool_errors=self.tool_errors,
-                       tool_results=tuple(self.tool_results), routes=self.routes)  # fmt: skip
+                       tool_results=tuple(self.tool_results), routes=self.routes,
+                       kept=stacked_kept(self.kept) if self.kept else None)  # fmt: skip
+
+
+def stacked_kept(parts: Sequence[torch.Tensor]) -> torch.Tensor:
+    """(Σ n, K) int32: (n, K_j) kept-set rows one after another, padded with -1 to the widest."""
+    width = max(x.shape[1] for x in parts)
+    out = torch.full((sum(len(x) for x in parts), width), -1, dtype=torch.int32)
+    start = 0
+    for x in parts:
+        out[start : start + len(x), : x.shape[1]] = x
+        start += len(x)
+    return out
 
 
 def earliest_routes(known: torch.Tensor | None, call: torch.Tensor | None) -> torch.Tensor | None:
@@ -165,6 +187,7 @@ def run_episodes(
     top_p: float,
     before_turn: Callable[[], None] | None = None,
     max_turns: int | None = None,
+    kept_sets: int = 0,
 ) -> list[Episode]:
     """Run one episode in each environment, all running ones batched into each ``generate``.
 
@@ -181,7 +204,8 @@ def run_episodes(
     (``engine.max_len``, where it has one): after the first turn (whose prompt the run's
     set-up checks), no turn is sampled past the model's length.
     ``before_turn`` runs before each round (partial rollout: new weights may arrive, and
-    the next turns' tokens carry their version).
+    the next turns' tokens carry their version). ``kept_sets`` > 0 asks the engine for each
+    action token's kept set of at most that many ids (``Episode.kept``; top-p replay).
     """
     stops = tuple(dict.fromkeys(t for env in envs for t in env.stop_token_ids))
     strings = stop_strings_of(envs)
@@ -194,6 +218,7 @@ def run_episodes(
             aborted(exc)
             done[i] = _Running(env, ()).finish(End.ABORTED, eos=False)
     limit = getattr(engine, "max_len", None)
+    asked = {"kept_sets": kept_sets} if kept_sets else {}  # engines without sets need not know
     while running:
         if limit is not None:  # no room for another whole turn: truncated, as by the budget
             for i in [i for i, r in running.items()
@@ -206,7 +231,7 @@ def run_episodes(
         batch = engine.generate([r.context for r in running.values()], n=1,
                                 max_new_tokens=max_new_tokens, temperature=temperature,
                                 top_p=top_p, stop_token_ids=stops,
-                                stop_strings=strings)  # fmt: skip
+                                stop_strings=strings, **asked)  # fmt: skip
         items = list(running.items())
         for (_, r), (c,) in zip(items, batch, strict=True):
             r.add_turn(c)
@@ -359,7 +384,22 @@ def to_batch(scored: Sequence[Scored], *, pad_token_id: int) -> Batch:
         token_rewards=_turn_rewards(scored, action, turn) if _has_step_rewards(scored) else None,
         policy_version=version,
         routed_experts=_routes(scored, prompt_len, t),
+        sampling_set=_kept(scored, prompt_len, t),
     )
+
+
+def _kept(scored: Sequence[Scored], prompt_len: int, t: int) -> torch.Tensor | None:
+    """(B, T, K) int32 kept sets in the batch's columns (-1 where none); None when no episode
+    carries them (replay off). K: the widest set of the batch."""
+    known = [s.episode.kept for s in scored if s.episode.kept is not None]
+    if not known:
+        return None
+    out = torch.full((len(scored), t, max(k.shape[1] for k in known)), -1, dtype=torch.int32)
+    for i, s in enumerate(scored):
+        kept = s.episode.kept
+        if kept is not None:
+            out[i, prompt_len : prompt_len + len(kept), : kept.shape[1]] = kept
+    return out
 
 
 def _routes(scored: Sequence[Scored], prompt_len: int, t: int) -> torch.Tensor | None:

@@ -570,7 +570,8 @@ def make_engine(
         from rlmap.system.vllm_engine import PinnedView, VLLMEngine
 
         engine = VLLMEngine(model_dir, policy, eos_token_id=int(tokenizer.eos_token_id),
-                            dtype=DTYPES[s.rollout_dtype], memory=s.engine_memory)  # fmt: skip
+                            dtype=DTYPES[s.rollout_dtype], memory=s.engine_memory,
+                            sampling_masks=cfg.behaviour.replay_sampling_set)  # fmt: skip
         return PinnedView(engine, 0, policy) if s.mode == "async" else engine
     return HFEngine(policy, pad_token_id=int(tokenizer.pad_token_id),
                     eos_token_id=int(tokenizer.eos_token_id), dtype=DTYPES[s.rollout_dtype],

@@ -155,10 +155,12 @@ def rollout_round(
     """
     g, group_size = p.cfg.generation, p.cfg.sampling.group_size
     envs = [p.environment(e) for e in examples for _ in range(group_size)]
+    b = p.cfg.behaviour
+    kept_sets = b.sampling_set_cap if b.replay_sampling_set else 0  # top-p replay
     episodes = run_episodes(p.engine if engine is None else engine, envs,
                             max_new_tokens=g.max_new_tokens, temperature=g.temperature,
                             top_p=g.top_p, before_turn=before_turn,
-                            max_turns=p.cfg.data.turn_budget)  # fmt: skip
+                            max_turns=p.cfg.data.turn_budget, kept_sets=kept_sets)  # fmt: skip
     learned, rm_failed = None, False
     if p.reward_model is not None:
         try:

@@ -61,7 +61,7 @@ import torch
 
 from rlmap.core.errors import ConfigError, TrainingError
 from rlmap.core.hf import context_length, head_dim
-from rlmap.system.engine import Completion, StopStrings, cut_at_stop_strings
+from rlmap.system.engine import Completion, StopStrings, cut_at_stop_strings, kept_rows
 from rlmap.system.hf_engine import check_sampling_args
 from rlmap.system.lora import rollout_weights
 
@@ -134,8 +134,11 @@ class VLLMEngine:
         dtype: torch.dtype = torch.float32,
         max_batch: int = 256,
         memory: float = 0.5,
+        sampling_masks: bool = False,
     ) -> None:
         vllm = require_vllm()
+        self.sampling_masks = sampling_masks
+        """Built with vLLM's ``return_sampling_mask``: ``generate`` can return kept sets."""
         self.eos_token_ids = (
             (eos_token_id,) if isinstance(eos_token_id, int) else tuple(eos_token_id)
         )
@@ -155,6 +158,8 @@ class VLLMEngine:
             generation_config="vllm", enable_prefix_caching=True, max_num_seqs=max_batch,
             max_model_len=self.max_len, seed=0,
         )  # fmt: skip
+        if sampling_masks:  # vLLM ≥ 0.28 (PR #49577); its V2 model runner only, so no CPU build
+            settings["return_sampling_mask"] = True
         if torch.cuda.is_available():
             settings["gpu_memory_utilization"] = memory
         else:
@@ -220,15 +225,23 @@ class VLLMEngine:
         top_p: float,
         stop_token_ids: Sequence[int] = (),
         stop_strings: StopStrings | None = None,
+        kept_sets: int = 0,
     ) -> list[list[Completion]]:
         """``n`` samples per prompt (outer list per prompt, in order); see the module docstring.
 
         Stop strings: this engine holds no tokenizer, so a row runs on to a stop token or
         ``max_new_tokens`` and is then cut after the token that completed its first stop
-        string (:func:`~rlmap.system.engine.cut_at_stop_strings`), as the HF engine's are."""
+        string (:func:`~rlmap.system.engine.cut_at_stop_strings`), as the HF engine's are.
+
+        ``kept_sets`` > 0 needs an engine built with ``sampling_masks``: each token's kept set
+        is vLLM's ``CompletionOutput.sampling_mask`` (the ids left finite by its top-p, top-k
+        and min-p filters). Untested on a GPU: vLLM 0.32's CPU build cannot return them."""
         check_sampling_args(
             prompts, n=n, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p
         )
+        if kept_sets and not self.sampling_masks:
+            raise ConfigError("behaviour.replay_sampling_set: this vLLM engine was built "
+                              "without return_sampling_mask, so it has no kept sets")  # fmt: skip
         longest = max(len(p) for p in prompts)
         if longest >= self.max_len:  # vLLM would refuse the whole call in a traceback
             raise TrainingError(f"rollout: a context of {longest} tokens reaches the vLLM "
@@ -251,11 +264,14 @@ class VLLMEngine:
         requests = [{"prompt_token_ids": list(p)} for p in flat]
         with self.lock:
             outputs = self.llm.generate(requests, params, use_tqdm=False)
-            completions = [cut_at_stop_strings(self._completion(p, out, stops), stop_strings)
+            completions = [cut_at_stop_strings(self._completion(p, out, stops, kept_sets),
+                                               stop_strings)
                            for p, out in zip(flat, outputs, strict=True)]  # fmt: skip
         return [completions[i * n : (i + 1) * n] for i in range(len(prompts))]
 
-    def _completion(self, prompt: tuple[int, ...], output: Any, stops: list[int]) -> Completion:
+    def _completion(
+        self, prompt: tuple[int, ...], output: Any, stops: list[int], kept_sets: int = 0
+    ) -> Completion:
         if tuple(output.prompt_token_ids) != prompt:
             raise RuntimeError("vLLM engine: an output came back for another prompt")
         (sample,) = output.outputs
@@ -267,8 +283,9 @@ class VLLMEngine:
             raise TrainingError("rollout: the policy's log-probs are NaN or infinite (the "
                                 "weights overflow in the forward pass); stopped")  # fmt: skip
         stopped = sample.finish_reason == "stop" and bool(ids) and ids[-1] in stops
+        kept = sampled_sets(sample, kept_sets) if kept_sets else None
         return Completion(prompt_ids=prompt, response_ids=ids, logprobs=logprobs,
-                          stopped=stopped, version=self._version)  # fmt: skip
+                          stopped=stopped, version=self._version, kept=kept)  # fmt: skip
 
     def close(self) -> None:
         """Shut vLLM's engine core down (the engine is unusable afterwards)."""
@@ -338,6 +355,7 @@ class PinnedView:
         top_p: float,
         stop_token_ids: Sequence[int] = (),
         stop_strings: StopStrings | None = None,
+        kept_sets: int = 0,
     ) -> list[list[Completion]]:
         """The engine's ``generate`` on this view's weights."""
         with self.engine.lock:
@@ -352,9 +370,22 @@ class PinnedView:
                 return self.engine.generate(prompts, n=n, max_new_tokens=max_new_tokens,
                                             temperature=temperature, top_p=top_p,
                                             stop_token_ids=stop_token_ids,
-                                            stop_strings=stop_strings)  # fmt: skip
+                                            stop_strings=stop_strings,
+                                            kept_sets=kept_sets)  # fmt: skip
             finally:
                 self.engine.generator = shared
+
+
+def sampled_sets(sample: Any, cap: int) -> torch.Tensor:
+    """(len(token_ids), K) int32 kept sets of one vLLM sample (``CompletionOutput``), from its
+    ``sampling_mask.token_ids`` (one list of ids per generated token), those over ``cap`` ids
+    left out (:func:`~rlmap.system.engine.kept_rows`)."""
+    mask = getattr(sample, "sampling_mask", None)
+    sets = None if mask is None else mask.token_ids
+    if sets is None or len(sets) != len(sample.token_ids):
+        raise TrainingError("rollout: vLLM returned no kept set for some sampled tokens "
+                            "(behaviour.replay_sampling_set needs one per token)")  # fmt: skip
+    return kept_rows(sets, cap)
 
 
 def engine_context(model: torch.nn.Module) -> int:
