@@ -553,3 +553,20 @@ def test_citations_bracket_the_window_or_take_the_newest(tmp_path: Path) -> None
     assert steps((12, 18)) == ["10", "20"] and steps((10, 20)) == ["10", "20"]
     assert steps((25, 40)) == ["20"] and steps(None) == ["30"]
     assert cite_samples(tmp_path / "none", None) == ()
+
+
+def test_the_map_names_dppo_m2po_and_replay_where_its_failure_table_points() -> None:
+    # Ratio tails (late collapse), stale batches (async efficiency) and an engine mismatch
+    # (the κ row) each point at the 2026 corrections that act on them, reading their settings.
+    from rlmap.diagnostics import symptoms
+
+    def reads(symptom: symptoms.Symptom) -> str:
+        return " ".join(" ".join((i.name, *i.reads, i.hint)) for i in symptom.check)
+
+    tails, stale = reads(symptoms.LATE_COLLAPSE), reads(symptoms.ASYNC_EFFICIENCY)
+    for text in (tails, stale):
+        assert "M2PO" in text and "DPPO" in text and "config:behaviour.corrections" in text
+    mismatch = reads(symptoms.MOE_ROUTE_MISMATCH)
+    assert (
+        "config:behaviour.replay_sampling_set" in mismatch and "config:generation.top_p" in mismatch
+    )

@@ -145,6 +145,21 @@ def test_answers_follow_the_task() -> None:
     assert turns[QUESTIONS[2]].startswith("gae per turn")
 
 
+def test_the_2026_corrections_are_named_where_the_table_points() -> None:
+    # Row 5 (a separate engine: ratio tails from mismatch) names M2PO, DPPO on μ and the
+    # kept-set replay; a severe barrier (asynchrony: stale batches) names M2PO and DPPO; a
+    # task with neither names none of them.
+    def reasons(profile: TaskProfile) -> dict[str, str]:
+        return {a.question: a.reason for a in advise(profile).answers}
+
+    engine = reasons(ROWS[5].profile)[QUESTIONS[3]]
+    for name in ("m2po", "dppo_tv", "behaviour.replay_sampling_set"):
+        assert name in engine, name
+    assert "m2po" in reasons(ROWS[6].profile)[QUESTIONS[5]]
+    plain = reasons(TaskProfile())
+    assert not any(n in plain[QUESTIONS[3]] + plain[QUESTIONS[5]] for n in ("m2po", "dppo"))
+
+
 def test_first_is_not_a_verdict_in_the_text_and_the_file() -> None:
     advice = advise(TaskProfile())
     assert "not a verdict" in DISCLAIMER

@@ -244,6 +244,17 @@ LATE_COLLAPSE = Symptom(
             "ratio tails",
             ("ratio/rho/p99_abs_log", "ratio/rho/max_abs_log", "ratio/rho/clipped_frac"),
         ),
+        Interface(
+            "a trust region on the tails (DPPO) or a second-moment mask (M2PO)",
+            (
+                "config:behaviour.objective",
+                "config:behaviour.corrections",
+                "ratio/kappa/m2",
+                "ratio/kappa/m2po_masked_frac",
+            ),
+            "behaviour.objective=dppo_tv bounds the probability gap, corrections=[m2po] drops "
+            "the tokens of largest (log κ)² over each mini-batch",
+        ),
         Interface("optimiser step size", ("optim/grad_norm", "optim/lr")),
     ),
     not_first=(
@@ -275,6 +286,16 @@ ASYNC_EFFICIENCY = Symptom(
             ),
         ),
         Interface("accepted fraction", ("system/accepted_token_frac", "sampling/rejected")),
+        Interface(
+            "stale-data correction (M2PO, DPPO on μ)",
+            (
+                "config:behaviour.corrections",
+                "config:behaviour.objective",
+                "ratio/kappa/m2po_masked_frac",
+            ),
+            "corrections=[m2po] for stale batches; dppo_tv in bypass mode anchors the trust "
+            "region on the policy that sampled",
+        ),
         Interface("queue preference for short trajectories", ("length/mean", "eval/length")),
         Interface(
             "capability gain per generated token", ("eval/pass@1", "budget/generated_tokens")
@@ -298,6 +319,16 @@ MOE_ROUTE_MISMATCH = Symptom(
             "only mixture-of-experts policies log it (the rollout engine records the routes)",
         ),
         Interface("routing replay (R3)", ("config:behaviour.routing_replay",)),
+        Interface(
+            "top-p kept-set replay",
+            (
+                "config:generation.top_p",
+                "config:behaviour.replay_sampling_set",
+                "sampling_set/mean_size",
+            ),
+            "with top_p < 1 the engine's μ is renormalised over the kept set: without replay "
+            "κ carries −log of the set's mass (docs/mismatch.md)",
+        ),
         Interface(
             "train–rollout log-prob gap (κ)",
             ("ratio/kappa/mean_abs_log", "ratio/kappa/p99_abs_log", "ratio/kappa/max_abs_log"),

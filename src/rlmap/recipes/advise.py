@@ -315,7 +315,11 @@ def _q_behaviour(p: TaskProfile, cfg: RecipeConfig) -> tuple[str, str]:
         sources.append("an engine whose expert routing differs from training")
     if sources:
         why = "measure κ = π_old/μ before correcting it (ratio/kappa/*): PPO's clip fraction "
-        return "; ".join(sources), why + "cannot reveal an engine mismatch, nor TIS limit reuse"
+        why += "cannot reveal an engine mismatch, nor TIS limit reuse; if κ's tails stay "
+        why += "large, drop the tokens of largest (log κ)² over each mini-batch (m2po) or bound "
+        why += "the probability gap to μ (dppo_tv in bypass mode); with generation.top_p < 1, "
+        why += "replay the kept set (behaviour.replay_sampling_set), or κ carries the top-p mass"
+        return "; ".join(sources), why
     name = cfg.behaviour.objective
     if objective.uses_ratio:
         why = f"{name} bounds how far π_θ moves from π_old (ρ)"
@@ -339,7 +343,8 @@ def _q_system(p: TaskProfile, cfg: RecipeConfig) -> tuple[str, str]:
     if p.barrier == "severe":
         why = "the barrier is severe: profile it first (rollout duration p50/p95/p99, "
         why += "system/rollout_s, system/tokens_per_s); asynchrony trades idle time for "
-        why += "staleness, queue selection bias and version bookkeeping, it is not free"
+        why += "staleness, queue selection bias and version bookkeeping, it is not free; "
+        why += "stale batches are what m2po and dppo_tv's trust region on μ are for"
     else:
         why = "the wait for the slowest trajectory is affordable: keep the barrier, no drift"
     if p.separate_rollout:
