@@ -116,7 +116,9 @@ def bench_reductions(batch: Batch, gen: torch.Generator, repeats: int) -> list[t
     rows = []
     for name in reduction.registry.names():
         p = ReductionParams(name=name, max_len=batch.tokens.shape[1])
-        run = partial(lambda p: reduce(loss, token_weights(batch.action_mask, p)), p)
+        run = partial(
+            lambda p: reduce(loss, token_weights(batch.action_mask, p, group_id=batch.group_id)), p
+        )
         rows.append((f"reduction {name}", median_ms(run, repeats)))
     return rows
 

@@ -55,7 +55,8 @@ def _plant(case: dict[str, Any], world: World) -> None:
     def planted(model: Any, mb: Any, rows: Any, weights: Any, owner_rows: Any, *rest: Any) -> Any:
         if case["bug"] == "per_rank":  # this rank's rows only: a per-rank denominator
             mine = (owner_rows == world.rank)[:, None]
-            weights = (token_weights(mb.action_mask & mine, reduction),)
+            weights = (token_weights(mb.action_mask & mine, reduction,
+                                     group_id=mb.group_id), *weights[1:])  # fmt: skip
         elif case["bug"] == "averaged":  # divided by the world size once more
             weights = tuple(w / world.size for w in weights)
         return original(model, mb, rows, weights, owner_rows, *rest)

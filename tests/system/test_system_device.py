@@ -79,7 +79,8 @@ def _every_field_batch() -> Batch:
            "end": torch.full((b,), int(End.TERMINAL)), "eos": torch.ones(b).bool(),
            "reward_status": torch.full((b,), int(RewardStatus.OK)),
            "bootstrap_values": torch.zeros(b),
-           "routed_experts": torch.zeros(b, t, 2, 1, dtype=torch.long)}  # fmt: skip
+           "routed_experts": torch.zeros(b, t, 2, 1, dtype=torch.long),
+           "sampling_set": torch.zeros(b, t, 2, dtype=torch.int32)}  # fmt: skip
     return Batch(**kw)
 
 
