@@ -439,8 +439,9 @@ def _add_run_commands(sub: Any) -> None:
     """Recipes, configs, training and evaluation."""
     p = _command(sub, "recipes", help="list the presets, each with its full composition")
     p.set_defaults(func=_cmd_recipes)
-    p = _command(sub, "explain", help="a preset axis by axis: components, values, paper")
-    p.add_argument("name", help="preset name (see `rlmap recipes`)")
+    p = _command(sub, "explain", help="a preset axis by axis, or one component's card")
+    p.add_argument("name", help="preset (see `rlmap recipes`), component (m2po, dppo_kl, "
+                   "prompt_mean …) or field=component (behaviour.objective=dro)")  # fmt: skip
     p.set_defaults(func=_cmd_explain)
     p = _command(sub, "train", help="train a policy; prints the run directory")
     p.add_argument("--recipe", default=None, help="preset to start from (default: grpo)")

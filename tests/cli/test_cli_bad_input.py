@@ -127,7 +127,17 @@ def case_config_unknown_recipe(ws: Workspace) -> tuple[list[str], list[str]]:
 
 @case
 def case_explain_unknown_recipe(ws: Workspace) -> tuple[list[str], list[str]]:
-    return ["explain", "dappo"], ["unknown recipe 'dappo'", "dapo"]
+    return ["explain", "dappo"], ["unknown recipe or component 'dappo'", "dapo"]
+
+
+@case
+def case_explain_unknown_component_of_a_field(ws: Workspace) -> tuple[list[str], list[str]]:
+    return ["explain", "behaviour.objective=dppo"], ["behaviour.objective", "'dppo'", "dppo_tv"]
+
+
+@case
+def case_explain_field_that_chooses_nothing(ws: Workspace) -> tuple[list[str], list[str]]:
+    return ["explain", "behaviour.clip_low=2"], ["behaviour.clip_low", "kl.estimator"]
 
 
 @case

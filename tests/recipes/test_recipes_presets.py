@@ -38,6 +38,46 @@ def test_explain_prints_all_six_axes_and_the_paper(name: str) -> None:
     assert registry.get(name).paper in text
 
 
+# Each 2026 component, the field that chooses it and what its card must show, written out
+# here from docs/formulas.md §3–§6 (the defaults are the ones the doc quotes).
+CARDS_2026 = {
+    "dppo_tv": ("behaviour.objective=dppo_tv", "behaviour.dppo_tv_high=0.2", "verl"),
+    "dppo_kl": ("behaviour.objective=dppo_kl", "behaviour.dppo_kl_low=0.05", "SkyRL"),
+    "m2po": ("behaviour.corrections=[m2po]", "behaviour.m2po_threshold=0.04", "AReaL"),
+    "opsm": ("behaviour.corrections=[opsm]", "behaviour.opsm_delta=0.0001", "DeepSeek"),
+    "k3_iw": ("kl.estimator=k3_iw", "ρ", "unbiased"),
+    "prompt_mean": ("reduction.name=prompt_mean", "group", "SkyRL"),
+    "token_sum": ("reduction.name=token_sum", "sum", "verl"),
+    "seq_mean_token_sum": ("reduction.name=seq_mean_token_sum", "sum", "verl"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CARDS_2026))
+def test_explain_gives_a_component_its_card(name: str) -> None:
+    text = explain(name)
+    for part in CARDS_2026[name]:
+        assert part in text, part
+    assert text.startswith(f"{name}: ")
+    assert "1 feedback" not in text  # a card, not a preset's six axes
+
+
+def test_a_name_both_preset_and_component_explains_the_preset_and_points_at_the_card() -> None:
+    text = explain("dro")
+    assert "6 system" in text  # the preset
+    assert "rlmap explain behaviour.objective=dro" in text
+    card = explain("behaviour.objective=dro")
+    assert "behaviour.dro_beta=0.05" in card and "6 system" not in card
+
+
+def test_every_registered_component_has_a_card() -> None:
+    from rlmap.recipes.explain import COMPONENTS
+
+    for _, field, reg in COMPONENTS:
+        for name in reg.names():
+            card = explain(f"{field}={name}")
+            assert reg.get(name).summary in card and f"chosen by {field}" in card, name
+
+
 def test_dapo_composition_is_written_out() -> None:
     line = composition(preset("dapo"))
     for part in (

@@ -13,6 +13,8 @@ import textwrap
 from typing import Any
 
 from rlmap import correction, estimators, feedback, reduction, sampling
+from rlmap.core.errors import UnknownComponentError
+from rlmap.correction.params import BehaviourParams
 from rlmap.recipes.catalog import registry
 from rlmap.recipes.config import RecipeConfig
 from rlmap.system.params import SystemParams
@@ -159,8 +161,68 @@ def _component_note(section: str, cfg: RecipeConfig) -> str:
     return lookup[section]()
 
 
+COMPONENTS: tuple[tuple[str, str, Any], ...] = (
+    ("1 feedback", "feedback.verifier", feedback.registry),
+    ("2 sampling", "sampling.filter", sampling.registry),
+    ("3 credit", "credit.estimator", estimators.registry),
+    ("4 behaviour", "behaviour.objective", correction.registry),
+    ("4 behaviour", "behaviour.corrections", correction.corrections),
+    ("4 behaviour", "kl.estimator", correction.kl_estimators),
+    ("5 reduction", "reduction.name", reduction.registry),
+)
+"""Where each axis's registered components are chosen: (axis, config field, registry)."""
+
+
+def component(name: str, field: str | None = None) -> str | None:
+    """The cards of every registered component called ``name`` (only the one chosen by
+    ``field``, e.g. ``behaviour.objective``, when given): axis, how to choose it, its formula
+    in a line, paper and anchor code, and the fields it reads with their defaults; None when
+    no registry has it."""
+    cards = [
+        _card(name, axis, where, reg.get(name))
+        for axis, where, reg in COMPONENTS
+        if name in reg and field in (None, where)
+    ]
+    return "\n\n".join(cards) if cards else None
+
+
+def _card(name: str, axis: str, field: str, entry: Any) -> str:
+    choose = f"{field}=[{name}]" if field == "behaviour.corrections" else f"{field}={name}"
+    out = [f"{name}: {entry.summary}", f"axis {axis}, chosen by {choose} "
+           f"(e.g. rlmap train --recipe grpo {choose})"]  # fmt: skip
+    for label in ("paper", "code"):
+        if getattr(entry, label, ""):
+            out.append(f"{label}: {getattr(entry, label)}")
+    defaults = BehaviourParams()
+    reads = [f"behaviour.{f}={getattr(defaults, f)!r}" for f in getattr(entry, "params", ())]
+    if reads:
+        out.append("reads (defaults): " + " ".join(reads))
+    return "\n".join(out)
+
+
+def _component_or_refuse(name: str, field: str) -> str:
+    card = component(name, field or None)
+    if card is not None:
+        return card
+    if not field:
+        presets = ", ".join(registry.names())
+        raise UnknownComponentError(f"unknown recipe or component {name!r}; presets: "
+                                    f"{presets} (components: rlmap papers)")  # fmt: skip
+    fields = {where: reg for _, where, reg in COMPONENTS}
+    if field not in fields:
+        raise UnknownComponentError(f"{field}: not a field that chooses a component; one of "
+                                    f"{', '.join(fields)}")  # fmt: skip
+    raise UnknownComponentError(f"{field}: no component called {name!r}; known: "
+                                f"{', '.join(fields[field].names())}")  # fmt: skip
+
+
 def explain(name: str) -> str:
-    """Axis by axis: component, hyper-parameters, paper, and values scaled for the default."""
+    """Axis by axis: component, hyper-parameters, paper, and values scaled for the default.
+    ``name`` is a preset, or a registered component (``dppo_kl``, ``m2po``; ``field=name``
+    picks one where two axes share a name): then its card (:func:`component`)."""
+    field, _, short = name.rpartition("=")
+    if field or name not in registry:
+        return _component_or_refuse(short, field)
     entry = registry.get(name)
     cfg = entry.build()
     out = [f"{name}: {entry.summary}", f"paper: {entry.paper}", ""]
@@ -179,4 +241,6 @@ def explain(name: str) -> str:
     out += [f"  - {field}: {paper!r} → {ours!r}" for field, paper, ours in rows] or ["  (none)"]
     if entry.note:
         out += ["", f"note: {entry.note}"]
+    out += [f"the component {name!r} too: rlmap explain {where}={name}"
+            for _, where, reg in COMPONENTS if name in reg]  # fmt: skip
     return "\n".join(out)
