@@ -346,6 +346,37 @@ def test_pi_old_and_pi_ref_are_scored_over_the_sets(tiny_model_dir: Path) -> Non
     assert "\n" not in str(info.value) and "behaviour.replay_sampling_set" in str(info.value)
 
 
+def test_a_rank_scores_its_own_rows_over_their_own_sets(
+    tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The data-parallel branch of the log-prob pass: each of 2 ranks scores the rows it owns
+    # over those rows' sets, and the exchanged rows land in place. Rank 1 runs first and its
+    # part is handed to rank 0 as the all-gather would; the result must be the one process's.
+    from rlmap.system import learner
+    from rlmap.system.distributed import World
+
+    model, batch = _replay_batch(tiny_model_dir)
+    s = _settings(replay_sampling_set=True)
+    kept = learner.replayed_sets(batch, s.behaviour)
+    owner = torch.arange(batch.tokens.shape[0]) % 2  # rows split 0, 1, 0, 1, …
+    attention = learner.attention_of(batch)
+    parts: list[object] = []
+
+    def gather(world: World, obj: object) -> list[object]:
+        parts.insert(0, obj) if world.rank == 0 else parts.append(obj)
+        return list(parts)
+
+    monkeypatch.setattr(learner, "gather", gather)
+    for rank in (1, 0):
+        two = learner._shared_logprobs(model, batch, attention, s, World(rank=rank, size=2),
+                                       owner, None, sharded=False, kept=kept)  # fmt: skip
+    one = learner._shared_logprobs(model, batch, attention, s, World(), None, None,
+                                   sharded=False, kept=kept)  # fmt: skip
+    mask = batch.action_mask
+    assert torch.allclose(two[mask], one[mask], atol=1e-6)
+    assert float((one - batch.behavior_logprobs)[mask].abs().max()) < 1e-4  # over the sets
+
+
 def test_kappa_tails_vanish_with_replay_and_the_set_metrics_are_logged(
     tiny_model_dir: Path,
 ) -> None:
