@@ -22,10 +22,13 @@ from typing import Any
 
 
 def _parse_reference(parse: Any, reference: str) -> list[Any]:
-    """The gold answer: as written, else read as LaTeX math (``\\sqrt{2}``, ``x^2+1``)."""
-    gold = parse(reference, parsing_timeout=None)
+    """The gold answer: as written, else read as LaTeX math (``\\sqrt{2}``, ``x^2+1``); a
+    LaTeX command outside ``$...$`` is read as LaTeX first, since read as written
+    ``2\\sqrt{3}``, ``3\\pi`` and ``(-\\infty, 3]`` are their first number (a MATH answer)."""
+    latex_first = "\\" in reference and "$" not in reference
+    gold = parse(f"${reference}$" if latex_first else reference, parsing_timeout=None)
     if not gold and "$" not in reference:
-        gold = parse(f"${reference}$", parsing_timeout=None)
+        gold = parse(reference if latex_first else f"${reference}$", parsing_timeout=None)
     # parse falls back to the raw string when nothing parses: that is no answer at all
     return list(gold) if any(not isinstance(g, str) for g in gold) else []
 

@@ -231,17 +231,22 @@ def _task_verifier(merged: dict[str, Any], overrides: Sequence[str]) -> None:
     """The verifier follows the task unless an override names one: a reasoning-gym task is
     scored by its own ``score_answer`` (``reasoning_gym``, in place of the default
     ``exact_match``), any other task by ``exact_match`` in place of an item verifier (a
-    reasoning-gym run's saved config reused for another task). ``reasoning_gym_partial``
-    trains on partial credit; its held-out pass@k counts full scores (``eval_verifier``
-    ``reasoning_gym``) unless an override says otherwise."""
+    reasoning-gym run's saved config reused for another task). Rows whose answers are
+    GSM8K or MATH solutions (``data.answer_format``) get ``math_equiv`` in place of
+    ``exact_match``: their references are numbers and LaTeX, seldom a response verbatim.
+    ``reasoning_gym_partial`` trains on partial credit; its held-out pass@k counts full
+    scores (``eval_verifier`` ``reasoning_gym``) unless an override says otherwise."""
     feedback = merged.setdefault("feedback", {})
     data = merged.get("data") if isinstance(merged.get("data"), Mapping) else {}
     task = data.get("task") if isinstance(data, Mapping) else None
     items = isinstance(task, str) and task.startswith("reasoning_gym:")
+    solutions = isinstance(data, Mapping) and data.get("answer_format") in ("gsm8k", "math")
     if not _overridden(overrides, "feedback.verifier"):
         verifier = feedback.get("verifier", "exact_match")
         if items and verifier == "exact_match":
             feedback["verifier"] = "reasoning_gym"
+        elif solutions and verifier == "exact_match":
+            feedback["verifier"] = "math_equiv"
         elif not items and verifier in ITEM_VERIFIERS:
             feedback["verifier"] = "exact_match"
     if not _overridden(overrides, "feedback.eval_verifier"):

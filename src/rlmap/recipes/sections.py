@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from rlmap.tasks.answers import AnswerFormat
+
 
 @dataclass(frozen=True)
 class ModelConfig:
@@ -66,18 +68,26 @@ class DataConfig:
     rollout and rubric; :mod:`rlmap.tasks.verifiers_env`),
     or a data file — ``.jsonl``, ``.json`` or ``.parquet`` — of ``prompt``/``answer`` rows or
     chat-format ``messages`` rows (:mod:`rlmap.tasks.datafiles`; then ``eval_path`` may name
-    the held-out file)."""
+    the held-out file), or ``hf:PATH_OR_NAME[:CONFIG][@SPLIT]``, a Hugging Face ``datasets``
+    dataset whose rows are read as a file's (:mod:`rlmap.tasks.hf_datasets`)."""
     prompt_field: str = "prompt"
-    """Data files: the field that holds a row's prompt."""
+    """Data files (and ``hf:`` datasets): the field that holds a row's prompt."""
     answer_field: str = "answer"
-    """Data files: the field that holds a row's reference answer (a chat row's final
-    assistant message takes its place)."""
+    """Data files (and ``hf:`` datasets): the field that holds a row's reference answer (a
+    chat row's final assistant message takes its place)."""
+    answer_format: AnswerFormat = "plain"
+    """Data files (and ``hf:`` datasets): how the answer field stores the reference —
+    ``plain`` (as it is), ``gsm8k`` (a solution ending ``#### 72``: the text after the last
+    ``####``, commas dropped) or ``math`` (the content of the last ``\\boxed{...}``); the
+    prompt is left as it is (:mod:`rlmap.tasks.answers`). ``gsm8k`` and ``math`` score with
+    ``math_equiv`` unless ``feedback.verifier`` is given."""
     task_args: dict[str, Any] | None = None
     """reasoning-gym tasks: the generator's settings, e.g. ``{"min_terms": 2}``; for a
     mixture, keyed by task name. gym tasks: ``gymnasium.make``'s keyword arguments. None:
     the task's defaults."""
     eval_path: str | None = None
-    """Held-out data file when ``task`` is a file; None holds out ``eval_size`` of it."""
+    """Held-out data file (or ``hf:`` dataset split) when ``task`` is one; None holds out
+    ``eval_size`` of it."""
     train_size: int = 6000
     """Number of training prompts generated for a built-in task."""
     eval_size: int = 256

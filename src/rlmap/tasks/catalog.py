@@ -1,5 +1,5 @@
-"""What ``data.task`` can name, for ``rlmap tasks``: the built-in tasks, the environment
-adapters and reasoning-gym's tasks."""
+"""What ``data.task`` can name, for ``rlmap tasks``: the built-in tasks, data files and
+``datasets`` datasets, the environment adapters and reasoning-gym's tasks."""
 
 from __future__ import annotations
 
@@ -15,6 +15,8 @@ BUILT_IN = {
     "arithmetic": "integer arithmetic, one answer per prompt (37+85= → 122); the default",
     "calculator": "multi-turn: the model may call a calculator tool before answering",
     "FILE": "your own rows: .jsonl, .json or .parquet, prompt/answer or chat messages",
+    "hf:NAME@SPLIT": "a datasets dataset or save_to_disk directory, rows as a file's "
+    "(hf:openai/gsm8k:main@train)",
     "gym:ENV_ID": "a gymnasium environment, one action per turn (gym:FrozenLake-v1)",
     "verifiers:ENV_ID": "a verifiers environment (or verifiers:MODULE:FACTORY): its rollout "
     "and rubric, rlmap's engine and tokens",

@@ -16,6 +16,12 @@ chat row's final assistant message is its answer (without one, the answer field 
 messages before it are the prompt, rendered with the model's chat template. Other keys of a
 row are ignored (exported files carry ids).
 
+``data.answer_format`` says how the answer stores the reference (:mod:`rlmap.tasks.answers`:
+GSM8K's ``#### 72``, MATH's ``\\boxed{...}``); the reference is cut out as the row is read,
+so a row without its marker is refused with the others. A Hugging Face ``datasets``
+dataset (``data.task=hf:...``, :mod:`rlmap.tasks.hf_datasets`) is rows like a file's, each
+named ``hf:... row N``.
+
 Every format passes the same two guards of :mod:`rlmap.tasks.jsonl` before anything is
 tokenised: a row over ``MAX_ROW_BYTES`` (a JSONL line's bytes; a JSON or Parquet row's
 size as compact JSON, the line it would be in a ``.jsonl`` file) is refused — a 16 MiB
@@ -28,10 +34,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from rlmap.core.errors import ConfigError, InputError, first_line
+from rlmap.tasks import hf_datasets
+from rlmap.tasks.answers import AnswerFormat, extract_reference
 from rlmap.tasks.arithmetic import Example
 from rlmap.tasks.jsonl import check_row_size, check_text, load_numbered, string_fields
 
@@ -44,15 +53,25 @@ def is_data_file(task: str) -> bool:
     return Path(task).suffix.lower() in SUFFIXES
 
 
-def row_converter(prompt_field: str = "prompt", answer_field: str = "answer"
+def row_converter(prompt_field: str = "prompt", answer_field: str = "answer",
+                  answer_format: AnswerFormat = "plain"
                   ) -> Callable[[dict[str, Any]], Example]:  # fmt: skip
-    """A row (a mapping) → an Example; ValueError saying what is wrong (no location)."""
+    """A row (a mapping) → an Example, its answer the reference ``answer_format`` reads out
+    of the answer (a chat row's too); ValueError saying what is wrong (no location)."""
 
     def convert(row: dict[str, Any]) -> Example:
+        field = f"field {answer_field!r}"
         if prompt_field not in row and "messages" in row:
-            return _chat_row(row, answer_field)
-        fields = string_fields(row, (prompt_field, answer_field))
-        return Example(prompt=fields[prompt_field], answer=fields[answer_field])
+            example = _chat_row(row, answer_field)
+            if example.messages is not None and len(example.messages) < len(row["messages"]):
+                field = "the final assistant message"
+        else:
+            fields = string_fields(row, (prompt_field, answer_field))
+            example = Example(prompt=fields[prompt_field], answer=fields[answer_field])
+        try:
+            return replace(example, answer=extract_reference(example.answer, answer_format))
+        except ValueError as err:
+            raise ValueError(f"{field}: {err}") from None
 
     return convert
 
@@ -83,12 +102,19 @@ def _chat_row(row: dict[str, Any], answer_field: str) -> Example:
 
 
 def load_labelled_examples(
-    path: Path, prompt_field: str = "prompt", answer_field: str = "answer"
+    source: Path | str,
+    prompt_field: str = "prompt",
+    answer_field: str = "answer",
+    answer_format: AnswerFormat = "plain",
 ) -> list[tuple[str, Example]]:
-    """(label, example) of every row of a data file: the label is ``file:line`` (JSONL) or
-    ``file row N``; InputError naming the file and row on the first bad one, and on a
-    file that cannot be read or holds no rows."""
-    convert = row_converter(prompt_field, answer_field)
+    """(label, example) of every row of a data file or ``hf:`` dataset: the label is
+    ``file:line`` (JSONL) or ``file row N`` (``hf:... row N``); InputError naming the file
+    and row on the first bad one, and on a file that cannot be read or holds no rows."""
+    convert = row_converter(prompt_field, answer_field, answer_format)
+    if isinstance(source, str) and hf_datasets.is_hf(source):
+        split = hf_datasets.load_rows(source, prompt_field, answer_field)
+        return _convert_rows(source, split, convert, "the split")
+    path = Path(source)
     suffix = path.suffix.lower()
     if suffix == ".jsonl" or (suffix not in SUFFIXES and path.is_file()):  # .ndjson, .txt: lines
         return [(f"{path}:{n}", e) for n, e in load_numbered(path, "examples", convert)]
@@ -98,27 +124,39 @@ def load_labelled_examples(
         rows = _parquet_rows(path)
     else:
         raise ConfigError(f"data.task: {str(path)!r} is neither a built-in task (arithmetic, "
-                          "calculator), reasoning_gym:NAME, nor a data file (.jsonl, .json, "
-                          ".parquet); rlmap tasks lists the tasks")  # fmt: skip
+                          "calculator), reasoning_gym:NAME, hf:NAME, nor a data file (.jsonl, "
+                          ".json, .parquet); rlmap tasks lists the tasks")  # fmt: skip
+    return _convert_rows(path, rows, convert, "the file")
+
+
+def _convert_rows(
+    where: Path | str, rows: Iterable[Any], convert: Callable[[dict[str, Any]], Example], whole: str
+) -> list[tuple[str, Example]]:
+    """(``where row N``, example) of every row, each passing the row-size guard first;
+    InputError naming the first bad row, or ``whole`` (the file, the split) when empty."""
     out = []
     for i, row in enumerate(rows):
         try:
             if not isinstance(row, dict):
                 raise ValueError(f"expected an object, got {type(row).__name__}")
             check_row_size(_json_size(row))
-            out.append((f"{path} row {i}", convert(row)))
+            out.append((f"{where} row {i}", convert(row)))
         except ValueError as err:
-            raise InputError(f"{path} row {i}: {err}") from None
+            raise InputError(f"{where} row {i}: {err}") from None
     if not out:
-        raise InputError(f"{path}: no examples (the file has no rows)")
+        raise InputError(f"{where}: no examples ({whole} has no rows)")
     return out
 
 
 def load_file_examples(
-    path: Path, prompt_field: str = "prompt", answer_field: str = "answer"
+    source: Path | str,
+    prompt_field: str = "prompt",
+    answer_field: str = "answer",
+    answer_format: AnswerFormat = "plain",
 ) -> list[Example]:
-    """Every example of a data file (see :func:`load_labelled_examples`)."""
-    return [e for _, e in load_labelled_examples(path, prompt_field, answer_field)]
+    """Every example of a data file or ``hf:`` dataset (see :func:`load_labelled_examples`)."""
+    labelled = load_labelled_examples(source, prompt_field, answer_field, answer_format)
+    return [e for _, e in labelled]
 
 
 def _json_size(row: dict[str, Any]) -> int:
