@@ -16,6 +16,18 @@ Four parts, each a dict in the output file, each printed as a line:
    (pass@1 ≈ 0): it times.
 4. ``resume``: a run killed with SIGKILL after its second checkpoint and resumed, against
    one that was not: the largest relative difference of the later steps' losses.
+5. ``data_parallel`` (issue 29): a one-rank world on the learner's device forced through the
+   data-parallel wrappers — the process group rlmap would build (``cpu:gloo,cuda:nccl`` on
+   a GPU: NCCL carries the gradients; gloo on a CPU), DDP and FSDP2 in float32 (gradient
+   equal to the plain module's) and FSDP2 with the bfloat16 ``MixedPrecisionPolicy`` (its
+   distance from float32, reported).
+6. ``weight_sync``: the 0.5B model of ``large`` streamed into a bfloat16 engine copy on the
+   device (:func:`rlmap.system.lora.rollout_stream`, one tensor at a time): seconds per
+   update, and the copy equal to the policy cast to bfloat16.
+7. ``vllm_sleep``: only where vLLM's CUDA build imports (it does not on the machine this
+   project is lent): an engine built to sleep at level 2, three cycles of sleep → wake
+   weights → reload → wake KV cache, the GiB each sleep frees and greedy tokens identical
+   before and after. Elsewhere it says why it was skipped.
 
 ``--small`` runs every part at toy size (a CPU dry run: ``CHECK_SMALL=1``).
 
@@ -163,6 +175,130 @@ def killed_and_resumed(out: Path, small: bool) -> dict[str, Any]:
     return {"killed_after_step": 2, "resumed_to": max(b), "max_rel_loss_gap": max(gaps)}
 
 
+def _toy_qwen2() -> torch.nn.Module:
+    from transformers import AutoModelForCausalLM, Qwen2Config
+
+    config = Qwen2Config(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=1, vocab_size=512,
+                         max_position_embeddings=64)  # fmt: skip
+    torch.manual_seed(0)
+    return AutoModelForCausalLM.from_config(config)
+
+
+def _gradient(model: torch.nn.Module, wrapped: torch.nn.Module, ids: torch.Tensor,
+              bf16: bool = False) -> dict[str, torch.Tensor]:  # fmt: skip
+    """Every parameter's gradient of one fixed loss through ``wrapped`` (a wrapper of
+    ``model``, or ``model`` itself), as full float32 tensors keyed by ``model``'s names."""
+    from rlmap.system.distributed import local
+
+    with torch.autocast(ids.device.type, torch.bfloat16, enabled=bf16):
+        logits = wrapped(input_ids=ids).logits.float()
+    logits.log_softmax(-1).gather(-1, ids.unsqueeze(-1)).mean().backward()
+    out = {}
+    for name, param in model.named_parameters():
+        grad = param.grad
+        full = getattr(grad, "full_tensor", None)
+        out[name] = (full() if full is not None else local(grad)).float().cpu()
+    return out
+
+
+def data_parallel(out: Path, small: bool) -> dict[str, Any]:
+    """Issue 29's one-rank check: rlmap's process group and wrappers at world size 1."""
+    import torch.distributed as dist
+
+    from rlmap.system.distributed import World, backend, free_port, parallel
+
+    device = resolve("auto")
+    gpu = device if device.type == "cuda" else None
+    if gpu is not None:
+        torch.cuda.set_device(gpu)
+    dist.init_process_group(backend(device), init_method=f"tcp://127.0.0.1:{free_port()}",
+                            rank=0, world_size=1, device_id=gpu)  # fmt: skip
+    try:
+        ids = torch.randint(0, 512, (4, 32), generator=torch.Generator().manual_seed(1))
+        ids = ids.to(device)
+        reference = _toy_qwen2().to(device)
+        plain = _gradient(reference, reference, ids)
+        figures: dict[str, Any] = {"backend": backend(device)}
+        for sharding, dtype in (("ddp", "float32"), ("fsdp2", "float32"), ("fsdp2", "bfloat16")):
+            model = _toy_qwen2().to(device)
+            world = World(rank=0, size=1, sharding=sharding, device=device, train_dtype=dtype)
+            wrapped = parallel(model, world)
+            grads = _gradient(model, wrapped, ids, bf16=dtype == "bfloat16")
+            scale = max(float(g.abs().max()) for g in plain.values())
+            gap = max(float((grads[k] - plain[k]).abs().max()) for k in plain) / scale
+            figures[f"{sharding}_{dtype}_grad_gap"] = gap
+    finally:
+        dist.destroy_process_group()
+    figures["gradients_equal"] = max(figures["ddp_float32_grad_gap"],
+                                     figures["fsdp2_float32_grad_gap"]) < 1e-6  # fmt: skip
+    return figures
+
+
+def weight_sync(out: Path, small: bool) -> dict[str, Any]:
+    """The ``large`` model streamed into a bfloat16 engine copy, three times, timed."""
+    from transformers import AutoModelForCausalLM
+
+    from rlmap.system.device import elapsed
+    from rlmap.system.hf_engine import HFEngine
+
+    directory = out / "large-model"
+    if not directory.is_dir():
+        large_model(directory, small)
+    device = resolve("auto")
+    policy = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32).to(device)
+    engine = HFEngine(policy, pad_token_id=0, eos_token_id=1, dtype=torch.bfloat16,
+                      own_copy=True)  # fmt: skip
+    seconds = []
+    for version in (1, 2, 3):
+        with torch.no_grad():
+            for param in policy.parameters():  # new weights each time
+                param.add_(1e-3)
+        started = time.perf_counter()
+        engine.update_weights(policy, version)
+        seconds.append(elapsed(started, device))
+    copy = engine.model.state_dict()
+    equal = all(torch.equal(copy[k], v.to(copy[k].dtype)) for k, v in policy.state_dict().items())
+    return {"parameters": sum(p.numel() for p in policy.parameters()),
+            "seconds": sorted(seconds)[1], "copy_equals_policy_in_bf16": equal}  # fmt: skip
+
+
+def vllm_sleep(out: Path, small: bool) -> dict[str, Any]:
+    """Three sleep cycles of a level-2 vLLM engine (its CUDA build only): GiB freed by each
+    sleep, greedy tokens before and after. Untried: no machine this ran on had the build."""
+    import importlib.util
+
+    if not torch.cuda.is_available() or importlib.util.find_spec("vllm") is None:
+        return {"skipped": "needs vLLM's CUDA build and a GPU"}
+    from transformers import AutoModelForCausalLM
+
+    from rlmap.system.vllm_engine import VLLMEngine
+
+    directory = out / "large-model"
+    if not directory.is_dir():
+        large_model(directory, small)
+    policy = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32).to("cuda")
+    engine = VLLMEngine(directory, policy, eos_token_id=1, dtype=torch.bfloat16, memory=0.3,
+                        sleep=2)  # fmt: skip
+
+    def greedy() -> list[tuple[int, ...]]:
+        rows = engine.generate([[5, 6, 7], [8, 9]], n=1, max_new_tokens=16, temperature=0.0,
+                               top_p=1.0)  # fmt: skip
+        return [c.response_ids for group in rows for c in group]
+
+    before, freed, same = greedy(), [], []
+    for version in (1, 2, 3):
+        free_awake = torch.cuda.mem_get_info()[0]
+        engine.sleep()
+        freed.append((torch.cuda.mem_get_info()[0] - free_awake) / 2**30)
+        engine.wake("weights")
+        engine.update_weights(policy, version)
+        engine.wake("kv_cache")
+        same.append(greedy() == before)
+    engine.close()
+    return {"gib_freed_by_sleep": freed, "greedy_tokens_identical": all(same)}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="the JSON file of figures")
@@ -174,7 +310,9 @@ def main(argv: list[str] | None = None) -> int:
     failed = []
     with tempfile.TemporaryDirectory() as tmp:
         for name, part in (("tiny", tiny), ("audit", lambda o, s: audited(s)),
-                           ("large", large), ("resume", killed_and_resumed)):  # fmt: skip
+                           ("large", large), ("resume", killed_and_resumed),
+                           ("data_parallel", data_parallel), ("weight_sync", weight_sync),
+                           ("vllm_sleep", vllm_sleep)):  # fmt: skip
             started = time.perf_counter()
             try:
                 figures[name] = part(Path(tmp), args.small)
@@ -187,7 +325,19 @@ def main(argv: list[str] | None = None) -> int:
         "the ledger names the device": figures["tiny"].get("device") == str(device),
         "every tensor on it": figures["audit"].get("one_device") is True,
         "fp32 kappa below 1e-3": figures["tiny"].get("kappa_max_abs_log", 1) < 1e-3,
+        "one-rank DDP and FSDP2 gradients equal one process's": figures["data_parallel"].get(
+            "gradients_equal"
+        )
+        is True,
+        "the streamed engine copy equals the policy": figures["weight_sync"].get(
+            "copy_equals_policy_in_bf16"
+        )
+        is True,
     }
+    if "skipped" not in figures["vllm_sleep"]:
+        checks["greedy tokens identical across vLLM sleeps"] = (
+            figures["vllm_sleep"].get("greedy_tokens_identical") is True
+        )
     if not args.small:  # a 2-step toy run need not learn
         checks["held-out pass@1 up"] = figures["tiny"].get("pass@1_up") is True
     figures["checks"] = checks

@@ -7,7 +7,11 @@
 #   2. bench/gpu_check.py: grpo on the embedded default on cuda:0 (ledger device, an audit
 #      of every tensor, fp32 κ < 1e-3, held-out pass@1 up), a ~0.5B Qwen2 in bf16 (32 × 8
 #      samples, 256 new tokens: s/step split, tokens/s, peak memory, MFU), kill -9 and
-#      --resume; its figures go to one file, ${GPU_CHECK_OUT:-gpu_check.json}.
+#      --resume; (issue 29) a one-rank world through rlmap's process group (NCCL on the GPU)
+#      and its DDP / FSDP2 wrappers, gradient equal to one process's; the 0.5B weights
+#      streamed into a bfloat16 engine copy, timed; vLLM sleep cycles where vLLM's CUDA
+#      build imports (not on the lent machine: skipped, saying so). Its figures go to one
+#      file, ${GPU_CHECK_OUT:-gpu_check.json}.
 #
 # rlmap's small pure-Python dependencies the machine lacks travel as wheels in .whl/
 # (ignored by git): `bash bench/gpu_wheels.sh` fetches them here (Python 3.12 builds), and

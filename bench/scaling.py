@@ -27,6 +27,7 @@ from torch import nn
 from transformers import AutoModelForCausalLM, AutoModelForTokenClassification, Qwen2Config
 
 from rlmap.system.logprobs import LOGPROB_CHUNK
+from rlmap.system.memory import learner_bytes  # the trainer's own check uses the same bytes
 
 # Architecture numbers from each model's published config.json on the Hugging Face Hub
 # (Qwen/Qwen2.5-0.5B, Qwen/Qwen2.5-7B, Qwen/Qwen2.5-32B). Head dim = hidden / heads
@@ -150,24 +151,30 @@ def state_section(c: Counts) -> str:
         ("weights fp32", 4, gib(4 * p)),
         ("gradients fp32", 4, gib(4 * p)),
         ("AdamW moments m, v (2 × fp32)", 8, gib(8 * p)),
-        ("full FT fp32: weights + grads + AdamW", 16, gib(16 * p)),
-        ("bf16 autocast: fp32 master weights + grads + AdamW", 16, gib(16 * p)),
+        ("full FT fp32: weights + grads + AdamW", 16, gib(learner_bytes(p, 0))),
+        ("bf16 autocast: fp32 master weights + grads + AdamW", 16, gib(learner_bytes(p, 0))),
         ("  + autocast's bf16 weight copies (estimate, transient)", 2, gib(2 * p)),
         ("reference policy, frozen bf16 copy (no LoRA)", 2, gib(2 * p)),
-        ("critic (PPO), full FT, 16 B/param of the critic", 16, gib(16 * c.critic)),
+        ("critic (PPO), full FT, 16 B/param of the critic", 16, gib(learner_bytes(c.critic, 0))),
     ]
     return "learner state, one replica (computed)\n" + table(("part", "B/param", "GiB"), rows)
 
 
 def sharding_section(c: Counts) -> str:
     rows = [
-        ("DDP: policy weights + grads + AdamW", *(gib(16 * c.total) for _ in RANKS)),
-        ("FSDP2: policy weights + grads + AdamW", *(gib(16 * c.total / n) for n in RANKS)),
+        ("DDP: policy weights + grads + AdamW", *(gib(learner_bytes(c.total, 0)) for _ in RANKS)),
+        (
+            "FSDP2: policy weights + grads + AdamW",
+            *(gib(learner_bytes(c.total, 0, shards=n)) for n in RANKS),
+        ),
         # set_requires_gradient_sync(False) keeps each parameter's unsharded gradient
         # (FSDPParam.unsharded_accumulated_grad, in the reduce dtype) until the sync.
         ("  + FSDP2 sync deferred over micro-batches", *(gib(4 * c.total) for _ in RANKS)),
         ("FSDP2: reference, frozen bf16", *(gib(2 * c.total / n) for n in RANKS)),
-        ("FSDP2: critic weights + grads + AdamW", *(gib(16 * c.critic / n) for n in RANKS)),
+        (
+            "FSDP2: critic weights + grads + AdamW",
+            *(gib(learner_bytes(c.critic, 0, shards=n)) for n in RANKS),
+        ),
     ]
     headers = ("GiB per rank (computed), N ranks =", *(str(n) for n in RANKS))
     return table(headers, rows)

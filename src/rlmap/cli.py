@@ -200,7 +200,9 @@ def _train_rank(args: argparse.Namespace, cfg: RecipeConfig, world: World) -> in
 def _learner_world(cfg: RecipeConfig) -> World | None:
     """This process's learner rank: one process; a rank of a launched world (rlmap's own
     launcher or ``torchrun``: ``WORLD_SIZE`` set, which must be ``system.learners``); or
-    None when ``system.learners > 1`` and no launcher has started this process."""
+    None when ``system.learners > 1`` and no launcher has started this process. The rank's
+    device is resolved first (each rank of a node on a GPU of its own when the learner is on
+    CUDA), so that a node short of GPUs is refused before any rank starts."""
     import os
 
     from rlmap.system import distributed
@@ -212,9 +214,11 @@ def _learner_world(cfg: RecipeConfig) -> World | None:
                           "(WORLD_SIZE); make them equal")  # fmt: skip
     if n == 1:
         return distributed.SINGLE
+    on_node = n if size == 1 else None  # rlmap's launcher: all n here; torchrun: it says
+    device = distributed.node_device(cfg.system.device, os.environ, on_node)
     if size == 1:
         return None
-    return distributed.world_of_env(cfg.system.learner_sharding)
+    return distributed.world_of_env(cfg.system.learner_sharding, device, cfg.system.train_dtype)
 
 
 def _cmd_eval(args: argparse.Namespace) -> None:

@@ -274,6 +274,11 @@ def test_the_gpu_check_runs_at_toy_size_on_a_cpu(tmp_path: Path) -> None:
     assert figures["large"]["s_per_step"] > 0 and figures["large"]["learner_peak_gib"] is None
     assert figures["resume"]["resumed_to"] == 4
     assert figures["resume"]["max_rel_loss_gap"] == 0.0  # on a CPU the resume is exact
+    parallel = figures["data_parallel"]  # a one-rank gloo world through DDP and FSDP2
+    assert parallel["backend"] == "gloo" and parallel["gradients_equal"] is True
+    assert 0 < parallel["fsdp2_bfloat16_grad_gap"] < 0.05  # bf16 parameters: rounding only
+    assert figures["weight_sync"]["copy_equals_policy_in_bf16"] is True
+    assert "skipped" in figures["vllm_sleep"]  # no CUDA build of vLLM here
     assert "ok   every tensor on it" in done.stdout
     script = "gpu_check.py"  # the figures' script, which gpu_check.sh runs after the tests
     assert f"=== bench/{script} --small" in done.stdout

@@ -498,6 +498,83 @@ def case_task_file_too_small_for_eval_size(ws: Workspace) -> tuple[list[str], li
     return _train_task(ws, "data.jsonl"), ["data.eval_size"]
 
 
+def _saved_dataset(ws: Workspace, name: str, splits: dict[str, dict[str, list[object]]]) -> str:
+    """A DatasetDict of ``splits`` saved in the workspace with ``save_to_disk`` (its progress
+    bars kept off the captured stderr, which must hold the error line alone)."""
+    import contextlib
+    import io
+
+    datasets = pytest.importorskip("datasets")
+    with contextlib.redirect_stderr(io.StringIO()):
+        parts = {k: datasets.Dataset.from_dict(v) for k, v in splits.items()}
+        datasets.DatasetDict(parts).save_to_disk(str(ws.root / name))
+    return name
+
+
+GSM8K_COLUMNS = {"question": [f"{a} plus {a}?" for a in range(8)],
+                 "answer": [f"{a}+{a} = {2 * a}\n#### {2 * a}" for a in range(8)]}  # fmt: skip
+
+
+@case
+def case_task_hf_path_missing(ws: Workspace) -> tuple[list[str], list[str]]:
+    return _train_task(ws, "hf:./absent@train"), ["hf:./absent@train", "no such directory"]
+
+
+@case
+def case_task_hf_unknown_split(ws: Workspace) -> tuple[list[str], list[str]]:
+    _saved_dataset(ws, "gsm8k", {"train": GSM8K_COLUMNS, "test": GSM8K_COLUMNS})
+    argv = _train_task(ws, "hf:gsm8k@validation", "data.prompt_field=question")
+    return argv, ["hf:gsm8k@validation", "no split 'validation'", "train, test"]
+
+
+@case
+def case_task_hf_config_of_a_saved_dataset(ws: Workspace) -> tuple[list[str], list[str]]:
+    _saved_dataset(ws, "gsm8k", {"train": GSM8K_COLUMNS})
+    argv = _train_task(ws, "hf:gsm8k:main@train", "data.prompt_field=question")
+    return argv, ["hf:gsm8k:main@train", "has no configs", "drop ':main'"]
+
+
+@case
+def case_task_hf_missing_field(ws: Workspace) -> tuple[list[str], list[str]]:
+    _saved_dataset(ws, "gsm8k", {"train": GSM8K_COLUMNS})
+    argv = _train_task(ws, "hf:gsm8k@train")  # the prompt is in 'question', not 'prompt'
+    return argv, ["hf:gsm8k@train", "no column 'prompt'", "data.prompt_field", "question"]
+
+
+@case
+def case_task_hf_eval_split_bad_row(ws: Workspace) -> tuple[list[str], list[str]]:
+    held = {"question": ["1?", "2?"], "answer": ["#### 1", "no mark"]}
+    _saved_dataset(ws, "gsm8k", {"train": GSM8K_COLUMNS, "test": held})
+    argv = _train_task(ws, "hf:gsm8k@train", "data.eval_path=hf:gsm8k@test",
+                       "data.prompt_field=question", "data.answer_format=gsm8k")  # fmt: skip
+    return argv, ["hf:gsm8k@test row 1:", "field 'answer'", "no '####'"]
+
+
+@case
+def case_task_gsm8k_answer_without_mark(ws: Workspace) -> tuple[list[str], list[str]]:
+    rows = [{"question": q, "answer": a} for q, a in zip(*GSM8K_COLUMNS.values(), strict=True)]
+    ws.jsonl("gsm8k.jsonl", [*rows[:2], {"question": "3 plus 3?", "answer": "It is 6."}])
+    argv = _train_task(ws, "gsm8k.jsonl", "data.prompt_field=question",
+                       "data.answer_format=gsm8k")  # fmt: skip
+    return argv, ["gsm8k.jsonl:3:", "field 'answer'", "no '####'", "'It is 6.'"]
+
+
+@case
+def case_task_math_answer_without_box(ws: Workspace) -> tuple[list[str], list[str]]:
+    ws.jsonl("math.jsonl", [{"problem": "1/2?", "solution": "$\\boxed{\\frac{1}{2}}$"},
+                            {"problem": "2^3?", "solution": "It is $8$."}])  # fmt: skip
+    argv = _train_task(ws, "math.jsonl", "data.prompt_field=problem",
+                       "data.answer_field=solution", "data.answer_format=math")  # fmt: skip
+    return argv, ["math.jsonl:2:", "field 'solution'", "no \\boxed{...}"]
+
+
+@case
+def case_task_answer_format_unknown(ws: Workspace) -> tuple[list[str], list[str]]:
+    ws.jsonl("data.jsonl", GOOD_ROWS)
+    argv = _train_task(ws, "data.jsonl", "data.answer_format=gsm9k")
+    return argv, ["data.answer_format", "'gsm9k'"]
+
+
 # --- train --resume -----------------------------------------------------------------------------
 
 
@@ -1102,6 +1179,43 @@ def case_train_replay_sampling_set_on_vllm_cpu(ws: Workspace) -> tuple[list[str]
     argv = ["train", "--out", "run", *TOY, "behaviour.replay_sampling_set=true",
             "generation.top_p=0.9", "system.engine=vllm"]  # fmt: skip
     return argv, ["behaviour.replay_sampling_set", "vLLM's CPU build", "system.engine=hf"]
+
+
+@case
+def case_train_engine_sleep_on_vllm_cpu(ws: Workspace) -> tuple[list[str], list[str]]:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("vLLM's CUDA build has sleep mode")
+    argv = ["train", "--out", "run", *TOY, "system.engine=vllm", "system.engine_sleep=2"]
+    return argv, ["system.engine_sleep: 2", "CPU build has no sleep mode", "engine_sleep=off"]
+
+
+@case
+def case_train_engine_sleep_with_async(ws: Workspace) -> tuple[list[str], list[str]]:
+    argv = ["train", "--out", "run", *TOY, "system.engine=vllm", "system.engine_sleep=1",
+            "system.mode=async", "sampling.filter=none"]  # fmt: skip
+    return argv, ["system.engine_sleep: 1", "needs system.mode=sync", "engine_sleep=off"]
+
+
+@case
+def case_train_engine_sleep_with_partial_rollout(ws: Workspace) -> tuple[list[str], list[str]]:
+    argv = ["train", "--out", "run", *TOY, "system.engine=vllm", "system.engine_sleep=2",
+            "system.mode=async", "sampling.filter=none", "system.partial_rollout=true"]  # fmt: skip
+    return argv, ["system.engine_sleep: 2", "system.partial_rollout", "engine_sleep=off"]
+
+
+@case
+def case_train_engine_sleep_on_the_hf_engine(ws: Workspace) -> tuple[list[str], list[str]]:
+    argv = ["train", "--out", "run", *TOY, "system.engine_sleep=2"]
+    return argv, ["system.engine_sleep: 2", "is for the vLLM engine", "system.engine=hf"]
+
+
+@case
+def case_train_engine_sleep_on(ws: Workspace) -> tuple[list[str], list[str]]:
+    # YAML reads a bare `on` as true: refused by its word, not taken for level 1
+    argv = ["train", "--out", "run", *TOY, "system.engine=vllm", "system.engine_sleep=on"]
+    return argv, ["system.engine_sleep:", "'auto', 'off', 1 or 2", "got 'on'"]
 
 
 @case

@@ -25,7 +25,7 @@ def test_explain_prints_the_full_composition(name: str, capsys: pytest.CaptureFi
 def test_unknown_recipe_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["explain", "dappo"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "unknown recipe 'dappo'" in err and "dapo" in err
+    assert err.count("\n") == 1 and "unknown recipe or component 'dappo'" in err and "dapo" in err
 
 
 def test_config_prints_resolved_yaml(capsys: pytest.CaptureFixture[str]) -> None:

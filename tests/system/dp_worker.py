@@ -24,6 +24,7 @@ from rlmap.reduction import token_weights
 from rlmap.system import distributed, learner, update_loop
 from rlmap.system.critic import CriticSettings, compute_values, load_critic, update_critic
 from rlmap.system.distributed import World
+from rlmap.system.lora import rollout_stream
 
 
 class Recording(torch.optim.AdamW):
@@ -95,8 +96,23 @@ def critic_update(case: dict[str, Any], world: World = distributed.SINGLE) -> di
     return {"grads": optimizer.seen, "params": params, "metrics": metrics}
 
 
+def streams(policy: torch.nn.Module, world: World) -> list[dict[str, Any]]:
+    """Every rank's rollout stream of ``policy`` (FSDP2: each parameter gathered as its turn
+    comes) as (name, tensor) pairs, as they are and cast to bfloat16, and the names of the
+    parameters that were shards; in rank order, on every rank. Every rank runs through both
+    streams whole: each gather is a collective."""
+    sharded = [name for name, p in policy.named_parameters() if hasattr(p, "full_tensor")]
+    mine = {"full": list(rollout_stream(policy)), "sharded": sharded,
+            "bf16": list(rollout_stream(policy, dtype=torch.bfloat16))}  # fmt: skip
+    return distributed.gather(world, mine)
+
+
 def _update(case: dict[str, Any]) -> dict[str, Any]:
     world = distributed.world_of_env(case["sharding"])
+    if case.get("stream_only"):  # the start weights, sharded and streamed back whole
+        policy = AutoModelForCausalLM.from_pretrained(case["model_dir"]).double()
+        wrapped = distributed.wrap(policy, world)  # FSDP2 shards the policy in place
+        return {"streams": streams(policy, world), "wrapper": type(wrapped).__name__}
     _plant(case, world)
     if case.get("critic"):
         return critic_update(case, world)
@@ -115,7 +131,8 @@ def _update(case: dict[str, Any]) -> dict[str, Any]:
                           learner_version=0, generator=torch.Generator().manual_seed(0),
                           world=world, owner=case["owner"])  # fmt: skip
     params = distributed.full_state_dict(wrapped, world)
-    return {"grads": optimizer.seen, "params": params, "metrics": metrics}
+    result = {"grads": optimizer.seen, "params": params, "metrics": metrics}
+    return result | ({"streams": streams(policy, world)} if case.get("stream") else {})
 
 
 def _free_port() -> int:

@@ -25,6 +25,7 @@ from transformers import AutoModelForCausalLM
 
 from rlmap.correction import KLParams
 from rlmap.system.learner import prepare_batch, update_policy
+from rlmap.system.lora import rollout_weights
 
 WORKER = Path(__file__).with_name("dp_worker.py")
 
@@ -74,6 +75,7 @@ BUGS = ("per_rank", "averaged")
 TWO_STEPS = "token_mean, 2 steps, KL"
 IDLE_RANK = "token_mean, 2 steps, rank 1 owns nothing, clipped"
 CRITIC = "the critic: values and two steps of its value loss"
+STREAM = "the start weights, sharded, streamed back whole"
 
 
 @pytest.fixture(scope="module", params=["ddp", "fsdp2"])
@@ -96,13 +98,15 @@ def runs(
     idle["settings"] = replace(idle["settings"], minibatches=2, max_grad_norm=0.05)  # type: ignore[type-var]
     cases[IDLE_RANK] = {**idle, "owner": torch.zeros(9, dtype=torch.long)}
     cases[CRITIC] = {**_case(tiny_model_dir, "token_mean"), "critic": True}  # returns: random
-    extra = (TWO_STEPS, IDLE_RANK, CRITIC)
+    cases[TWO_STEPS]["stream"] = True  # the rollout stream after the update, too
+    cases[STREAM] = {"model_dir": str(tiny_model_dir), "world": 2, "stream_only": True}
+    extra = (TWO_STEPS, IDLE_RANK, CRITIC, STREAM)
     planned = [(r, None) for r in (*REDUCTIONS, *extra)] + [("token_mean", b) for b in BUGS]
     launched = [{**cases[r], "sharding": sharding, "bug": b} for r, b in planned]
     two = _parallel(launched, tmp_path_factory.mktemp(f"dp-{sharding}"))
     singles = {r: _single(cases[r]) for r in (*REDUCTIONS, TWO_STEPS, IDLE_RANK)}
     singles[CRITIC] = critic_update(cases[CRITIC])
-    return {"cases": cases, "one": singles,
+    return {"cases": cases, "one": singles, "sharding": sharding,
             "two": {key: res for key, res in zip(planned, two, strict=True)}}  # fmt: skip
 
 
@@ -162,6 +166,44 @@ def _same_metrics(one: dict[str, float], two: dict[str, float]) -> None:
     for key, value in one.items():
         if not key.endswith("_s"):
             assert two[key] == pytest.approx(value, rel=1e-6, abs=1e-9), key
+
+
+def test_every_ranks_rollout_stream_is_the_single_process_rollout_weights(runs: dict) -> None:
+    # FSDP2: each parameter is a shard, gathered whole (full_tensor) when the stream reaches
+    # it; DDP: each rank's own replica. Either way every rank must yield exactly the names,
+    # order and values one process's rollout_weights has, and the bfloat16 stream (cast on
+    # the shard, before the gather) exactly those values rounded once.
+    model = AutoModelForCausalLM.from_pretrained(runs["cases"][STREAM]["model_dir"]).double()
+    one, names = rollout_weights(model), {n for n, _ in model.named_parameters()}
+    ranks = runs["two"][(STREAM, None)]["streams"]
+    assert len(ranks) == 2
+    for rank in ranks:
+        _same_stream(rank, one)
+        if runs["sharding"] == "fsdp2":  # every parameter was a shard: the gathers ran
+            assert set(rank["sharded"]) == names
+        else:
+            assert rank["sharded"] == []
+
+
+def test_the_rollout_stream_after_an_update_is_the_updated_policy(runs: dict) -> None:
+    # after two optimiser steps (FSDP2: parameters resharded after the backward passes),
+    # every rank streams the gathered state dict exactly, and the single process's weights
+    # after the same update to the suite's 1e-6
+    two = runs["two"][(TWO_STEPS, None)]
+    for rank in two["streams"]:
+        _same_stream(rank, two["params"])
+    one = runs["one"][TWO_STEPS]["params"]
+    full = dict(two["streams"][1]["full"])
+    assert _gap([full[k] for k in one], [one[k] for k in one]) < 1e-6
+
+
+def _same_stream(rank: dict, expected: dict[str, torch.Tensor]) -> None:
+    """A rank's streams hold ``expected``'s names in its order, its values exactly, and those
+    values cast to bfloat16 in the bfloat16 one."""
+    assert [n for n, _ in rank["full"]] == list(expected) == [n for n, _ in rank["bf16"]]
+    for (name, full), (_, half) in zip(rank["full"], rank["bf16"], strict=True):
+        assert full.dtype == expected[name].dtype and torch.equal(full, expected[name]), name
+        assert half.dtype == torch.bfloat16 and torch.equal(half, expected[name].bfloat16())
 
 
 @pytest.mark.parametrize("bug", BUGS)

@@ -225,7 +225,7 @@ def test_bf16_rollout_engine_makes_the_mismatch_measurable(
       "system.deterministic:"),
      (["system.mode=async", "system.publish_every=3", "behaviour.max_staleness=1"],
       "system.publish_every:"),  # before each publication all would be stale: no step ends
-     (["system.engine=vllm", "system.learners=2"], "system.learners:"),
+     (["system.engine_sleep=2"], "system.engine_sleep:"),  # only vLLM sleeps
      (["system.engine=vllm", "model.path=embedded:tiny-moe", "behaviour.routing_replay=true",
        "behaviour.corrections=[tis]"], "behaviour.routing_replay:"),
      (["system.engine=vllm", "system.engine_memory=0"], "system.engine_memory:"),

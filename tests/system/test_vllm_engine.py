@@ -344,6 +344,28 @@ def test_a_state_dict_that_misses_a_weight_is_refused(
         engine.set_weights({**policy.state_dict(), "model.extra.weight": torch.zeros(1)}, 3)
 
 
+def test_a_stream_that_misses_or_adds_a_weight_is_refused_as_it_passes(
+    engine: VLLMEngine, policy: torch.nn.Module
+) -> None:
+    # update_weights hands vLLM's reload_weights a generator of (name, tensor) pairs: a
+    # wrong name is caught as it passes, a missing one when the stream ends — by then part
+    # is loaded, so the engine holds no version (-1) and a view pinned to 0 reloads its own
+    pairs = list(policy.state_dict().items())
+    changes = [([*pairs, ("model.extra.weight", torch.zeros(1))], "unexpected ['model.extra"),
+               (pairs[:-1], f"missing ['{pairs[-1][0]}']")]  # fmt: skip
+    for stream, says in changes:
+        with pytest.raises(ValueError, match=r"^set_weights: ") as info:
+            engine.set_weights(iter(stream), 3)
+        assert says in str(info.value) and "\n" not in str(info.value)
+        assert engine.version == -1
+    view = PinnedView(engine, 0, dict(policy.state_dict()))
+    got = flat(sample(view, 0, n=1, temperature=0.0))
+    assert engine.version == 0
+    hf = HFEngine(policy, pad_token_id=PAD, eos_token_id=EOS)
+    expected = flat(sample(hf, 0, n=1, temperature=0.0))
+    assert [c.response_ids for c in got] == [c.response_ids for c in expected]
+
+
 def test_a_lora_policy_samples_from_its_merged_weights(
     engine: VLLMEngine, policy: torch.nn.Module
 ) -> None:
@@ -405,10 +427,10 @@ def test_ray_with_vllm_on_a_gpu_is_refused_in_one_line(
     from rlmap.system.setup import refuse_unavailable
 
     cfg = build_config("sao", None, [f"model.path={vllm_model_dir}", "system.engine=vllm",
-                                     "system.backend=ray"])  # fmt: skip
+                                     "system.backend=ray", "system.device=cpu"])  # fmt: skip
     refuse_unavailable(cfg)  # on a CPU it runs
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    with pytest.raises(ConfigError, match=r"^system.backend: 'ray' with system.engine=vllm"):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # actors with no GPU share:
+    with pytest.raises(ConfigError, match=r"^system.actor_gpus: 0, and vLLM's CUDA build"):
         refuse_unavailable(cfg)
 
 

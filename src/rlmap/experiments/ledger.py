@@ -109,6 +109,9 @@ class Ledger:
     """What that reduction divides by, pinned (e.g. ``fixed: 4096 tokens``)."""
     engine: str = ""
     """Rollout engine (e.g. ``hf-cpu``, ``vllm``)."""
+    engine_sleep: int = 0
+    """The level vLLM slept at while the learner stepped (``system.engine_sleep`` resolved);
+    0: it stayed resident."""
     precision: str = ""
     """Learner / rollout precision (e.g. ``fp32``, ``bf16/bf16``)."""
     device: str = ""

@@ -401,6 +401,7 @@ def _initial_ledger(cfg: RecipeConfig, parts: setup.Parts, start: Path) -> Ledge
         reduction=r.name,
         denominator=denominator,
         engine=cfg.system.engine,
+        engine_sleep=getattr(parts.engine, "sleep_level", 0),
         precision=_precision(cfg),
         **describe(parts.device),
         base_model=cfg.model.path,

@@ -470,6 +470,9 @@ def _data(cfg: RecipeConfig) -> Iterator[str]:
                                  ("answer_field", d.answer_field, "answer")):  # fmt: skip
         if built_in and value != default:
             yield f"data.{name}: only data files have fields to name, not {d.task!r}"
+    if built_in and d.answer_format != "plain":
+        yield (f"data.answer_format: only data files and hf: datasets have solutions to read "
+               f"answers from, not {d.task!r}")  # fmt: skip
     if built_in and d.eval_path is not None:
         yield (f"data.eval_path: only a data-file task takes a held-out file; {d.task!r} holds "
                "out data.eval_size of its own prompts")  # fmt: skip
@@ -533,6 +536,46 @@ def _system(cfg: RecipeConfig) -> Iterator[str]:
         if getattr(cfg.system, name) < 1:
             yield f"system.{name}: must be >= 1, got {getattr(cfg.system, name)}"
     yield from _learners(cfg)
+    yield from _engine_sleep(cfg.system)
+    yield from _actors(cfg.system)
+
+
+def _actors(s: SystemParams) -> Iterator[str]:
+    """Where Ray's rollout actors run: settings that place nothing outside Ray, a share of
+    more than one GPU (tensor parallelism is not built), and colocation asking for none."""
+    field = "actor_gpus" if s.actor_gpus is not None else "actor_placement"
+    if s.backend != "ray" and (s.actor_gpus is not None or s.actor_placement != "separate"):
+        yield f"system.{field}: places Ray's rollout actors; set system.backend=ray"
+    if s.actor_gpus is not None and not (s.actor_gpus == 0 or 1e-4 <= s.actor_gpus <= 1):
+        yield (f"system.actor_gpus: must be 0 or in [0.0001, 1] (Ray's unit is 1e-4; more than "
+               f"one GPU per actor is not built), got {s.actor_gpus}")  # fmt: skip
+    if s.actor_placement == "colocate" and s.actor_gpus == 0:
+        yield ("system.actor_placement: colocate shares the learner's GPU with the actors, and "
+               "system.actor_gpus=0 gives them none")  # fmt: skip
+
+
+def _engine_sleep(s: SystemParams) -> Iterator[str]:
+    """Where vLLM cannot sleep while the learner steps (``auto`` resolves to off there): an
+    explicit level needs the vLLM engine, an idle engine (the synchronous loop) and a build
+    with sleep mode (vLLM's CUDA build), and a learner on the GPU to give the memory to."""
+    level = s.engine_sleep
+    if level in ("auto", "off"):
+        return
+    why = None
+    if s.engine != "vllm":
+        why = f"is for the vLLM engine; system.engine={s.engine} never sleeps"
+    elif s.partial_rollout:
+        why = ("cannot go with system.partial_rollout (its trajectories stay in the engine "
+               "across weight updates)")  # fmt: skip
+    elif s.mode != "sync":
+        why = ("needs system.mode=sync (the asynchronous loop's workers sample while the "
+               "learner steps)")  # fmt: skip
+    elif not torch.cuda.is_available():
+        why = "needs vLLM's CUDA build: its CPU build has no sleep mode"
+    elif s.device == "cpu":
+        why = "needs the learner on the GPU, and system.device=cpu puts it on the CPU"
+    if why is not None:
+        yield f"system.engine_sleep: {level} {why}; set system.engine_sleep=off or auto"
 
 
 def _deterministic(cfg: RecipeConfig) -> Iterator[str]:
@@ -549,10 +592,6 @@ def _learners(cfg: RecipeConfig) -> Iterator[str]:
     """What data-parallel learners (``system.learners > 1``) do not run yet, and a batch
     too small to give every rank a prompt."""
     n = cfg.system.learners
-    if n > 1 and cfg.system.engine == "vllm":
-        yield (f"system.learners: {n} ranks with system.engine=vllm is not built yet (vLLM "
-               "runs in the learner's process and keeps process-wide state); use "
-               "system.engine=hf or system.learners=1")  # fmt: skip
     if n <= 1:
         if cfg.system.learner_sharding != "ddp":
             yield (f"system.learner_sharding: '{cfg.system.learner_sharding}' shards over "

@@ -31,8 +31,11 @@ The staleness bound η = ``behaviour.max_staleness`` holds twice:
 - at consumption: a trajectory older than η versions is dropped (``system/stale_dropped``),
   and the ``staleness`` correction, when the recipe has it, masks it too.
 
-Weights travel as a snapshot (a cloned state dict) taken by the learner after its
-step, never read from the live model while it trains. Nothing here touches files.
+Weights travel as a snapshot taken by the learner after its step (:class:`Board`), never
+read from the live model while it trains: the rollout weights streamed one tensor at a time
+into buffers of the board's own, in the rollout dtype — on the learner's device for
+in-process workers, in host memory for Ray actors. Its seconds, with the learner's own
+engine's update, are ``system/weight_sync_s``. Nothing here touches files.
 
 Exactly once across a crash. :meth:`AsyncRunner.snapshot` (taken at each checkpoint,
 between learner steps) holds the queue — finished, not yet consumed trajectories with
@@ -75,8 +78,9 @@ import torch
 
 from rlmap.core.batch import End, RewardStatus
 from rlmap.core.errors import TrainingError
+from rlmap.system.device import elapsed
 from rlmap.system.hf_engine import HFEngine
-from rlmap.system.lora import rollout_weights
+from rlmap.system.lora import rollout_stream
 from rlmap.system.rollout import Episode, Scored, to_batch
 from rlmap.system.setup import DTYPES, Parts
 from rlmap.system.sync import (
@@ -99,21 +103,43 @@ FAILED_IN_A_ROW = 5
 
 @dataclass
 class Board:
-    """The newest published weights: a version and a snapshot of the state dict (of a LoRA
-    policy, the merged one: engines and Ray actors load it into a plain model)."""
+    """The newest published weights: a version and a snapshot of the rollout weights (of a
+    LoRA policy, the merged ones: engines and Ray actors load them into a plain model)."""
 
     version: int
     state: dict[str, torch.Tensor]
+    dtype: torch.dtype | None = None
+    """The snapshot's floating tensors are in this dtype (the rollout's, which the workers'
+    engines sample in: a bfloat16 rollout keeps half the bytes); None: the model's own."""
+    host: bool = False
+    """The snapshot is in host memory (Ray actors: the object store takes it from there), else
+    on the model's device (in-process workers copy it device to device)."""
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def publish(self, model: torch.nn.Module, version: int) -> None:
-        snapshot = {k: v.detach().clone() for k, v in rollout_weights(model).items()}
+        """Snapshot ``model``'s rollout weights as ``version``, never its live tensors (the
+        learner goes on training them): each tensor of the stream is copied into a buffer of
+        the board's own as it comes (:func:`snapshot_copy`), so besides the snapshot at most
+        one merged LoRA layer exists, and no full-precision copy of the model."""
+        stream = rollout_stream(model)
+        snapshot = {name: snapshot_copy(t, self.dtype, self.host) for name, t in stream}
         with self.lock:
             self.version, self.state = version, snapshot
 
     def latest(self) -> tuple[int, dict[str, torch.Tensor]]:
         with self.lock:
             return self.version, self.state
+
+
+def snapshot_copy(t: torch.Tensor, dtype: torch.dtype | None, host: bool) -> torch.Tensor:
+    """A copy of ``t`` of the board's own: cast to ``dtype`` (a floating tensor) inside the
+    ``copy_``; in host memory with ``host``, page-locked when ``t`` is on a GPU (a copy off a
+    GPU runs at full speed only into pinned memory; on a machine without CUDA, pinning
+    raises), else on ``t``'s device."""
+    target = dtype if dtype is not None and t.is_floating_point() else t.dtype
+    device = torch.device("cpu") if host else t.device
+    pin = host and t.is_cuda
+    return torch.empty(t.shape, dtype=target, device=device, pin_memory=pin).copy_(t)
 
 
 @dataclass
@@ -273,7 +299,8 @@ class AsyncRunner:
         workers = p.cfg.system.workers
         self.prompts = p.cfg.system.worker_prompts or max(1, s.prompts_per_step // workers)
         self.queue: queue.Queue[Finished] = queue.Queue()
-        self.board = Board(state.step, {})
+        self.board = Board(state.step, {}, dtype=DTYPES[p.cfg.system.rollout_dtype],
+                           host=p.cfg.system.backend == "ray")  # fmt: skip
         self.board.publish(p.policy, state.step)
         self.admission = Admission(self.batch, p.cfg.behaviour.max_staleness, version=state.step)
         self.lock = self.admission.cond
@@ -492,12 +519,16 @@ class AsyncRunner:
         with self.lock:
             cursor = self.cursor
         state = replace(state, step=state.step + 1, cursor=cursor)
+        published = time.perf_counter()
         if state.step % self.p.cfg.system.publish_every == 0:
             self.board.publish(self.p.policy, state.step)
+        # the learner's own engine (in learn) and the board's snapshot: the time to publish
+        sync_s = metrics.get("system/weight_sync_s", 0.0) + elapsed(published, self.p.device)
         self.admission.advance(state.step, 0)  # the stale were released as they were taken
         total = time.perf_counter() - started
         return state, metrics | {
             "system/update_s": update_s,
+            "system/weight_sync_s": sync_s,
             "system/rollout_s": waited,
             "system/learner_utilisation": update_s / max(total, 1e-9),
             "system/tokens_per_s": metrics["sampling/generated_tokens"] / max(total, 1e-9),

@@ -1,7 +1,11 @@
 """Data-parallel learners on torch.distributed: the ranks, their collectives, the wrappers.
 
-``system.learners = N`` runs N learner ranks (gloo, on the CPU), started by rlmap
-itself on one machine (:func:`launch`) or by ``torchrun`` (multi-node). Each rank rolls out
+``system.learners = N`` runs N learner ranks, started by rlmap itself on one machine
+(:func:`launch`) or by ``torchrun`` (one per node). Each rank's learner lives on
+``system.device`` resolved with its ``LOCAL_RANK``: on the CPU the ranks talk over gloo; on
+GPUs rank r of a node takes ``cuda:r`` and the process group is ``cpu:gloo,cuda:nccl``, so
+that the gradients (CUDA tensors) go over NCCL while rlmap's scalar and object collectives
+(CPU tensors, pickles) stay on gloo (:func:`backend`). Each rank rolls out
 its share of the step's prompts — a prompt's G samples never straddle ranks — and the
 scored trajectories are all-gathered, so that every rank holds the step's *global* batch.
 Everything that reads the batch as a whole (the dynamic-sampling filter, group statistics,
@@ -19,7 +23,9 @@ number of them: a rank with fewer micro-batches in a mini-batch runs zero-weight
 (:func:`micro_steps`), also in the π_old pass, where each rank scores the rows it owns
 and the ranks exchange the scores. The rollout engine never sees the sharded module: with
 DDP it shares the plain policy (identical on every rank); with FSDP2 it keeps its own copy,
-refreshed from the gathered full state dict (:func:`full_state_dict`).
+refreshed one gathered parameter at a time (:func:`rlmap.system.lora.rollout_stream`). FSDP2 with
+``system.train_dtype=bfloat16`` computes with bfloat16 parameters (:func:`mixed_precision`),
+so there the sum equals the single-process gradient only to bfloat16's rounding.
 """
 
 from __future__ import annotations
@@ -35,17 +41,22 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
 import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
 from rlmap.core.errors import ConfigError
+from rlmap.system.device import resolve
 from rlmap.system.logprobs import Scorer
+
+if TYPE_CHECKING:
+    from torch.distributed.fsdp import MixedPrecisionPolicy
 
 Sharding = Literal["ddp", "fsdp2"]
 T = TypeVar("T")
+CPU = torch.device("cpu")
 
 
 @dataclass(frozen=True)
@@ -55,6 +66,11 @@ class World:
     rank: int = 0
     size: int = 1
     sharding: Sharding = "ddp"
+    device: torch.device = CPU
+    """The rank's learner device (``system.device`` resolved with ``LOCAL_RANK``): it picks
+    the backend, DDP's device ids and FSDP2's mesh."""
+    train_dtype: str = "float32"
+    """``system.train_dtype``: FSDP2's parameter dtype in the forward (:func:`mixed_precision`)."""
 
     @property
     def parallel(self) -> bool:
@@ -72,9 +88,9 @@ SINGLE = World()
 
 
 LAUNCH_ENV = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
-"""What a launcher (``torchrun``, or :func:`launch`) sets for every rank and the gloo
-rendezvous reads. ``LOCAL_RANK`` is not among them: the ranks share the CPU, none picks
-a device by it."""
+"""What a launcher (``torchrun``, or :func:`launch`) sets for every rank and the
+rendezvous reads. ``LOCAL_RANK`` is not among them: it picks a rank's GPU
+(:func:`rlmap.system.device.resolve`, 0 when unset) and means nothing on the CPU."""
 
 
 def launched_rank(environ: Mapping[str, str]) -> tuple[int, int]:
@@ -114,19 +130,65 @@ def _env_int(environ: Mapping[str, str], name: str, low: int, high: int | None) 
     return value
 
 
-def world_of_env(sharding: Sharding) -> World:
+def world_of_env(
+    sharding: Sharding, device: torch.device = CPU, train_dtype: str = "float32"
+) -> World:
     """The world a launcher (rlmap's own or ``torchrun``) set up in the environment, joined:
-    ``RANK`` / ``WORLD_SIZE`` read (:func:`launched_rank`), the process group initialised.
-    The backend is gloo: the learner lives where the single-process learner does, on the
-    CPU (rlmap places no model on a GPU yet), so NCCL — which needs CUDA tensors — would
-    not carry its tensors. Without a launcher (or a world of 1) a single process."""
+    ``RANK`` / ``WORLD_SIZE`` read (:func:`launched_rank`), the process group initialised
+    for the learner's ``device`` (:func:`node_device`): gloo when it is the CPU; on a GPU
+    ``cpu:gloo,cuda:nccl`` (:func:`backend`), with this rank's GPU made the current device
+    and bound to the group (``device_id``: NCCL's communicator is formed there at once, and
+    neither it nor a barrier falls back to GPU 0). Without a launcher (or a world of 1) a
+    single process."""
     rank, size = launched_rank(os.environ)
     if size <= 1:
         return SINGLE
     die_with_launcher()
     if not dist.is_initialized():
-        dist.init_process_group("gloo", rank=rank, world_size=size, timeout=TIMEOUT)
-    return World(rank=rank, size=size, sharding=sharding)
+        gpu = device if device.type == "cuda" else None
+        if gpu is not None:
+            torch.cuda.set_device(gpu)
+        dist.init_process_group(backend(device), rank=rank, world_size=size, timeout=TIMEOUT,
+                                device_id=gpu)  # fmt: skip
+    return World(rank=rank, size=size, sharding=sharding, device=device, train_dtype=train_dtype)
+
+
+def backend(device: torch.device) -> str:
+    """The process group's backend for learners on ``device``: gloo on the CPU; on GPUs the
+    composite ``cpu:gloo,cuda:nccl``, which routes each collective by its tensors' device:
+    the gradients (CUDA) over NCCL, rlmap's scalar collectives (:func:`all_sum`: CPU
+    tensors) and object collectives (:func:`gather`, :func:`broadcast`: torch picks the CPU
+    when a group has it) over gloo — no copy to the GPU, no CUDA stream, and the same code
+    on both."""
+    return "cpu:gloo,cuda:nccl" if device.type == "cuda" else "gloo"
+
+
+def node_device(
+    setting: str, environ: Mapping[str, str], ranks_on_node: int | None = None
+) -> torch.device:
+    """This learner rank's device: ``system.device`` resolved with the launcher's
+    ``LOCAL_RANK`` (rank r of a node on ``cuda:r``). On CUDA every rank of a node needs a
+    GPU of its own (NCCL refuses two ranks on one), so first a one-line ConfigError for a
+    node given more ranks than it has GPUs, or for an explicit ``cuda:N`` shared by several.
+    ``ranks_on_node``: as many as rlmap's launcher starts; else ``LOCAL_WORLD_SIZE``
+    (torchrun's ``--nproc-per-node``); else unknown, and :func:`resolve` still refuses a
+    ``LOCAL_RANK`` past the node's GPUs."""
+    if ranks_on_node is None:
+        known = bool(environ.get("LOCAL_WORLD_SIZE"))
+        ranks_on_node = _env_int(environ, "LOCAL_WORLD_SIZE", 1, None) if known else 1
+    on_gpu = resolve(setting, {}).type == "cuda"  # the kind of device: LOCAL_RANK not read
+    if on_gpu and ranks_on_node > 1:
+        count = torch.cuda.device_count()
+        if ":" in setting:
+            raise ConfigError(f"system.device: {setting} puts all {ranks_on_node} learner ranks "
+                              "of a node on one GPU, and NCCL needs one each; use cuda or "
+                              "auto (rank r of a node on cuda:r)")  # fmt: skip
+        if ranks_on_node > count:
+            raise ConfigError(f"system.learners: {ranks_on_node} learner ranks on one node need "
+                              f"a GPU each, and this node has {count}; run at most {count} "
+                              "per node (torchrun: --nproc-per-node), or use "
+                              "system.device=cpu")  # fmt: skip
+    return resolve(setting, environ)
 
 
 @contextlib.contextmanager
@@ -154,7 +216,9 @@ others wait (building the warm start, evaluating, writing a large checkpoint).""
 
 
 def _device() -> torch.device:
-    return torch.device("cpu")  # gloo's (see world_of_env)
+    """Where the scalar collectives' tensors live: the CPU, whatever the learner's device, so
+    that the composite group sends them over gloo (:func:`backend`)."""
+    return CPU
 
 
 def gather(world: World, obj: T) -> list[T]:
@@ -230,14 +294,15 @@ def wrap(policy: nn.Module, world: World) -> nn.Module:
 
 
 def parallel(module: nn.Module, world: World, *, blocks_of: nn.Module | None = None) -> nn.Module:
-    """``module`` wrapped for the learner ranks: DDP with gradients summed over ranks, or
-    FSDP2 (``fully_shard`` on each transformer block of ``blocks_of`` — default the module
-    — then on the root) with a divide factor of 1. The policy's scorer and the critic
-    both go through here."""
+    """``module`` wrapped for the learner ranks: DDP (on the rank's GPU: ``device_ids``)
+    with gradients summed over ranks, or FSDP2 (``fully_shard`` on each transformer block of
+    ``blocks_of`` — default the module — then on the root, over a mesh of the learner's
+    device type, in :func:`mixed_precision`) with a divide factor of 1. The policy's scorer
+    and the critic both go through here."""
     if world.sharding == "ddp":
         from torch.nn.parallel import DistributedDataParallel
 
-        ddp = DistributedDataParallel(module, **_no_buffer_sync())
+        ddp = DistributedDataParallel(module, **ddp_options(world.device), **_no_buffer_sync())
         ddp.register_comm_hook(None, _sum_hook)
         return ddp
     from torch.distributed.device_mesh import init_device_mesh
@@ -246,15 +311,61 @@ def parallel(module: nn.Module, world: World, *, blocks_of: nn.Module | None = N
     if not hasattr(FSDPModule, "set_force_sum_reduction_for_comms"):
         raise ConfigError(f"system.learner_sharding: fsdp2 needs a newer torch than "
                           f"{torch.__version__} (FSDP2 with sum-only reductions)")  # fmt: skip
-    mesh = init_device_mesh("cpu", (world.size,))  # the learner's device, not CUDA's default
+    mesh = init_device_mesh(mesh_type(world.device), (world.size,))
+    policy = mixed_precision(world.train_dtype)
+    options: dict[str, Any] = {} if policy is None else {"mp_policy": policy}
     for layer in decoder_layers(module if blocks_of is None else blocks_of):
-        fully_shard(layer, mesh=mesh)
-    fully_shard(module, mesh=mesh)
+        fully_shard(layer, mesh=mesh, **options)
+    fully_shard(module, mesh=mesh, **options)
     for part in module.modules():
         if isinstance(part, FSDPModule):
             part.set_gradient_divide_factor(1.0)  # a sum over ranks, not a mean
             part.set_force_sum_reduction_for_comms(True)  # a plain SUM (gloo has no PREMUL_SUM)
     return module
+
+
+def ddp_options(device: torch.device) -> dict[str, Any]:
+    """DDP's placement for a replica on ``device``: ``device_ids=[index]`` on a GPU (the one
+    device of a single-device module, where DDP puts its buckets and the forward's inputs),
+    nothing on the CPU (where DDP refuses device ids)."""
+    return {"device_ids": [device.index]} if device.type == "cuda" else {}
+
+
+def mesh_type(device: torch.device) -> str:
+    """FSDP2's device-mesh type for learners on ``device``: ``cuda`` on GPUs (the shards and
+    the all-gathers there, over NCCL), else ``cpu`` (gloo) — the learner's, never a guess
+    from CUDA's mere presence."""
+    return "cuda" if device.type == "cuda" else "cpu"
+
+
+def mixed_precision(train_dtype: str) -> MixedPrecisionPolicy | None:
+    """FSDP2's policy for ``system.train_dtype``: for bfloat16, bfloat16 parameters in the
+    forward and backward (the all-gathered, unsharded copies) and float32 gradients for the
+    reduce-scatter; None (float32 throughout) otherwise. The same on the CPU and on GPUs.
+
+    Why, when the learner's bfloat16 is autocast over float32 weights
+    (:mod:`rlmap.system.memory`): over float32 shards, autocast alone would all-gather
+    float32 (twice bfloat16's bytes), and its cast cache would hold a bfloat16 copy of every
+    layer's *unsharded* weight until the forward ends — the whole model on every rank,
+    undoing the sharding (docs/scaling.md, "Learner state"). The two compose: the float32
+    shards stay the master weights (AdamW steps them; checkpoints and the engine's copy
+    gather them), and autocast, still entered, finds the matrix products' inputs in
+    bfloat16 already and keeps its float32 ops (softmax, log-softmax) in float32.
+    ``reduce_dtype`` float32: each micro-batch's bfloat16 gradient is cast up before the
+    reduce-scatter, so the sum over ranks and micro-batches is float32's, as in one process.
+
+    The price: the forward is not the one-process learner's bit for bit — the embedding's
+    output and the residual stream are bfloat16 here, float32 under autocast alone — so the
+    gradient equals the one-process one only to bfloat16's rounding (on a 2-layer toy on
+    the CPU, 1.6 % of the largest entry; autocast's own distance from float32 was 1.3 %),
+    and π_ref (unsharded, autocast over float32) differs from π_θ at step 0 by as much. A
+    float32 run gets no policy: the gloo equality suite is exact.
+    """
+    if train_dtype != "bfloat16":
+        return None
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
 
 
 def _no_buffer_sync() -> dict[str, Any]:
@@ -377,7 +488,9 @@ LAUNCHER_ENV = "RLMAP_LAUNCHER_PID"
 
 def launch(n: int, argv: Sequence[str]) -> int:
     """Run ``rlmap <argv>`` as ``n`` learner ranks on this machine, as ``torchrun`` would
-    (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``/``PORT``), and wait for them. The exit
+    (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``/``PORT``; ``LOCAL_RANK`` = ``RANK``: on
+    GPUs rank r takes ``cuda:r``, and :func:`node_device` has refused more ranks than this
+    machine has GPUs before this is called), and wait for them. The exit
     status is the first failing rank's (the others are stopped then), else 0. A rank dies
     with the launcher, so ``kill -9`` of it leaves no rank behind.
 

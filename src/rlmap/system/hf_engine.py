@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, cast
 
@@ -63,7 +63,7 @@ from rlmap.core.batch import cross
 from rlmap.core.errors import TrainingError
 from rlmap.core.hf import context_length
 from rlmap.system.engine import Completion, StopStrings, cut_at_stop_strings
-from rlmap.system.lora import is_lora, merged_copy, rollout_weights
+from rlmap.system.lora import is_lora, merged_copy, rollout_stream
 from rlmap.system.routing import NO_ROUTE, assemble, recording
 
 if TYPE_CHECKING:
@@ -87,8 +87,8 @@ class HFEngine:
 
     LoRA policy (a peft model): the engine always keeps its own plain copy of the base
     architecture and samples from the merged weights W + (α/r)·BA, recomputed at every
-    ``update_weights`` (:func:`rlmap.system.lora.merged_state_dict`); ``set_weights``
-    takes such a merged state dict.
+    ``update_weights`` one layer at a time (:func:`rlmap.system.lora.merged_stream`);
+    ``set_weights`` takes such merged weights, as a dict or a stream.
     """
 
     def __init__(
@@ -136,7 +136,10 @@ class HFEngine:
         """Sample from ``model``'s weights from now on, labelled ``version``.
 
         Sharing engine: it now shares ``model`` (no copy). Own-copy engine: the weights are
-        copied into the copy, cast to the engine's dtype (a LoRA policy's merged).
+        streamed into the copy one tensor at a time (:func:`~rlmap.system.lora.rollout_stream`:
+        a LoRA policy's merged layer by layer, FSDP2 shards gathered one by one), each
+        parameter cast to the engine's dtype as it comes (FSDP2: before the gather, so a
+        bfloat16 engine gathers half the bytes).
         """
         if self.shares_policy:
             if parameter_dtype(model) != self.dtype:
@@ -145,17 +148,30 @@ class HFEngine:
                     f"got a model in {parameter_dtype(model)}"
                 )
             self.model = generative(model)
-        else:
-            with torch.no_grad():
-                self.model.load_state_dict(rollout_weights(model))
-        self._version = version
+            self._version = version
+            return
+        self.set_weights(rollout_stream(model, dtype=self.dtype), version)
 
-    def set_weights(self, state: dict[str, torch.Tensor], version: int) -> None:
-        """Load a state dict (a snapshot of the learner's weights) into the engine's own copy."""
+    def set_weights(self, state: Weights, version: int) -> None:
+        """Copy weights (Hugging Face names) into the engine's own copy, and label them
+        ``version``: a state dict (a snapshot of the learner's), or a stream of (name,
+        tensor) pairs copied as they come. Each is cast to the copy's dtype inside ``copy_``
+        (a floating buffer keeps its own dtype). A name the copy lacks, one it misses or a
+        shape that differs is refused in one line: a dict's names before anything is copied;
+        a stream's as they pass, and a stream refused halfway leaves the engine holding no
+        version's weights (``version`` -1, so that a worker loads whole ones again)."""
         if self.shares_policy:
             raise ValueError("set_weights: this engine shares the policy; use update_weights")
+        own = self.model.state_dict()  # views of the copy's own tensors
+        refuse_mismatch(state, own.keys())
+        self._version = PARTIAL
         with torch.no_grad():
-            self.model.load_state_dict(state)
+            for name, tensor in checked(state, own.keys()):
+                target = own[name]
+                if tensor.shape != target.shape:  # copy_ would broadcast a smaller one silently
+                    raise ValueError(f"set_weights: {name} has shape {tuple(tensor.shape)}, "
+                                     f"the engine's {tuple(target.shape)}")  # fmt: skip
+                target.copy_(tensor)
         self._version = version
 
     def generate(
@@ -479,6 +495,44 @@ def cast_copy(model: torch.nn.Module, dtype: torch.dtype) -> Generative:
             if p.is_floating_point():
                 p.data = p.data.to(dtype)
     return own
+
+
+Weights = Mapping[str, Tensor] | Iterable[tuple[str, Tensor]]
+"""What an engine's ``set_weights`` takes: a state dict, or a stream of (name, tensor) pairs
+(:func:`rlmap.system.lora.rollout_stream`), Hugging Face names either way."""
+PARTIAL = -1
+"""An engine's version while weights stream in, and after a stream refused halfway: no
+published version (those start at 0), so every holder of a version loads its own again."""
+
+
+def refuse_mismatch(weights: Weights, expected: Collection[str]) -> None:
+    """ValueError when ``weights`` is a dict whose names are not exactly ``expected``
+    (checked whole, before any is loaded); a stream is checked as it passes (:func:`checked`)."""
+    if isinstance(weights, Mapping):
+        given, names = set(weights), set(expected)
+        if given != names:
+            raise _mismatch(sorted(names - given), sorted(given - names))
+
+
+def checked(weights: Weights, expected: Collection[str]) -> Iterator[tuple[str, Tensor]]:
+    """``weights``' pairs, passed on one at a time; a ValueError at the first name that is
+    not in ``expected`` or comes twice, and, once the stream ends, when one never came (an
+    engine loading by name would keep its old tensor and only log it, if that)."""
+    names, seen = set(expected), set[str]()
+    for name, tensor in weights.items() if isinstance(weights, Mapping) else weights:
+        if name not in names:
+            raise _mismatch([], [name])
+        if name in seen:
+            raise ValueError(f"set_weights: the weights name {name} twice")
+        seen.add(name)
+        yield name, tensor
+    if seen != names:
+        raise _mismatch(sorted(names - seen), [])
+
+
+def _mismatch(missing: list[str], extra: list[str]) -> ValueError:
+    return ValueError(f"set_weights: the weights do not match the engine's (missing "
+                      f"{missing[:3]}, unexpected {extra[:3]})")  # fmt: skip
 
 
 def check_sampling_args(

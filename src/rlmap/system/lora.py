@@ -10,9 +10,10 @@ with W frozen and only A, B trained (``model.lora_rank`` = r, ``model.lora_alpha
 - **π_ref is the base.** W never changes, so the reference policy of the KL term is the
   policy itself with the adapters switched off (:func:`adapters_off`): no second model.
 - **Rollout engines get merged weights.** An engine samples from a plain copy of the base
-  architecture holding W' = W + (α / r) · B A (:func:`merged_state_dict`), computed each
-  update without touching the trained model: merging into the model and unmerging after
-  would leave W + Δ − Δ, which is not W in floating point, and W would drift.
+  architecture holding W' = W + (α / r) · B A (:func:`merged_stream`), computed each
+  update, one layer at a time, without touching the trained model: merging into the model
+  and unmerging after would leave W + Δ − Δ, which is not W in floating point, and W would
+  drift.
 - **Checkpoints hold the adapter.** ``save_pretrained`` of a peft model writes
   ``adapter_config.json`` + ``adapter_model.safetensors``; the base is the run's start
   model. :func:`merged_copy` gives the plain model to save beside it on request.
@@ -197,32 +198,79 @@ def _lora_layers(model: nn.Module) -> Iterator[tuple[str, Any]]:
 
 
 @torch.no_grad()
-def merged_state_dict(model: nn.Module) -> dict[str, Tensor]:
-    """The base architecture's state dict with W' = W + (α / r) · B A in every adapted layer.
+def merged_stream(model: nn.Module) -> Iterator[tuple[str, Tensor]]:
+    """(name, tensor) of the base architecture's state dict with W' = W + (α / r) · B A in
+    every adapted layer, one tensor at a time: a layer's W' is computed when it is yielded,
+    so at most one merged layer exists at once (all of them would be a second copy of every
+    adapted weight).
 
     Keys are the plain model's (``...q_proj.weight``, not ``...q_proj.base_layer.weight``),
-    so it loads into ``AutoModelForCausalLM`` of the base. Unadapted tensors are the
-    model's own (shared, not copied); the model itself is not changed.
+    in its state dict's order, so they load into ``AutoModelForCausalLM`` of the base.
+    Unadapted tensors are the model's own (shared, not copied); the model is not changed.
     """
-    deltas: dict[str, Tensor] = {}
-    for name, layer in _lora_layers(model):
-        (adapter,) = layer.active_adapters
-        # peft's own (α / r) · B A, laid out as the base weight, for every layer kind
-        # (Linear, Embedding, Conv1D): the rule is the one its forward pass applies.
-        deltas[f"{name}.weight"] = layer.get_delta_weight(adapter)
-    merged: dict[str, Tensor] = {}
+    adapted = {f"{name}.weight": layer for name, layer in _lora_layers(model)}
     for key, value in plain_model(model).state_dict().items():
         if ".lora_" in key:
             continue
         plain = key.replace(".base_layer.", ".")
-        merged[plain] = value + deltas[plain].to(value.dtype) if plain in deltas else value
-    return merged
+        layer = adapted.get(plain)
+        if layer is None:
+            yield plain, value
+            continue
+        (adapter,) = layer.active_adapters
+        # peft's own (α / r) · B A, laid out as the base weight, for every layer kind
+        # (Linear, Embedding, Conv1D): the rule is the one its forward pass applies.
+        yield plain, value + layer.get_delta_weight(adapter).to(value.dtype)
+
+
+def merged_state_dict(model: nn.Module) -> dict[str, Tensor]:
+    """:func:`merged_stream` as one dict (what ``run.save_merged`` loads into a plain copy)."""
+    return dict(merged_stream(model))
+
+
+def rollout_stream(
+    model: nn.Module,
+    *,
+    dtype: torch.dtype | None = None,
+    device: torch.device | str | None = None,
+) -> Iterator[tuple[str, Tensor]]:
+    """(name, tensor) of the weights a rollout engine samples from, one tensor at a time,
+    in the state dict's order: a LoRA policy's merged layer by layer (:func:`merged_stream`),
+    any other model's own. An engine copies each into place as it comes, so a weight sync
+    never holds a second whole copy of the model.
+
+    An FSDP2 shard (a DTensor parameter) is gathered with ``full_tensor()`` when its turn
+    comes: a collective, so every learner rank must run through the whole stream, in the
+    same order, even one that keeps nothing (no ``world`` argument: the DTensor carries its
+    own mesh, and a plain tensor needs no gather). ``dtype``: floating parameters cast to it
+    (the rollout's), before the gather, so that a bfloat16 rollout gathers half the bytes;
+    buffers keep theirs, as ``from_pretrained(dtype=...)`` and the HF engine's own copy
+    keep them. ``device``: each whole tensor moved there. A tensor that needs none of this
+    is the model's own, not a copy: a consumer that keeps it must copy it (the async
+    board does).
+    """
+    named = merged_stream(model) if is_lora(model) else model.state_dict().items()
+    buffers = {n.replace(".base_layer.", ".") for n, _ in plain_model(model).named_buffers()}
+    for name, tensor in named:
+        yield name, _for_rollout(tensor, None if name in buffers else dtype, device)
+
+
+def _for_rollout(
+    tensor: Tensor, dtype: torch.dtype | None, device: torch.device | str | None
+) -> Tensor:
+    """One tensor of :func:`rollout_stream`: cast, gathered whole if it is a shard, moved."""
+    if dtype is not None and tensor.is_floating_point():
+        tensor = tensor.to(dtype)
+    gather = getattr(tensor, "full_tensor", None)  # a DTensor's (FSDP2: a collective)
+    if gather is not None:
+        tensor = gather()
+    return tensor if device is None else tensor.to(device)
 
 
 def rollout_weights(model: nn.Module) -> dict[str, Tensor]:
-    """The state dict a rollout engine samples from: merged for a LoRA policy, else the
-    model's own."""
-    return merged_state_dict(model) if is_lora(model) else model.state_dict()
+    """The state dict a rollout engine samples from (:func:`rollout_stream` as one dict):
+    merged for a LoRA policy, else the model's own tensors (FSDP2: gathered)."""
+    return dict(rollout_stream(model))
 
 
 def merged_copy(model: nn.Module) -> nn.Module:

@@ -31,11 +31,18 @@ The rollout engine is not the learner: it samples in ``system.rollout_dtype``, s
 float32 policy (without autocast) when that is float32 and keeping its own bfloat16 copy
 otherwise. Either way its numerics differ from the learner's autocast, and κ ≠ 1 says by
 how much (docs/mismatch.md).
+
+Room beside vLLM on one GPU: the learner's weights, gradients and AdamW state stay on the
+device while vLLM samples, so they and vLLM's share (``system.engine_memory`` × the GPU) must
+fit together in what was free before either came (:func:`learner_bytes`,
+:func:`check_engine_room`; ``bench/scaling.py`` tabulates the same arithmetic).
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
+from collections.abc import Iterable
 from contextlib import AbstractContextManager
 
 import torch
@@ -78,3 +85,44 @@ def checkpoint_activations(model: nn.Module, field: str = "optim.gradient_checkp
         model.gradient_checkpointing_enable(  # type: ignore[operator]
             gradient_checkpointing_kwargs={"use_reentrant": False}
         )
+
+
+COPIES_TRAINED = 4
+"""Copies a trained parameter keeps on the learner's device, each of its dtype: the weight,
+its gradient and AdamW's two moments (16 bytes in float32). A frozen one keeps its weight."""
+GIB = 2**30
+
+
+def learner_bytes(trained: int, frozen: int, *, element: int = 4, shards: int = 1) -> int:
+    """Bytes the learner keeps on its device through a step, activations aside: ``trained``
+    parameters × ``COPIES_TRAINED`` and ``frozen`` ones (π_ref, a reward model, LoRA's base)
+    × 1, ``element`` bytes each (float32, ``MASTER_DTYPE``: 16 and 4 bytes a parameter); the
+    trained state split over ``shards`` FSDP2 ranks (the frozen models are whole on each)."""
+    return element * (COPIES_TRAINED * trained // shards + frozen)
+
+
+def resident_bytes(models: Iterable[nn.Module], shards: int = 1) -> int:
+    """:func:`learner_bytes` of ``models``' parameters, each counted once (LoRA's π_ref is the
+    policy itself) at its own element size, trained = ``requires_grad``."""
+    params = {id(p): p for model in models for p in model.parameters()}.values()
+    trained = sum(p.numel() * p.element_size() for p in params if p.requires_grad)
+    frozen = sum(p.numel() * p.element_size() for p in params if not p.requires_grad)
+    return learner_bytes(trained, frozen, element=1, shards=shards)
+
+
+def check_engine_room(learner: int, engine_memory: float, free: int, total: int) -> None:
+    """ConfigError naming ``system.engine_memory`` unless vLLM's share of the GPU
+    (``engine_memory`` × ``total`` bytes) and the ``learner``'s bytes fit in the ``free``
+    bytes the GPU had before either was placed; it says the largest share that fits, or that
+    the learner alone does not."""
+    engine = engine_memory * total
+    if learner + engine <= free:
+        return
+    room = math.floor(100 * (free - learner) / total) / 100  # the largest share, rounded down
+    fix = (f"lower system.engine_memory to {room:.2f} or less" if room > 0 else
+           "the learner alone does not fit: train LoRA adapters (model.lora_rank) or shard it "
+           "(system.learners, system.learner_sharding=fsdp2)")  # fmt: skip
+    raise ConfigError(f"system.engine_memory: vLLM's {engine_memory} of the GPU "
+                      f"({engine / GIB:.1f} GiB) and the learner's weights, gradients and AdamW "
+                      f"state ({learner / GIB:.1f} GiB) exceed its {free / GIB:.1f} GiB free; "
+                      f"{fix}")  # fmt: skip

@@ -3,7 +3,22 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Annotated, Any, Literal
+
+from pydantic import BeforeValidator
+
+
+def _yaml_switch(value: Any) -> Any:
+    """YAML reads a bare ``off`` (and ``no``, ``false``) as False: the setting ``off``; and
+    ``on`` (``yes``, ``true``) as True, kept a word so that it is refused by name, not taken
+    for 1."""
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return value
+
+
+EngineSleep = Annotated[Literal["auto", "off", 1, 2], BeforeValidator(_yaml_switch)]
+"""``system.engine_sleep``'s values, resolved by :func:`rlmap.system.vllm_engine.sleep_level`."""
 
 
 @dataclass(frozen=True)
@@ -41,9 +56,23 @@ class SystemParams:
     CUDA build on a GPU, its CPU build elsewhere), both in the learner's process."""
     engine_memory: float = 0.5
     """vLLM on a GPU: the fraction of GPU memory it may take (weights, activations, KV
-    cache), its ``gpu_memory_utilization``; the learner shares the rest."""
+    cache), its ``gpu_memory_utilization``; the learner shares the rest. With the engine asleep
+    the learner has nearly all of it while it steps; the fraction is what it must leave vLLM
+    while vLLM samples, beside the learner's weights, gradients and AdamW state."""
+    engine_sleep: EngineSleep = "auto"
+    """vLLM sharing the learner's GPU in the synchronous loop: it sleeps while the learner steps
+    and wakes for the weight reload. 1: its weights go to CPU memory and its KV cache is
+    dropped; 2: both are dropped (the reload refills the weights). off: it stays resident.
+    auto: 2 where it can (vLLM's CUDA build, the learner on CUDA, ``mode=sync``), else off."""
     backend: Literal["inprocess", "ray"] = "inprocess"
     """Where rollout workers and the learner live: one process, or Ray actors."""
+    actor_gpus: float | None = None
+    """Ray: the GPUs each rollout actor asks Ray for (its ``num_gpus``, 0 to 1; a fraction
+    packs ⌊1/x⌋ actors onto one GPU). None: 0 with the learner on the CPU; with it on CUDA,
+    1 (``separate``) or an equal share of the learner's GPU (``colocate``)."""
+    actor_placement: Literal["separate", "colocate"] = "separate"
+    """Ray with a CUDA learner: separate: the actors on the other GPUs (Ray is started without
+    the learner's); colocate: the actors share the learner's GPU (one PACK placement group)."""
     rollout_dtype: Literal["float32", "bfloat16"] = "float32"
     """Precision of the rollout engine; differing from ``train_dtype`` makes κ ≠ 1 real."""
     learners: int = 1

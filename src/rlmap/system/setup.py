@@ -11,7 +11,7 @@ import math
 import random
 import threading
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -42,7 +42,12 @@ from rlmap.system.distributed import SINGLE, World, parallel, wrap
 from rlmap.system.engine import RolloutEngine
 from rlmap.system.hf_engine import HFEngine
 from rlmap.system.learner import UpdateSettings
-from rlmap.system.memory import MASTER_DTYPE, checkpoint_activations
+from rlmap.system.memory import (
+    MASTER_DTYPE,
+    check_engine_room,
+    checkpoint_activations,
+    resident_bytes,
+)
 from rlmap.system.routing import check_replayable
 from rlmap.system.scoring import EpisodeReturn, base_reward, shaping_reward
 from rlmap.system.sim_inputs import parse_duration
@@ -473,9 +478,9 @@ def labelled_prompts(cfg: RecipeConfig) -> list[tuple[str, str | Messages]]:
             out += [(f"data.task={d.task} level {level} example {i}", e.prompt)
                     for i, e in enumerate(levels.pool(level))]  # fmt: skip
         return out
-    files = [Path(d.task), *([Path(d.eval_path)] if d.eval_path is not None else [])]
-    return [(label, e.chat) for f in files
-            for label, e in load_labelled_examples(f, d.prompt_field, d.answer_field)]  # fmt: skip
+    sources = [d.task, *([d.eval_path] if d.eval_path is not None else [])]  # files or hf:
+    return [(label, e.chat) for f in sources for label, e in
+            load_labelled_examples(f, d.prompt_field, d.answer_field, d.answer_format)]  # fmt: skip
 
 
 def check_prompt_lengths(
@@ -525,12 +530,6 @@ def learner_device(cfg: RecipeConfig) -> torch.device:
     device = resolve(cfg.system.device)
     if device.type != "cuda":
         return device
-    if cfg.system.learners > 1:
-        raise ConfigError("system.device: several learner ranks on CUDA (NCCL) are not built "
-                          "yet; use system.device=cpu with system.learners > 1")  # fmt: skip
-    if cfg.system.backend == "ray":
-        raise ConfigError("system.device: Ray's rollout actors cannot read a learner's CUDA "
-                          "weights yet; use system.device=cpu with system.backend=ray")  # fmt: skip
     torch.set_float32_matmul_precision("highest")
     if cfg.system.deterministic_kernels:
         use_deterministic_kernels(device)
@@ -545,10 +544,10 @@ def refuse_unavailable(cfg: RecipeConfig) -> None:
         from rlmap.system.vllm_engine import require_vllm
 
         require_vllm()
-        if cfg.system.backend == "ray" and torch.cuda.is_available():
-            raise ConfigError("system.backend: 'ray' with system.engine=vllm on a GPU is not "
-                              "built yet (the actors ask Ray for no GPU); use "
-                              "system.backend=inprocess")  # fmt: skip
+    if cfg.system.backend == "ray":  # the GPUs its actors ask for (an actor's own is inprocess)
+        from rlmap.system.ray_workers import check_gpus
+
+        check_gpus(cfg, resolve(cfg.system.device))
 
 
 def make_engine(
@@ -558,24 +557,50 @@ def make_engine(
     tokenizer: PreTrainedTokenizerBase,
     *,
     own_copy: bool = False,
+    world: World = SINGLE,
+    learner: Sequence[torch.nn.Module | None] = (),
 ) -> RolloutEngine:
     """The run's rollout engine (``system.engine``) holding ``policy``'s weights.
 
     vLLM builds the architecture of ``model_dir`` and takes the weights from ``policy``. In
     the asynchronous loop it is shared by the learner and every in-process worker, each
     through its own :class:`rlmap.system.vllm_engine.PinnedView` (its own weight version).
+    On the policy's GPU it is built only once its share is known to fit beside the
+    ``learner``'s models (:func:`check_gpu_room`), with sleep mode at ``system.engine_sleep``'s
+    level (:func:`rlmap.system.vllm_engine.sleep_level`); with several learner ranks each
+    rank builds its own, which joins the ranks' world.
     """
     s = cfg.system
     if s.engine == "vllm":
-        from rlmap.system.vllm_engine import PinnedView, VLLMEngine
+        from rlmap.system.vllm_engine import PinnedView, VLLMEngine, sleep_level
 
+        device = next(policy.parameters()).device
+        check_gpu_room(cfg, device, [m for m in learner if m is not None], world)
+        sleep = sleep_level(s.engine_sleep, engine=s.engine, mode=s.mode, device=device)
         engine = VLLMEngine(model_dir, policy, eos_token_id=int(tokenizer.eos_token_id),
                             dtype=DTYPES[s.rollout_dtype], memory=s.engine_memory,
-                            sampling_masks=cfg.behaviour.replay_sampling_set)  # fmt: skip
+                            sampling_masks=cfg.behaviour.replay_sampling_set, sleep=sleep,
+                            rank=world.rank if world.parallel else None)  # fmt: skip
         return PinnedView(engine, 0, policy) if s.mode == "async" else engine
     return HFEngine(policy, pad_token_id=int(tokenizer.pad_token_id),
                     eos_token_id=int(tokenizer.eos_token_id), dtype=DTYPES[s.rollout_dtype],
                     own_copy=own_copy)  # fmt: skip
+
+
+def check_gpu_room(
+    cfg: RecipeConfig, device: torch.device, learner: Sequence[torch.nn.Module], world: World
+) -> None:
+    """Before vLLM is built on the learner's GPU (``device``): its share and the ``learner``'s
+    models, with their gradients and AdamW state (FSDP2: this rank's shard), must fit in what
+    the GPU had free before the learner came — free now, plus what this process's PyTorch
+    cache holds, the models placed so far (:func:`rlmap.system.memory.check_engine_room`). A
+    learner elsewhere shares nothing with vLLM, which checks its own share."""
+    if device.type != "cuda":
+        return
+    free, total = torch.cuda.mem_get_info(device)
+    free += torch.cuda.memory_reserved(device)
+    shards = world.size if world.parallel and world.sharding == "fsdp2" else 1
+    check_engine_room(resident_bytes(learner, shards), cfg.system.engine_memory, free, total)
 
 
 def load_data(cfg: RecipeConfig) -> tuple[list[Example], list[Example]]:
@@ -591,9 +616,10 @@ def load_data(cfg: RecipeConfig) -> tuple[list[Example], list[Example]]:
         return gym_text.splits(d.task, d.split_seed, d.train_size, d.eval_size)
     if verifiers_env.is_verifiers(d.task):
         return verifiers_env.splits(d.task, d.task_args, d.train_size, d.eval_size)
-    train = load_file_examples(Path(d.task), d.prompt_field, d.answer_field)
+    fields = (d.prompt_field, d.answer_field, d.answer_format)
+    train = load_file_examples(d.task, *fields)  # a data file or an hf: dataset's split
     if d.eval_path is not None:
-        return train, load_file_examples(Path(d.eval_path), d.prompt_field, d.answer_field)
+        return train, load_file_examples(d.eval_path, *fields)
     if len(train) <= d.eval_size:
         raise ConfigError(f"data.eval_size: {d.eval_size} held out leaves no training prompts")
     return train[d.eval_size :], train[: d.eval_size]
@@ -826,21 +852,24 @@ def build(
         reference = load_causal_lm(start, dtype=MASTER_DTYPE, device=device)
         reference.eval().requires_grad_(False)
     policy.train()
+    # every model the learner keeps on its device, before the engine that must fit beside them
+    critic, critic_optimizer, critic_scheduler, critic_learner = build_critic(
+        cfg, start, resume_from, world, device)  # fmt: skip
+    reward_model = _reward_model(cfg, tokenizer, reward_path, device)
     sharded = world.parallel and world.sharding == "fsdp2"
-    engine = make_engine(cfg, start, policy, tokenizer, own_copy=sharded)
+    engine = make_engine(cfg, start, policy, tokenizer, own_copy=sharded, world=world,
+                         learner=(policy, reference, critic, reward_model))  # fmt: skip
     learner = wrap(policy, world) if world.parallel else None
     optimizer, scheduler = make_optimizer(policy if learner is None else learner, cfg)
     train, heldout = load_data(cfg)
     eval_environment, eval_rescore, rescore_items = evaluation_scoring(cfg, tokenizer)
-    critic, critic_optimizer, critic_scheduler, critic_learner = build_critic(
-        cfg, start, resume_from, world, device)  # fmt: skip
     return Parts(cfg, tokenizer, policy, reference, engine, optimizer, scheduler, train, heldout,
                  environment_factory(cfg, tokenizer, latency=True), update_settings(cfg),
                  critic, critic_optimizer, critic_scheduler,
                  eval_environment=eval_environment, eval_rescore=eval_rescore,
                  eval_rescore_items=rescore_items,
-                 reward_model=_reward_model(cfg, tokenizer, reward_path, device),
-                 base_reward=base_reward(cfg), shaping=shaping_reward(cfg),
+                 reward_model=reward_model, base_reward=base_reward(cfg),
+                 shaping=shaping_reward(cfg),
                  world=world, learner=learner, critic_learner=critic_learner,
                  levels=curriculum_levels(cfg), device=device)  # fmt: skip
 

