@@ -90,6 +90,19 @@ def _pool(monkeypatch: pytest.MonkeyPatch, cfg: Any, learner: torch.device) -> F
     return fake
 
 
+def test_a_cluster_of_the_users_is_not_counted_from_this_machine_and_is_not_colocated(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from rlmap.system.ray_workers import check_gpus
+
+    _fake_cuda(monkeypatch, 1)
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")
+    # 16 actors on a GPU each: this machine's one GPU says nothing of the cluster's
+    check_gpus(_cfg("system.workers=16", "system.actor_gpus=1"), torch.device("cuda", 0))
+    with pytest.raises(ConfigError, match=r"^system\.actor_placement: colocate needs the run"):
+        check_gpus(_cfg("system.actor_placement=colocate"), torch.device("cuda", 0))
+
+
 def test_a_cluster_named_by_ray_address_is_joined_without_resource_counts(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -192,11 +205,14 @@ def test_an_actor_builds_on_the_gpu_ray_gave_it_and_on_the_cpu_otherwise(
     # cuda:0; an actor that asked for none sees every GPU, so it must choose the CPU itself.
     monkeypatch.setattr(ray, "get_gpu_ids", lambda: gpu_ids)
     monkeypatch.setattr(torch, "set_num_threads", lambda n: None)
-    monkeypatch.setattr(setup, "build", lambda cfg, start, reward_path: cfg)
+    calls: list[bool] = []
+    monkeypatch.setattr(setup, "build", lambda cfg, start, reward_path, trains:
+                        calls.append(trains) or cfg)  # fmt: skip
     actor = RolloutActor(_cfg("system.device=auto"), "start", None)
     built: Any = actor.p
     assert built.system.device == device
     assert built.system.backend == "inprocess"  # the actor is no Ray driver: no GPU checks
+    assert calls == [False]  # it trains nothing: its GPU room counts its weights alone
 
 
 def test_what_ray_stores_is_the_boards_host_snapshot_in_the_rollout_dtype(
@@ -235,9 +251,13 @@ def test_what_ray_stores_is_the_boards_host_snapshot_in_the_rollout_dtype(
          ["system.actor_placement: colocate", "the learner is on the CPU"]),
         (1, ["system.device=cpu", "system.engine=vllm"],
          ["system.actor_gpus: 0", "vLLM's CUDA build needs a GPU"]),
-        # 2 colocated vLLM actors × 0.5 of the memory = 1.0: nothing left for the learner
+        # 2 colocated vLLM actors and the learner's own engine × 0.5 of the memory = 1.5
         (1, ["system.engine=vllm", "system.actor_placement=colocate"],
-         ["system.engine_memory: 2 vLLM actors on one GPU at 0.5", "beside the learner"]),
+         ["system.engine_memory: 3 vLLM engines on one GPU (2 actors' and the learner's)",
+          "take 1.5", "beside the learner"]),
+        # 0.35 each: the actors alone take 0.7, with the learner's engine 1.05 > 1
+        (1, ["system.engine=vllm", "system.actor_placement=colocate",
+             "system.engine_memory=0.35"], ["3 vLLM engines", "take 1.05"]),
     ],
 )  # fmt: skip
 def test_gpus_this_machine_cannot_give_are_refused_in_one_line_before_the_run(

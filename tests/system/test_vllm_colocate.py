@@ -52,7 +52,7 @@ class FakeLLM:
         self.log, self.settings = log, settings
 
     def collective_rpc(self, fn: Callable[[Any], None]) -> list[None]:
-        fn(SimpleNamespace(model_runner=self))
+        fn(SimpleNamespace(reload_weights=self.reload_weights))  # vLLM's worker
         return [None]
 
     def reload_weights(self, weights_iterator: Iterator[tuple[str, torch.Tensor]]) -> None:
@@ -289,11 +289,29 @@ def test_the_gpu_check_counts_the_models_placed_so_far_as_free_and_fsdp2s_shards
     check_gpu_room(cfg, CPU, [Giant()], SINGLE)  # a CPU learner shares no GPU: not checked
 
 
+def test_the_room_holds_the_whole_weights_before_fsdp2_shards_and_an_actor_trains_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: (30 * GIB, 100 * GIB))
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device: 20 * GIB)
+    cfg = build_config("grpo", None, ["system.engine=vllm", "system.engine_memory=0.42"])
+    # 8 FSDP2 ranks: the step's shard is 40 / 8 = 5 GiB, but vLLM is built while every rank
+    # holds the whole 10 GiB of weights: 10 + 42 = 52 > 50 free, where 5 + 42 = 47 would fit
+    with pytest.raises(ConfigError, match=r"to 0\.40 or less"):  # (50 - 10) / 100
+        check_gpu_room(cfg, CUDA, [Giant()], World(rank=0, size=8, sharding="fsdp2"))
+    # a rollout actor keeps the weights alone (10 GiB), not gradients and AdamW state (40):
+    # at 0.3, 10 + 30 = 40 fits the 50 free, and 40 + 30 = 70 would not
+    cfg = build_config("grpo", None, ["system.engine=vllm", "system.engine_memory=0.3"])
+    check_gpu_room(cfg, CUDA, [Giant()], SINGLE, trains=False)
+    with pytest.raises(ConfigError, match=r"to 0\.10 or less"):  # (50 - 40) / 100
+        check_gpu_room(cfg, CUDA, [Giant()], SINGLE)
+
+
 def test_the_engine_is_built_after_every_model_it_must_fit_beside(
     log: list[str], vllm_model_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     seen: list[list[nn.Module]] = []
-    monkeypatch.setattr(setup, "check_gpu_room", lambda cfg, device, learner, world:
+    monkeypatch.setattr(setup, "check_gpu_room", lambda cfg, device, learner, world, **kw:
                         seen.append(list(learner)))  # fmt: skip
     cfg = build_config("ppo", None, [f"model.path={vllm_model_dir}", "system.engine=vllm",
                                      "kl.placement=reward", "kl.beta=0.01"])  # fmt: skip
@@ -370,3 +388,17 @@ def test_two_learner_ranks_each_sample_from_an_engine_of_their_own(
         assert r["ratio/kappa/max_abs_log"] < 1e-3, r["ratio/kappa/max_abs_log"]
     assert json.loads((run / "ledger.json").read_text())["engine_sleep"] == 0  # on a CPU
     assert not math.isnan(rows[-1]["reward/mean"])
+
+
+def test_one_learner_on_a_gpu_other_than_the_first_is_refused_with_vllm(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # vLLM's one-process executor takes cuda:0 whatever the learner's device: refused, not
+    # silently split over two GPUs
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    cfg = build_config("grpo", None, ["system.engine=vllm", "system.device=cuda:1"])
+    with pytest.raises(ConfigError, match=r"^system\.device: cuda:1 with system\.engine=vllm"):
+        setup.refuse_unavailable(cfg)
+    setup.refuse_unavailable(build_config("grpo", None, ["system.engine=vllm",
+                                                         "system.device=cuda:0"]))  # fmt: skip

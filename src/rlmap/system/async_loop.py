@@ -121,8 +121,8 @@ class Board:
         learner goes on training them): each tensor of the stream is copied into a buffer of
         the board's own as it comes (:func:`snapshot_copy`), so besides the snapshot at most
         one merged LoRA layer exists, and no full-precision copy of the model."""
-        stream = rollout_stream(model)
-        snapshot = {name: snapshot_copy(t, self.dtype, self.host) for name, t in stream}
+        stream = rollout_stream(model, dtype=self.dtype)  # floating parameters cast, not buffers
+        snapshot = {name: snapshot_copy(t, None, self.host) for name, t in stream}
         with self.lock:
             self.version, self.state = version, snapshot
 

@@ -101,13 +101,16 @@ def learner_bytes(trained: int, frozen: int, *, element: int = 4, shards: int = 
     return element * (COPIES_TRAINED * trained // shards + frozen)
 
 
-def resident_bytes(models: Iterable[nn.Module], shards: int = 1) -> int:
+def resident_bytes(models: Iterable[nn.Module], shards: int = 1, *, trains: bool = True) -> int:
     """:func:`learner_bytes` of ``models``' parameters, each counted once (LoRA's π_ref is the
-    policy itself) at its own element size, trained = ``requires_grad``."""
+    policy itself) at its own element size, trained = ``requires_grad`` (none when the process
+    does not train: a rollout actor's copy of the policy is its weights alone). With FSDP2
+    ``shards`` the larger of the step's sharded state and the whole weights every rank holds
+    until the learner is wrapped (vLLM is built, and checks its room, before that)."""
     params = {id(p): p for model in models for p in model.parameters()}.values()
-    trained = sum(p.numel() * p.element_size() for p in params if p.requires_grad)
-    frozen = sum(p.numel() * p.element_size() for p in params if not p.requires_grad)
-    return learner_bytes(trained, frozen, element=1, shards=shards)
+    every = sum(p.numel() * p.element_size() for p in params)
+    trained = sum(p.numel() * p.element_size() for p in params if p.requires_grad and trains)
+    return max(every, learner_bytes(trained, every - trained, element=1, shards=shards))
 
 
 def check_engine_room(learner: int, engine_memory: float, free: int, total: int) -> None:

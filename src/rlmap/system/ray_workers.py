@@ -167,6 +167,12 @@ def check_gpus(cfg: RecipeConfig, learner: torch.device) -> None:
     if not torch.cuda.is_available():
         raise ConfigError(f"system.actor_gpus: {gpus:g} GPU per rollout actor, and this torch "
                           f"sees no CUDA (torch {torch.__version__}); use 0")  # fmt: skip
+    if os.environ.get("RAY_ADDRESS"):  # a cluster of the user's: its GPUs are not this machine's
+        if s.actor_placement == "colocate":
+            raise ConfigError("system.actor_placement: colocate needs the run's own Ray (it "
+                              "gives Ray the learner's GPU alone); unset RAY_ADDRESS or use "
+                              "separate")  # fmt: skip
+        return
     have = len(ray_gpus(s.actor_placement, learner, visible_gpus()))
     need = math.ceil(s.workers / per_gpu(gpus))
     if need > have:
@@ -179,13 +185,17 @@ def check_gpus(cfg: RecipeConfig, learner: torch.device) -> None:
 
 
 def _check_engine_memory(s: SystemParams, gpus: float) -> None:
-    """vLLM instances sharing a GPU each take ``engine_memory`` of it (and a colocated
-    learner needs some too): a share that cannot fit stops the run before it starts."""
+    """vLLM instances sharing a GPU each take ``engine_memory`` of it — colocated, the
+    learner's own engine (built in the learner's process, for its evaluations) among them,
+    and the learner needs some too: a share that cannot fit stops the run before it starts."""
     sharing = min(s.workers, per_gpu(gpus))
-    total, colocated = sharing * s.engine_memory, s.actor_placement == "colocate"
+    colocated = s.actor_placement == "colocate"
+    engines = sharing + colocated  # the learner's own engine shares the colocated GPU
+    total = engines * s.engine_memory
     if total > 1 or (colocated and total >= 1):
+        whose = f" ({sharing} actors' and the learner's)" if colocated else " (actors')"
         beside = " beside the learner" if colocated else ""
-        raise ConfigError(f"system.engine_memory: {sharing} vLLM actors on one GPU at "
+        raise ConfigError(f"system.engine_memory: {engines} vLLM engines on one GPU{whose} at "
                           f"{s.engine_memory:g} each take {total:g} of its memory{beside}; "
                           "lower system.engine_memory")  # fmt: skip
 
@@ -201,7 +211,7 @@ class RolloutActor:
         torch.set_num_threads(1)  # one core per actor; the learner keeps the rest
         reward = None if reward_path is None else Path(reward_path)
         mine = rollout_config(cfg, actor_device(ray.get_gpu_ids()))
-        self.p = setup.build(mine, Path(start), reward_path=reward)
+        self.p = setup.build(mine, Path(start), reward_path=reward, trains=False)
 
     def rollout(
         self,

@@ -544,6 +544,13 @@ def refuse_unavailable(cfg: RecipeConfig) -> None:
         from rlmap.system.vllm_engine import require_vllm
 
         require_vllm()
+        device = resolve(cfg.system.device)
+        if cfg.system.learners == 1 and device.type == "cuda" and (device.index or 0) != 0:
+            # vLLM's one-process executor builds on its local rank's GPU, cuda:0, whatever the
+            # learner's: the two would not share a GPU (nor would the memory checks hold)
+            raise ConfigError(f"system.device: {device} with system.engine=vllm, which builds "
+                              "its engine on cuda:0; pick the GPU with CUDA_VISIBLE_DEVICES "
+                              "and system.device=cuda")  # fmt: skip
     if cfg.system.backend == "ray":  # the GPUs its actors ask for (an actor's own is inprocess)
         from rlmap.system.ray_workers import check_gpus
 
@@ -559,6 +566,7 @@ def make_engine(
     own_copy: bool = False,
     world: World = SINGLE,
     learner: Sequence[torch.nn.Module | None] = (),
+    trains: bool = True,
 ) -> RolloutEngine:
     """The run's rollout engine (``system.engine``) holding ``policy``'s weights.
 
@@ -575,7 +583,7 @@ def make_engine(
         from rlmap.system.vllm_engine import PinnedView, VLLMEngine, sleep_level
 
         device = next(policy.parameters()).device
-        check_gpu_room(cfg, device, [m for m in learner if m is not None], world)
+        check_gpu_room(cfg, device, [m for m in learner if m is not None], world, trains=trains)
         sleep = sleep_level(s.engine_sleep, engine=s.engine, mode=s.mode, device=device)
         engine = VLLMEngine(model_dir, policy, eos_token_id=int(tokenizer.eos_token_id),
                             dtype=DTYPES[s.rollout_dtype], memory=s.engine_memory,
@@ -588,7 +596,12 @@ def make_engine(
 
 
 def check_gpu_room(
-    cfg: RecipeConfig, device: torch.device, learner: Sequence[torch.nn.Module], world: World
+    cfg: RecipeConfig,
+    device: torch.device,
+    learner: Sequence[torch.nn.Module],
+    world: World,
+    *,
+    trains: bool = True,
 ) -> None:
     """Before vLLM is built on the learner's GPU (``device``): its share and the ``learner``'s
     models, with their gradients and AdamW state (FSDP2: this rank's shard), must fit in what
@@ -600,7 +613,8 @@ def check_gpu_room(
     free, total = torch.cuda.mem_get_info(device)
     free += torch.cuda.memory_reserved(device)
     shards = world.size if world.parallel and world.sharding == "fsdp2" else 1
-    check_engine_room(resident_bytes(learner, shards), cfg.system.engine_memory, free, total)
+    resident = resident_bytes(learner, shards, trains=trains)
+    check_engine_room(resident, cfg.system.engine_memory, free, total)
 
 
 def load_data(cfg: RecipeConfig) -> tuple[list[Example], list[Example]]:
@@ -821,6 +835,8 @@ def build(
     resume_from: Path | None = None,
     reward_path: Path | None = None,
     world: World = SINGLE,
+    *,
+    trains: bool = True,
 ) -> Parts:
     """All live objects of a run that started from checkpoint ``start``.
 
@@ -830,7 +846,8 @@ def build(
     reference is that same model with its adapters off. With several learner ranks the
     policy is wrapped for them (:func:`rlmap.system.distributed.wrap`) and the optimiser
     holds the wrapped (FSDP2: sharded) parameters; the rollout engine shares the plain
-    policy (DDP) or keeps its own full copy (FSDP2).
+    policy (DDP) or keeps its own full copy (FSDP2). ``trains`` False: a process that only
+    rolls out (a Ray actor), whose policy keeps no gradients or optimiser state on its GPU.
     """
     refuse_unavailable(cfg)
     device = learner_device(cfg)
@@ -858,7 +875,8 @@ def build(
     reward_model = _reward_model(cfg, tokenizer, reward_path, device)
     sharded = world.parallel and world.sharding == "fsdp2"
     engine = make_engine(cfg, start, policy, tokenizer, own_copy=sharded, world=world,
-                         learner=(policy, reference, critic, reward_model))  # fmt: skip
+                         learner=(policy, reference, critic, reward_model),
+                         trains=trains)  # fmt: skip
     learner = wrap(policy, world) if world.parallel else None
     optimizer, scheduler = make_optimizer(policy if learner is None else learner, cfg)
     train, heldout = load_data(cfg)

