@@ -33,8 +33,28 @@ def _cmd_recipes(args: argparse.Namespace) -> None:
 
 def _cmd_explain(args: argparse.Namespace) -> None:
     from rlmap.recipes import explain
+    from rlmap.recipes.translate import explain_as
 
-    print(explain(args.name))
+    print(explain(args.name) if args.as_ is None else explain_as(args.name, args.as_))
+
+
+def _cmd_translate(args: argparse.Namespace) -> None:
+    """The rlmap config for another framework's file, the report on top as comments; written
+    to --out (else printed) only once the whole translation has loaded."""
+    from pathlib import Path
+
+    from rlmap.recipes.translate import translate
+
+    result = translate(args.file, args.source, to_embedded=args.embedded,
+                       world_size=args.world_size)  # fmt: skip
+    text = result.to_yaml()
+    if args.out is None:
+        print(text, end="")
+        return
+    Path(args.out).write_text(text, encoding="utf-8")
+    print(result.report())
+    hint = "" if args.embedded else "; on the embedded default: add --embedded"
+    print(f"wrote {args.out}: rlmap train --config {args.out}{hint}")
 
 
 def _cmd_papers(args: argparse.Namespace) -> None:
@@ -128,6 +148,8 @@ def _cmd_train(args: argparse.Namespace) -> int | None:
     _quiet_transformers()
     rank, _ = distributed.launched_rank(os.environ)  # a half-set launcher: refused first
     if args.resume is not None:
+        if args.preflight:
+            raise ConfigError("--preflight: not with --resume (preflight a config, not a run)")
         given = [flag for flag, value in (("--seeds", args.seeds), ("--config", args.config),
                  ("--recipe", args.recipe), ("--out", args.out), ("--seed", args.seed))
                  if value is not None]  # fmt: skip
@@ -147,6 +169,8 @@ def _cmd_train(args: argparse.Namespace) -> int | None:
         overrides = list(args.overrides) + ([f"seed={args.seed}"] if args.seed is not None else [])
         file_data = read_yaml(args.config) if args.config else None
         cfg = build_config(args.recipe, file_data, overrides)
+        if args.preflight:
+            return _preflight(cfg, args)
         check_inputs(cfg)
         note = embedded_task_note(cfg)
         if note is not None and rank == 0:
@@ -158,6 +182,18 @@ def _cmd_train(args: argparse.Namespace) -> int | None:
         return distributed.launch(cfg.system.learners, args.argv)
     with distributed.joined(world):
         return _train_rank(args, cfg, world)
+
+
+def _preflight(cfg: RecipeConfig, args: argparse.Namespace) -> int:
+    """``--preflight``: the go / no-go table (:mod:`rlmap.experiments.preflight`); 0 on go,
+    1 on no-go; no run directory."""
+    from rlmap.experiments.preflight import preflight, table, went
+
+    if args.seeds is not None:
+        raise ConfigError("--preflight: not with --seeds (check the config once)")
+    rows = preflight(cfg)
+    print(table(rows))
+    return 0 if went(rows) else 1
 
 
 def _train_rank(args: argparse.Namespace, cfg: RecipeConfig, world: World) -> int:
@@ -441,12 +477,25 @@ def _command(sub: Any, name: str, **kwargs: Any) -> argparse.ArgumentParser:
 
 def _add_run_commands(sub: Any) -> None:
     """Recipes, configs, training and evaluation."""
+    from rlmap.recipes.translate import FRAMEWORKS
+
     p = _command(sub, "recipes", help="list the presets, each with its full composition")
     p.set_defaults(func=_cmd_recipes)
     p = _command(sub, "explain", help="a preset axis by axis, or one component's card")
     p.add_argument("name", help="preset (see `rlmap recipes`), component (m2po, dppo_kl, "
                    "prompt_mean …) or field=component (behaviour.objective=dro)")  # fmt: skip
+    p.add_argument("--as", dest="as_", default=None, choices=FRAMEWORKS,
+                   help="the preset as that framework's settings, differences named")  # fmt: skip
     p.set_defaults(func=_cmd_explain)
+    p = _command(sub, "translate", help="another framework's config as an rlmap config")
+    p.add_argument("file", help="verl/SkyRL YAML, TRL YAML/JSON, prime-rl TOML, OpenRLHF command")
+    p.add_argument("--from", dest="source", required=True, choices=("auto", *FRAMEWORKS))
+    p.add_argument("--out", default=None, help="write the config here (default: print it)")
+    p.add_argument("--embedded", action="store_true",
+                   help="the closest preset's embedded model and sizes (trains here)")  # fmt: skip
+    p.add_argument("--world-size", type=int, default=1,
+                   help="training processes (TRL's batch sizes are per device)")  # fmt: skip
+    p.set_defaults(func=_cmd_translate)
     p = _command(sub, "train", help="train a policy; prints the run directory")
     p.add_argument("--recipe", default=None, help="preset to start from (default: grpo)")
     p.add_argument("--config", default=None, help="YAML config file (names its recipe)")
@@ -459,6 +508,9 @@ def _add_run_commands(sub: Any) -> None:
         default=None,
         help="train N runs, seeds seed..seed+N-1, into --out/seed<S> (for compare)",
     )
+    p.add_argument("--preflight", action="store_true",
+                   help="build and check every part, one forward + backward; print a go / "
+                   "no-go table and write nothing (exit 1 on no-go)")  # fmt: skip
     p.add_argument("overrides", nargs="*", help="dotted.key=value overrides")
     p.set_defaults(func=_cmd_train)
     p = _command(sub, "eval", help="held-out pass@1, pass@k, length and diversity of a checkpoint")

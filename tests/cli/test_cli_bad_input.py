@@ -146,6 +146,63 @@ def case_explain_without_a_name(ws: Workspace) -> tuple[list[str], list[str]]:
 
 
 @case
+def case_translate_invalid_yaml(ws: Workspace) -> tuple[list[str], list[str]]:
+    ws.file("verl.yaml", "algorithm:\n  adv_estimator: grpo\n  gamma: [1.0\n")
+    return ["translate", "verl.yaml", "--from", "verl"], ["verl.yaml:", "not valid YAML"]
+
+
+@case
+def case_translate_invalid_json(ws: Workspace) -> tuple[list[str], list[str]]:
+    ws.file("grpo.json", '{\n  "loss_type": "dapo",,\n}\n')
+    return ["translate", "grpo.json", "--from", "trl"], ["grpo.json:2", "not valid JSON"]
+
+
+@case
+def case_translate_unmappable_estimator(ws: Workspace) -> tuple[list[str], list[str]]:
+    ws.file("verl.yaml", "actor_rollout_ref: {}\nalgorithm:\n  adv_estimator: grpoo\n")
+    return (["translate", "verl.yaml", "--from", "auto", "--out", "out.yaml"],
+            ["verl.yaml", "algorithm.adv_estimator", "'grpoo'", "grpo"])  # fmt: skip
+
+
+@case
+def case_translate_unresolvable_interpolation(ws: Workspace) -> tuple[list[str], list[str]]:
+    ws.file("verl.yaml", "actor_rollout_ref:\n  actor:\n    clip_ratio_high: ${eval:'0.2+0.08'}\n")
+    return (["translate", "verl.yaml", "--from", "verl"],
+            ["verl.yaml", "actor_rollout_ref.actor.clip_ratio_high", "cannot resolve"])  # fmt: skip
+
+
+@case
+def case_translate_auto_cannot_tell(ws: Workspace) -> tuple[list[str], list[str]]:
+    ws.file("run.yaml", "lr: 1.0e-6\n")
+    return ["translate", "run.yaml", "--from", "auto"], ["run.yaml", "--from"]
+
+
+@case
+def case_translate_trl_cispo_cap_below_one(ws: Workspace) -> tuple[list[str], list[str]]:
+    ws.file("grpo.yaml", "loss_type: cispo\n")
+    return ["translate", "grpo.yaml", "--from", "trl"], ["grpo.yaml", "epsilon_high", "0.2"]
+
+
+@case
+def case_translate_invalid_toml(ws: Workspace) -> tuple[list[str], list[str]]:
+    ws.file("rl.toml", "max_steps = 20\n[orchestrator]\ngroup_size = = 8\n")
+    return ["translate", "rl.toml", "--from", "auto"], ["rl.toml:3", "not valid TOML"]
+
+
+@case
+def case_translate_openrlhf_unknown_estimator(ws: Workspace) -> tuple[list[str], list[str]]:
+    ws.file("cmd.sh", "python -m openrlhf.cli.train_ppo_ray --advantage_estimator grpo\n")
+    return (["translate", "cmd.sh", "--from", "openrlhf"],
+            ["cmd.sh", "--algo.advantage.estimator", "'grpo'", "group_norm"])  # fmt: skip
+
+
+@case
+def case_translate_openrlhf_without_command(ws: Workspace) -> tuple[list[str], list[str]]:
+    ws.file("cmd.sh", "torchrun train.py --lr 1e-6\n")
+    return ["translate", "cmd.sh", "--from", "openrlhf"], ["cmd.sh", "no openrlhf command"]
+
+
+@case
 def case_recipes_extra_argument(ws: Workspace) -> tuple[list[str], list[str]]:
     return ["recipes", "optim.lr=1"], ["unrecognized arguments: optim.lr=1"]
 
@@ -1084,7 +1141,8 @@ def case_samples_corrupt_line(ws: Workspace) -> tuple[list[str], list[str]]:
 
 
 COMMANDS = {"recipes", "explain", "papers", "config", "train", "eval", "compare", "advise",
-            "diagnose", "simulate", "reward-model", "samples", "tasks", "judge-model"}  # fmt: skip
+            "diagnose", "simulate", "reward-model", "samples", "tasks", "judge-model",
+            "translate"}  # fmt: skip
 PREFIXES = {"model": "train", "task": "train", "resume": "train", "critic": "train",
             "reward": "train", "pairs": "reward-model", "rm": "reward-model",
             "judgemodel": "judge-model",

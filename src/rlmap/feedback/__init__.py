@@ -35,6 +35,10 @@ class Verifier:
     isolated: bool = False
     """Always run in its isolation worker (``feedback.timeout_s``, or ``ISOLATION_TIMEOUT_S``
     when unset): code rlmap does not control, which may hang or crash."""
+    answers: bool = True
+    """Its reference (with ``items``, the example's answer) is itself a correct response, so
+    ``rlmap train --preflight`` checks that it scores 1; False where the reference is a
+    specification a response must meet (unit tests, a schema, a pattern)."""
 
 
 ISOLATION_TIMEOUT_S = 30.0
@@ -48,12 +52,17 @@ def _pure(fn: Callable[[str, str], float], summary: str) -> Verifier:
     return Verifier(fn, summary, waits=False)
 
 
+def _spec(fn: Callable[[str, str], float], summary: str) -> Verifier:
+    return Verifier(fn, summary, waits=False, answers=False)  # its reference is a specification
+
+
 registry.add("exact_match", _pure(verifiers.exact_match, "1 if the answer equals the reference"))
 registry.add("last_number", _pure(verifiers.last_number, "1 if the last number equals it"))
 registry.add("math_equiv", Verifier(MathEquiv(), "1 if math-verify finds the answer equal to it"))
-registry.add("code_tests", Verifier(verifiers.code_tests, "1 if the code passes its unit tests"))
-registry.add("json_schema", _pure(verifiers.json_schema, "1 if the JSON validates against it"))
-registry.add("regex", _pure(verifiers.regex_format, "1 if the response fully matches it"))
+registry.add("code_tests", Verifier(verifiers.code_tests, "1 if the code passes its unit tests",
+                                    answers=False))  # fmt: skip
+registry.add("json_schema", _spec(verifiers.json_schema, "1 if the JSON validates against it"))
+registry.add("regex", _spec(verifiers.regex_format, "1 if the response fully matches it"))
 registry.add(
     "reasoning_gym",
     Verifier(
