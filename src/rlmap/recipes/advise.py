@@ -42,7 +42,7 @@ from rlmap.recipes.selection import (
     TaskProfile,
     Verifier,
 )
-from rlmap.system.setup import refuse_unavailable
+from rlmap.system.available import refuse_unavailable
 
 DISCLAIMER = (
     '"First" means the baseline that is easiest to establish and to interpret; it is not a '

@@ -19,10 +19,7 @@
 - :mod:`~rlmap.system.simulate` (with ``sim_inputs``, ``sim_report``): the discrete-event
   model behind ``rlmap simulate``;
 - :mod:`~rlmap.system.setup`: building a run's live objects from its config.
+
+Nothing is imported here: a submodule's import (``rlmap.system.params`` for a config)
+must not pull the engines and transformers with it.
 """
-
-from rlmap.system.engine import Completion, RolloutEngine
-from rlmap.system.hf_engine import HFEngine
-from rlmap.system.params import SystemParams
-
-__all__ = ["Completion", "HFEngine", "RolloutEngine", "SystemParams"]

@@ -36,6 +36,7 @@ from rlmap.feedback.reward_model import load_reward_model
 from rlmap.recipes.config import RecipeConfig
 from rlmap.recipes.sections import DataConfig
 from rlmap.system import lora
+from rlmap.system.available import refuse_unavailable
 from rlmap.system.critic import CRITIC_DIR, CriticSettings, load_critic
 from rlmap.system.device import place, resolve, use_deterministic_kernels
 from rlmap.system.distributed import SINGLE, World, parallel, wrap
@@ -536,27 +537,6 @@ def learner_device(cfg: RecipeConfig) -> torch.device:
     return device
 
 
-def refuse_unavailable(cfg: RecipeConfig) -> None:
-    """One-line ConfigError, naming the field, for parts of a recipe rlmap does not have yet."""
-    if cfg.model.lora_rank:
-        lora.require_peft()
-    if cfg.system.engine == "vllm":
-        from rlmap.system.vllm_engine import require_vllm
-
-        require_vllm()
-        device = resolve(cfg.system.device)
-        if cfg.system.learners == 1 and device.type == "cuda" and (device.index or 0) != 0:
-            # vLLM's one-process executor builds on its local rank's GPU, cuda:0, whatever the
-            # learner's: the two would not share a GPU (nor would the memory checks hold)
-            raise ConfigError(f"system.device: {device} with system.engine=vllm, which builds "
-                              "its engine on cuda:0; pick the GPU with CUDA_VISIBLE_DEVICES "
-                              "and system.device=cuda")  # fmt: skip
-    if cfg.system.backend == "ray":  # the GPUs its actors ask for (an actor's own is inprocess)
-        from rlmap.system.ray_workers import check_gpus
-
-        check_gpus(cfg, resolve(cfg.system.device))
-
-
 def make_engine(
     cfg: RecipeConfig,
     model_dir: Path,
@@ -929,7 +909,8 @@ def make_optimizer(
     lr: float | None = None,
     steps_per_batch: int | None = None,
 ) -> tuple[torch.optim.Optimizer, Any]:
-    """AdamW and a warm-up + constant/cosine schedule over all optimiser steps of the run.
+    """AdamW (``optim.adam_betas``) and a warm-up + constant/cosine/linear schedule over all
+    optimiser steps of the run (:func:`lr_factor`).
 
     ``lr`` defaults to the policy's ``optim.lr`` and ``steps_per_batch`` (optimiser steps
     per rollout batch) to the policy's epochs × mini-batches; the critic passes its own.
@@ -939,15 +920,29 @@ def make_optimizer(
     per_batch = o.epochs_per_batch * o.minibatches_per_epoch
     per_batch = per_batch if steps_per_batch is None else steps_per_batch
     trained = [p for p in model.parameters() if p.requires_grad]  # LoRA: the adapters only
-    optimizer = torch.optim.AdamW(trained, lr=lr, weight_decay=o.weight_decay)
+    optimizer = torch.optim.AdamW(trained, lr=lr, weight_decay=o.weight_decay,
+                                  betas=tuple(o.adam_betas))  # fmt: skip
     total = max(1, o.steps * per_batch)
 
     def factor(step: int) -> float:
-        if step < o.warmup_steps:
-            return (step + 1) / o.warmup_steps
-        if o.schedule == "cosine":
-            done = (step - o.warmup_steps) / max(1, total - o.warmup_steps)
-            return 0.5 * (1.0 + math.cos(math.pi * min(done, 1.0)))
-        return 1.0
+        return lr_factor(step, schedule=o.schedule, warmup_steps=o.warmup_steps, total=total)
 
     return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+def lr_factor(step: int, *, schedule: str, warmup_steps: int, total: int) -> float:
+    """The learning rate's multiplier before optimiser step ``step`` (0-based) of ``total``.
+
+    Warm-up W: (s + 1)/W for s < W. After it, with d = (s − W)/max(1, total − W) clipped to
+    [0, 1]: constant 1; cosine ½(1 + cos πd); linear 1 − d, transformers'
+    ``get_linear_schedule_with_warmup`` (TRL's default), which reaches 0 at s = total.
+    Differs from transformers during warm-up only: it starts at s/W (0 at the first step).
+    """
+    if step < warmup_steps:
+        return (step + 1) / warmup_steps
+    done = min(max((step - warmup_steps) / max(1, total - warmup_steps), 0.0), 1.0)
+    if schedule == "cosine":
+        return 0.5 * (1.0 + math.cos(math.pi * done))
+    if schedule == "linear":
+        return 1.0 - done
+    return 1.0

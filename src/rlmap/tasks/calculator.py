@@ -29,8 +29,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from types import MappingProxyType
-
-from transformers import PreTrainedTokenizerBase
+from typing import TYPE_CHECKING
 
 from rlmap.core.errors import ConfigError
 from rlmap.tasks.arithmetic import Example
@@ -44,6 +43,9 @@ from rlmap.tasks.tool_calls import (
     observation_ids,
     tool_schemas,
 )
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 CALL, END_CALL, RESULT, END_RESULT = "<calc>", "</calc>", "<result>", "</result>"
 TOOL_TOKENS = (CALL, END_CALL, RESULT, END_RESULT)

@@ -43,14 +43,15 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Protocol, runtime_checkable
-
-from transformers import PreTrainedTokenizerBase
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from rlmap.core.batch import RewardStatus
 from rlmap.feedback.reward import verify_score
 from rlmap.tasks.arithmetic import Example
 from rlmap.tasks.prompts import Messages, decode_response, encode_prompt
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 Verifier = Callable[[str, str], float]
 """(response text, reference answer) → reward."""

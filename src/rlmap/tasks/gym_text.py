@@ -34,14 +34,15 @@ import functools
 import json
 import re
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
-
-from transformers import PreTrainedTokenizerBase
+from typing import TYPE_CHECKING, Any
 
 from rlmap.core.errors import ConfigError, first_line
 from rlmap.tasks.arithmetic import Example
 from rlmap.tasks.env import EnvStep
 from rlmap.tasks.prompts import decode_response
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 PREFIX = "gym:"
 SPLIT_STRIDE = 10**9

@@ -10,9 +10,11 @@ Responses are the answer's tokens + ``<eos>``.
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from transformers import PreTrainedTokenizerBase
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
 
 Messages = tuple[tuple[str, str], ...]
 """A chat-format prompt: (role, content) pairs."""

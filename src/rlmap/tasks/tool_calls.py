@@ -33,15 +33,15 @@ import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
-from typing import Any
-
-from transformers import PreTrainedTokenizerBase
-from transformers.utils import get_json_schema
+from typing import TYPE_CHECKING, Any
 
 from rlmap.system.engine import StopStrings
 from rlmap.tasks.arithmetic import Example
 from rlmap.tasks.env import EnvStep, PromptIds, Verifier, answer_step
 from rlmap.tasks.prompts import ToolSchemas, encode_prompt
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 Tool = Callable[..., object]
@@ -114,6 +114,8 @@ def tool_schemas(tools: Mapping[str, Tool]) -> ToolSchemas:
     template lists in the system turn), read from each tool's signature and docstring by
     ``transformers``; each named as registered. ValueError naming a tool whose docstring
     does not describe it and each argument (Google style, as ``transformers`` reads it)."""
+    from transformers.utils import get_json_schema  # not at import: a config check needs none
+
     schemas = []
     for name, tool in tools.items():
         try:

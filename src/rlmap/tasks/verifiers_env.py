@@ -67,9 +67,7 @@ import uuid
 import weakref
 from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
-
-from transformers import PreTrainedTokenizerBase
+from typing import TYPE_CHECKING, Any
 
 from rlmap.core.batch import RewardStatus
 from rlmap.core.errors import ConfigError, first_line
@@ -78,6 +76,9 @@ from rlmap.tasks.arithmetic import Example
 from rlmap.tasks.env import EnvStep
 from rlmap.tasks.prompts import ToolSchemas, encode_prompt
 from rlmap.tasks.tool_calls import CLOSE, OPEN, ToolCallError, decoder, parse_tool_call, tail_ids
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 PREFIX = "verifiers:"
 TURN_TIMEOUT_S = 600.0
