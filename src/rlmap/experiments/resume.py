@@ -31,7 +31,7 @@ from rlmap.experiments.checkpoint import (
 )
 from rlmap.experiments.ledger import Ledger
 from rlmap.experiments.rundir import append_jsonl
-from rlmap.recipes.config import RecipeConfig
+from rlmap.recipes.config import RecipeConfig, build_config
 from rlmap.system.async_loop import SNAPSHOT_SHAPE, snapshot_problem
 from rlmap.system.critic import CRITIC_DIR
 from rlmap.system.sync import LoopState
@@ -138,10 +138,26 @@ def state_problem(state: dict[str, Any]) -> str | None:
 
 
 def config_changes(saved: Mapping[str, Any], cfg: RecipeConfig) -> list[tuple[str, Any, Any]]:
-    """(dotted field, saved value, current value) for every field that differs."""
+    """(dotted field, saved value, current value) for every field that differs.
+
+    A field the saved config lacks was added to rlmap after the checkpoint: it counts as
+    the value the saved config gives it today (its recipe's, a new field's default being
+    the behaviour from before it existed), so an upgrade does not refuse every resume.
+    """
     now, was = _flat(cfg.model_dump(mode="json")), _flat(saved)
+    if now.keys() - was.keys():
+        was = _flat(_completed(saved)) | was
     return [(k, was.get(k), now.get(k)) for k in sorted(now.keys() | was.keys())
             if was.get(k) != now.get(k)]  # fmt: skip
+
+
+def _completed(saved: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The saved config through today's config builder (missing fields filled in); empty
+    when it no longer builds (the comparison then names the field that changed)."""
+    try:
+        return build_config(None, saved).model_dump(mode="json")
+    except ConfigError:
+        return {}
 
 
 def _flat(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -26,7 +26,7 @@ import dataclasses
 import random
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -108,41 +108,59 @@ def run_training(
     reward_path = on_main(world, lambda: setup.reward_model_path(
         cfg, progress=view.phase("reward model")))  # fmt: skip
     parts = setup.build(cfg, start, resume_from=ckpt, reward_path=reward_path, world=world)
+    with ExitStack() as closing:
+        state, ledger, before = _begin(cfg, parts, start, run_dir, world, point, saved)
+        log = StepRecords.of(cfg, run_dir) if main else None
+        if log is not None:
+            closing.push(log)  # training raised: the trackers' runs end as failed
+            if saved is None:  # a fresh start: the step-0 evaluation
+                log.write(0, before | ledger.metrics())
+        balance: dict[str, int] = {}
+        queue = saved["extra"].get("async") if saved is not None else None
+        steps = stepper(parts, state, balance, start, reward_path, queue)
+        with view.training(cfg.optim.steps, state.step), steps as loop:
+            while state.step < cfg.optim.steps:
+                state, ledger = _one_step(parts, state, ledger, log, view, run_dir, loop)
+        barrier(world)
+        if log is None:
+            return {}
+        records = MetricsLog.read(run_dir / "metrics.jsonl")
+        summary = _finish(run_dir, before, records, ledger, cfg, balance)
+        log.finish(summary)
+        return summary
+
+
+def _begin(
+    cfg: RecipeConfig,
+    parts: setup.Parts,
+    start: Path,
+    run_dir: Path,
+    world: World,
+    point: ResumePoint | None,
+    saved: dict[str, Any] | None,
+) -> tuple[LoopState, Ledger, dict[str, float]]:
+    """The loop's state, ledger and held-out figures before training: restored from the
+    resume point's checkpoint (the records after it dropped), or fresh (the run directory
+    and its config written, the policy evaluated at step 0). ``saved``: the checkpoint's
+    trainer state, None for a fresh start."""
     state, ledger = LoopState(), _initial_ledger(cfg, parts, start)
-    log = None
-    if ckpt is not None and saved is not None:
-        state, ledger, before = _restore(parts, ckpt, saved)  # may refuse: nothing changed yet
-        if main and point is not None:
+    if point is not None and point.ckpt is not None and saved is not None:
+        state, ledger, before = _restore(parts, point.ckpt, saved)  # may refuse: nothing changed
+        if world.main:
             go_ahead(run_dir, point)
-        if main:
             MetricsLog.truncate_after(run_dir / "metrics.jsonl", state.step)  # drop the redone
             drop_samples_after(run_dir, state.step)
-            log = StepRecords(run_dir, tensorboard=cfg.run.tensorboard)
-    else:
-        if point is not None and main:
+        return state, ledger, before
+    if world.main:
+        if point is not None:
             go_ahead(run_dir, point)  # nothing to resume from: set aside, say so, start over
-        if main:
-            run_dir.mkdir(parents=True, exist_ok=True)
-            MetricsLog.truncate_after(run_dir / "metrics.jsonl", -1)  # a resume that starts over
-            drop_samples_after(run_dir, -1)
-            write_text_atomic(run_dir / "config.yaml", f"# {composition(cfg)}\n{cfg.to_yaml()}")
-        seed_everything(cfg.seed, world.rank)
-        before = _evaluate(parts, run_dir, 0) if main else {}
-        ledger = ledger.add(**_judge_spent(before))
-        if main:
-            log = StepRecords(run_dir, tensorboard=cfg.run.tensorboard)
-            log.write(0, before | ledger.metrics())
-    balance: dict[str, int] = {}
-    queue = saved["extra"].get("async") if ckpt is not None and saved is not None else None
-    steps = stepper(parts, state, balance, start, reward_path, queue)
-    with view.training(cfg.optim.steps, state.step), steps as loop:
-        while state.step < cfg.optim.steps:
-            state, ledger = _one_step(parts, state, ledger, log, view, run_dir, loop)
-    barrier(world)
-    if not main:
-        return {}
-    records = MetricsLog.read(run_dir / "metrics.jsonl")
-    return _finish(run_dir, before, records, ledger, cfg, balance)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        MetricsLog.truncate_after(run_dir / "metrics.jsonl", -1)  # a resume that starts over
+        drop_samples_after(run_dir, -1)
+        write_text_atomic(run_dir / "config.yaml", f"# {composition(cfg)}\n{cfg.to_yaml()}")
+    seed_everything(cfg.seed, world.rank)
+    before = _evaluate(parts, run_dir, 0) if world.main else {}
+    return state, ledger.add(**_judge_spent(before)), before
 
 
 def _resume_point(cfg: RecipeConfig, run_dir: Path, world: World) -> ResumePoint:

@@ -154,7 +154,16 @@ class RunConfig:
     keep_checkpoints: int = 2
     """Newest checkpoints kept on disk."""
     tensorboard: bool = False
-    """Also write metrics as TensorBoard events under ``<run>/tensorboard``."""
+    """Also write metrics as TensorBoard events under ``<run>/tensorboard``; the same as
+    naming ``tensorboard`` in ``loggers`` (kept: older runs' config.yaml carry it)."""
+    loggers: tuple[str, ...] | str = ()
+    """Experiment trackers that also get the config, every step's metrics and the summary,
+    as a list or one comma-separated string: any of tensorboard, wandb, mlflow, trackio
+    (each its extra, ``pip install 'rlmap[wandb]'``; :mod:`rlmap.experiments.trackers`).
+    ``metrics.jsonl`` is always written."""
+    project: str = "rlmap"
+    """The trackers' project (wandb, trackio) or experiment (mlflow); a run is named after
+    its directory."""
     progress: bool = True
     """Show a progress bar on the console."""
     samples: int = 16
@@ -165,6 +174,21 @@ class RunConfig:
     """LoRA runs (``model.lora_rank`` > 0): also write each checkpoint's merged model,
     W + (α/r)·BA, into its ``merged/`` directory, which loads with plain
     ``AutoModelForCausalLM.from_pretrained`` (the checkpoint itself holds the adapter)."""
+
+    @property
+    def logger_names(self) -> tuple[str, ...]:
+        """``loggers`` as a tuple of names (a comma string split, blanks dropped), as
+        given: duplicates kept, for validation to name."""
+        given = self.loggers.split(",") if isinstance(self.loggers, str) else self.loggers
+        return tuple(name.strip() for name in given if name.strip())
+
+    @property
+    def trackers(self) -> tuple[str, ...]:
+        """The trackers the run writes to: ``loggers``, with ``tensorboard`` first when
+        ``tensorboard`` is true and the list does not name it."""
+        names = self.logger_names
+        alias = ("tensorboard",) if self.tensorboard and "tensorboard" not in names else ()
+        return alias + names
 
 
 @dataclass(frozen=True)
@@ -179,12 +203,17 @@ class OptimConfig:
     """AdamW learning rate of the value critic."""
     weight_decay: float = 0.0
     """AdamW weight decay."""
-    schedule: Literal["constant", "cosine"] = "constant"
-    """Learning-rate schedule after warm-up."""
+    schedule: Literal["constant", "cosine", "linear"] = "constant"
+    """Learning-rate schedule after warm-up, over all optimiser steps of the run (steps ×
+    epochs × mini-batches): constant; cosine to 0; linear to 0 (transformers' and TRL's
+    default, ``get_linear_schedule_with_warmup``)."""
     warmup_steps: int = 0
     """Linear learning-rate warm-up, in optimiser steps."""
     max_grad_norm: float = 1.0
     """Global gradient-norm clip."""
+    adam_betas: tuple[float, float] = (0.9, 0.999)
+    """AdamW (β1, β2): the decay rates of the gradient's first and second moments (PyTorch's
+    and transformers' default; OpenRLHF uses (0.9, 0.95)). Each in [0, 1)."""
     epochs_per_batch: int = 1
     """Passes over each rollout batch (PPO epochs)."""
     minibatches_per_epoch: int = 1

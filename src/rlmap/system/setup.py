@@ -920,8 +920,8 @@ def make_optimizer(
     per_batch = o.epochs_per_batch * o.minibatches_per_epoch
     per_batch = per_batch if steps_per_batch is None else steps_per_batch
     trained = [p for p in model.parameters() if p.requires_grad]  # LoRA: the adapters only
-    optimizer = torch.optim.AdamW(trained, lr=lr, weight_decay=o.weight_decay,
-                                  betas=tuple(o.adam_betas))  # fmt: skip
+    beta1, beta2 = o.adam_betas
+    optimizer = torch.optim.AdamW(trained, lr=lr, weight_decay=o.weight_decay, betas=(beta1, beta2))
     total = max(1, o.steps * per_batch)
 
     def factor(step: int) -> float:

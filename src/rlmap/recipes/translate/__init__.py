@@ -132,6 +132,43 @@ IMPLIED = "(no key) "
 """How a row without a source key is named in the report."""
 
 
+def field(name: str, note: str = "", kind: str = "exact") -> Callable[[Any, Lookup], Mapped]:
+    """A row whose value becomes one rlmap field as is."""
+
+    def convert(value: Any, get: Lookup) -> Mapped:
+        return Mapped({name: value}, kind, note)
+
+    return convert
+
+
+def read_with(other: str) -> Callable[[Any, Lookup], Mapped]:
+    """A row another row reads (``kl_loss_coef`` with ``use_kl_loss``): reported, no fields."""
+
+    def convert(value: Any, get: Lookup) -> Mapped:
+        return Mapped({}, note=f"read with {other}")
+
+    return convert
+
+
+def off(what: str, neutral: tuple[Any, ...]) -> Callable[[Any, Lookup], Mapped]:
+    """A setting rlmap lacks: fine at a neutral value (``entropy_coeff=0``), else "none"
+    with ``what`` as the reason."""
+
+    def convert(value: Any, get: Lookup) -> Mapped:
+        if value in neutral:
+            return Mapped({}, note="off: needs nothing")
+        return Mapped({}, "none", what)
+
+    return convert
+
+
+def betas(value: Any, get: Lookup) -> Mapped:
+    """Adam's (β1, β2) as ``optim.adam_betas``; a malformed pair is one line."""
+    if not (isinstance(value, (list, tuple)) and len(value) == 2):
+        raise ConfigError(f"expected two numbers (β1, β2), got {value!r}")
+    return Mapped({"optim.adam_betas": [float(v) for v in value]})
+
+
 def flatten(data: AbcMapping[str, Any], prefix: str = "") -> dict[str, Any]:
     """Nested sections as dotted keys (``actor_rollout_ref.actor.clip_ratio_low``)."""
     out: dict[str, Any] = {}
@@ -185,7 +222,12 @@ def run_table(table: tuple[Mapping, ...], flat: dict[str, Any]) -> tuple[dict[st
         given = m.key in flat
         if not given and m.default is None:
             continue
-        mapped = m.convert(lookup(m.key), lookup)
+        try:
+            mapped = m.convert(lookup(m.key), lookup)
+        except ConfigError as exc:  # name the row's key unless the message names one
+            text = str(exc)
+            named = text.startswith("--") or any(text.startswith(f"{k}:") for k in defaults)
+            raise ConfigError(text if named else f"{m.key}: {text}") from None
         fields.update(mapped.fields)
         note = mapped.note if given else f"{mapped.note} [default: {m.cite}]".strip()
         rows.append(Row(m.key, flat.get(m.key, m.default), given, mapped.kind, mapped.fields, note))
@@ -273,6 +315,10 @@ def read(path: str | Path, source: str) -> dict[str, Any]:
     return resolve(_module(source).read(p), p)
 
 
+TRL_KEYS = ("loss_type", "num_generations", "normalize_advantages", "reward_clip_range")
+"""Keys only a TRL GRPOConfig / RLOOConfig file has at its top level."""
+
+
 def detect(path: str | Path) -> str:
     """``--from auto``: the framework the file's own keys name, else one line asking."""
     p = Path(path)
@@ -286,7 +332,7 @@ def detect(path: str | Path) -> str:
         return "verl"
     if isinstance(data.get("trainer"), dict) and "algorithm" in data["trainer"]:
         return "skyrl"
-    if "loss_type" in data or "num_generations" in data:
+    if data.get("trainer") in ("grpo", "rloo") or any(k in data for k in TRL_KEYS):
         return "trl"
     raise InputError(f"{p}: --from auto: no key says which framework wrote it; give --from "
                      f"{'|'.join(FRAMEWORKS)}")  # fmt: skip
@@ -302,7 +348,7 @@ def translate(path: str | Path, source: str, *, to_embedded: bool = False,
     module = _module(source)
     flat = read(path, source)
     try:
-        fields, rows = run_table(module.table(world_size), flat)
+        fields, rows = run_table(module.table(world_size, flat), flat)
     except ConfigError as exc:
         raise ConfigError(f"{path}: {exc}") from None
     name = closest_preset(fields)
@@ -332,6 +378,13 @@ def explain_as(name: str, target: str) -> str:
     text, differences = module.inverse(registry.get(name).build())
     notes = [f"# differs: {d}" for d in differences] or ["# every axis is reproduced exactly"]
     return "\n".join([f"# rlmap preset {name!r} as {target} settings", *notes, text])
+
+
+def inverse_of(cfg: RecipeConfig, target: str) -> tuple[str, list[str]]:
+    """``target``'s settings for any rlmap config (not only a preset), and what they cannot
+    reproduce: the translation's inverse, for round trips of translated files."""
+    text, differences = _module(target).inverse(cfg)
+    return text, list(differences)
 
 
 def differences_as(name: str, target: str) -> list[str]:

@@ -1,9 +1,12 @@
 """SkyRL's YAML (``trainer.*``, ``generator.*``) → rlmap, and the inverse.
 
-Defaults are those the research note ``TRANSLATE.md`` §5 read at SkyRL @ a9564572
-(``skyrl/train/config/config.py``, cited ``S:line``); they were not re-read for this
-module. Keys the note does not pin down (the off-policy-correction sub-keys) are
-reported as "not read" rather than guessed. AL: ``trainer.algorithm.``.
+Defaults re-read at NovaSky-AI/SkyRL @ a9564572eb8e91076be43c1bd5e4615e3de17265
+(``skyrl/train/config/config.py``, cited ``S:line``; the same commit as ``TRANSLATE.md``
+§5); the mathematics from ``skyrl/backends/skyrl_train/utils/ppo_utils.py`` (losses,
+advantages, ``apply_loss_reduction_to_advantages_minibatch``),
+``.../utils/off_policy_correction_utils.py`` (TIS and the masks), ``skyrl/train/trainer.py``
+(``apply_reward_kl_penalty``) and ``.../workers/worker.py`` (the KL loss: a per-sequence
+mean). AL: ``trainer.algorithm.``, OPC: ``trainer.algorithm.off_policy_correction.``.
 """
 
 from __future__ import annotations
@@ -15,31 +18,31 @@ import yaml
 
 from rlmap.core.errors import ConfigError
 from rlmap.recipes.config import RecipeConfig, read_yaml
-from rlmap.recipes.translate import IMPLIED, NULL, Lookup, Mapped, Mapping, flatten, implied
+from rlmap.recipes.translate import (
+    IMPLIED,
+    NULL,
+    Lookup,
+    Mapped,
+    Mapping,
+    betas,
+    field,
+    flatten,
+    implied,
+    off,
+    read_with,
+)
 
-S = "SkyRL@a9564572 skyrl/train/config/config.py (TRANSLATE.md §5)"
+S = "SkyRL@a9564572 skyrl/train/config/config.py"
 AL = "trainer.algorithm."
+OPC = AL + "off_policy_correction."
 GEN = "generator.sampling_params."
 OPT = "trainer.policy.optimizer_config."
 ESTIMATORS = {"grpo": "grpo", "rloo": "rloo", "reinforce++": "reinforce_pp", "gae": "gae"}
 LOSSES = ("regular", "dual_clip", "gspo", "cispo", "sapo", "rollout_is", "dppo", "clip_cov",
           "kl_cov", "cross_entropy", "importance_sampling")  # fmt: skip
 REDUCTIONS = {"token_mean": "token_mean", "sequence_mean": "response_mean",
-              "seq_mean_token_sum_norm": "fixed_budget"}  # fmt: skip
-
-
-def _field(name: str, note: str = "", kind: str = "exact") -> Any:
-    def convert(value: Any, get: Lookup) -> Mapped:
-        return Mapped({name: value}, kind, note)
-
-    return convert
-
-
-def _read_with(other: str) -> Any:
-    def convert(value: Any, get: Lookup) -> Mapped:
-        return Mapped({}, note=f"read with {other}")
-
-    return convert
+              "seq_mean_token_sum_norm": "fixed_budget", "prompt_mean": "prompt_mean"}  # fmt: skip
+KL_ESTIMATORS = ("k1", "k2", "k3")
 
 
 def _estimator(value: Any, get: Lookup) -> Mapped:
@@ -55,7 +58,8 @@ def _estimator(value: Any, get: Lookup) -> Mapped:
         name = "dr_grpo"
     if name == "gae":
         return Mapped({"credit.estimator": "gae", "critic.enabled": True}, "approximate",
-                      "SkyRL whitens GAE advantages (ppo_utils.py); rlmap does not")  # fmt: skip
+                      "SkyRL whitens GAE advantages (ppo_utils.py "
+                      "compute_gae_advantage_return: masked_whiten); rlmap does not")  # fmt: skip
     kind = "approximate" if name == "reinforce_pp" else "exact"
     return Mapped({"credit.estimator": name, "critic.enabled": False}, kind,
                   "whitening constants differ" if kind == "approximate" else "")  # fmt: skip
@@ -70,20 +74,47 @@ def _loss(value: Any, get: Lookup) -> Mapped:
         dual = get(AL + "clip_ratio_c") if value == "dual_clip" else None
         return Mapped({"behaviour.objective": "ppo_clip", "behaviour.dual_clip": dual})
     if value == "gspo":
-        return Mapped({"behaviour.objective": "gspo", "behaviour.gspo_token": True})
+        return Mapped({"behaviour.objective": "gspo", "behaviour.gspo_token": True},
+                      note="GSPO-token")  # fmt: skip
     if value == "sapo":
-        return Mapped({"behaviour.objective": "sapo"})
+        return Mapped({"behaviour.objective": "sapo",
+                       "behaviour.sapo_tau_pos": get(AL + "sapo.tau_pos"),
+                       "behaviour.sapo_tau_neg": get(AL + "sapo.tau_neg")})  # fmt: skip
     if value == "cispo":
-        return Mapped({"behaviour.objective": "cispo",
-                       "behaviour.clip_low": get(AL + "cispo.cispo_eps_clip_low"),
-                       "behaviour.clip_high": get(AL + "cispo.cispo_eps_clip_high")})  # fmt: skip
+        return _cispo(get)
+    if value == "dppo":
+        return _dppo(get)
     return Mapped({}, "none", f"rlmap has no {value} loss; the closest preset's objective is kept")
+
+
+def _cispo(get: Lookup) -> Mapped:
+    fields = {"behaviour.objective": "cispo",
+              "behaviour.clip_low": get(AL + "cispo.cispo_eps_clip_low"),
+              "behaviour.clip_high": get(AL + "cispo.cispo_eps_clip_high")}  # fmt: skip
+    if get(AL + "cispo.cispo_anchor") == "rollout":
+        return Mapped({**fields, "behaviour.mode": "bypass"}, "approximate",
+                      "cispo_anchor=rollout: the ratio against μ (bypass)")  # fmt: skip
+    return Mapped(fields, note="SkyRL's default bounds are 1−1.0 and 1+4.0 (ScaleRL)")
+
+
+def _dppo(get: Lookup) -> Mapped:
+    kind = get(AL + "dppo.dppo_type")
+    if kind not in ("binary_tv", "binary_kl"):
+        raise ConfigError(
+            f"{AL}dppo.dppo_type: {kind!r} is not a SkyRL value (binary_tv, binary_kl)"
+        )
+    name = "dppo_tv" if kind == "binary_tv" else "dppo_kl"
+    return Mapped({"behaviour.objective": name, "behaviour.mode": "bypass",
+                   f"behaviour.{name}_low": get(AL + "dppo.delta_low"),
+                   f"behaviour.{name}_high": get(AL + "dppo.delta_high"),
+                   "behaviour.dppo_tau": 0.0},
+                  note="ratio and mask against the rollout μ (bypass), no τ term")  # fmt: skip
 
 
 def _clip(name: str) -> Any:
     def convert(value: Any, get: Lookup) -> Mapped:
-        if get(AL + "policy_loss_type") == "cispo":
-            return Mapped({}, note="cispo reads its own bounds")
+        if get(AL + "policy_loss_type") in ("cispo", "dppo"):
+            return Mapped({}, note="read with policy_loss_type (its own bounds)")
         return Mapped({name: value})
 
     return convert
@@ -96,7 +127,10 @@ def _reduction(value: Any, get: Lookup) -> Mapped:
         return Mapped(fields, kind, f"{value}: no rlmap reduction with its denominator")
     name = REDUCTIONS[value]
     max_len = get(AL + "max_seq_len") if name == "fixed_budget" else None
-    return Mapped({"reduction.name": name, "reduction.max_len": max_len})
+    if name == "fixed_budget" and max_len is None:
+        raise ConfigError(f"{AL}max_seq_len: loss_reduction=seq_mean_token_sum_norm needs it")
+    note = "SkyRL cuts mini-batches at prompt boundaries" if name == "prompt_mean" else ""
+    return Mapped({"reduction.name": name, "reduction.max_len": max_len}, note=note)
 
 
 def _kl_loss(value: Any, get: Lookup) -> Mapped:
@@ -106,30 +140,53 @@ def _kl_loss(value: Any, get: Lookup) -> Mapped:
     if not value:
         return Mapped({} if in_reward else {"kl.placement": "none", "kl.beta": 0.0})
     est = get(AL + "kl_estimator_type")
-    if est not in ("k1", "k2", "k3"):
+    if est not in KL_ESTIMATORS:
         return Mapped({}, "none", f"kl_estimator_type={est}: rlmap has k1, k2, k3")
-    fields = {"kl.placement": "loss", "kl.beta": get(AL + "kl_loss_coef"), "kl.estimator": est}
+    fields = {"kl.placement": "loss", "kl.beta": get(AL + "kl_loss_coef"), "kl.estimator": est,
+              "kl.target": None}  # fmt: skip
     if get(AL + "loss_reduction") == "sequence_mean":
         return Mapped(fields, note="trap: on by default")
-    return Mapped(fields, "approximate", "trap: on by default; SkyRL reduces the KL per sequence, "
-                  "rlmap with the policy's reduction")  # fmt: skip
+    return Mapped(fields, "approximate", "trap: on by default; SkyRL reduces the KL per sequence "
+                  "(worker.py: masked_mean over tokens, mean over sequences), rlmap with the "
+                  "policy's reduction")  # fmt: skip
 
 
 def _kl_reward(value: Any, get: Lookup) -> Mapped:
     if not value or get(AL + "use_kl_loss"):
         return Mapped({})
-    return Mapped({"kl.placement": "reward", "kl.estimator": "k1"}, "approximate",
-                  "rlmap's outcome estimators ignore an in-reward KL")  # fmt: skip
+    est = get(AL + "kl_estimator_type")
+    if est != "k1":
+        return Mapped({}, "none", f"a {est} KL in the reward: rlmap's in-reward KL is k1")
+    fields = {"kl.placement": "reward", "kl.estimator": "k1", "kl.beta": get(AL + "kl_loss_coef")}
+    if get(AL + "kl_ctrl.type") == "adaptive":
+        fields |= {"kl.target": get(AL + "kl_ctrl.kl_target"),
+                   "kl.horizon": get(AL + "kl_ctrl.horizon")}  # fmt: skip
+    else:
+        fields["kl.target"] = None
+    return Mapped(fields, note="−β·k1 per token (trainer.py apply_reward_kl_penalty; β is "
+                  "kl_loss_coef); GRPO sums the token rewards, as rlmap's R")  # fmt: skip
 
 
 def _dynamic(value: Any, get: Lookup) -> Mapped:
     if value is None:
         return Mapped({"sampling.filter": "none"})
     if value == "filter":
-        return Mapped({"sampling.filter": "mixed",
-                       "sampling.max_rounds": get(AL + "dynamic_sampling.max_sample_batches")},
-                      "approximate", "rlmap drops single-trajectory groups too")  # fmt: skip
+        rounds = get(AL + "dynamic_sampling.max_sample_batches")
+        fields = {
+            "sampling.filter": "mixed",
+            **({"sampling.max_rounds": rounds} if rounds > 0 else {}),
+        }
+        return Mapped(fields, "approximate", "rlmap drops single-trajectory groups too; "
+                      "max_sample_batches -1 (for ever) keeps rlmap's finite cap")  # fmt: skip
     return Mapped({}, "none", f"{value} (POLARIS replacement): no rlmap equivalent")
+
+
+def _zero_variance(value: Any, get: Lookup) -> Mapped:
+    if not value:
+        return Mapped({}, note="off")
+    return Mapped({"sampling.filter": "mixed", "sampling.max_rounds": 1}, "approximate",
+                  "SkyRL loss-masks zero-variance groups in place; rlmap drops them after one "
+                  "round (their advantage is 0 either way; the token counts differ)")  # fmt: skip
 
 
 def _minibatches(value: Any, get: Lookup) -> Mapped:
@@ -142,124 +199,173 @@ def _minibatches(value: Any, get: Lookup) -> Mapped:
                   note=f"trap: {batch}/{value} = {batch // value} updates a batch")  # fmt: skip
 
 
-def _off(what: str, neutral: tuple[Any, ...]) -> Any:
-    def convert(value: Any, get: Lookup) -> Mapped:
-        return (
-            Mapped({}, note="off: needs nothing") if value in neutral else Mapped({}, "none", what)
-        )
-
-    return convert
-
-
 def _async(value: Any, get: Lookup) -> Mapped:
     if not value:
-        return Mapped({"system.mode": "sync", "behaviour.mode": "decoupled"})
+        return Mapped({"system.mode": "sync"})
     staleness = get("trainer.fully_async.max_staleness_steps")
     return Mapped({"system.mode": "async", "behaviour.max_staleness": staleness,
-                   "behaviour.corrections": ["staleness"]})  # fmt: skip
+                   "behaviour.corrections": [*_opc_corrections(get), "staleness"]})  # fmt: skip
 
 
 def _scheduler(value: Any, get: Lookup) -> Mapped:
-    if value in ("constant", "constant_with_warmup"):
-        return Mapped({"optim.schedule": "constant"})
-    if value == "cosine":
-        return Mapped({"optim.schedule": "cosine"}, "approximate", "SkyRL's min-LR")
-    return Mapped({}, "none", f"{value}: rlmap offers constant or cosine only")
+    """transformers' get_scheduler (fsdp_strategy.py); warm-up in optimiser steps."""
+    known = {"constant_with_warmup": "constant", "constant": "constant", "cosine": "cosine",
+             "linear": "linear"}  # fmt: skip
+    if value not in known:
+        return Mapped({}, "none", f"{value}: rlmap offers constant, cosine or linear")
+    if value == "constant" and get(OPT + "num_warmup_steps"):
+        return Mapped({"optim.schedule": "constant", "optim.warmup_steps": 0}, "approximate",
+                      "transformers' constant schedule ignores num_warmup_steps")  # fmt: skip
+    return Mapped({"optim.schedule": known[value]})
 
 
-IMPLIED_FIELDS = {"behaviour.corrections": [], "behaviour.positive_nll": 0.0,
-                  "feedback.overlong_cache": None}  # fmt: skip
+def _warmup(value: Any, get: Lookup) -> Mapped:
+    if not value:
+        return Mapped({"optim.warmup_steps": 0})
+    return Mapped({"optim.warmup_steps": value}, "approximate",
+                  "transformers warms up as s/W (0 at first), rlmap as (s+1)/W")  # fmt: skip
+
+
+def _lora(value: Any, get: Lookup) -> Mapped:
+    if not value:
+        return Mapped({"model.lora_rank": 0}, note="rank 0: full fine-tuning")
+    return Mapped({"model.lora_rank": value,
+                   "model.lora_alpha": get("trainer.policy.model.lora.alpha")})  # fmt: skip
+
+
+def _opc_corrections(get: Lookup) -> list[str]:
+    """The corrections the off-policy-correction keys turn on (:func:`_tis`, :func:`_mask`)."""
+    out = ["tis"] if get(OPC + "tis_ratio_type") in ("token", "sequence") else []
+    return out + (["masked_is"] if get(OPC + "sequence_mask_metric") == "geometric" else [])
+
+
+def _tis(value: Any, get: Lookup) -> Mapped:
+    if value is None:
+        return Mapped({"behaviour.corrections": []}, note="off")
+    if value not in ("token", "sequence"):
+        raise ConfigError(f"{OPC}tis_ratio_type: {value!r} is not a SkyRL value (token, sequence)")
+    cap = get(OPC + f"{value}_tis_ratio_clip_high")
+    return Mapped({"behaviour.corrections": _opc_corrections(get), "behaviour.tis_level": value,
+                   "behaviour.tis_cap": cap}, note="w = min(κ, C), κ = π_old/μ")  # fmt: skip
+
+
+def _mask(value: Any, get: Lookup) -> Mapped:
+    if value is None:
+        return Mapped({}, note="off")
+    if value != "geometric":
+        return Mapped({}, "none", f"{value}: a mask on the product of κ; rlmap's masked_is "
+                      "reads the geometric mean")  # fmt: skip
+    return Mapped({"behaviour.corrections": _opc_corrections(get),
+                   "behaviour.masked_is_low": get(OPC + "geo_mask_low"),
+                   "behaviour.masked_is_high": get(OPC + "geo_mask_high")},
+                  note="drops a sequence whose geometric-mean κ leaves [low, high]; the "
+                  "denominators were fixed before (scaled advantages), as rlmap's")  # fmt: skip
+
+
+IMPLIED_FIELDS = {"feedback.source": "verifier",
+                  "behaviour.corrections": [], "behaviour.positive_nll": 0.0,
+                  "behaviour.mode": "decoupled", "feedback.overlong_cache": None}  # fmt: skip
 
 
 TABLE: tuple[Mapping, ...] = (
-    Mapping(
-        IMPLIED + "SkyRL trainer",
-        implied(
-            IMPLIED_FIELDS,
-            "no off-policy correction (tis_ratio_type None), no overlong shaping",
-        ),
-        "none",
-        f"{S}:794",
-    ),
-    Mapping(AL + "grpo_norm_by_std", _read_with(AL + "advantage_estimator"), True, f"{S}:892"),
+    Mapping(IMPLIED + "SkyRL trainer",
+            implied(IMPLIED_FIELDS, "π_old recomputed, no overlong shaping"), "none", f"{S}:794"),
+    Mapping(AL + "grpo_norm_by_std", read_with(AL + "advantage_estimator"), True, f"{S}:892"),
     Mapping(AL + "advantage_estimator", _estimator, "grpo", f"{S}:823"),
-    Mapping(AL + "gamma", _field("credit.gamma"), 1.0, f"{S}:904"),
-    Mapping(AL + "lambd", _field("credit.lam", "trap: rlmap's default is 0.95"), 1.0, f"{S}:902"),
-    Mapping(
-        AL + "value_clip",
-        _field("critic.value_clip", "trap: rlmap's default is 0.5"),
-        0.2,
-        f"{S}:921",
-    ),
-    Mapping(AL + "clip_ratio_c", _read_with(AL + "policy_loss_type"), 3.0, f"{S}:910"),
-    Mapping(AL + "cispo.cispo_eps_clip_low", _read_with(AL + "policy_loss_type"), 1.0, f"{S}:751"),
-    Mapping(AL + "cispo.cispo_eps_clip_high", _read_with(AL + "policy_loss_type"), 4.0, f"{S}:756"),
+    Mapping(AL + "gamma", field("credit.gamma"), 1.0, f"{S}:904"),
+    Mapping(AL + "lambd", field("credit.lam", "trap: rlmap's default is 0.95"), 1.0, f"{S}:902"),
+    Mapping(AL + "value_clip", field("critic.value_clip", "trap: rlmap's default is 0.5"), 0.2,
+            f"{S}:921"),
+    Mapping(AL + "clip_ratio_c", read_with(AL + "policy_loss_type"), 3.0, f"{S}:910"),
+    Mapping(AL + "cispo.cispo_eps_clip_low", read_with(AL + "policy_loss_type"), 1.0, f"{S}:751"),
+    Mapping(AL + "cispo.cispo_eps_clip_high", read_with(AL + "policy_loss_type"), 4.0,
+            f"{S}:756"),
+    Mapping(AL + "cispo.cispo_anchor", read_with(AL + "policy_loss_type"), "old", f"{S}:761"),
+    Mapping(AL + "sapo.tau_pos", read_with(AL + "policy_loss_type"), 1.0, f"{S}:705"),
+    Mapping(AL + "sapo.tau_neg", read_with(AL + "policy_loss_type"), 1.05, f"{S}:707"),
+    Mapping(AL + "dppo.dppo_type", read_with(AL + "policy_loss_type"), "binary_tv", f"{S}:779"),
+    Mapping(AL + "dppo.delta_low", read_with(AL + "policy_loss_type"), 0.2, f"{S}:781"),
+    Mapping(AL + "dppo.delta_high", read_with(AL + "policy_loss_type"), 0.2, f"{S}:783"),
     Mapping(AL + "eps_clip_low", _clip("behaviour.clip_low"), 0.2, f"{S}:906"),
     Mapping(AL + "eps_clip_high", _clip("behaviour.clip_high"), 0.2, f"{S}:908"),
     Mapping(AL + "policy_loss_type", _loss, "regular", f"{S}:853"),
-    Mapping(AL + "max_seq_len", _read_with(AL + "loss_reduction"), None, f"{S}:933"),
+    Mapping(AL + "max_seq_len", read_with(AL + "loss_reduction"), None, f"{S}:933"),
     Mapping(AL + "loss_reduction", _reduction, "token_mean", f"{S}:876"),
-    Mapping(AL + "kl_loss_coef", _read_with(AL + "use_kl_loss"), 0.001, f"{S}:836"),
-    Mapping(AL + "kl_estimator_type", _read_with(AL + "use_kl_loss"), "k3", f"{S}:828"),
+    Mapping(AL + "kl_loss_coef", read_with(AL + "use_kl_loss"), 0.001, f"{S}:836"),
+    Mapping(AL + "kl_estimator_type", read_with(AL + "use_kl_loss"), "k3", f"{S}:828"),
+    Mapping(AL + "kl_ctrl.type", read_with(AL + "use_kl_in_reward"), "fixed", f"{S}:693"),
+    Mapping(AL + "kl_ctrl.kl_target", read_with(AL + "use_kl_in_reward"), 0.1, f"{S}:695"),
+    Mapping(AL + "kl_ctrl.horizon", read_with(AL + "use_kl_in_reward"), 10000, f"{S}:697"),
     Mapping(AL + "use_kl_loss", _kl_loss, True, f"{S}:833"),
     Mapping(AL + "use_kl_in_reward", _kl_reward, False, f"{S}:830"),
-    Mapping(
-        AL + "use_entropy_loss", _off("rlmap has no entropy bonus", (False,)), False, f"{S}:838"
-    ),
-    Mapping(
-        AL + "advantage_batch_normalize",
-        _off("rlmap has no batch normalisation of advantages", (False,)),
-        False,
-        f"{S}:849",
-    ),
-    Mapping(
-        AL + "dynamic_sampling.max_sample_batches",
-        _read_with(AL + "dynamic_sampling.type"),
-        30,
-        f"{S}:720",
-    ),
+    Mapping(AL + "use_entropy_loss", off("rlmap has no entropy bonus", (False,)), False,
+            f"{S}:838"),
+    Mapping(AL + "temperature",
+            off("a loss temperature other than the sampling one: rlmap scores at the sampling "
+                "temperature", (None,)), NULL, f"{S}:843"),
+    Mapping(AL + "advantage_batch_normalize",
+            off("rlmap has no batch normalisation of advantages", (False,)), False, f"{S}:849"),
+    Mapping(AL + "dynamic_sampling.max_sample_batches",
+            read_with(AL + "dynamic_sampling.type"), 30, f"{S}:720"),
     Mapping(AL + "dynamic_sampling.type", _dynamic, NULL, f"{S}:716"),
-    Mapping(
-        AL + "zero_variance_filter",
-        _off("loss-masks zero-variance groups without resampling", (False,)),
-        False,
-        f"{S}:895",
-    ),
-    Mapping("generator.n_samples_per_prompt", _field("sampling.group_size"), 5, f"{S}:1225"),
-    Mapping("trainer.train_batch_size", _field("sampling.prompts_per_step"), 1024, f"{S}:1390"),
+    Mapping(AL + "zero_variance_filter", _zero_variance, False, f"{S}:895"),
+    Mapping(OPC + "token_tis_ratio_clip_high", read_with(OPC + "tis_ratio_type"), 2.0,
+            f"{S}:797"),
+    Mapping(OPC + "sequence_tis_ratio_clip_high", read_with(OPC + "tis_ratio_type"), 5.0,
+            f"{S}:799"),
+    Mapping(OPC + "tis_ratio_type", _tis, NULL, f"{S}:794"),
+    Mapping(OPC + "geo_mask_low", read_with(OPC + "sequence_mask_metric"), 0.99, f"{S}:805"),
+    Mapping(OPC + "geo_mask_high", read_with(OPC + "sequence_mask_metric"), 1.01, f"{S}:803"),
+    Mapping(OPC + "sequence_mask_metric", _mask, NULL, f"{S}:801"),
+    Mapping(OPC + "outlier_token_is_threshold_low",
+            off("drops a sequence with any κ below it: no rlmap mask", (None,)), NULL, f"{S}:811"),
+    Mapping(OPC + "outlier_token_is_threshold_high",
+            off("drops a sequence with any κ above it: no rlmap mask", (None,)), NULL, f"{S}:813"),
+    Mapping(OPC + "token_mask_is_threshold_low",
+            off("masks a token outside the band without reweighting it: no rlmap mask", (None,)),
+            NULL, f"{S}:815"),
+    Mapping(OPC + "token_mask_is_threshold_high", read_with(OPC + "token_mask_is_threshold_low"),
+            NULL, f"{S}:817"),
+    Mapping("generator.n_samples_per_prompt", field("sampling.group_size"), 5, f"{S}:1225"),
+    Mapping("generator.apply_overlong_filtering",
+            off("masks truncated responses out of the loss: no rlmap equivalent", (False,)), False,
+            f"{S}:1264"),
+    Mapping("generator.zero_reward_on_non_stop",
+            off("zeroes the reward of a response that did not stop: no rlmap equivalent",
+                (False,)), False, f"{S}:1255"),
+    Mapping("trainer.train_batch_size", field("sampling.prompts_per_step"), 1024, f"{S}:1390"),
     Mapping("trainer.policy_mini_batch_size", _minibatches, 256, f"{S}:1396"),
-    Mapping("trainer.update_epochs_per_batch", _field("optim.epochs_per_batch"), 1, f"{S}:1387"),
-    Mapping(
-        "trainer.micro_train_batch_size_per_gpu",
-        _field("optim.micro_batch_size"),
-        1,
-        f"{S}:1406",
-    ),
-    Mapping(GEN + "max_generate_length", _field("generation.max_new_tokens"), 1024, f"{S}:999"),
-    Mapping(GEN + "temperature", _field("generation.temperature"), 1.0, f"{S}:999-1011"),
-    Mapping(GEN + "top_p", _field("generation.top_p"), 1.0, f"{S}:999-1011"),
-    Mapping(GEN + "top_k", _off("rlmap has no top_k", (-1, 0)), -1, f"{S}:999-1011"),
-    Mapping(GEN + "min_p", _off("rlmap has no min_p", (0, 0.0)), 0.0, f"{S}:999-1011"),
-    Mapping(
-        "trainer.fully_async.max_staleness_steps",
-        _read_with("trainer.fully_async.enabled"),
-        4,
-        f"{S}:951",
-    ),
+    Mapping("trainer.update_epochs_per_batch", field("optim.epochs_per_batch"), 1, f"{S}:1387"),
+    Mapping("trainer.micro_train_batch_size_per_gpu", field("optim.micro_batch_size"), 1,
+            f"{S}:1406"),
+    Mapping(GEN + "max_generate_length", field("generation.max_new_tokens"), 1024, f"{S}:999"),
+    Mapping(GEN + "temperature", field("generation.temperature"), 1.0, f"{S}:1004"),
+    Mapping(GEN + "top_p", field("generation.top_p"), 1.0, f"{S}:1007"),
+    Mapping(GEN + "top_k", off("rlmap has no top_k (docs/translate.md)", (-1, 0)), -1,
+            f"{S}:1011"),
+    Mapping(GEN + "min_p", off("rlmap has no min_p", (0, 0.0)), 0.0, f"{S}:1009"),
+    Mapping("trainer.fully_async.max_staleness_steps",
+            read_with("trainer.fully_async.enabled"), 4, f"{S}:951"),
     Mapping("trainer.fully_async.enabled", _async, False, f"{S}:949"),
-    Mapping(OPT + "lr", _field("optim.lr"), 1e-6, f"{S}:190-206"),
-    Mapping(OPT + "weight_decay", _field("optim.weight_decay"), 1e-2, f"{S}:190-206"),
-    Mapping(OPT + "max_grad_norm", _field("optim.max_grad_norm"), 1.0, f"{S}:190-206"),
-    Mapping(OPT + "scheduler", _scheduler, "constant_with_warmup", f"{S}:190-206"),
-    Mapping(OPT + "num_warmup_steps", _field("optim.warmup_steps"), 0, f"{S}:190-206"),
-    Mapping("trainer.critic.optimizer_config.lr", _field("optim.critic_lr"), None, f"{S}:650"),
-    Mapping("trainer.policy.model.path", _field("model.path", "the source's model"), None, S),
-)
-"""The rows, in the order they apply (a later row's fields win)."""
+    Mapping(OPT + "lr", field("optim.lr"), 1e-6, f"{S}:190"),
+    Mapping(OPT + "weight_decay", field("optim.weight_decay"), 1e-2, f"{S}:194"),
+    Mapping(OPT + "adam_betas", betas, [0.9, 0.999], f"{S}:192"),
+    Mapping(OPT + "max_grad_norm", field("optim.max_grad_norm"), 1.0, f"{S}:196"),
+    Mapping(OPT + "num_warmup_steps", _warmup, 0, f"{S}:204"),
+    Mapping(OPT + "scheduler", _scheduler, "constant_with_warmup", f"{S}:206"),
+    Mapping("trainer.critic.optimizer_config.lr", field("optim.critic_lr"), None, f"{S}:650"),
+    Mapping("trainer.policy.model.lora.alpha", read_with("trainer.policy.model.lora.rank"), 16,
+            f"{S}:103"),
+    Mapping("trainer.policy.model.lora.rank", _lora, 0, f"{S}:100"),
+    Mapping("trainer.policy.model.path", field("model.path", "the source's model"),
+            "Qwen/Qwen2.5-1.5B-Instruct", f"{S}:608"),
+)  # fmt: skip
+"""The rows, in the order they apply (a later row's fields win: fully_async after the
+correction rows, because it adds the staleness correction to theirs)."""
 
 
-def table(world_size: int = 1) -> tuple[Mapping, ...]:
-    """The table (its rows do not depend on the number of processes)."""
+def table(world_size: int = 1, flat: dict[str, Any] | None = None) -> tuple[Mapping, ...]:
+    """The table (its rows depend neither on the number of processes nor on the file)."""
     return TABLE
 
 
@@ -270,28 +376,40 @@ def read(path: Path) -> dict[str, Any]:
 def _loss_type(cfg: RecipeConfig) -> str | None:
     b = cfg.behaviour
     regular = "dual_clip" if b.dual_clip else "regular"
-    return {"ppo_clip": regular, "gspo": "gspo", "sapo": "sapo", "cispo": "cispo"}.get(b.objective)
+    return {"ppo_clip": regular, "gspo": "gspo", "sapo": "sapo", "cispo": "cispo",
+            "dppo_tv": "dppo", "dppo_kl": "dppo"}.get(b.objective)  # fmt: skip
 
 
 def differences(cfg: RecipeConfig) -> list[str]:
     """What SkyRL's settings cannot reproduce of ``cfg``, one line each."""
     b, k, r, s, c = cfg.behaviour, cfg.kl, cfg.reduction, cfg.sampling, cfg.credit
-    outcome = c.estimator not in ("gae", "reinforce_pp")
+    dppo = b.objective in ("dppo_tv", "dppo_kl")
     checks = [
+        (c.estimator == "grpo" and c.std_eps != 1e-6,
+         f"credit.std_eps: SkyRL adds 1e-6 to the std, rlmap {c.std_eps:g}"),
         (c.estimator not in {*ESTIMATORS.values(), "dr_grpo"},
          f"credit.estimator={c.estimator}: no SkyRL estimator"),
+        (c.estimator == "gae", "gae: SkyRL whitens the advantages (masked_whiten)"),
+        (c.estimator == "reinforce_pp", "reinforce_pp: SkyRL whitens with another std"),
         (_loss_type(cfg) is None, f"behaviour.objective={b.objective}: no SkyRL policy_loss_type"),
         (b.objective == "gspo" and not b.gspo_token, "gspo: SkyRL's is token-level"),
+        (dppo and (b.mode != "bypass" or b.dppo_tau != 0),
+         "dppo: SkyRL's is against μ (bypass) with no τ term"),
+        (not dppo and b.mode != "decoupled", "behaviour.mode=bypass: only SkyRL's dppo"),
         (r.name not in REDUCTIONS.values(), f"reduction.name={r.name}: no SkyRL loss_reduction"),
         (k.placement == "loss" and r.name != "response_mean",
          "kl: SkyRL reduces the KL per sequence"),
-        (k.placement == "reward" and outcome,
-         "kl in the reward: rlmap's outcome estimators ignore it"),
-        ((bool(b.corrections) and cfg.system.mode == "sync") or b.mode != "decoupled",
-         "corrections / bypass: not written"),
+        (k.placement == "loss" and k.estimator not in KL_ESTIMATORS,
+         f"kl.estimator={k.estimator}: no SkyRL kl_estimator_type"),
+        (k.placement == "reward" and k.estimator != "k1", "kl: rlmap's in-reward KL is k1"),
+        (k.placement == "loss" and k.target is not None, "kl.target: SkyRL adapts the reward KL"),
+        (not set(b.corrections) <= {"tis", "masked_is", "staleness"}
+         or ("staleness" in b.corrections) != (cfg.system.mode == "async"),
+         f"behaviour.corrections={list(b.corrections)}: not in SkyRL"),
         (s.filter not in ("none", "mixed"), f"sampling.filter={s.filter}: mixed only"),
         (cfg.feedback.overlong_cache is not None, "feedback.overlong_cache: not in SkyRL"),
         (c.lam_critic is not None or c.adaptive_alpha is not None, "credit: SkyRL has one λ"),
+        (cfg.optim.warmup_steps > 0, "optim.warmup_steps: transformers warms up as s/W"),
     ]  # fmt: skip
     return [text for failed, text in checks if failed]
 
@@ -305,20 +423,35 @@ def _algorithm(cfg: RecipeConfig) -> dict[str, Any]:
         "value_clip": cfg.critic.value_clip, "policy_loss_type": _loss_type(cfg) or "regular",
         "eps_clip_low": b.clip_low, "eps_clip_high": b.clip_high,
         "clip_ratio_c": b.dual_clip or 3.0,
+        "sapo": {"tau_pos": b.sapo_tau_pos, "tau_neg": b.sapo_tau_neg},
         "loss_reduction": {v: key for key, v in REDUCTIONS.items()}.get(r.name, "token_mean"),
         "max_seq_len": r.max_len, "use_kl_loss": k.placement == "loss", "kl_loss_coef": k.beta,
         "kl_estimator_type": k.estimator, "use_kl_in_reward": k.placement == "reward",
+        "kl_ctrl": {"type": "fixed" if k.target is None else "adaptive",
+                    "kl_target": k.target or 0.1, "horizon": k.horizon},
         "dynamic_sampling": {"type": "filter" if s.filter == "mixed" else None,
                              "max_sample_batches": s.max_rounds},
+        "off_policy_correction": {
+            "tis_ratio_type": b.tis_level if "tis" in b.corrections else None,
+            f"{b.tis_level}_tis_ratio_clip_high": b.tis_cap,
+            "sequence_mask_metric": "geometric" if "masked_is" in b.corrections else None,
+            "geo_mask_low": b.masked_is_low, "geo_mask_high": b.masked_is_high},
     }  # fmt: skip
     if b.objective == "cispo":
         algorithm["cispo"] = {"cispo_eps_clip_low": b.clip_low, "cispo_eps_clip_high": b.clip_high}
+    if b.objective in ("dppo_tv", "dppo_kl"):
+        kind = b.objective.removeprefix("dppo_")
+        algorithm["dppo"] = {"dppo_type": f"binary_{kind}",
+                             "delta_low": getattr(b, f"{b.objective}_low"),
+                             "delta_high": getattr(b, f"{b.objective}_high")}  # fmt: skip
     return algorithm
 
 
 def inverse(cfg: RecipeConfig) -> tuple[str, list[str]]:
     """SkyRL YAML that reproduces ``cfg``, and what it cannot (:func:`differences`)."""
-    s, o, g = cfg.sampling, cfg.optim, cfg.generation
+    s, o, g, m = cfg.sampling, cfg.optim, cfg.generation, cfg.model
+    schedule = "constant_with_warmup" if o.schedule == "constant" else o.schedule
+    alpha = 2 * m.lora_rank if m.lora_alpha is None else m.lora_alpha  # rlmap's None: 2·r
     data = {
         "trainer": {
             "algorithm": _algorithm(cfg), "train_batch_size": s.prompts_per_step,
@@ -327,12 +460,16 @@ def inverse(cfg: RecipeConfig) -> tuple[str, list[str]]:
             "micro_train_batch_size_per_gpu": o.micro_batch_size,
             "fully_async": {"enabled": cfg.system.mode == "async",
                             "max_staleness_steps": cfg.behaviour.max_staleness},
-            "policy": {"model": {"path": cfg.model.path}, "optimizer_config": {
+            "policy": {"model": {"path": m.path, "lora": {"rank": m.lora_rank, "alpha": alpha}},
+                       "optimizer_config": {
                 "lr": o.lr, "weight_decay": o.weight_decay, "max_grad_norm": o.max_grad_norm,
-                "scheduler": o.schedule, "num_warmup_steps": o.warmup_steps}},
+                "adam_betas": list(o.adam_betas), "scheduler": schedule,
+                "num_warmup_steps": o.warmup_steps}},
         },
         "generator": {"n_samples_per_prompt": s.group_size, "sampling_params": {
             "max_generate_length": g.max_new_tokens, "temperature": g.temperature,
             "top_p": g.top_p}},
     }  # fmt: skip
+    if cfg.critic.enabled:
+        data["trainer"]["critic"] = {"optimizer_config": {"lr": o.critic_lr}}
     return yaml.safe_dump(data, sort_keys=False), differences(cfg)
