@@ -90,6 +90,12 @@ class Batch:
     turn_id: Tensor | None = None
     """(B, T) long: index of the assistant turn of each action token, -1 off the action mask;
     None means one turn per trajectory."""
+    turn_group: Tensor | None = None
+    """(B, T) long: the anchor state of each action token's turn, -1 off the action mask:
+    turns of one group that share an id are in the same state, and the group estimators
+    take a second baseline over them (GiGPO, docs/formulas.md §2.4). Set by
+    ``sampling.group_scope=turn`` (:func:`rlmap.estimators.adapters.turn_groups`); None
+    means groups are per prompt (``group_id``) only."""
     token_rewards: Tensor | None = None
     """(B, T) float: per-step rewards r_t on action tokens (process reward, per-turn rewards at a
     turn's last token, KL in the reward). None means R_i at the last action token."""

@@ -7,6 +7,7 @@ one mask (action tokens of valid rows), calls the pure function and packs a
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import torch
@@ -17,6 +18,7 @@ from rlmap.core.errors import ConfigError
 from rlmap.core.registry import Registry
 from rlmap.estimators.critic import explained_variance, value_errors
 from rlmap.estimators.gae import adaptive_lambda, gae, turn_gae
+from rlmap.estimators.gigpo import Baseline, anchor_diagnostics, anchor_ids, gigpo_advantages
 from rlmap.estimators.group import (
     dr_grpo_advantages,
     group_diagnostics,
@@ -59,19 +61,48 @@ def _reinforce(batch: Batch, p: CreditParams) -> Credit:
     )
 
 
+def turn_groups(batch: Batch) -> Tensor:
+    """(B, T) long: the anchor state of each valid action token's turn (−1 elsewhere), for
+    ``Batch.turn_group``: what ``sampling.group_scope=turn`` adds to the batch. The key is
+    the observation history, i.e. the real tokens before the turn that are not actions
+    (:func:`rlmap.estimators.gigpo.anchor_ids`)."""
+    index = TurnIndex.build(batch.turns, train_mask(batch))
+    real_BT = torch.ones_like(batch.action_mask) if batch.attention_mask is None else (
+        batch.attention_mask)  # fmt: skip
+    ids_BK = anchor_ids(batch.tokens, real_BT & ~batch.action_mask, index, batch.group_id)
+    return torch.where(index.token_mask_BT, ids_BK.gather(1, index.slot_BT), -1)
+
+
+def _group_credit(batch: Batch, p: CreditParams, baseline: Baseline) -> Credit:
+    """A group estimator's credit: its baseline over each prompt's group, and with turn
+    groups in the batch (``sampling.group_scope=turn``) GiGPO's second one over them."""
+    if batch.turn_group is None:
+        adv_B = baseline(batch.total_rewards, batch.group_id, batch.valid)
+        return _outcome_credit(batch, adv_B, group=True)
+    index = TurnIndex.build(batch.turns, train_mask(batch))
+    k = max(int(batch.turns.max()) + 1, 1)  # turn slots in use: the (B, K) matrix's width
+    mask_BK = index.mask_BK[:, :k]
+    anchor_BK = torch.where(mask_BK, batch.turn_group.gather(1, index.first_BK[:, :k]), -1)
+    rewards_BK = index.sum(batch.step_rewards)[:, :k]
+    parts = gigpo_advantages(rewards_BK, mask_BK, batch.group_id, batch.valid, anchor_BK,
+                             baseline=baseline, omega=p.step_advantage_weight,
+                             gamma=p.gamma)  # fmt: skip
+    credit = _token_credit(batch, index.broadcast(parts.advantages), group=True)
+    credit.diagnostics.update(anchor_diagnostics(parts.returns, mask_BK, batch.group_id,
+                                                 anchor_BK))  # fmt: skip
+    return credit
+
+
 def _rloo(batch: Batch, p: CreditParams) -> Credit:
-    adv_B = rloo_advantages(batch.total_rewards, batch.group_id, batch.valid)
-    return _outcome_credit(batch, adv_B, group=True)
+    return _group_credit(batch, p, rloo_advantages)
 
 
 def _grpo(batch: Batch, p: CreditParams) -> Credit:
-    adv_B = grpo_advantages(batch.total_rewards, batch.group_id, batch.valid, eps=p.std_eps)
-    return _outcome_credit(batch, adv_B, group=True)
+    return _group_credit(batch, p, partial(grpo_advantages, eps=p.std_eps))
 
 
 def _dr_grpo(batch: Batch, p: CreditParams) -> Credit:
-    adv_B = dr_grpo_advantages(batch.total_rewards, batch.group_id, batch.valid)
-    return _outcome_credit(batch, adv_B, group=True)
+    return _group_credit(batch, p, dr_grpo_advantages)
 
 
 def _reinforce_pp(batch: Batch, p: CreditParams) -> Credit:
@@ -184,6 +215,7 @@ ENTRIES: tuple[tuple[str, Estimator], ...] = (
             needs_critic=False,
             summary="A_i = R_i − (1/(G−1)) Σ_{j≠i in g} R_j (leave-one-out baseline)",
             paper="Ahmadian et al. 2024, Back to Basics (RLOO)",
+            turn_scope=True,
         ),
     ),
     (
@@ -194,6 +226,7 @@ ENTRIES: tuple[tuple[str, Estimator], ...] = (
             needs_critic=False,
             summary="A_i = (R_i − mean_g R) / (std_g R + eps), unbiased std",
             paper="Shao et al. 2024, DeepSeekMath (GRPO)",
+            turn_scope=True,
         ),
     ),
     (
@@ -204,6 +237,7 @@ ENTRIES: tuple[tuple[str, Estimator], ...] = (
             needs_critic=False,
             summary="A_i = R_i − mean_g R (no std normalisation)",
             paper="Liu et al. 2025, Understanding R1-Zero-Like Training (Dr. GRPO)",
+            turn_scope=True,
         ),
     ),
     (

@@ -39,6 +39,9 @@ class CreditParams:
     """V-trace ρ̄ of the importance weight on the policy advantage."""
     allow_length_unit_mismatch: bool = False
     """Explicit override: accept an adaptive-λ ``length_unit`` other than ``time_unit``."""
+    step_advantage_weight: float = 1.0
+    """ω of GiGPO's A = A^E + ω·A^S, the weight of the step advantage over anchor states
+    (``sampling.group_scope=turn``; docs/formulas.md §2.4); GiGPO's 1.0."""
 
     @property
     def resolved_lam_critic(self) -> float:

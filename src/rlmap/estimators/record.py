@@ -22,7 +22,9 @@ class Credit:
     mask and on invalid rows; None for critic-free estimators."""
     diagnostics: dict[str, Tensor]
     """Detached scalars: ``adv/mean``, ``adv/std``; group estimators add
-    ``group/all_correct_frac``, ``group/all_wrong_frac``, ``group/zero_adv_frac``; critic
+    ``group/all_correct_frac``, ``group/all_wrong_frac``, ``group/zero_adv_frac`` (and with turn
+    groups ``group/anchor_groups``, ``group/anchor_turn_frac``, ``group/anchor_zero_adv_frac``,
+    :func:`rlmap.estimators.gigpo.anchor_diagnostics`); critic
     estimators add ``critic/explained_variance``, ``critic/value_error_first`` and
     ``critic/value_error_last`` (of the values the estimator was given)."""
 
@@ -45,3 +47,7 @@ class Estimator:
     """Reads the learner's log π_θ of the batch, before the update (``batch.old_logprobs``),
     whatever the ratio mode and however many optimiser steps follow: V-trace's target
     policy. Without it (μ in its place) every ratio would be 1 and nothing corrected."""
+    turn_scope: bool = False
+    """Takes ``sampling.group_scope=turn``: its group baseline is applied a second time over
+    the anchor states of ``Batch.turn_group`` (GiGPO, docs/formulas.md §2.4); rloo, grpo,
+    dr_grpo."""

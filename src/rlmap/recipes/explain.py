@@ -31,6 +31,8 @@ def _feedback(cfg: RecipeConfig) -> str:
 def _sampling(cfg: RecipeConfig) -> str:
     s = cfg.sampling
     text = f"G={s.group_size} per prompt" if s.group_size > 1 else "single rollout per prompt"
+    if s.group_scope != "prompt":
+        text += " + turn groups (anchor states: equal observation histories)"
     if sampling.registry.get(s.filter).needs_group:
         text += f" + {s.filter}-group dynamic sampling (≤{s.max_rounds} rounds)"
     if s.curriculum:
@@ -48,6 +50,9 @@ def _sampling(cfg: RecipeConfig) -> str:
 def _credit(cfg: RecipeConfig) -> str:
     c = cfg.credit
     entry = estimators.registry.get(c.estimator)
+    if not entry.needs_critic and cfg.sampling.group_scope == "turn":
+        return (f"{c.estimator} advantage, GiGPO A = A_episode + {c.step_advantage_weight:g}·"
+                f"A_step (γ={c.gamma:g} per turn)")  # fmt: skip
     if not entry.needs_critic:
         return f"{c.estimator} advantage"
     lam_c = c.lam if c.lam_critic is None else c.lam_critic

@@ -20,6 +20,7 @@ import torch
 from rlmap import correction, estimators, feedback, reduction, sampling
 from rlmap.core.errors import ConfigError
 from rlmap.core.registry import Registry
+from rlmap.experiments import trackers
 from rlmap.feedback import process
 from rlmap.feedback.params import FeedbackParams
 from rlmap.recipes.config import RecipeConfig
@@ -179,6 +180,36 @@ def _group(cfg: RecipeConfig) -> Iterator[str]:
             f"sampling.filter: '{cfg.sampling.filter}' keeps groups whose rewards differ, "
             f"which needs G >= 2, got {g}"
         )
+
+
+def _group_scope(cfg: RecipeConfig) -> Iterator[str]:
+    """``sampling.group_scope=turn`` (GiGPO, docs/formulas.md §2.4) needs later turns to group,
+    a group estimator that takes a second baseline, and γ counted in turns; ω means
+    nothing without it. G >= 2 is :func:`_group`'s (every such estimator needs a group)."""
+    s, c = cfg.sampling, cfg.credit
+    if s.group_scope == "branch":
+        yield ("sampling.group_scope: 'branch' (G continuations replayed from one state) is not "
+               "built yet; use prompt or turn")  # fmt: skip
+    if s.group_scope != "turn":
+        if c.step_advantage_weight != estimators.CreditParams.step_advantage_weight:
+            yield ("credit.step_advantage_weight: only sampling.group_scope=turn has a step "
+                   "advantage to weigh")  # fmt: skip
+        return
+    if not estimators.registry.get(c.estimator).turn_scope:
+        takers = [n for n in estimators.registry.names() if estimators.registry.get(n).turn_scope]
+        yield (f"sampling.group_scope: turn applies the group estimator's baseline over anchor "
+               f"states too; credit.estimator '{c.estimator}' has none (use "
+               f"{', '.join(takers)})")  # fmt: skip
+    if cfg.data.turn_budget < 2:
+        yield (f"sampling.group_scope: turn groups the turns of multi-turn episodes, but "
+               f"data.task {cfg.data.task!r} with data.max_turns={cfg.data.max_turns} has one "
+               "turn per episode (use prompt)")  # fmt: skip
+    if c.step_advantage_weight < 0:
+        yield f"credit.step_advantage_weight: must be >= 0, got {c.step_advantage_weight}"
+    if c.gamma < 1 and c.time_unit != "turn":
+        yield ("credit.time_unit: with sampling.group_scope=turn, credit.gamma discounts per "
+               f"turn (G_k = Σ γ^(k'−k) r_k'); set credit.time_unit=turn to say so, got "
+               f"'{c.time_unit}'")  # fmt: skip
 
 
 def _critic(cfg: RecipeConfig) -> Iterator[str]:
@@ -512,6 +543,26 @@ def _lora(cfg: RecipeConfig) -> Iterator[str]:
                "already a plain model)")  # fmt: skip
 
 
+def _loggers(cfg: RecipeConfig) -> Iterator[str]:
+    """``run.loggers``: known trackers, each named once and installed (here, so that a
+    missing one fails before a run directory exists)."""
+    names = cfg.run.logger_names
+    for i, name in enumerate(names):
+        if name not in trackers.registry:
+            known = ", ".join(trackers.registry.names())
+            yield f"run.loggers: unknown tracker '{name}'; known: {known}"
+        elif name in names[:i]:
+            yield f"run.loggers: '{name}' is named twice"
+    if not cfg.run.project.strip():
+        yield "run.project: must not be empty (the trackers' project or experiment name)"
+    for name in cfg.run.trackers:
+        if name in trackers.registry:
+            field = "run.loggers" if name in names else "run.tensorboard"
+            problem = trackers.not_installed(name, field)
+            if problem is not None:
+                yield problem
+
+
 def _system(cfg: RecipeConfig) -> Iterator[str]:
     if not DEVICE_SETTING.fullmatch(cfg.system.device):
         yield f"system.device: one of auto, cpu, cuda, cuda:N, got {cfg.system.device!r}"
@@ -616,11 +667,14 @@ def _optim(cfg: RecipeConfig) -> Iterator[str]:
             yield f"optim.{field}: must be >= 1, got {getattr(o, field)}"
     if o.lr <= 0:
         yield f"optim.lr: must be > 0, got {o.lr}"
+    if not all(0.0 <= beta < 1.0 for beta in o.adam_betas):
+        yield f"optim.adam_betas: each must be in [0, 1), got {list(o.adam_betas)}"
 
 
 CHECKS: tuple[Check, ...] = (
     _bounds,
     _group,
+    _group_scope,
     _critic,
     _credit,
     _behaviour,
@@ -632,6 +686,7 @@ CHECKS: tuple[Check, ...] = (
     _rebalance,
     _data,
     _lora,
+    _loggers,
     _system,
     _optim,
 )

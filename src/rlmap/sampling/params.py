@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 
 @dataclass(frozen=True)
@@ -20,6 +21,12 @@ class SamplingParams:
     filter: str = "none"
     """Group filter: ``none`` (keep every valid trajectory) or ``mixed`` (DAPO dynamic sampling:
     keep only groups whose rewards are not all equal)."""
+    group_scope: Literal["prompt", "turn", "branch"] = "prompt"
+    """What a group baseline compares: ``prompt`` (the G samples of a prompt) or ``turn``
+    (also the turns of those samples that reached the same state — equal observation
+    histories —, GiGPO's step advantage; multi-turn tasks and the group estimators
+    grpo, dr_grpo and rloo; docs/formulas.md §2.4). ``branch`` (G continuations replayed
+    from one state) is not built yet."""
     max_rounds: int = 4
     """Dynamic sampling: at most this many generation rounds per training step."""
     curriculum: bool = False

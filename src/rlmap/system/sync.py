@@ -492,6 +492,8 @@ def update(
                                            p.settings.train_dtype)  # fmt: skip
         batch = batch.replace(values=values, bootstrap_values=bootstrap)
         metrics["system/critic_values_s"] = elapsed(started, p.device)
+    if p.cfg.sampling.group_scope == "turn":  # GiGPO's anchor states (docs/formulas.md §2.4)
+        batch = batch.replace(turn_group=estimators.turn_groups(batch))
     credit = estimator.fn(batch, _credit_params(p, warming))
     metrics |= {k: float(v) for k, v in credit.diagnostics.items()}
     seed = p.cfg.seed * 1_000_003 + state.step
