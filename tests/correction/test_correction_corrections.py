@@ -188,6 +188,9 @@ def test_masked_is_reference_loop() -> None:
         logs = [float(log_k[i, t]) for t in range(4) if mask[i, t]]
         geo = math.exp(sum(logs) / len(logs))
         assert w[i].tolist() == [1.0 if 0.5 <= geo <= 2.0 else 0.0] * 4
+    # both branches occur (row 0: g = 0.40 < α, dropped; the others kept), so a constant
+    # weight, all kept or all dropped, cannot pass
+    assert 0 < w[:, 0].sum() < 6
 
 
 # ---------------------------------------------------------------- staleness

@@ -35,12 +35,22 @@ def minimal() -> ModuleType:
 
 
 def test_it_runs_a_few_steps(
-    minimal: ModuleType, tiny_model_dir: Path, capsys: pytest.CaptureFixture[str]
+    minimal: ModuleType,
+    tiny_model_dir: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    # A verifier that passes held-out prompts 0 and 2 whatever the model writes: pass@1,
+    # one sample on each of the 4 held-out prompts, is then 2/4 = 0.5 before and after —
+    # the wrong prompts, a second sample or another denominator would show
+    heldout = make_splits(0, 6000, 256)[1][:4]  # the script's split: 49-5=, 33-51=, ...
+    passes = {heldout[0].answer, heldout[2].answer}
+    assert len({e.answer for e in heldout}) == 4  # distinct: only those two pass
+    monkeypatch.setattr(minimal, "exact_match", lambda text, answer: float(answer in passes))
     before, after = minimal.main(tiny_model_dir, steps=2, heldout_size=4)
     out = capsys.readouterr().out
-    assert "step 2: loss" in out and "held-out pass@1" in out
-    assert 0.0 <= before <= 1.0 and 0.0 <= after <= 1.0
+    assert "step 2: loss" in out and "held-out pass@1 0.500 -> 0.500" in out
+    assert (before, after) == (0.5, 0.5)
     assert len(EXAMPLE.read_text().splitlines()) <= 150  # a page, as the issue asks
 
 

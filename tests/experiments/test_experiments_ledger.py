@@ -154,16 +154,24 @@ def test_a_ledger_written_before_compute_seconds_existed_reads_with_zeros() -> N
     assert ledger.add(actor_s=1.0, critic_s=3.0).compute_share()["critic"] == 0.75  # 3 / (1 + 3)
 
 
-@pytest.mark.parametrize(("generated", "kept", "rejected"), [(24, 23, 1), (10, 9, 1), (48, 40, 3)])
+@pytest.mark.parametrize(
+    ("generated", "kept", "rejected", "filtered"),
+    [
+        # nothing filtered: 24 − 23 − 1 = 0, where int(24 · (1 − 23/24)) − 1 gave −1 (the
+        # fraction rounds down: 24 · (1/24) = 0.99999…) and broke the ledger ("counters only
+        # grow")
+        (24, 23, 1, 0),
+        (10, 9, 1, 0),  # 10 − 9 − 1 = 0, where int(10 · (1 − 0.9)) − 1 gave −1 likewise
+        (48, 40, 3, 5),  # 48 − 40 − 3 = 5
+    ],
+)
 def test_filtered_rollouts_are_counted_not_rounded(
-    generated: int, kept: int, rejected: int
+    generated: int, kept: int, rejected: int, filtered: int
 ) -> None:
-    # 24 generated, 23 kept, 1 rejected: nothing filtered — int(24 · (1 − 23/24)) would give
-    # 0 − 1 = −1 and break the ledger ("counters only grow")
     from rlmap.experiments.train import filtered_rollouts
 
     metrics = {"sampling/generated": float(generated), "sampling/kept": float(kept),
                "sampling/rejected": float(rejected)}  # fmt: skip
     n = filtered_rollouts(metrics)
-    assert n == generated - kept - rejected and n >= 0
+    assert n == filtered
     Ledger().add(filtered_rollouts=n, rejected_rollouts=rejected)  # accepted

@@ -124,16 +124,21 @@ def test_score_per_turn_must_sum_to_value() -> None:
 
 
 def test_building_blocks_are_rewards() -> None:
-    blocks = [
-        VerifierReward(exact_match),
-        FormatReward(r"\d+"),
-        OverlongPunishment(4),
-        LengthReward(10, 5.0),
-        Weighted(((1.0, FormatReward("x")),)),
-        AsyncReward(_echo),
-        ProcessReward(lambda t: [0.0] * len(t.turns)),
+    # What a Reward is: a name (in logs and failure reasons) and a call on a batch. Each
+    # block on one trajectory, "42" against "42", length 10 of at most 20:
+    blocks: list[tuple[Reward, str, float]] = [
+        (VerifierReward(exact_match), "verifier", 1.0),  # exact match
+        (FormatReward(r"\d+"), "format", 1.0),  # "42" matches \d+
+        (OverlongPunishment(4), "overlong", 0.0),  # 10 <= 20 − 4: within the budget
+        (LengthReward(10, 5.0), "length", 0.0),  # −|10 − 10| / 5
+        (Weighted(((1.0, FormatReward("x")),)), "1*format", 0.0),  # 1 · (no "x" in "42")
+        (AsyncReward(_echo), "async", 10.0),  # awaited: the echoed length
+        (ProcessReward(lambda t: [0.5] * len(t.turns)), "process", 0.5),  # one turn of 0.5
     ]
-    assert all(isinstance(b, Reward) for b in blocks)
+    for reward, name, value in blocks:
+        assert reward.name == name
+        (score,) = score_batch(reward, [traj()])
+        assert (score.value, score.status) == (value, OK), name
 
 
 # --- the building blocks -------------------------------------------------------

@@ -78,33 +78,36 @@ def test_every_registered_component_has_a_card() -> None:
             assert reg.get(name).summary in card and f"chosen by {field}" in card, name
 
 
+def _axes(line: str) -> list[list[str]]:
+    """A composition line read back: one list per axis (joined with ' · '), each of its
+    components (joined with ' + ')."""
+    return [axis.split(" + ") for axis in line.split(" · ")]
+
+
 def test_dapo_composition_is_written_out() -> None:
-    line = composition(preset("dapo"))
-    for part in (
-        "soft overlong",
-        "G=8",
-        "mixed-group dynamic sampling",
-        "grpo advantage",
-        "ppo_clip(clip_low=0.2, clip_high=0.28, decoupled)",
-        "no KL",
-        "token_mean",
-        "synchronous",
-    ):
-        assert part in line, part
+    # DAPO (FORMULAS.md §9) on the embedded scale: each axis's components exactly, in order
+    assert _axes(composition(preset("dapo"))) == [
+        ["verifier(exact_match)", "soft overlong punishment (L_c=4)"],  # 1 feedback
+        ["G=8 per prompt", "mixed-group dynamic sampling (≤4 rounds)"],  # 2 sampling
+        ["grpo advantage"],  # 3 credit
+        ["ppo_clip(clip_low=0.2, clip_high=0.28, decoupled)", "no KL"],  # 4 behaviour, KL
+        ["token_mean"],  # 5 reduction
+        ["synchronous group barrier (hf, inprocess)"],  # 6 system
+    ]
 
 
 def test_sao_composition_is_written_out() -> None:
-    line = composition(preset("sao"))
-    for part in (
-        "single rollout",
-        "value critic",
-        "λ_critic=1.0",
-        "1-1/(1.5·l_token)",
-        "direct_gate(gate_low=0.3, gate_high=5.0, bypass)",
-        "staleness(max_staleness=4)",
-        "asynchronous queue",
-    ):
-        assert part in line, part
+    # SAO: one rollout, a critic with GAE (λ_policy adaptive, α = 1.5), the direct gate
+    # in bypass mode plus a staleness bound, on the asynchronous queue
+    assert _axes(composition(preset("sao"))) == [
+        ["verifier(exact_match)"],  # 1 feedback
+        ["single rollout per prompt"],  # 2 sampling
+        ["value critic", "gae(γ=1.0, λ_critic=1.0, λ_policy=1-1/(1.5·l_token), per token)"],
+        ["direct_gate(gate_low=0.3, gate_high=5.0, bypass)", "staleness(max_staleness=4)",
+         "no KL"],  # 4 behaviour, KL
+        ["token_mean"],  # 5 reduction
+        ["asynchronous queue (hf, inprocess)"],  # 6 system
+    ]  # fmt: skip
 
 
 def test_grpo_is_the_papers_composition() -> None:

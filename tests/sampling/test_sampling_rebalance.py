@@ -1,21 +1,18 @@
-"""Prompt rebalancing (:mod:`rlmap.sampling.rebalance`): the bookkeeping by hand, the draw
-(skips counted, revisits first, the cursor past the skipped ones), and a run whose skips
-reach the ledger and whose resume is exact."""
+"""Prompt rebalancing (:mod:`rlmap.sampling.rebalance`): the bookkeeping by hand, the keep
+rule, and a run whose skips reach the ledger and whose resume is exact. The loop's draw
+(revisits first, the cursor past the skipped ones) is in tests/system/test_system_sync.py."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
 from rlmap.experiments.train import run_training
 from rlmap.recipes import build_config
 from rlmap.sampling.rebalance import Visits, kept, visited
-from rlmap.system.sync import LoopState, draw_prompts, next_prompts
-from rlmap.tasks.arithmetic import Example
 
 RULE = {"after": 2, "keep": 0.25}
 
@@ -48,37 +45,6 @@ def test_only_a_stale_prompt_is_skipped_and_at_the_rate_asked() -> None:
     assert all(kept(v, "stale", k, 0, after=2, keep=1.0) for k in range(100))
 
 
-def _parts(*extra: str) -> SimpleNamespace:
-    return SimpleNamespace(cfg=build_config("grpo", None, list(extra)))
-
-
-POOL = [Example(prompt=f"{i}+0=", answer=str(i)) for i in range(10)]
-
-
-def test_without_rebalancing_the_draw_is_the_data_order() -> None:
-    draw = draw_prompts(_parts(), POOL, 3, Visits(), 4)  # type: ignore[arg-type]
-    assert draw.examples == next_prompts(POOL, 3, 4, 0) and draw.cursor == 7
-    assert (draw.skipped, draw.revisits) == (0, 0)
-
-
-def test_a_draw_takes_revisits_first_and_skips_stale_prompts() -> None:
-    p = _parts("sampling.rebalance=true", "sampling.rebalance_keep=0.01")
-    order = next_prompts(POOL, 0, 10, 0)
-    stale = {e.prompt for e in order[:3]}  # the first three of the order are stale
-    visits = Visits(tuple((t, 5) for t in sorted(stale)), ("gone", "7+0=", "8+0="))
-    draw = draw_prompts(p, POOL, 0, visits, 4)  # type: ignore[arg-type]
-    # 4 // 2 = 2 revisits (of those in the pool, "gone" is not), then the order:
-    # its three stale prompts are skipped (kept at 1 %: none of these three draws), and the
-    # next two are taken; the cursor stands after the fifth
-    assert [e.prompt for e in draw.examples[:2]] == ["7+0=", "8+0="]
-    assert draw.examples[2:] == order[3:5]
-    assert (draw.cursor, draw.skipped, draw.revisits) == (5, 3, 2)
-    assert draw.visits.revisit == ()  # "gone" is another level's: dropped
-    # a queue longer than half the step keeps the rest, in order
-    long = Visits((), ("1+0=", "2+0=", "3+0="))
-    assert draw_prompts(p, POOL, 0, long, 4).visits.revisit == ("3+0=",)  # type: ignore[arg-type]
-
-
 def _rows(run: Path) -> list[dict[str, float]]:
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     timing = ("system/", "budget/wall_clock_s", "budget/rollout_s", "budget/actor_s",
@@ -106,15 +72,6 @@ def test_a_run_skips_stale_prompts_counts_them_and_resumes_exactly(
     crash_in_step(cfg, tmp_path / "crashed", 6)
     run_training(cfg, tmp_path / "crashed", resume=True)
     assert _rows(tmp_path / "crashed") == _rows(tmp_path / "straight")
-
-
-def test_a_saved_loop_state_comes_back_with_its_visits() -> None:
-    from dataclasses import asdict
-
-    state = LoopState(step=2, visits=Visits((("a", 2),), ("b",)))
-    assert LoopState.saved(asdict(state)) == state
-    old = {k: v for k, v in asdict(LoopState()).items() if k != "visits"}  # before rebalancing
-    assert LoopState.saved(old) == LoopState()
 
 
 @pytest.mark.parametrize(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -73,10 +74,51 @@ def test_the_chunk_size_changes_nothing(tiny_model_dir: Path) -> None:
     torch.testing.assert_close(one, all_at_once, rtol=1e-6, atol=1e-7)
 
 
-def test_scaled_logits_take_the_full_path(tiny_model_dir: Path) -> None:
-    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
-    model.config.final_logit_softcapping = 30.0  # Gemma-2 style: logits are not h Wᵀ
-    assert _plain_lm_head(model) is None
+def _scaled_head_model(kind: str) -> Any:
+    """A tiny random model whose logits are not h Wᵀ: Gemma-2's soft cap c·tanh(h Wᵀ / c)
+    (c = 5) or Cohere's scale s·h Wᵀ (s = 0.25). Its head is scaled up so the logits are
+    about 20 and the cap or scale changes every log-prob (a cap of 5 on logits near 0.1,
+    the random initialisation's, would change next to nothing)."""
+    from transformers import CohereConfig, CohereForCausalLM, Gemma2Config, Gemma2ForCausalLM
+
+    shape: dict[str, Any] = dict(vocab_size=48, hidden_size=32, intermediate_size=64,
+                                 num_hidden_layers=1, num_attention_heads=2,
+                                 num_key_value_heads=1, head_dim=16, max_position_embeddings=32,
+                                 pad_token_id=0, bos_token_id=1, eos_token_id=2)  # fmt: skip
+    torch.manual_seed(0)
+    model: Any
+    if kind == "softcap":
+        model = Gemma2ForCausalLM(Gemma2Config(**shape, final_logit_softcapping=5.0))
+    else:
+        model = CohereForCausalLM(CohereConfig(**shape, logit_scale=0.25))
+    with torch.no_grad():
+        model.get_output_embeddings().weight.mul_(200.0)
+    return model.eval()
+
+
+def _next_token(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """(B, T-1): log_softmax(logits / 0.7) at each next token, tokens[:, 1:]."""
+    return torch.log_softmax(logits / 0.7, -1).gather(-1, tokens[:, 1:, None])[..., 0]
+
+
+@pytest.mark.parametrize("kind", ["softcap", "scale"])
+def test_soft_capped_or_scaled_logits_give_their_own_log_probs(kind: str) -> None:
+    # Reference by hand: the trunk's last hidden states h, z = h Wᵀ, then the model's own
+    # map — 5·tanh(z / 5) or 0.25·z — divided by T = 0.7, log_softmax, the next token's entry
+    model = _scaled_head_model(kind)
+    tokens, attention = _tokens()
+    with torch.no_grad():
+        ours, _ = token_logprobs(model, tokens, attention, temperature=0.7)
+        positions = (attention.long().cumsum(-1) - 1).clamp(min=0)  # over real tokens
+        h = model.model(input_ids=tokens, attention_mask=attention,
+                        position_ids=positions).last_hidden_state[:, :-1]  # fmt: skip
+        z = h @ model.get_output_embeddings().weight.T
+        mapped = 5.0 * torch.tanh(z / 5.0) if kind == "softcap" else 0.25 * z
+        reference, plain = _next_token(mapped, tokens), _next_token(z, tokens)
+    real = attention[:, 1:]  # the targets that are tokens, not padding
+    torch.testing.assert_close(ours[:, 1:][real], reference[real], rtol=1e-5, atol=1e-5)
+    assert float((plain - reference)[real].abs().median()) > 1.0  # h Wᵀ alone: far off
+    assert torch.equal(ours[:, 0], torch.zeros(3))
 
 
 def test_a_frozen_head_gets_no_gradient_and_the_trunk_the_same_one(tiny_model_dir: Path) -> None:

@@ -207,19 +207,40 @@ def test_a_format_reward_adds_to_the_trained_reward(
 
 
 def test_a_process_reward_run_trains_end_to_end(
-    tiny_calc_model_dir: Path, tmp_path: Path, toy: Toy, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, toy: Toy, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # A smoke test: the random tiny model rarely earns a step reward, so where rewards land
-    # is checked by hand above; here the path through config, scoring and turn-level GAE runs.
+    # The scripted chat model (tests/chat_model.py) calls the calculator on 37*85 and then
+    # answers 3145, whatever the product asked; the task here is that product alone, so
+    # every episode makes one useful call: the process reward reaches the batch as 0.1 at
+    # turn 0's last action token and 1 at turn 1's, and turn-level GAE trains on them.
+    import torch
+    from chat_model import QUESTION, chat_tokenizer, scripted_model
+
+    from rlmap.system import setup
+    from rlmap.tasks.arithmetic import make_problem
+
+    model_dir = tmp_path / "chat-model"
+    scripted_model(steps=100, questions=(QUESTION,)).save_pretrained(model_dir)  # by heart
+    chat_tokenizer().save_pretrained(model_dir)
+    problem = make_problem(37, "*", 85)
+    assert problem.prompt == QUESTION
+    monkeypatch.setattr(setup, "make_splits", lambda *_, **__: ([problem] * 40, [problem] * 4))
     batches = _spy(monkeypatch)
-    overrides = [*toy(tiny_calc_model_dir, steps=2), "data.task=calculator", "data.max_turns=2",
-                 "generation.max_new_tokens=6", "feedback.source=process_reward",
-                 "feedback.process_reward=calculator_steps", "credit.time_unit=turn"]  # fmt: skip
+    overrides = [*toy(model_dir, steps=2), "data.task=calculator", "data.max_turns=2",
+                 "generation.max_new_tokens=40", "generation.temperature=0.2",
+                 "feedback.source=process_reward", "feedback.process_reward=calculator_steps",
+                 "credit.time_unit=turn"]  # fmt: skip
     run_training(build_config("ppo", None, overrides), tmp_path / "run")
+    records = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert len(batches) == 2
     for batch in batches:
-        if batch.token_rewards is not None:  # then each row's step rewards sum to its return
-            assert batch.token_rewards.sum(-1).tolist() == pytest.approx(batch.rewards.tolist())
+        assert batch.token_rewards is not None and batch.turn_id is not None
+        for row in range(batch.tokens.shape[0]):
+            ends = [int(torch.nonzero(batch.turn_id[row] == k).max()) for k in (0, 1)]
+            assert batch.token_rewards[row, ends].tolist() == pytest.approx([TOOL_STEP_BONUS, 1.0])
+            assert float(batch.token_rewards[row].sum()) == pytest.approx(TOOL_STEP_BONUS + 1.0)
+        assert batch.rewards.tolist() == pytest.approx([TOOL_STEP_BONUS + 1.0] * 8)  # R = Σ r_t
+    assert all("loss/policy" in r and "critic/value_loss" in r for r in records[1:])
 
 
 class Scripted:

@@ -186,9 +186,10 @@ def test_tensorboard_without_the_package_is_a_clear_error(
 
     if importlib.util.find_spec("tensorboard") is not None:
         pytest.skip("tensorboard is installed here")
-    cfg = build_config("grpo", None, [*toy(tiny_model_dir), "run.tensorboard=true"])
-    with pytest.raises(ConfigError, match=r"^run\.tensorboard: needs the tensorboard package"):
-        run_training(cfg, tmp_path / "run")
+    # refused as the config is built, before a run directory exists
+    with pytest.raises(ConfigError, match=r"^run\.tensorboard: tensorboard needs the "
+                       r"tensorboard package \(pip install 'rlmap\[tensorboard\]'\)$"):  # fmt: skip
+        build_config("grpo", None, [*toy(tiny_model_dir), "run.tensorboard=true"])
 
 
 def test_eval_command_prints_the_held_out_figures(
@@ -241,6 +242,16 @@ def test_system_parts_not_built_yet_are_refused_not_ignored(
     assert err.startswith(f"rlmap: error: {field}"), err
 
 
+def _per_turn(batch: Any, advantages: Any) -> list[list[list[float]]]:
+    """Each row's advantages on its action tokens, one list per assistant turn."""
+    out = []
+    for b in range(batch.tokens.shape[0]):
+        action, turns = batch.action_mask[b], batch.turns[b]
+        ids = sorted(set(turns[action].tolist()))
+        out.append([advantages[b][action & (turns == k)].tolist() for k in ids])
+    return out
+
+
 @pytest.mark.parametrize(
     ("recipe", "extra"),
     [
@@ -250,19 +261,47 @@ def test_system_parts_not_built_yet_are_refused_not_ignored(
     ],
 )
 def test_the_calculator_tool_task_trains_and_records_tool_use(
-    recipe: str, extra: list[str], tiny_calc_model_dir: Path, tmp_path: Path, toy: Toy
-) -> None:
+    recipe: str, extra: list[str], tiny_calc_model_dir: Path, tmp_path: Path, toy: Toy,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    from rlmap.system import sync
+
+    seen: list[tuple[Any, Any]] = []  # (batch, advantages) of each policy update
+    real = sync.update_policy
+
+    def spy(policy: Any, optimizer: Any, scheduler: Any, batch: Any, adv: Any, *rest: Any,
+            **kw: Any) -> Any:  # fmt: skip
+        seen.append((batch, adv.detach().clone()))
+        return real(policy, optimizer, scheduler, batch, adv, *rest, **kw)
+
+    monkeypatch.setattr(sync, "update_policy", spy)
     overrides = [*toy(tiny_calc_model_dir), "data.task=calculator", "data.max_turns=2",
                  "generation.max_new_tokens=6", *extra]  # fmt: skip
     summary = run_training(build_config(recipe, None, overrides), tmp_path / "run")
     records = _records(tmp_path / "run")
     for key in ("env/turns", "env/tool_call_rate", "env/tool_error_frac", "env/turn_budget_frac"):
         assert all(key in r for r in records[1:]), key
-        assert 0 <= records[-1][key] <= 2
     assert all("eval/tool_call_rate" in r and "eval/turns" in r for r in (records[0], records[-1]))
-    assert summary["after"]["eval/pass@1"] is not None
-    assert "loss/policy" in records[-1] or records[-1]["sampling/kept_frac"] == 0
+    assert summary["after"]["eval/pass@1"] == records[-1]["eval/pass@1"]
+    assert all("loss/policy" in r for r in records[1:]) and len(seen) == 2  # a step, an update
     assert (tmp_path / "run" / "plots" / "tools.png").exists()
+    rows = [row for batch, adv in seen for row in _per_turn(batch, adv)]
+    for record, (batch, adv) in zip(records[1:], seen, strict=True):
+        # env/turns, the mean number of assistant turns an episode took, counted again
+        # from the batch's turn ids (every episode of the step trains: nothing filtered)
+        assert record["sampling/kept_frac"] == 1.0
+        step_rows = _per_turn(batch, adv)
+        assert record["env/turns"] == pytest.approx(sum(map(len, step_rows)) / len(step_rows))
+    assert any(len(row) == 2 for row in rows)  # the tool was called: a second turn followed
+    distinct = [[len(set(turn)) for turn in row] for row in rows]  # values within each turn
+    if recipe == "grpo":  # the outcome's advantage on every action token, across turns
+        assert all(len({x for turn in row for x in turn}) == 1 for row in rows)
+    elif "credit.time_unit=turn" in extra:  # one GAE step per turn: one value per turn ...
+        assert all(n == 1 for row in distinct for n in row)
+        # ... and not one per episode: a two-turn row's turns get their own
+        assert any(len(row) == 2 and row[0][0] != row[1][0] for row in rows)
+    else:  # one GAE step per action token: values vary within a turn
+        assert any(n > 1 for row in distinct for n in row)
 
 
 def test_the_calculator_task_trains_a_chat_model_calling_the_tool_in_json(

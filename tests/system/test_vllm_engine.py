@@ -185,9 +185,40 @@ def test_building_leaves_the_global_generators_and_thread_count_alone(
     assert torch.set_num_threads.__module__ == "torch"  # vLLM's stub was taken out again
 
 
-def test_it_is_a_rollout_engine(engine: VLLMEngine) -> None:
-    assert isinstance(engine, RolloutEngine)
-    assert isinstance(PinnedView(engine, 0, {}), RolloutEngine)
+def test_the_rollout_engine_methods_no_other_test_here_calls_do_what_they_say(
+    engine: VLLMEngine, policy: torch.nn.Module
+) -> None:
+    # RolloutEngine is version, reseed, generate and update_weights. The tests around this
+    # one call generate and version on both, and update_weights on the engine; mypy checks
+    # the signatures where setup.build_engine returns either as a RolloutEngine. Left: the
+    # engine's reseed and a view's update_weights.
+    def drawn(torch_seed: int, seed: int) -> list[tuple[int, ...]]:
+        engine.reseed(seed)
+        torch.manual_seed(torch_seed)  # whatever torch's generator holds: the seed decides
+        out = engine.generate(PROMPTS, n=4, max_new_tokens=8, temperature=1.5, top_p=1.0)
+        return [c.response_ids for c in flat(out)]
+
+    try:
+        first = drawn(1, 21)
+        assert drawn(2, 21) == first and drawn(1, 22) != first
+    finally:
+        engine.reseed(None)  # torch's generator again, for the tests after this one
+    # a view updated to a model pins it under the new version: its next call samples it
+    other = copy.deepcopy(policy)
+    with torch.no_grad():
+        for param in other.parameters():
+            param.add_(torch.randn(param.shape, generator=torch.Generator().manual_seed(0)) * 0.2)
+    view = PinnedView(engine, 0, {k: v.clone() for k, v in policy.state_dict().items()})
+    view.update_weights(other, 9)
+    assert view.version == 9
+    got = flat(sample(view, 0, n=1, temperature=0.0))
+    hf_other = flat(sample(HFEngine(other, pad_token_id=PAD, eos_token_id=EOS), 0, n=1,
+                           temperature=0.0))  # fmt: skip
+    hf_policy = flat(sample(HFEngine(policy, pad_token_id=PAD, eos_token_id=EOS), 0, n=1,
+                            temperature=0.0))  # fmt: skip
+    assert [c.response_ids for c in hf_other] != [c.response_ids for c in hf_policy]
+    assert [c.response_ids for c in got] == [c.response_ids for c in hf_other]
+    assert {c.version for c in got} == {9} and engine.version == 9
 
 
 def test_greedy_tokens_and_logprobs_equal_the_hf_engine_and_the_learner(
