@@ -1,0 +1,1 @@
+"""Diagnostics: the map's failure symptoms read from a run's records (``rlmap diagnose``)."""

@@ -1,0 +1,61 @@
+"""The import contracts of pyproject.toml hold, and each one can fail.
+
+`make lint` runs `lint-imports` on the tree; here a copy of the package gets one planted
+import per contract (an axis importing a task, an axis importing another axis, the core
+importing an axis) and the linter must refuse each copy, naming the broken contract.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+LINT = Path(sys.executable).with_name("lint-imports")
+
+
+def _lint(src: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(src)}  # the copy before the installed tree
+    return subprocess.run([str(LINT), "--no-cache", str(ROOT / "pyproject.toml")], cwd=src,
+                          capture_output=True, text=True, env=env, timeout=120)  # fmt: skip
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    if not LINT.exists():
+        pytest.skip("import-linter is not installed (the dev extra has it)")
+    shutil.copytree(ROOT / "src" / "rlmap", tmp_path / "rlmap",
+                    ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
+    return tmp_path
+
+
+def test_the_tree_keeps_every_contract(tree: Path) -> None:
+    out = _lint(tree)
+    assert out.returncode == 0, out.stdout[-2000:]
+    assert "0 broken" in out.stdout
+
+
+@pytest.mark.parametrize(
+    ("module", "planted", "contract"),
+    [
+        ("estimators/gae.py", "from rlmap.tasks import arithmetic", "import only rlmap.core"),
+        ("reduction/apply.py", "import rlmap.correction.kl", "No axis imports another"),
+        ("core/ops.py", "from rlmap.sampling import filters", "rlmap.core imports nothing"),
+    ],
+)
+def test_a_planted_import_breaks_its_contract(
+    tree: Path, module: str, planted: str, contract: str
+) -> None:
+    path = tree / "rlmap" / module
+    text = path.read_text()
+    head, sep, rest = text.partition("from __future__ import annotations\n")
+    assert sep, module  # every module starts with it: the plant goes after it
+    path.write_text(f"{head}{sep}{planted}  # noqa\n{rest}")
+    out = _lint(tree)
+    assert out.returncode != 0
+    assert f"{contract}" in out.stdout and "BROKEN" in out.stdout, out.stdout[-2000:]
