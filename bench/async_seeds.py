@@ -35,9 +35,9 @@ from pathlib import Path
 from typing import Any
 
 from rlmap.experiments.compare import curve, interpolate, load_run
-from rlmap.system.sim_inputs import profile_from_run
-from rlmap.system.sim_report import SimulateArgs, build_config
-from rlmap.system.simulate import simulate
+from rlmap.simulator.inputs import profile_from_run
+from rlmap.simulator.model import simulate
+from rlmap.simulator.report import SimulateArgs, build_config
 
 LATENCIES = {"lognormal": "lognormal:-2.5,1.0", "pareto": "pareto:1.5,0.05"}
 """Seconds each tool step waits: a median of 0.08 s either way, the Pareto with a heavy tail."""

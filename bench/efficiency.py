@@ -57,14 +57,14 @@ import transformers
 from torch import Tensor
 
 from rlmap import estimators
+from rlmap.assembly import setup
 from rlmap.core.batch import Batch
+from rlmap.engines.engine import Completion
+from rlmap.engines.hf import left_pad
+from rlmap.learner.logprobs import position_ids
+from rlmap.learner.policy import prepare_batch, update_policy
 from rlmap.recipes.config import build_config
-from rlmap.system import setup
-from rlmap.system.engine import Completion
-from rlmap.system.hf_engine import left_pad
-from rlmap.system.learner import prepare_batch, update_policy
-from rlmap.system.logprobs import position_ids
-from rlmap.system.rollout import to_batch
+from rlmap.rollout.episodes import to_batch
 from rlmap.system.sync import next_prompts, rollout_round
 from rlmap.tasks.prompts import encode_prompt
 

@@ -42,12 +42,12 @@ import torch
 import transformers
 from transformers import AutoModelForCausalLM, Qwen2Config
 
+from rlmap.assembly import setup
+from rlmap.engines.engine import Completion, RolloutEngine
+from rlmap.engines.hf import HFEngine
+from rlmap.engines.vllm import VLLMEngine
 from rlmap.recipes.config import build_config
-from rlmap.system import setup
-from rlmap.system.engine import Completion, RolloutEngine
-from rlmap.system.hf_engine import HFEngine
 from rlmap.system.sync import next_prompts
-from rlmap.system.vllm_engine import VLLMEngine
 from rlmap.tasks.prompts import encode_prompt
 
 SEED = 1234

@@ -7,7 +7,7 @@ Four parts, each a dict in the output file, each printed as a line:
    asked: the HF engine shares the policy, so κ is float noise) and held-out pass@1
    before and after.
 2. ``audit``: the same run's parts built again and stepped once; every parameter, buffer
-   and AdamW state on the one device (:func:`rlmap.system.device.audit`).
+   and AdamW state on the one device (:func:`rlmap.core.device.audit`).
 3. ``large``: a random Qwen2 of Qwen2.5-0.5B's shape (24 layers × 896, V = 151,936; ~0.5 B
    parameters), bf16 autocast over fp32 master weights, ``grpo`` with 32 prompts × 8 samples
    and up to 256 new tokens: seconds per step split into rollout / π_old + π_ref / update,
@@ -22,7 +22,7 @@ Four parts, each a dict in the output file, each printed as a line:
    equal to the plain module's) and FSDP2 with the bfloat16 ``MixedPrecisionPolicy`` (its
    distance from float32, reported).
 6. ``weight_sync``: the 0.5B model of ``large`` streamed into a bfloat16 engine copy on the
-   device (:func:`rlmap.system.lora.rollout_stream`, one tensor at a time): seconds per
+   device (:func:`rlmap.models.lora.rollout_stream`, one tensor at a time): seconds per
    update, and the copy equal to the policy cast to bfloat16.
 7. ``vllm_sleep``: only where vLLM's CUDA build imports (it does not on the machine this
    project is lent): an engine built to sleep at level 2, three cycles of sleep → wake
@@ -49,10 +49,10 @@ from typing import Any
 
 import torch
 
+from rlmap.assembly import setup
+from rlmap.core.device import audit, describe, resolve
 from rlmap.experiments.train import run_training
 from rlmap.recipes import build_config
-from rlmap.system import setup
-from rlmap.system.device import audit, describe, resolve
 from rlmap.system.sync import LoopState, sync_step
 
 QUIET = ["run.progress=false"]
@@ -90,7 +90,7 @@ def large_model(directory: Path, small: bool) -> int:
     tokenizer (ids past its vocabulary decode to nothing), saved to ``directory``."""
     from transformers import AutoModelForCausalLM, Qwen2Config
 
-    from rlmap.tasks.tokenizer import build_tokenizer
+    from rlmap.embedded.tokenizer import build_tokenizer
 
     tokenizer = build_tokenizer()
     shape = (dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
@@ -189,7 +189,7 @@ def _gradient(model: torch.nn.Module, wrapped: torch.nn.Module, ids: torch.Tenso
               bf16: bool = False) -> dict[str, torch.Tensor]:  # fmt: skip
     """Every parameter's gradient of one fixed loss through ``wrapped`` (a wrapper of
     ``model``, or ``model`` itself), as full float32 tensors keyed by ``model``'s names."""
-    from rlmap.system.distributed import local
+    from rlmap.learner.distributed import local
 
     with torch.autocast(ids.device.type, torch.bfloat16, enabled=bf16):
         logits = wrapped(input_ids=ids).logits.float()
@@ -206,7 +206,7 @@ def data_parallel(out: Path, small: bool) -> dict[str, Any]:
     """Issue 29's one-rank check: rlmap's process group and wrappers at world size 1."""
     import torch.distributed as dist
 
-    from rlmap.system.distributed import World, backend, free_port, parallel
+    from rlmap.learner.distributed import World, backend, free_port, parallel
 
     device = resolve("auto")
     gpu = device if device.type == "cuda" else None
@@ -239,8 +239,8 @@ def weight_sync(out: Path, small: bool) -> dict[str, Any]:
     """The ``large`` model streamed into a bfloat16 engine copy, three times, timed."""
     from transformers import AutoModelForCausalLM
 
-    from rlmap.system.device import elapsed
-    from rlmap.system.hf_engine import HFEngine
+    from rlmap.core.device import elapsed
+    from rlmap.engines.hf import HFEngine
 
     directory = out / "large-model"
     if not directory.is_dir():
@@ -272,7 +272,7 @@ def vllm_sleep(out: Path, small: bool) -> dict[str, Any]:
         return {"skipped": "needs vLLM's CUDA build and a GPU"}
     from transformers import AutoModelForCausalLM
 
-    from rlmap.system.vllm_engine import VLLMEngine
+    from rlmap.engines.vllm import VLLMEngine
 
     directory = out / "large-model"
     if not directory.is_dir():

@@ -46,7 +46,7 @@ SMALL=()
 [ -n "${CHECK_SMALL:-}" ] && SMALL=(--small)
 
 say "GPU tests of the suite"
-$PY -m pytest -q -o addopts="" -rs -m gpu -p no:cacheprovider tests/system/test_system_gpu.py
+$PY -m pytest -q -o addopts="" -rs -m gpu -p no:cacheprovider tests/learner/test_learner_gpu.py
 
 say "bench/gpu_check.py ${SMALL[*]:-}"
 $PY bench/gpu_check.py --out "${GPU_CHECK_OUT:-gpu_check.json}" "${SMALL[@]}"

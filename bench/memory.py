@@ -52,7 +52,7 @@ def _model_and_batch(vocab: int, rows: int, tokens: int) -> tuple[Any, Any, Any]
 
 
 def _step(path: str, model: Any, ids: Any, attention: Any) -> float:
-    from rlmap.system import logprobs
+    from rlmap.learner import logprobs
 
     started = time.perf_counter()
     if path == "full":
@@ -101,7 +101,7 @@ def _deep_model(vocab: int, rows: int, tokens: int, layers: int, width: int) -> 
 
 
 def _option_model(option: str, model: Any) -> Any:
-    from rlmap.system.memory import checkpoint_activations
+    from rlmap.learner.memory import checkpoint_activations
 
     if OPTIONS[option][0]:
         checkpoint_activations(model)
@@ -111,8 +111,8 @@ def _option_model(option: str, model: Any) -> Any:
 def _option_step(option: str, model: Any, ids: Any, attention: Any) -> float:
     import torch
 
-    from rlmap.system import logprobs
-    from rlmap.system.memory import autocast_to
+    from rlmap.learner import logprobs
+    from rlmap.learner.memory import autocast_to
 
     dtype = torch.bfloat16 if OPTIONS[option][1] else torch.float32
     started = time.perf_counter()

@@ -26,8 +26,8 @@ import torch
 from torch import nn
 from transformers import AutoModelForCausalLM, AutoModelForTokenClassification, Qwen2Config
 
-from rlmap.system.logprobs import LOGPROB_CHUNK
-from rlmap.system.memory import learner_bytes  # the trainer's own check uses the same bytes
+from rlmap.learner.logprobs import LOGPROB_CHUNK
+from rlmap.learner.memory import learner_bytes  # the trainer's own check uses the same bytes
 
 # Architecture numbers from each model's published config.json on the Hugging Face Hub
 # (Qwen/Qwen2.5-0.5B, Qwen/Qwen2.5-7B, Qwen/Qwen2.5-32B). Head dim = hidden / heads
@@ -94,7 +94,7 @@ class Counts:
 
 def count(name: str, kwargs: dict[str, Any]) -> Counts:
     config, critic_config = Qwen2Config(**kwargs), Qwen2Config(**kwargs)
-    critic_config.num_labels = 1  # a scalar value head, as rlmap.system.critic builds it
+    critic_config.num_labels = 1  # a scalar value head, as rlmap.learner.critic builds it
     with torch.device("meta"):
         policy = AutoModelForCausalLM.from_config(config)
         critic = AutoModelForTokenClassification.from_config(critic_config)
@@ -197,7 +197,7 @@ def logprob_bytes(c: Counts, tokens: int, *, chunked: bool, head_trained: bool =
     """Working memory of one log-prob forward + backward over ``tokens`` positions.
 
     Full: fp32 logits (tokens × V) and their gradient as much again. Chunked
-    (``rlmap.system.logprobs.ChunkedLogprobs``): at most two chunk × V fp32 buffers, plus a
+    (``rlmap.learner.logprobs.ChunkedLogprobs``): at most two chunk × V fp32 buffers, plus a
     V × H fp32 accumulator for the LM head's gradient when the head is trained.
     """
     if not chunked:

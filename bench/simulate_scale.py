@@ -11,7 +11,7 @@ e^0.5 ≈ 1.65 s). Settings:
 - W = 8, 16, 32, 64, 128, 256 in every mode; then η = 0, 1, 2, 4, 8 at W = 256.
 
 With ``--check-run DIR`` it also replays a synchronous embedded run
-(:func:`rlmap.system.sim_inputs.profile_from_run`) and compares the predicted
+(:func:`rlmap.simulator.inputs.profile_from_run`) and compares the predicted
 throughput with the measured one. ``--toy`` runs the same study at W = 8, 16, η = 0, 1,
 B = 32 and 10 steps: a smoke run of a second, its figures not the documentation's.
 
@@ -29,9 +29,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from rlmap.system.sim_inputs import Fixed, LogNormal, Pareto, profile_from_run
-from rlmap.system.sim_report import plot_sweep, sweep_table, sweep_workers
-from rlmap.system.simulate import SimConfig, SimResult, simulate
+from rlmap.simulator.inputs import Fixed, LogNormal, Pareto, profile_from_run
+from rlmap.simulator.model import SimConfig, SimResult, simulate
+from rlmap.simulator.report import plot_sweep, sweep_table, sweep_workers
 
 STUDIES = {"lognormal": LogNormal(0.0, 1.0), "pareto": Pareto(1.5, 0.5)}
 

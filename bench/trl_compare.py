@@ -1,9 +1,9 @@
 """rlmap's GRPO next to TRL's GRPOTrainer on one configuration: seconds per step and pass@1.
 
 Both sides start from the same warm-start checkpoint and tokenizer, train on the
-embedded task's train split (``rlmap.system.setup.load_data``) with the same sizes
+embedded task's train split (``rlmap.assembly.setup.load_data``) with the same sizes
 and hyper-parameters, and are evaluated by the same code: rlmap's
-:func:`rlmap.system.evaluate.evaluate` with an ``HFEngine`` on the final model, on
+:func:`rlmap.rollout.evaluate.evaluate` with an ``HFEngine`` on the final model, on
 the held-out split, with the same sampling seed. They run in one process, one after
 the other, the order alternating from seed to seed.
 
@@ -91,13 +91,13 @@ import transformers
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
 
 from rlmap import estimators, feedback
+from rlmap.assembly import setup
+from rlmap.engines.hf import HFEngine
+from rlmap.learner.policy import update_policy
 from rlmap.recipes import composition
 from rlmap.recipes.config import RecipeConfig, build_config
-from rlmap.system import setup
-from rlmap.system.evaluate import evaluate
-from rlmap.system.hf_engine import HFEngine
-from rlmap.system.learner import update_policy
-from rlmap.system.rollout import to_batch
+from rlmap.rollout.episodes import to_batch
+from rlmap.rollout.evaluate import evaluate
 from rlmap.system.sync import LoopState, next_prompts, rollout_round, sync_step
 from rlmap.tasks.prompts import encode_prompt
 
@@ -418,8 +418,8 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 def large_model(directory: Path) -> Path:
     """A random Qwen2 (8 layers × 512) with the task's tokenizer, saved in ``directory``."""
-    from rlmap.tasks.tiny import TinySpec, build_tiny_model
-    from rlmap.tasks.tokenizer import build_tokenizer
+    from rlmap.embedded.tiny import TinySpec, build_tiny_model
+    from rlmap.embedded.tokenizer import build_tokenizer
 
     tokenizer = build_tokenizer()
     spec = TinySpec(hidden_size=512, intermediate_size=1536, num_hidden_layers=8,

@@ -28,12 +28,12 @@ from transformers import PreTrainedTokenizerBase as Tokenizer
 
 from rlmap.core.batch import Batch, RewardStatus
 from rlmap.correction import BehaviourParams, KLParams, PolicyTerms, policy_loss
+from rlmap.engines.hf import HFEngine
 from rlmap.estimators import grpo_advantages
 from rlmap.feedback.verifiers import exact_match
+from rlmap.learner.logprobs import attention_of, token_logprobs
 from rlmap.reduction import ReductionParams, reduce, token_weights
-from rlmap.system.hf_engine import HFEngine
-from rlmap.system.logprobs import attention_of, token_logprobs
-from rlmap.system.rollout import Scored, single_turn, to_batch
+from rlmap.rollout.episodes import Scored, single_turn, to_batch
 from rlmap.tasks.arithmetic import Example, make_splits
 from rlmap.tasks.prompts import decode_response, encode_prompt
 
@@ -82,8 +82,8 @@ def main(model_dir: Path | None, steps: int, heldout_size: int) -> tuple[float, 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     if model_dir is None:  # the embedded default: built and warm-started once, then cached
+        from rlmap.assembly.setup import model_path
         from rlmap.recipes import build_config
-        from rlmap.system.setup import model_path
 
         model_dir = model_path(build_config())
     tokenizer = AutoTokenizer.from_pretrained(model_dir)

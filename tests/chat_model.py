@@ -12,14 +12,14 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerFast
 
 from rlmap.core.batch import End
-from rlmap.system.engine import Completion, RolloutEngine
-from rlmap.system.rollout import run_episodes
+from rlmap.embedded.tiny import TinySpec, build_tiny_model
+from rlmap.embedded.warmstart import chat_tokenizer as embedded_chat_tokenizer
+from rlmap.engines.engine import Completion, RolloutEngine
+from rlmap.rollout.episodes import run_episodes
 from rlmap.tasks.arithmetic import Example
 from rlmap.tasks.calculator import calculator_tool
 from rlmap.tasks.env import Environment
-from rlmap.tasks.tiny import TinySpec, build_tiny_model
 from rlmap.tasks.tool_calls import CLOSE, ToolEnv, observation_ids
-from rlmap.tasks.warmstart import chat_tokenizer as embedded_chat_tokenizer
 
 QUESTION, EXPRESSION, RESULT = "37*85=", "37*85", "3145"
 CALL = '<tool_call>{"name": "calculator", "arguments": {"expression": "37*85"}}'

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 import torch
 
+from rlmap.embedded.tiny import TinySpec, build_tiny_model
+from rlmap.embedded.tokenizer import build_tokenizer
 from rlmap.tasks.calculator import TOOL_TOKENS
-from rlmap.tasks.tiny import TinySpec, build_tiny_model
-from rlmap.tasks.tokenizer import build_tokenizer
 
 # Tests run in two xdist workers on two cores: one torch thread each, or the workers'
 # OpenMP threads fight over the cores and everything runs many times slower.
@@ -60,7 +60,7 @@ def wide_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """As ``tiny_model_dir``, with every printable character (prose tasks) and 128 positions."""
     from dataclasses import replace
 
-    from rlmap.tasks.warmstart import PRINTABLE
+    from rlmap.embedded.warmstart import PRINTABLE
 
     path = tmp_path_factory.mktemp("wide-model")
     tokenizer = build_tokenizer(characters=PRINTABLE)

@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from rlmap.core.errors import ConfigError, InputError, TrainingError
 
 if TYPE_CHECKING:
+    from rlmap.learner.distributed import World
     from rlmap.recipes.config import RecipeConfig
-    from rlmap.system.distributed import World
 
 
 def _cmd_recipes(args: argparse.Namespace) -> None:
@@ -138,12 +138,12 @@ def _cmd_train(args: argparse.Namespace) -> int | None:
     import os
     from pathlib import Path
 
+    from rlmap.assembly.setup import check_inputs
     from rlmap.experiments.rundir import check_new_dir
     from rlmap.experiments.train import resume_config
+    from rlmap.learner import distributed
     from rlmap.recipes import build_config
     from rlmap.recipes.config import embedded_task_note, read_yaml
-    from rlmap.system import distributed
-    from rlmap.system.setup import check_inputs
 
     _quiet_transformers()
     rank, _ = distributed.launched_rank(os.environ)  # a half-set launcher: refused first
@@ -202,7 +202,7 @@ def _train_rank(args: argparse.Namespace, cfg: RecipeConfig, world: World) -> in
 
     from rlmap.experiments.rundir import create_run_dir
     from rlmap.experiments.train import run_training
-    from rlmap.system import distributed
+    from rlmap.learner import distributed
 
     existed = True
     if args.resume is not None:
@@ -241,7 +241,7 @@ def _learner_world(cfg: RecipeConfig) -> World | None:
     CUDA), so that a node short of GPUs is refused before any rank starts."""
     import os
 
-    from rlmap.system import distributed
+    from rlmap.learner import distributed
 
     n = cfg.system.learners
     _, size = distributed.launched_rank(os.environ)
@@ -260,7 +260,7 @@ def _learner_world(cfg: RecipeConfig) -> World | None:
 def _cmd_eval(args: argparse.Namespace) -> None:
     from pathlib import Path
 
-    from rlmap.system.evaluate import evaluate_checkpoint
+    from rlmap.rollout.evaluate import evaluate_checkpoint
 
     # eval samples with the HF engine whatever the run used (the metric is the same); an
     # override asking for vLLM would be accepted and change nothing, so it is refused
@@ -325,7 +325,7 @@ def _cmd_samples(args: argparse.Namespace) -> None:
 
 
 def _cmd_simulate(args: argparse.Namespace) -> None:
-    from rlmap.system.sim_report import command, simulate_args
+    from rlmap.simulator.report import command, simulate_args
 
     print(command(simulate_args(vars(args))), end="")
 
@@ -333,11 +333,11 @@ def _cmd_simulate(args: argparse.Namespace) -> None:
 def _cmd_reward_pairs(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from rlmap.assembly.setup import warm_start_spec
     from rlmap.experiments.rundir import check_new_file
-    from rlmap.feedback.reward_model import heldout_path, write_pairs
+    from rlmap.learned.preferences import PreferenceSpec, embedded_pairs
+    from rlmap.learned.reward_model import heldout_path, write_pairs
     from rlmap.recipes import build_config
-    from rlmap.system.setup import warm_start_spec
-    from rlmap.tasks.preferences import PreferenceSpec, embedded_pairs
 
     _at_least(1, n=args.n, heldout=args.heldout)
     if not 0.0 <= args.noise <= 1.0:
@@ -360,16 +360,16 @@ def _cmd_reward_train(args: argparse.Namespace) -> int:
     import math
     from pathlib import Path
 
+    from rlmap.assembly.setup import check_model_dir, model_path
     from rlmap.experiments.progress import ProgressView
     from rlmap.experiments.rundir import check_new_dir, create_run_dir
-    from rlmap.feedback.reward_model import (
+    from rlmap.learned.reward_model import (
         RewardModelSpec,
         load_pairs,
         save_reward_model,
         train_reward_model,
     )
     from rlmap.recipes import build_config
-    from rlmap.system.setup import check_model_dir, model_path
 
     _quiet_transformers()
     _at_least(1, steps=args.steps, batch_size=args.batch_size)
@@ -404,12 +404,12 @@ def _cmd_reward_train(args: argparse.Namespace) -> int:
 def _cmd_judge_model(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from rlmap.assembly.setup import check_model_dir, model_path, warm_start_spec
     from rlmap.experiments.progress import ProgressView
     from rlmap.experiments.rundir import check_new_dir, create_run_dir
+    from rlmap.learned.judge_model import JudgeModelSpec, save_judge, train_judge
     from rlmap.recipes import build_config
-    from rlmap.system.setup import check_model_dir, model_path, warm_start_spec
     from rlmap.tasks.arithmetic import make_splits
-    from rlmap.tasks.judge_model import JudgeModelSpec, save_judge, train_judge
 
     _quiet_transformers()
     _at_least(1, steps=args.steps)
@@ -662,8 +662,8 @@ def _device_flag(p: argparse.ArgumentParser) -> None:
 
 
 def _device(args: argparse.Namespace) -> Any:
-    """``--device`` resolved (:func:`rlmap.system.device.resolve`), or a one-line error."""
-    from rlmap.system.device import resolve
+    """``--device`` resolved (:func:`rlmap.core.device.resolve`), or a one-line error."""
+    from rlmap.core.device import resolve
 
     return resolve(args.device, field="--device")
 

@@ -106,9 +106,9 @@ def _no_work(what: str) -> Callable[..., None]:
 @pytest.fixture(name="ws")
 def ws_fixture(tmp_path: Path, tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Workspace:
     """An empty workspace as the working directory; training and warm starts forbidden."""
+    import rlmap.assembly.setup as setup
     import rlmap.experiments.train as train
-    import rlmap.feedback.reward_model as reward_model
-    import rlmap.system.setup as setup
+    import rlmap.learned.reward_model as reward_model
 
     root = tmp_path / "ws"
     root.mkdir()

@@ -1228,8 +1228,8 @@ def case_model_lora_target_a_norm_of_the_embedded_model(
 
 @pytest.mark.parametrize("targets", ["q_proj", "self_attn.q_proj,v_proj", "mlp.down_proj"])
 def test_valid_lora_targets_pass_the_input_checks(ws: Workspace, targets: str) -> None:
+    from rlmap.assembly.setup import check_inputs
     from rlmap.recipes import build_config
-    from rlmap.system.setup import check_inputs
 
     cfg = build_config(None, None, [f"model.path={ws.model()}", *TOY, "model.lora_rank=2",
                                     f"model.lora_targets={targets}"])  # fmt: skip
@@ -1334,8 +1334,8 @@ def case_task_mixture_fewer_training_items_than_tasks(
 
 
 def test_a_mixture_whose_weights_give_every_task_an_item_passes(ws: Workspace) -> None:
+    from rlmap.assembly.setup import load_data
     from rlmap.recipes import build_config
-    from rlmap.system.setup import load_data
 
     # 4 held out at 3:1 → 3 and 1; 8 trained → 6 and 2 (fewer if a question repeats)
     cfg = build_config(None, None, [MIXTURE, *TOY, "data.train_size=8"])
@@ -1419,7 +1419,7 @@ def test_eval_samples_on_the_device_it_is_given(
 ) -> None:  # fmt: skip
     import torch
 
-    import rlmap.system.evaluate as evaluate
+    import rlmap.rollout.evaluate as evaluate
 
     seen: list[object] = []
     monkeypatch.setattr(torch.cuda, "is_available", lambda: count > 0)
@@ -1438,7 +1438,7 @@ def test_eval_samples_on_the_device_it_is_given(
 def test_settings_that_do_something_are_accepted(
     ws: Workspace, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import rlmap.system.evaluate as evaluate
+    import rlmap.rollout.evaluate as evaluate
     from rlmap.recipes import build_config
 
     # the neighbours of the refusals above: each setting where it acts

@@ -53,4 +53,4 @@ def test_the_probe_sees_a_heavy_import() -> None:
     # The negative control: with the engine module imported first (as the package __init__
     # once did), the probe must see transformers; were it blind (wrong module names, output
     # lost), the test above would pass whatever the commands import.
-    assert "transformers" in _heavy_modules(["recipes"], "rlmap.system.hf_engine").split(",")
+    assert "transformers" in _heavy_modules(["recipes"], "rlmap.engines.hf").split(",")

@@ -55,7 +55,7 @@ def test_simulate_plot_refuses_existing_pngs_and_force_replaces_them(
 ) -> None:
     argv = ["simulate", "--sweep-workers", "1,2", "--steps", "5", "--plot", "plots"]
     assert main(argv) == 0
-    from rlmap.system.sim_report import PLOTS  # the names checked before the sweep
+    from rlmap.simulator.report import PLOTS  # the names checked before the sweep
 
     names = sorted(p.name for p in (ws.root / "plots").iterdir())
     assert names == sorted(f"{name}.png" for name in PLOTS)

@@ -47,7 +47,7 @@ def no_go_line(out: str) -> str:
 def test_embedded_default_goes_in_seconds(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from rlmap.system import setup
+    from rlmap.assembly import setup
 
     monkeypatch.chdir(tmp_path)
     setup.model_path(build_config(None, None, []))  # the cached warm start (built if absent)
@@ -115,7 +115,7 @@ def test_garbage_that_scores_correct_is_a_spec_gap(
 def test_step_leaves_the_weights_and_no_gradient(
     capsys: pytest.CaptureFixture[str], ws: Workspace, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from rlmap.system import setup
+    from rlmap.assembly import setup
 
     built: list[setup.Parts] = []
     build = setup.build

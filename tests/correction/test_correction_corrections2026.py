@@ -212,10 +212,10 @@ def _learner_run(model_dir: Path, micro: int, minibatches: int, corrections_: tu
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from rlmap.core.batch import RewardStatus
+    from rlmap.engines.hf import HFEngine
+    from rlmap.learner.policy import UpdateSettings, prepare_batch, update_policy
     from rlmap.reduction import ReductionParams
-    from rlmap.system.hf_engine import HFEngine
-    from rlmap.system.learner import UpdateSettings, prepare_batch, update_policy
-    from rlmap.system.rollout import Scored, single_turn, to_batch
+    from rlmap.rollout.episodes import Scored, single_turn, to_batch
     from rlmap.tasks.prompts import encode_prompt
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
@@ -285,8 +285,8 @@ def test_m2po_selects_over_each_optimiser_mini_batch_not_the_whole_batch() -> No
     # 0.352 > τ), drop 0.6576 (0.0463 ≤ τ): keeps (1,1). Row 2 alone: 0.4805, 0.0048, 0.1644
     # (mean 0.2166 > τ) → drop 0.4805 (0.0846 ≤ τ): keeps (2,2), (2,3). Over both rows: drop
     # 3.2104 (0.2707 > τ), 0.6576 (0.1740 ≤ τ): row 2 would keep all three tokens.
+    from rlmap.learner.policy import UpdateSettings, _weights
     from rlmap.reduction import ReductionParams
-    from rlmap.system.learner import UpdateSettings, _weights
 
     log_k, mask = f2_log_kappa(), torch.ones(2, 3, dtype=torch.bool)
     batch = make_batch(mask, torch.ones(2), old_logprobs=log_k, behavior_logprobs=torch.zeros(2, 3))

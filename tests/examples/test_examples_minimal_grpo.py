@@ -13,12 +13,12 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from rlmap.correction import BehaviourParams, KLParams
+from rlmap.engines.hf import HFEngine
 from rlmap.estimators import CreditParams
 from rlmap.estimators import registry as estimators
+from rlmap.learner.policy import UpdateSettings, update_policy
 from rlmap.reduction import ReductionParams
-from rlmap.system.hf_engine import HFEngine
-from rlmap.system.learner import UpdateSettings, update_policy
-from rlmap.system.rollout import to_batch
+from rlmap.rollout.episodes import to_batch
 from rlmap.tasks.arithmetic import make_splits
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "minimal_grpo.py"

@@ -25,6 +25,7 @@ from transformers import (
 )
 
 from rlmap.core.errors import InputError
+from rlmap.embedded.tokenizer import build_tokenizer
 from rlmap.experiments import checkpoint
 from rlmap.experiments.checkpoint import (
     RNG_SHAPE,
@@ -40,7 +41,6 @@ from rlmap.experiments.checkpoint import (
     save_checkpoint,
     shape_problem,
 )
-from rlmap.tasks.tokenizer import build_tokenizer
 
 
 @pytest.fixture(scope="module")

@@ -121,10 +121,10 @@ def test_a_run_writes_its_samples_and_rlmap_samples_reads_them(
 def test_training_rollouts_log_their_error_mix() -> None:
     from types import SimpleNamespace
 
-    from rlmap.system.engine import Completion
-    from rlmap.system.rollout import Scored, single_turn
+    from rlmap.embedded.tokenizer import build_tokenizer
+    from rlmap.engines.engine import Completion
+    from rlmap.rollout.episodes import Scored, single_turn
     from rlmap.system.sync import rollout_errors
-    from rlmap.tasks.tokenizer import build_tokenizer
 
     tok = build_tokenizer()
     eos = int(tok.eos_token_id)

@@ -11,6 +11,7 @@ import math
 import struct
 import sys
 import types
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -115,6 +116,8 @@ def test_wandb_offline_records_every_metric_with_its_step(tracked: Path) -> None
             got |= {(k, step): v for k, v in row.items() if not k.startswith("_")}
     want = _logged(tracked)
     assert {step for _, step in want} == {0, 1, 2}
+    kinds = Counter(record.WhichOneof("record_type") for record in _wandb_records(tracked))
+    assert got, f"no history in the offline run; its records: {dict(kinds)}"
     _same(got, want)
 
 

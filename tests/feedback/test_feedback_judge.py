@@ -422,8 +422,8 @@ def test_length_correlation_is_measured_within_equal_outcomes() -> None:
 
 
 def test_the_embedded_judges_examples_say_which_answer_is_right() -> None:
+    from rlmap.learned.judge_model import judge_examples
     from rlmap.tasks.arithmetic import make_problem
-    from rlmap.tasks.judge_model import judge_examples
 
     task = [make_problem(a, "+", b) for a in range(10) for b in range(10)]
     examples = judge_examples(task, 400, pairwise=0.5, seed=0)

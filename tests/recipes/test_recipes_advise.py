@@ -14,6 +14,7 @@ from typing import Any, get_args
 import pytest
 
 from rlmap import correction, estimators, feedback, reduction, sampling
+from rlmap.assembly.setup import refuse_unavailable
 from rlmap.cli import main
 from rlmap.core.errors import ConfigError
 from rlmap.experiments.train import run_training
@@ -37,7 +38,6 @@ from rlmap.recipes.selection import (
     Verifier,
     table_markdown,
 )
-from rlmap.system.setup import refuse_unavailable
 
 Toy = Callable[..., list[str]]
 DOCS = Path(__file__).parents[2] / "docs" / "advise.md"

@@ -144,8 +144,8 @@ def test_a_worker_that_fails_every_round_stops_the_run_in_one_line(
 
 def _scored(version: int, group: int) -> Any:
     from rlmap.core.batch import RewardStatus
-    from rlmap.system.engine import Completion
-    from rlmap.system.rollout import Scored, single_turn
+    from rlmap.engines.engine import Completion
+    from rlmap.rollout.episodes import Scored, single_turn
 
     c = Completion(prompt_ids=(1, 5, 6), response_ids=(7, 2), logprobs=(-0.5, -0.25),
                    stopped=True, version=version)  # fmt: skip
@@ -157,7 +157,7 @@ def test_the_learner_drops_what_is_older_than_eta_when_it_consumes(
 ) -> None:
     # Admission control keeps stale work rare, so deleting the consumption filter left every
     # other test green; here the queue holds two trajectories older than η on purpose.
-    from rlmap.system import setup
+    from rlmap.assembly import setup
     from rlmap.system.sync import LoopState
 
     cfg = build_config("sao", None, [*_calc(toy, tiny_calc_model_dir),

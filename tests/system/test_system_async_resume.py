@@ -24,14 +24,15 @@ from test_system_resume_faults import (
     without,
 )
 
+from rlmap.assembly import setup
 from rlmap.cli import main
 from rlmap.core.batch import RewardStatus
+from rlmap.engines.engine import Completion
 from rlmap.experiments.checkpoint import latest_checkpoint, list_checkpoints, load_trainer_state
 from rlmap.experiments.rundir import read_jsonl
 from rlmap.recipes import build_config
-from rlmap.system import async_loop, setup
-from rlmap.system.engine import Completion
-from rlmap.system.rollout import Scored, single_turn
+from rlmap.rollout.episodes import Scored, single_turn
+from rlmap.system import async_loop
 from rlmap.system.sync import LoopState
 
 Toy = Callable[..., list[str]]

@@ -13,12 +13,12 @@ from typing import Any
 import pytest
 from judge_server import JudgeServer, always_first, correct_first, correct_score
 
+from rlmap.assembly import setup
 from rlmap.cli import main
 from rlmap.core.errors import ConfigError
 from rlmap.diagnostics.report import diagnose
 from rlmap.experiments.train import run_training
 from rlmap.recipes import build_config
-from rlmap.system import setup
 
 Toy = Callable[..., list[str]]
 

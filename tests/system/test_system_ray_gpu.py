@@ -4,7 +4,8 @@ an actor builds its engine on, the CPU snapshot put in the object store, and the
 refusals for GPUs this machine cannot give.
 
 CI has no GPU: CUDA is monkeypatched (``is_available``, ``device_count``) and Ray is a fake
-that records what it is asked, as in ``test_system_device.py``. Not measured on a GPU.
+that records what it is asked, as in ``tests/learner/test_learner_device.py``. Not measured
+on a GPU.
 """
 
 from __future__ import annotations
@@ -19,10 +20,11 @@ from typing import Any
 import pytest
 import torch
 
+from rlmap.assembly import setup
 from rlmap.cli import main
 from rlmap.core.errors import ConfigError
 from rlmap.recipes import build_config
-from rlmap.system import ray_workers, setup
+from rlmap.system import ray_workers
 from rlmap.system.async_loop import Board
 from rlmap.system.ray_workers import (
     RayPool,

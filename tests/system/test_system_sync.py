@@ -9,9 +9,9 @@ from typing import cast
 
 import torch
 
+from rlmap.assembly.setup import Parts
 from rlmap.recipes import build_config
 from rlmap.sampling.rebalance import Visits
-from rlmap.system.setup import Parts
 from rlmap.system.sync import LoopState, draw_prompts
 from rlmap.tasks.arithmetic import Example
 

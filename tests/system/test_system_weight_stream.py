@@ -4,7 +4,7 @@ The stream must carry exactly what a rollout engine samples from — a plain mod
 tensors, a LoRA policy's W + (α/r)·B·A as peft itself merges it — computing a merged layer
 only when its turn comes; engines take it tensor by tensor and refuse a wrong name in one
 line; the asynchronous loop's board keeps its snapshot in the rollout dtype and times it.
-(FSDP2's per-parameter gathers on two gloo ranks: tests/system/test_data_parallel.py.)
+(FSDP2's per-parameter gathers on two gloo ranks: tests/learner/test_learner_data_parallel.py.)
 """
 
 from __future__ import annotations
@@ -22,16 +22,17 @@ import torch
 from conftest import SMALL
 from torch import nn
 
+from rlmap.embedded.tiny import build_tiny_model
+from rlmap.embedded.tokenizer import build_tokenizer
+from rlmap.engines.hf import PARTIAL, HFEngine
 from rlmap.experiments.train import run_training
+from rlmap.learner.distributed import World
+from rlmap.models import lora
+from rlmap.models.lora import rollout_stream, rollout_weights
 from rlmap.recipes import build_config
-from rlmap.system import async_loop, lora
+from rlmap.system import async_loop
 from rlmap.system.async_loop import Board, snapshot_copy
-from rlmap.system.distributed import World
-from rlmap.system.hf_engine import PARTIAL, HFEngine
-from rlmap.system.lora import rollout_stream, rollout_weights
 from rlmap.system.sync import publish
-from rlmap.tasks.tiny import build_tiny_model
-from rlmap.tasks.tokenizer import build_tokenizer
 
 TARGETS = ("q_proj", "v_proj", "down_proj")
 

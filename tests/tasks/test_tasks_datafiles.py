@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from rlmap.assembly import setup
+from rlmap.embedded.tokenizer import build_tokenizer
 from rlmap.recipes import build_config
-from rlmap.system import setup
 from rlmap.tasks.arithmetic import Example
 from rlmap.tasks.datafiles import load_file_examples, load_labelled_examples
 from rlmap.tasks.prompts import encode_prompt
-from rlmap.tasks.tokenizer import build_tokenizer
 
 ROWS = [{"question": f"{a}+1=", "solution": str(a + 1), "id": a} for a in range(6)]
 EXPECTED = [Example(f"{a}+1=", str(a + 1)) for a in range(6)]
@@ -78,7 +78,7 @@ def test_chat_messages_go_through_the_template_and_plain_text_without_one() -> N
 
 
 def test_chat_rows_render_with_the_embedded_chat_models_template(tmp_path: Path) -> None:
-    from rlmap.tasks.warmstart import chat_tokenizer
+    from rlmap.embedded.warmstart import chat_tokenizer
 
     row = {"messages": [{"role": "system", "content": "Add."}, {"role": "user", "content": "1+1="},
                         {"role": "assistant", "content": "2"}]}  # fmt: skip

@@ -12,15 +12,15 @@ from typing import Any
 
 import pytest
 
+from rlmap.assembly import setup
 from rlmap.core.batch import End, RewardStatus
 from rlmap.core.errors import ConfigError
+from rlmap.embedded.tiny import TinySpec, build_tiny_model
+from rlmap.embedded.tokenizer import build_tokenizer
+from rlmap.embedded.warmstart import PRINTABLE, task_tokenizer
 from rlmap.recipes import build_config
-from rlmap.system import setup
-from rlmap.system.rollout import run_episodes
+from rlmap.rollout.episodes import run_episodes
 from rlmap.tasks import gym_text
-from rlmap.tasks.tiny import TinySpec, build_tiny_model
-from rlmap.tasks.tokenizer import build_tokenizer
-from rlmap.tasks.warmstart import PRINTABLE, task_tokenizer
 
 gym = pytest.importorskip("gymnasium")
 
@@ -112,7 +112,7 @@ class Scripted:
         self.rounds = list(rounds)
 
     def generate(self, contexts: list[tuple[int, ...]], **_: Any) -> list[list[Any]]:
-        from rlmap.system.engine import Completion
+        from rlmap.engines.engine import Completion
 
         replies, out = self.rounds.pop(0), []
         for k, context in enumerate(contexts):

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from rlmap.assembly import setup
 from rlmap.core.errors import InputError
 from rlmap.experiments.train import run_training
 from rlmap.recipes import build_config
-from rlmap.system import setup
 from rlmap.tasks.arithmetic import Example
 from rlmap.tasks.datafiles import load_file_examples, load_labelled_examples
 from rlmap.tasks.hf_datasets import HFSource, parse

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
+from rlmap.embedded.tokenizer import build_tokenizer
 from rlmap.tasks.prompts import decode_response, encode_prompt, encode_response
-from rlmap.tasks.tokenizer import build_tokenizer
 
 
 def test_plain_tokenizer_gets_bos_and_characters() -> None:
@@ -42,7 +42,7 @@ def test_a_saved_tokenizer_encodes_a_prompt_as_training_does_in_plain_transforme
 def test_an_embedded_tokenizer_saved_before_it_added_bos_gets_it_back(tmp_path: Path) -> None:
     # Checkpoints of older rlmap versions have no post-processor: without this their prompts
     # lost the <bos> they were trained with (and answered "4" to "12+34=").
-    from rlmap.system.setup import load_tokenizer
+    from rlmap.assembly.setup import load_tokenizer
 
     old = build_tokenizer()
     old.backend_tokenizer.post_processor = None
@@ -89,8 +89,8 @@ def test_a_word_level_embedded_tokenizer_of_older_rlmap_still_gets_its_bos(tmp_p
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    from rlmap.system.setup import load_tokenizer
-    from rlmap.tasks.tokenizer import CHARACTERS, SPECIALS
+    from rlmap.assembly.setup import load_tokenizer
+    from rlmap.embedded.tokenizer import CHARACTERS, SPECIALS
 
     vocab = {t: i for i, t in enumerate((*SPECIALS, *CHARACTERS))}
     core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
@@ -102,7 +102,7 @@ def test_a_word_level_embedded_tokenizer_of_older_rlmap_still_gets_its_bos(tmp_p
 
 
 def test_the_character_tokens_are_byte_level_symbols() -> None:
-    from rlmap.tasks.tokenizer import byte_symbol
+    from rlmap.embedded.tokenizer import byte_symbol
 
     # GPT-2's byte alphabet: printable ASCII stands for itself; space (0x20) is the 33rd
     # byte that does not, so 256 + 32 = 288 = "Ġ"; newline (0x0a), the 11th: 266 = "Ċ"

@@ -10,18 +10,18 @@ from pathlib import Path
 
 import pytest
 
+from rlmap.assembly import setup
 from rlmap.core.batch import RewardStatus
 from rlmap.core.errors import ConfigError
+from rlmap.embedded import warmstart
+from rlmap.embedded.tiny import TinySpec
+from rlmap.embedded.warmstart import PRINTABLE, chat_tokenizer, task_tokenizer
 from rlmap.feedback.isolation import IsolatedVerifier
 from rlmap.feedback.reasoning_gym import score, score_full
 from rlmap.recipes import build_config
-from rlmap.system import setup
-from rlmap.system.evaluate import per_task
+from rlmap.rollout.evaluate import per_task
 from rlmap.tasks import reasoning_gym as rg
-from rlmap.tasks import warmstart
 from rlmap.tasks.arithmetic import Example
-from rlmap.tasks.tiny import TinySpec
-from rlmap.tasks.warmstart import PRINTABLE, chat_tokenizer, task_tokenizer
 
 pytest.importorskip("reasoning_gym")
 

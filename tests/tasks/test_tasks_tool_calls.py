@@ -21,22 +21,22 @@ from chat_model import (
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rlmap.assembly import setup
 from rlmap.core.batch import End, RewardStatus
-from rlmap.recipes import build_config
-from rlmap.system import setup
-from rlmap.system.engine import (
+from rlmap.embedded.tiny import build_tiny_model
+from rlmap.embedded.tokenizer import CHATML
+from rlmap.engines.engine import (
     Completion,
     StopStrings,
     cut_at_stop_strings,
     stop_string_end,
 )
-from rlmap.system.hf_engine import HFEngine, TextStop
-from rlmap.system.rollout import run_episodes
+from rlmap.engines.hf import HFEngine, TextStop
+from rlmap.recipes import build_config
+from rlmap.rollout.episodes import run_episodes
 from rlmap.tasks.arithmetic import Example, make_problem
 from rlmap.tasks.calculator import calculator_tool, demonstration
 from rlmap.tasks.prompts import encode_prompt
-from rlmap.tasks.tiny import build_tiny_model
-from rlmap.tasks.tokenizer import CHATML
 from rlmap.tasks.tool_calls import (
     CLOSE,
     ToolEnv,
@@ -259,8 +259,8 @@ def test_a_call_whose_completing_token_goes_on_is_still_a_call() -> None:
 
 
 def test_the_chat_tokenizer_is_rebuilt_the_same_and_spells_the_tags_in_several_tokens() -> None:
-    from rlmap.tasks.tokenizer import CHATML, build_bpe_tokenizer
-    from rlmap.tasks.warmstart import CHAT_VOCAB, chat_corpus
+    from rlmap.embedded.tokenizer import CHATML, build_bpe_tokenizer
+    from rlmap.embedded.warmstart import CHAT_VOCAB, chat_corpus
 
     tokenizer = chat_tokenizer()
     again = build_bpe_tokenizer(chat_corpus(), vocab_size=CHAT_VOCAB)
@@ -280,7 +280,7 @@ def test_the_chat_tokenizer_reads_back_with_plain_transformers_as_it_was_built(
     # into "4" "2" where it had been trained on "42" (other ids for the same text)
     from transformers import AutoTokenizer
 
-    from rlmap.tasks.warmstart import chat_corpus
+    from rlmap.embedded.warmstart import chat_corpus
 
     tokenizer = chat_tokenizer()
     tokenizer.save_pretrained(tmp_path)
@@ -319,8 +319,8 @@ def test_the_calculator_task_on_a_chat_model_is_the_tool_env() -> None:
 
 def test_the_calculator_on_a_chat_model_is_refused_up_front_where_it_cannot_work() -> None:
     from rlmap.core.errors import ConfigError
+    from rlmap.embedded.tokenizer import build_tokenizer
     from rlmap.tasks.calculator import TOOL_TOKENS
-    from rlmap.tasks.tokenizer import build_tokenizer
 
     cfg = build_config("ppo", None, ["data.task=calculator", "model.path=embedded:tiny-chat"])
     # the default budget (16 tokens) cannot hold a call of 24
@@ -360,8 +360,8 @@ TOOLS_TEMPLATE = (
 
 def test_a_chat_model_is_shown_the_calculators_schema_through_its_template() -> None:
     from rlmap.core.errors import ConfigError, InputError
+    from rlmap.embedded.warmstart import sft_batch
     from rlmap.tasks.calculator import prompt_tools
-    from rlmap.tasks.warmstart import sft_batch
 
     shows_tools = chat_tokenizer()
     shows_tools.chat_template = TOOLS_TEMPLATE

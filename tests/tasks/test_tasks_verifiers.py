@@ -26,13 +26,13 @@ from chat_model import (
     scripted_model,
 )
 
+from rlmap.assembly import setup
 from rlmap.core.batch import End, RewardStatus
 from rlmap.core.errors import ConfigError
+from rlmap.engines.engine import Completion
+from rlmap.engines.hf import HFEngine
 from rlmap.recipes import build_config
-from rlmap.system import setup
-from rlmap.system.engine import Completion
-from rlmap.system.hf_engine import HFEngine
-from rlmap.system.rollout import run_episodes
+from rlmap.rollout.episodes import run_episodes
 from rlmap.tasks import verifiers_env
 from rlmap.tasks.prompts import encode_prompt
 from rlmap.tasks.tool_calls import CLOSE, observation_ids, tail_ids

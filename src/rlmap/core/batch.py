@@ -113,7 +113,7 @@ class Batch:
     routed_experts: Tensor | None = None
     """(B, T, L, K) long: the experts the rollout engine routed each token column through, per
     MoE layer (L) and top-k slot (K); -1 where nothing was routed (padding, the last sampled
-    token). Mixture-of-experts policies only (:mod:`rlmap.system.routing`)."""
+    token). Mixture-of-experts policies only (:mod:`rlmap.models.routing`)."""
     sampling_set: Tensor | None = None
     """(B, T, K) int32: the token ids the rollout engine's top-p filter kept when it sampled
     each action token (the set μ's reported log-prob is renormalised over), right-padded with

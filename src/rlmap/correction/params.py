@@ -96,7 +96,7 @@ class BehaviourParams:
     routing_replay: bool = False
     """Mixture-of-experts policies: the learner's forward passes (π_θ, π_old) route every token
     through the experts the rollout engine used, with the learner router's probabilities
-    renormalised over them (R3, Ma et al. 2025; :mod:`rlmap.system.routing`)."""
+    renormalised over them (R3, Ma et al. 2025; :mod:`rlmap.models.routing`)."""
     replay_sampling_set: bool = False
     """Top-p kept-set replay: the rollout engine records the ids its top-p filter kept for every
     sampled token, and π_old, π_θ and π_ref are renormalised over that set (the sampled token

@@ -194,7 +194,7 @@ def minibatch_keep(batch: Batch, p: BehaviourParams) -> Tensor:
     """(B, T) bool: the product of the listed mini-batch corrections' keep-masks (M2PO).
 
     ``batch`` is one whole optimiser mini-batch, before any micro-batch runs
-    (:func:`rlmap.system.learner._weights` multiplies its pinned weights by this), so the
+    (:func:`rlmap.learner.policy._weights` multiplies its pinned weights by this), so the
     selection is the same whatever ``micro_batch_size``. All True when none is listed.
     """
     keep = torch.ones(batch.action_mask.shape, dtype=torch.bool)

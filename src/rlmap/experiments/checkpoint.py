@@ -11,7 +11,7 @@ The directory loads with plain ``AutoModelForCausalLM.from_pretrained`` and
 ``AutoTokenizer.from_pretrained``; rlmap is needed only to resume. A LoRA policy's
 ``save_pretrained`` writes ``adapter_config.json`` + ``adapter_model.safetensors`` instead
 of the model (``peft.PeftModel.from_pretrained(base, ckpt)`` loads it), and ``merged/``
-holds the merged model on request (:mod:`rlmap.system.lora`).
+holds the merged model on request (:mod:`rlmap.models.lora`).
 
 Atomicity: everything is written into ``checkpoints/.tmp-step_<N>-<pid>/``, every
 file is fsync'd, and the directory is renamed to ``step_<N>`` in one
@@ -41,7 +41,7 @@ import torch
 
 from rlmap.core.errors import InputError, TrainingError
 from rlmap.experiments.rundir import fsync_dir
-from rlmap.system.optim_step import all_finite
+from rlmap.learner.optim_step import all_finite
 
 CHECKPOINTS = "checkpoints"
 TRAINER_STATE = "trainer_state.pt"
@@ -68,13 +68,13 @@ def checkpoint_problem(ckpt: Path, models: Sequence[str] = ()) -> str | None:
     """What makes ``ckpt`` unusable for a resume, naming the file; None when it is intact.
 
     The model (and each of ``models``' subdirectories) must pass
-    :func:`rlmap.system.setup.check_model_dir` — ``config.json`` parses, every weight file's
+    :func:`rlmap.assembly.setup.check_model_dir` — ``config.json`` parses, every weight file's
     header covers the file; or, for a LoRA run, the adapter's files do — and
     ``trainer_state.pt``'s zip directory must be whole. It reads headers and directories,
     not weights or optimiser state.
     """
+    from rlmap.assembly.setup import check_model_dir
     from rlmap.core.errors import ConfigError
-    from rlmap.system.setup import check_model_dir
 
     for where in (ckpt, *(ckpt / name for name in models)):
         try:  # a LoRA run's checkpoint is its adapter

@@ -2,11 +2,11 @@
 
 A dry run before a long one. Each check returns one row of a go / no-go table:
 
-- **inputs**: :func:`rlmap.system.setup.check_inputs`, the checks a run makes before its
+- **inputs**: :func:`rlmap.assembly.setup.check_inputs`, the checks a run makes before its
   directory exists — every prompt against the model's context (the first too long is named
   ``file:line``), the model, the judge;
 - **verifier**: every row's reference, as the run's verifier scores it through the run's own
-  calling path (:func:`rlmap.system.setup.make_verifier`, isolated when the run isolates it,
+  calling path (:func:`rlmap.assembly.setup.make_verifier`, isolated when the run isolates it,
   and :func:`rlmap.feedback.reward.verify_score`): the reference answer must score 1, and
   none of ``GARBAGE`` (nor the reference with one digit changed) may — a garbage answer that
   scores 1 is a gap in the specification, a reference that scores 0 a parser's error; a
@@ -14,15 +14,15 @@ A dry run before a long one. Each check returns one row of a go / no-go table:
   A reference that is a specification (unit tests, a schema, a pattern:
   ``Verifier.answers`` False) is only checked against garbage. Environments, judges and
   reward models have no reference: "n/a";
-- **build**: :func:`rlmap.system.setup.build`, every live part of the run (the embedded
+- **build**: :func:`rlmap.assembly.setup.build`, every live part of the run (the embedded
   warm start is built or read under ``$RLMAP_CACHE``, never the run directory);
 - **memory**: what the learner keeps on its device through a step, activations aside
-  (:func:`rlmap.system.memory.resident_bytes`, ``bench/scaling.py``'s arithmetic), plus
+  (:func:`rlmap.learner.memory.resident_bytes`, ``bench/scaling.py``'s arithmetic), plus
   vLLM's share when it samples on the learner's GPU, against what was free before the
   learner came: on a GPU ``torch.cuda.mem_get_info``'s free plus this process's reserve; on
   a CPU the host's available memory (``MemAvailable``) plus the weights already loaded;
 - **step**: one micro-batch of training rows with their reference answers as responses,
-  forward and backward through the learner's scorer (:func:`rlmap.system.logprobs.scored`,
+  forward and backward through the learner's scorer (:func:`rlmap.learner.logprobs.scored`,
   its autocast) — no optimiser step: the gradients are dropped and the weights unchanged.
 
 Differs from a run: the verifier sees the reference, not sampled text, and the step's loss
@@ -42,14 +42,14 @@ from typing import Any
 import torch
 
 from rlmap import feedback
+from rlmap.assembly import setup
 from rlmap.core.errors import ConfigError, InputError, TrainingError, first_line
 from rlmap.core.hf import context_length
 from rlmap.feedback.isolation import Verify
 from rlmap.feedback.reward import RewardStatus, verify_score
+from rlmap.learner.logprobs import scored
+from rlmap.learner.memory import GIB, autocast_to, resident_bytes
 from rlmap.recipes.config import RecipeConfig
-from rlmap.system import setup
-from rlmap.system.logprobs import scored
-from rlmap.system.memory import GIB, autocast_to, resident_bytes
 from rlmap.tasks import gym_text, reasoning_gym, verifiers_env
 from rlmap.tasks.arithmetic import Example
 from rlmap.tasks.datafiles import load_labelled_examples

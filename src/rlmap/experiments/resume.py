@@ -31,9 +31,9 @@ from rlmap.experiments.checkpoint import (
 )
 from rlmap.experiments.ledger import Ledger
 from rlmap.experiments.rundir import append_jsonl
+from rlmap.learner.critic import CRITIC_DIR
 from rlmap.recipes.config import RecipeConfig, build_config
 from rlmap.system.async_loop import SNAPSHOT_SHAPE, snapshot_problem
-from rlmap.system.critic import CRITIC_DIR
 from rlmap.system.sync import LoopState
 
 RESUMABLE_CHANGES = ("optim.steps", "run.progress")

@@ -168,11 +168,14 @@ class WandB:
 
     @classmethod
     def open(cls, run: RunInfo) -> WandB:
+        """A new wandb run (``reinit="create_new"``: its own, whatever other run this process
+        has open, e.g. a notebook's), closed by :meth:`close`."""
         import wandb
 
         return cls(wandb.init(project=run.project, name=run.directory.name,
                               dir=str(run.directory), config=dict(run.config),
-                              mode=wandb_mode(os.environ)))  # fmt: skip
+                              mode=wandb_mode(os.environ),
+                              reinit="create_new"))  # fmt: skip
 
     def log(self, step: int, metrics: Mapping[str, float]) -> None:
         self.run.log(dict(metrics), step=step)

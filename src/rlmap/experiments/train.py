@@ -34,7 +34,10 @@ from typing import Any
 import torch
 
 from rlmap import reduction
+from rlmap.assembly import setup
+from rlmap.core.device import describe
 from rlmap.core.errors import ConfigError, InputError, TrainingError
+from rlmap.engines.engine import forget_cache
 from rlmap.experiments.checkpoint import (
     capture_rng,
     load_trainer_state,
@@ -61,13 +64,8 @@ from rlmap.experiments.rundir import (
 )
 from rlmap.experiments.samples import drop_samples_after, write_samples
 from rlmap.feedback.judge import judge_samples
-from rlmap.recipes import composition, load_config
-from rlmap.recipes.config import RecipeConfig
-from rlmap.system import setup
-from rlmap.system.async_loop import async_runner
-from rlmap.system.critic import CRITIC_DIR
-from rlmap.system.device import describe
-from rlmap.system.distributed import (
+from rlmap.learner.critic import CRITIC_DIR
+from rlmap.learner.distributed import (
     SINGLE,
     World,
     all_max,
@@ -78,9 +76,11 @@ from rlmap.system.distributed import (
     on_main,
     optimizer_state,
 )
-from rlmap.system.engine import forget_cache
-from rlmap.system.evaluate import evaluate
-from rlmap.system.lora import MERGED_DIR, merged_copy
+from rlmap.models.lora import MERGED_DIR, merged_copy
+from rlmap.recipes import composition, load_config
+from rlmap.recipes.config import RecipeConfig
+from rlmap.rollout.evaluate import evaluate
+from rlmap.system.async_loop import async_runner
 from rlmap.system.sync import LoopState, publish, sync_step
 
 Step = Callable[[setup.Parts, LoopState], tuple[LoopState, dict[str, float]]]
@@ -389,7 +389,7 @@ def _optimizers(parts: setup.Parts) -> tuple[dict[str, Any], dict[str, Any]]:
 def _evaluate(parts: setup.Parts, run_dir: Path, step: int) -> dict[str, float]:
     """Held-out scores, and ``samples/step_<step>.jsonl`` (``run.samples`` of the held-out
     generations, :mod:`rlmap.experiments.samples`); an engine with a cache (vLLM's prefix
-    cache) forgets the held-out prompts after (:func:`rlmap.system.engine.forget_cache`)."""
+    cache) forgets the held-out prompts after (:func:`rlmap.engines.engine.forget_cache`)."""
     cfg, g = parts.cfg, parts.cfg.generation
     environment = parts.eval_environment or parts.environment
     rows: list[dict[str, Any]] = []

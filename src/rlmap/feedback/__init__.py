@@ -27,7 +27,7 @@ class Verifier:
     waits: bool = True
     """A call may wait outside this process (math-verify's worker, the code sandbox, a
     service): environments that call it are stepped concurrently
-    (:func:`rlmap.system.rollout.step_all`). False for pure Python, which threads under
+    (:func:`rlmap.rollout.episodes.step_all`). False for pure Python, which threads under
     the GIL cannot speed up; True by default, as a verifier added later may wait."""
     items: bool = False
     """Its reference is the example's item key (:attr:`rlmap.tasks.arithmetic.Example.reference`,

@@ -102,7 +102,7 @@ Better response:"""
 EMBEDDED_POINTWISE = "{response}?{prompt}"
 """The embedded judge's pointwise template (``feedback.judge_template=embedded``):
 ``19?12+7=``, answered with its own sum, then ``1`` or ``0`` (``19:1``;
-:mod:`rlmap.tasks.judge_model`)."""
+:mod:`rlmap.learned.judge_model`)."""
 EMBEDDED_PAIRWISE = "{first},{second}?{prompt}"
 """... and its pairwise one: ``18,19?12+7=``, answered ``19:b``."""
 

@@ -29,6 +29,7 @@ from typing import Any, get_args
 import yaml
 
 from rlmap import correction, estimators, reduction
+from rlmap.assembly.available import refuse_unavailable
 from rlmap.core.errors import ConfigError
 from rlmap.experiments.rundir import write_new_text
 from rlmap.recipes.config import RecipeConfig, apply_overrides, build_config
@@ -42,7 +43,6 @@ from rlmap.recipes.selection import (
     TaskProfile,
     Verifier,
 )
-from rlmap.system.available import refuse_unavailable
 
 DISCLAIMER = (
     '"First" means the baseline that is easiest to establish and to interpret; it is not a '

@@ -30,7 +30,7 @@ class ModelConfig:
     """LoRA rank r of the policy's adapters (peft); 0 trains every weight (full fine-tuning).
     With r > 0 only the adapters train, the reference policy is the base with the adapters
     off (no second model), rollout engines sample from the merged weights W + (α/r)·BA and
-    checkpoints hold the adapter (:mod:`rlmap.system.lora`). The critic, when on, still
+    checkpoints hold the adapter (:mod:`rlmap.models.lora`). The critic, when on, still
     trains its own full model."""
     lora_alpha: float | None = None
     """LoRA scale numerator α (the update is (α/r)·BA); None is 2·``lora_rank``, a scale of 2
@@ -107,7 +107,7 @@ class DataConfig:
     env_latency: str | None = None
     """Calculator: seconds each environment step waits, as a distribution —
     ``lognormal:MU,SIGMA``, ``pareto:ALPHA,SCALE``, ``exponential:MEAN`` or ``fixed:S``
-    (:func:`rlmap.system.sim_inputs.parse_duration`); makes a tool's heavy tail real on one
+    (:func:`rlmap.simulator.inputs.parse_duration`); makes a tool's heavy tail real on one
     machine. Training rollouts only; evaluation does not wait."""
 
     @property

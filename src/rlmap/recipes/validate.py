@@ -18,17 +18,17 @@ from typing import Any
 import torch
 
 from rlmap import correction, estimators, feedback, reduction, sampling
+from rlmap.core.device import SETTING as DEVICE_SETTING
 from rlmap.core.errors import ConfigError
 from rlmap.core.registry import Registry
 from rlmap.experiments import trackers
 from rlmap.feedback import process
 from rlmap.feedback.params import FeedbackParams
+from rlmap.models.lora import TARGET_NAME
 from rlmap.recipes.config import RecipeConfig
 from rlmap.recipes.sections import ModelConfig
-from rlmap.system.device import SETTING as DEVICE_SETTING
-from rlmap.system.lora import TARGET_NAME
+from rlmap.simulator.inputs import parse_duration
 from rlmap.system.params import SystemParams
-from rlmap.system.sim_inputs import parse_duration
 
 Check = Callable[[RecipeConfig], Iterator[str]]
 

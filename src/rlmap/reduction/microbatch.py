@@ -12,7 +12,7 @@ mini-batch's weights, the accumulated gradient equals the full-batch gradient
 for every reduction; no rescaling by the number of micro-batches is needed (or
 allowed: that would recompute a denominator per micro-batch).
 
-Data-parallel ranks shard the same way, one level up (:mod:`rlmap.system.distributed`):
+Data-parallel ranks shard the same way, one level up (:mod:`rlmap.learner.distributed`):
 every rank holds the global batch, computes the weights of the *global* mini-batch,
 and runs the loop above on the rows it owns. The full gradient is then the *sum* of
 the ranks' gradients, so the ranks sum them (DDP: a summing communication hook; FSDP2:

@@ -76,13 +76,14 @@ from typing import Any, Protocol, TypeVar
 import numpy as np
 import torch
 
+from rlmap.assembly.setup import DTYPES, Parts
 from rlmap.core.batch import End, RewardStatus
+from rlmap.core.device import elapsed
 from rlmap.core.errors import TrainingError
-from rlmap.system.device import elapsed
-from rlmap.system.hf_engine import HFEngine
-from rlmap.system.lora import rollout_stream
-from rlmap.system.rollout import Episode, Scored, to_batch
-from rlmap.system.setup import DTYPES, Parts
+from rlmap.engines.hf import HFEngine
+from rlmap.engines.vllm import PinnedView
+from rlmap.models.lora import rollout_stream
+from rlmap.rollout.episodes import Episode, Scored, to_batch
 from rlmap.system.sync import (
     LoopState,
     adapt_kl,
@@ -91,7 +92,6 @@ from rlmap.system.sync import (
     rollout_metrics,
     rollout_round,
 )
-from rlmap.system.vllm_engine import PinnedView
 
 T = TypeVar("T")
 
@@ -603,7 +603,7 @@ class Worker(Protocol):
 
 class ThreadWorker:
     """A worker in this process, on a thread: its own HF engine (a copy of the weights), or
-    its own view of the run's one vLLM engine (:class:`rlmap.system.vllm_engine.PinnedView`:
+    its own view of the run's one vLLM engine (:class:`rlmap.engines.vllm.PinnedView`:
     its own weight version; the engine batches one worker's call at a time)."""
 
     def __init__(self, runner: AsyncRunner) -> None:

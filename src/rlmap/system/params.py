@@ -18,7 +18,7 @@ def _yaml_switch(value: Any) -> Any:
 
 
 EngineSleep = Annotated[Literal["auto", "off", 1, 2], BeforeValidator(_yaml_switch)]
-"""``system.engine_sleep``'s values, resolved by :func:`rlmap.system.vllm_engine.sleep_level`."""
+"""``system.engine_sleep``'s values, resolved by :func:`rlmap.engines.vllm.sleep_level`."""
 
 
 @dataclass(frozen=True)
@@ -44,7 +44,7 @@ class SystemParams:
     always consumes the same trajectories and a run repeats exactly (resume included).
     Slower: no rollout overlaps learning."""
     device: str = "auto"
-    """Where the learner's models and micro-batches live (:mod:`rlmap.system.device`): auto
+    """Where the learner's models and micro-batches live (:mod:`rlmap.core.device`): auto
     (``cuda:LOCAL_RANK`` when CUDA is available, else the CPU), cpu, cuda or cuda:N. A GPU
     machine trains on the CPU only when asked to (``cpu``)."""
     deterministic_kernels: bool = False
@@ -52,7 +52,7 @@ class SystemParams:
     its resume repeat bit for bit (slower; an op without a deterministic kernel raises).
     Without it a GPU resume is equal within float tolerance. On a CPU: nothing to change."""
     engine: Literal["hf", "vllm"] = "hf"
-    """Rollout engine: Hugging Face ``generate`` or vLLM (:mod:`rlmap.system.vllm_engine`; its
+    """Rollout engine: Hugging Face ``generate`` or vLLM (:mod:`rlmap.engines.vllm`; its
     CUDA build on a GPU, its CPU build elsewhere), both in the learner's process."""
     engine_memory: float = 0.5
     """vLLM on a GPU: the fraction of GPU memory it may take (weights, activations, KV
@@ -76,7 +76,7 @@ class SystemParams:
     rollout_dtype: Literal["float32", "bfloat16"] = "float32"
     """Precision of the rollout engine; differing from ``train_dtype`` makes κ ≠ 1 real."""
     learners: int = 1
-    """Data-parallel learner ranks (:mod:`rlmap.system.distributed`): rlmap starts them on
+    """Data-parallel learner ranks (:mod:`rlmap.learner.distributed`): rlmap starts them on
     this machine, or ``torchrun`` does (then ``WORLD_SIZE`` must equal this). Each rank rolls
     out its share of the prompts and trains on it; the gradient is the single-process one."""
     learner_sharding: Literal["ddp", "fsdp2"] = "ddp"
@@ -84,4 +84,4 @@ class SystemParams:
     gradients and optimiser state sharded over the ranks (``fully_shard``)."""
     train_dtype: Literal["float32", "bfloat16"] = "float32"
     """Precision of the learner's forward passes: bfloat16 runs them under autocast, the
-    weights, gradients and optimiser state staying float32 (:mod:`rlmap.system.memory`)."""
+    weights, gradients and optimiser state staying float32 (:mod:`rlmap.learner.memory`)."""

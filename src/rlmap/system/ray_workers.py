@@ -41,9 +41,9 @@ import torch
 
 from rlmap.core.errors import ConfigError
 from rlmap.recipes.config import RecipeConfig
+from rlmap.rollout.episodes import Scored
 from rlmap.system.async_loop import AsyncRunner, Worker
 from rlmap.system.params import SystemParams
-from rlmap.system.rollout import Scored
 
 WATCH_S = 0.05
 """How often the driver looks for a newly published version (partial rollout)."""
@@ -206,7 +206,7 @@ class RolloutActor:
     def __init__(self, cfg: RecipeConfig, start: str, reward_path: str | None) -> None:
         import ray
 
-        from rlmap.system import setup
+        from rlmap.assembly import setup
 
         torch.set_num_threads(1)  # one core per actor; the learner keeps the rest
         reward = None if reward_path is None else Path(reward_path)

@@ -32,28 +32,28 @@ from typing import Any
 import torch
 
 from rlmap import estimators, sampling
+from rlmap.assembly.setup import Parts, critic_settings
 from rlmap.core.batch import Batch, End, RewardStatus
+from rlmap.core.device import elapsed, mfu, take_peak, update_flops_per_token
 from rlmap.core.ops import masked_mean
 from rlmap.correction import adaptive_beta, kl_in_reward
+from rlmap.engines.engine import RolloutEngine, forget_cache
 from rlmap.estimators import Credit, CreditParams
 from rlmap.experiments.samples import Judged, class_fractions, error_class
 from rlmap.feedback.judge import judge_metrics
-from rlmap.feedback.reward_model import score_batch
+from rlmap.learned.reward_model import score_batch
+from rlmap.learner.critic import compute_values, update_critic
+from rlmap.learner.distributed import gather
+from rlmap.learner.logprobs import attention_of
+from rlmap.learner.memory import autocast_to
+from rlmap.learner.policy import UpdateSettings, prepare_batch, update_policy
+from rlmap.rollout.episodes import Episode, Scored, episode_metrics, run_episodes, to_batch
+from rlmap.rollout.evaluate import final_answer
+from rlmap.rollout.scoring import score_episodes, trajectories
 from rlmap.sampling.curriculum import Climb, pass_rate
 from rlmap.sampling.curriculum import climb as climb_curriculum
 from rlmap.sampling.rebalance import Visits, kept, visited
 from rlmap.sampling.refill import first_groups, sample_more
-from rlmap.system.critic import compute_values, update_critic
-from rlmap.system.device import elapsed, mfu, take_peak, update_flops_per_token
-from rlmap.system.distributed import gather
-from rlmap.system.engine import RolloutEngine, forget_cache
-from rlmap.system.evaluate import final_answer
-from rlmap.system.learner import UpdateSettings, prepare_batch, update_policy
-from rlmap.system.logprobs import attention_of
-from rlmap.system.memory import autocast_to
-from rlmap.system.rollout import Episode, Scored, episode_metrics, run_episodes, to_batch
-from rlmap.system.scoring import score_episodes, trajectories
-from rlmap.system.setup import Parts, critic_settings
 from rlmap.tasks.arithmetic import Example
 
 
@@ -150,7 +150,7 @@ def rollout_round(
     engine: RolloutEngine | None = None,
     before_turn: Callable[[], None] | None = None,
 ) -> list[Scored]:
-    """G episodes per prompt, each scored: base reward + shaping (:mod:`rlmap.system.scoring`).
+    """G episodes per prompt, each scored: base reward + shaping (:mod:`rlmap.rollout.scoring`).
 
     ``engine`` defaults to the run's; an asynchronous worker passes its own, and
     ``before_turn`` (partial rollout: pick up new weights between turns).
@@ -369,7 +369,7 @@ def _groups(generated: list[Scored], keep: torch.Tensor) -> int:
 def rollout_metrics(scored: list[Scored], p: Parts) -> dict[str, float]:
     """reward/*, length/* (generated tokens), errors/* (each error class's share,
     :func:`rollout_errors`) and, for multi-turn tasks, env/* (turns, tool calls:
-    :func:`rlmap.system.rollout.episode_metrics`) over every generated episode; with a
+    :func:`rlmap.rollout.episodes.episode_metrics`) over every generated episode; with a
     learned reward or a judge, what the task's verifier says of the same rollouts
     (``reward/verifier_mean``), and the judge's ``judge/*`` since the last step (this
     process's requests: with data-parallel learners, rank 0's share)."""
@@ -508,7 +508,7 @@ def update(
 def publish(p: Parts, version: int) -> float:
     """The policy's current weights to the rollout engine, labelled ``version``; the seconds
     it took (an HF engine that shares the policy: next to none). An engine with weights of
-    its own takes them one tensor at a time (:func:`rlmap.system.lora.rollout_stream`);
+    its own takes them one tensor at a time (:func:`rlmap.models.lora.rollout_stream`);
     FSDP2 gathers each parameter from the shards as its turn comes, never the whole state
     dict at once — a collective, which every rank runs since every rank's engine takes the
     whole stream."""

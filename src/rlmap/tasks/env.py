@@ -17,7 +17,7 @@ bootstrapped. *Truncated*: the episode was stopped from outside (the turn budget
 out) in a state that has a future; credit bootstraps from the critic's value of that
 final state, which includes ``observation`` (so a truncating step still returns
 it). A turn cut by the length limit ends the episode truncated whatever the
-environment says (:func:`rlmap.system.rollout.run_episodes`).
+environment says (:func:`rlmap.rollout.episodes.run_episodes`).
 
 Failures: an exception raised by ``reset`` or ``step`` is an infrastructure failure:
 the runner records the episode as ``aborted`` with reward status ``infra_error``,
@@ -27,7 +27,7 @@ crashed) is reported as ``status=INFRA_ERROR`` on the step.
 One environment object runs one episode; a task makes one per prompt and sample.
 
 Optionally an environment has ``stop_strings``
-(:class:`~rlmap.system.engine.StopStrings`): texts that end a turn however they are
+(:class:`~rlmap.engines.engine.StopStrings`): texts that end a turn however they are
 spelled in tokens (``</tool_call>`` in a BPE vocabulary); the turn's ids are the
 engine's, cut after the token that completes one, never re-encoded.
 

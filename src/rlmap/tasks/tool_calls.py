@@ -35,7 +35,7 @@ from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from rlmap.system.engine import StopStrings
+from rlmap.engines.engine import StopStrings
 from rlmap.tasks.arithmetic import Example
 from rlmap.tasks.env import EnvStep, PromptIds, Verifier, answer_step
 from rlmap.tasks.prompts import ToolSchemas, encode_prompt

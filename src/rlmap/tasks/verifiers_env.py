@@ -71,7 +71,7 @@ from typing import TYPE_CHECKING, Any
 
 from rlmap.core.batch import RewardStatus
 from rlmap.core.errors import ConfigError, first_line
-from rlmap.system.engine import StopStrings
+from rlmap.engines.engine import StopStrings
 from rlmap.tasks.arithmetic import Example
 from rlmap.tasks.env import EnvStep
 from rlmap.tasks.prompts import ToolSchemas, encode_prompt

@@ -1,0 +1,2 @@
+"""Learned feedback models: the reward model (Bradley-Terry), the judge model and
+the preference pairs they train on."""
