@@ -427,3 +427,64 @@ def test_a_tracker_that_fails_to_open_closes_those_opened(
     with pytest.raises(RuntimeError, match="trackio could not start"):
         StepRecords.of(cfg, tmp_path)
     assert board[-1][0] == "close"
+
+
+# --- a tracker that fails does not take training with it ----------------------------------
+
+
+class _Flaky:
+    """A tracker whose ``log`` raises from the given step on (a tracking server gone)."""
+
+    def __init__(self, fail_at: int, close_fails: bool = False) -> None:
+        self.fail_at, self.close_fails = fail_at, close_fails
+        self.logged: list[int] = []
+        self.closed: list[bool] = []
+
+    def log(self, step: int, metrics: Mapping[str, float]) -> None:
+        if step >= self.fail_at:
+            raise ConnectionError("tracking server unreachable")
+        self.logged.append(step)
+
+    def summary(self, summary: Mapping[str, Any], step: int) -> None:
+        pass
+
+    def close(self, failed: bool = False) -> None:
+        self.closed.append(failed)
+        if self.close_fails:
+            raise OSError("close failed")
+
+
+def test_a_tracker_that_raises_is_dropped_and_the_others_go_on(tmp_path: Path) -> None:
+    flaky, steady = _Flaky(fail_at=1), _Flaky(fail_at=99)
+    records = StepRecords(tmp_path, [flaky, steady])
+    records.write(0, {"loss/policy": 1.0})
+    with pytest.warns(RuntimeWarning, match=r"^run\.loggers: _Flaky failed and is dropped"):
+        records.write(1, {"loss/policy": 2.0})
+    records.write(2, {"loss/policy": 3.0})
+    records.finish({"after": {}})
+    assert flaky.logged == [0] and flaky.closed == [True]  # closed once, as failed
+    assert steady.logged == [0, 1, 2] and steady.closed == [False]
+    steps = [json.loads(line)["step"] for line in (tmp_path / "metrics.jsonl").open()]
+    assert steps == [0, 1, 2]  # metrics.jsonl lost nothing
+
+
+def test_a_close_that_raises_does_not_hide_why_training_stopped(tmp_path: Path) -> None:
+    tracker = _Flaky(fail_at=99, close_fails=True)
+    warned = pytest.warns(RuntimeWarning, match="closing _Flaky failed")
+    raised = pytest.raises(KeyError, match="the real failure")
+    with warned, raised, StepRecords(tmp_path, [tracker]):
+        raise KeyError("the real failure")
+    assert tracker.closed == [True]
+
+
+def test_mlflow_opens_in_a_relative_run_directory(
+    tracker_env: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `rlmap train --resume runs/r1` passes a relative path; file URIs need an absolute one
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs" / "r1").mkdir(parents=True)
+    run = trackers.RunInfo(Path("runs/r1"), "toy", {"optim": {"lr": 0.1}})
+    opened = trackers.registry.get("mlflow").open(run)
+    opened.log(0, {"loss/policy": 1.5})
+    opened.close()
+    assert (tmp_path / "runs" / "r1" / "mlflow.db").is_file()

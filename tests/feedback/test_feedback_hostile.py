@@ -234,6 +234,12 @@ def test_hostile_program_is_contained(
     before, started = Kernel.now(), time.monotonic()
     if path == "in_process":
         result = run_python(program.code, program.tests, limits)
+        if result.reason == "timeout" and "cpu_limit" in program.stopped_by:
+            # the spinning code got less than its CPU second of the 2 s wall clock: a loaded
+            # machine (two test workers on two cores). Once more; a CPU limit that does not
+            # work times out again, and the reason check below fails
+            started = time.monotonic()
+            result = run_python(program.code, program.tests, limits)
         assert not result.passed and result.reason != "passed", result
         if program.stopped_by:
             assert result.reason in program.stopped_by, result

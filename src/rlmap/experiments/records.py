@@ -4,11 +4,12 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
-from contextlib import ExitStack
+import warnings
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from rlmap.core.errors import first_line
 from rlmap.experiments.rundir import MetricsLog
 from rlmap.experiments.trackers import RunInfo, Tracker, registry
 from rlmap.recipes.config import RecipeConfig
@@ -43,15 +44,26 @@ class StepRecords:
     def write(self, step: int, metrics: Mapping[str, Any]) -> None:
         self.log.append(step, metrics)
         finite = finite_values(metrics)
-        for tracker in self.trackers:
-            tracker.log(step, finite)
+        self._each(lambda tracker: tracker.log(step, finite))
         self.step = step
 
     def finish(self, summary: Mapping[str, Any]) -> None:
         """Give every tracker the run's summary, then close them."""
-        for tracker in self.trackers:
-            tracker.summary(summary, self.step)
+        self._each(lambda tracker: tracker.summary(summary, self.step))
         self.close()
+
+    def _each(self, call: Callable[[Tracker], None]) -> None:
+        """``call`` on every tracker; one that raises (a tracking server gone) is closed and
+        dropped with a one-line warning: training and ``metrics.jsonl`` go on without it."""
+        for tracker in self.trackers:
+            try:
+                call(tracker)
+            except Exception as exc:
+                self.trackers = tuple(t for t in self.trackers if t is not tracker)
+                _quietly_close(tracker, failed=True)
+                warnings.warn(f"run.loggers: {type(tracker).__name__} failed and is dropped "
+                              f"(metrics.jsonl goes on): {type(exc).__name__}: {first_line(exc)}",
+                              RuntimeWarning, stacklevel=3)  # fmt: skip
 
     def __enter__(self) -> StepRecords:
         return self
@@ -61,11 +73,20 @@ class StepRecords:
         self.close(failed=exc_type is not None)
 
     def close(self, failed: bool = False) -> None:
-        """Close every tracker once (each, even when another's close raises)."""
+        """Close every tracker once; a close that raises is a warning, never an error that
+        would hide why training stopped."""
         trackers, self.trackers = self.trackers, ()
-        with ExitStack() as closing:
-            for tracker in trackers:
-                closing.callback(tracker.close, failed)
+        for tracker in trackers:
+            _quietly_close(tracker, failed)
+
+
+def _quietly_close(tracker: Tracker, failed: bool) -> None:
+    try:
+        tracker.close(failed)
+    except Exception as exc:
+        warnings.warn(f"run.loggers: closing {type(tracker).__name__} failed: "
+                      f"{type(exc).__name__}: {first_line(exc)}", RuntimeWarning,
+                      stacklevel=3)  # fmt: skip
 
 
 def finite_values(metrics: Mapping[str, Any]) -> dict[str, float]:

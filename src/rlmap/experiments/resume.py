@@ -156,7 +156,7 @@ def _completed(saved: Mapping[str, Any]) -> Mapping[str, Any]:
     when it no longer builds (the comparison then names the field that changed)."""
     try:
         return build_config(None, saved).model_dump(mode="json")
-    except ConfigError:
+    except (ConfigError, AttributeError, KeyError, TypeError):  # not a config rlmap can build
         return {}
 
 

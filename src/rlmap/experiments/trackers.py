@@ -227,8 +227,9 @@ class MLflow:
         from mlflow.tracking import MlflowClient
 
         uri = os.environ.get("MLFLOW_TRACKING_URI")
-        artifacts = None if uri else (run.directory / "mlartifacts").as_uri()
-        client = MlflowClient(tracking_uri=uri or f"sqlite:///{run.directory / 'mlflow.db'}")
+        artifacts = None if uri else (run.directory.resolve() / "mlartifacts").as_uri()
+        store = f"sqlite:///{run.directory.resolve() / 'mlflow.db'}"  # absolute: as_uri needs it
+        client = MlflowClient(tracking_uri=uri or store)
         experiment = client.get_experiment_by_name(run.project)  # a resume: the same store
         if experiment is not None:
             experiment_id = experiment.experiment_id
