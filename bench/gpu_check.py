@@ -260,7 +260,7 @@ def weight_sync(out: Path, small: bool) -> dict[str, Any]:
     copy = engine.model.state_dict()
     equal = all(torch.equal(copy[k], v.to(copy[k].dtype)) for k, v in policy.state_dict().items())
     return {"parameters": sum(p.numel() for p in policy.parameters()),
-            "seconds": sorted(seconds)[1], "copy_equals_policy_in_bf16": equal}  # fmt: skip
+            "seconds_per_update": sorted(seconds)[1], "copy_equals_policy_in_bf16": equal}  # fmt: skip
 
 
 def vllm_sleep(out: Path, small: bool) -> dict[str, Any]:
