@@ -42,6 +42,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase, PreTrainedTok
 
 from rlmap.embedded.tiny import TinySpec, build_tiny_model
 from rlmap.embedded.tokenizer import CHARACTERS, build_bpe_tokenizer, build_tokenizer
+from rlmap.learner.supervised import fit
 from rlmap.tasks import reasoning_gym
 from rlmap.tasks.arithmetic import Example, make_splits
 from rlmap.tasks.calculator import TOOL_TOKENS, demonstration, prompt_tools, tool_call_text
@@ -245,32 +246,23 @@ def supervised_finetune(
             learn, max_lr=spec.lr, total_steps=max(spec.steps, 1), pct_start=0.1
         )
         blur = torch.optim.AdamW(net.parameters(), lr=spec.blur_lr)
-        for step in range(total):
-            clean = step < spec.steps
-            examples = (rng.sample(train, spec.batch_size) if len(train) >= spec.batch_size
-                        else rng.choices(train, k=spec.batch_size))  # fmt: skip
-            noise = 0.0 if clean else spec.noise
-            batch = sft_batch(tokenizer, examples, noise, rng, tool_demos=spec.tool_demos)
-            loss = _sft_step(net, learn if clean else blur, batch)
-            if clean:
-                one_cycle.step()
-            if progress is not None:
-                progress(step + 1, total, loss)
+
+        def loss_of(noise: float) -> Callable[[int], torch.Tensor]:
+            def loss(step: int) -> torch.Tensor:
+                examples = (rng.sample(train, spec.batch_size) if len(train) >= spec.batch_size
+                            else rng.choices(train, k=spec.batch_size))  # fmt: skip
+                ids, attention, labels = sft_batch(tokenizer, examples, noise, rng,
+                                                   tool_demos=spec.tool_demos)  # fmt: skip
+                return net(input_ids=ids, attention_mask=attention, labels=labels).loss
+
+            return loss
+
+        def done(offset: int) -> Callable[[int, float], None] | None:
+            return None if progress is None else lambda s, loss: progress(offset + s, total, loss)
+
+        fit(net, learn, spec.steps, loss_of(0.0), schedule=one_cycle, progress=done(0))
+        fit(net, blur, spec.blur_steps, loss_of(spec.noise), progress=done(spec.steps))
     return model
-
-
-def _sft_step(
-    net: torch.nn.Module,
-    optimizer: torch.optim.Optimizer,
-    batch: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
-) -> float:
-    ids, attention, labels = batch
-    loss = net(input_ids=ids, attention_mask=attention, labels=labels).loss
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
-    optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
-    return float(loss.detach())
 
 
 def sft_batch(

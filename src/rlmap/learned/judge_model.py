@@ -40,6 +40,7 @@ from rlmap.feedback.judge import EMBEDDED_PAIRWISE as PAIRWISE
 from rlmap.feedback.judge import EMBEDDED_POINTWISE as POINTWISE
 from rlmap.feedback.judge import parse_choice, parse_score
 from rlmap.learned.preferences import wrong_answer
+from rlmap.learner.supervised import fit
 from rlmap.tasks.arithmetic import Example
 
 CHAT_TEMPLATE = "{{ bos_token }}{% for m in messages %}{{ m['content'] }}{% endfor %}"
@@ -156,19 +157,16 @@ def train_judge(
         schedule = torch.optim.lr_scheduler.OneCycleLR(
             optimizer, max_lr=spec.lr, total_steps=spec.steps, pct_start=0.1
         )
-        for step in range(spec.steps):
+
+        def loss_of(step: int) -> torch.Tensor:
             chunk = train[step * spec.batch_size : (step + 1) * spec.batch_size]
             ids, attention, labels = (
                 t.to(model.device) for t in sft_batch(tokenizer, chunk, 0.0, rng)
             )
-            loss = model(input_ids=ids, attention_mask=attention, labels=labels).loss
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
-            schedule.step()
-            optimizer.zero_grad(set_to_none=True)
-            if progress is not None:
-                progress(step + 1, spec.steps, float(loss.detach()))
+            return model(input_ids=ids, attention_mask=attention, labels=labels).loss
+
+        shown = None if progress is None else lambda s, loss: progress(s, spec.steps, loss)
+        fit(model, optimizer, spec.steps, loss_of, schedule=schedule, progress=shown)
     metrics |= {f"judge/heldout_{m}_accuracy": accuracy(model, tokenizer, e)
                 for m, e in held.items()}  # fmt: skip
     return model, tokenizer, metrics

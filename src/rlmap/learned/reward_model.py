@@ -42,6 +42,7 @@ from rlmap.core.batch import cross
 from rlmap.core.hf import loading_onto, quiet_new_head
 from rlmap.embedded.tokenizer import restore_bos
 from rlmap.experiments.rundir import write_new_text
+from rlmap.learner.supervised import fit
 from rlmap.tasks.jsonl import load_records
 from rlmap.tasks.prompts import encode_prompt, encode_response
 
@@ -198,20 +199,17 @@ def train_reward_model(
     before = pairwise_accuracy(net, tokenizer, heldout) if heldout else float("nan")
     net.train()
     optimizer = torch.optim.AdamW(net.parameters(), lr=spec.lr)
-    losses: list[float] = []
-    for step in range(spec.steps):
+
+    def loss_of(step: int) -> torch.Tensor:
         batch = rng.sample(list(train), min(spec.batch_size, len(train)))
         chosen = [encode_pair_side(tokenizer, p.prompt, p.chosen) for p in batch]
         rejected = [encode_pair_side(tokenizer, p.prompt, p.rejected) for p in batch]
         both = scores(net, chosen + rejected, pad)
-        loss = bradley_terry_loss(both[: len(batch)], both[len(batch) :])
-        loss.backward()
-        nn.utils.clip_grad_norm_(net.parameters(), spec.max_grad_norm)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        losses.append(float(loss.detach()))
-        if progress is not None:
-            progress(step + 1, spec.steps, losses[-1])
+        return bradley_terry_loss(both[: len(batch)], both[len(batch) :])
+
+    shown = None if progress is None else lambda s, loss: progress(s, spec.steps, loss)
+    losses = fit(net, optimizer, spec.steps, loss_of, max_grad_norm=spec.max_grad_norm,
+                 progress=shown)  # fmt: skip
     net.eval()
     tail = losses[-20:]
     metrics = {
