@@ -20,17 +20,20 @@ from judge_server import JudgeServer, always_first, correct_first
 
 from rlmap.core.batch import RewardStatus
 from rlmap.core.errors import ConfigError
-from rlmap.feedback import judge
 from rlmap.feedback.judge import (
     ComparisonReward,
-    JudgeClient,
     PointwiseJudge,
     bt_rewards,
     pair_design,
+    win_rates,
+)
+from rlmap.feedback.judge_client import JudgeClient, probe, within_outcome_corr
+from rlmap.feedback.judge_text import (
+    PAIRWISE_TEMPLATE,
+    POINTWISE_TEMPLATE,
+    load_template,
     parse_choice,
     parse_score,
-    win_rates,
-    within_outcome_corr,
 )
 from rlmap.feedback.reward import Trajectory, score_batch
 
@@ -158,7 +161,7 @@ def test_a_slow_server_times_out_and_a_dead_one_is_an_infra_error() -> None:
     assert refused.status == RewardStatus.INFRA_ERROR
     assert client.stats.drain()["judge/failed"] == 1
     with pytest.raises(ConfigError, match=r"^feedback\.judge_url: no server answers at"):
-        judge.probe(dead, timeout_s=1.0)
+        probe(dead, timeout_s=1.0)
 
 
 def _ended_within(seconds: float, call: Callable[[], object]) -> list[object]:
@@ -188,7 +191,7 @@ def test_a_server_that_answers_byte_by_byte_times_out_at_the_deadline() -> None:
         client = _client(server.url, timeout_s=0.5, retries=1, concurrency=8)
         asked = _ended_within(5.0, lambda: client.ask([str(k) for k in range(8)]))
         assert asked, "the judge's replies outlived their deadlines"
-        probed = _ended_within(3.0, lambda: judge.probe(server.url, timeout_s=0.5))
+        probed = _ended_within(3.0, lambda: probe(server.url, timeout_s=0.5))
         assert probed, "the judge's probe outlived its deadline"
     (replies,) = asked
     assert isinstance(replies, list) and [r.status for r in replies] == [RewardStatus.TIMEOUT] * 8
@@ -205,18 +208,18 @@ def test_a_server_that_answers_byte_by_byte_times_out_at_the_deadline() -> None:
 def test_templates_are_checked_for_their_placeholders(tmp_path: Path) -> None:
     good = tmp_path / "good.txt"
     good.write_text("Q: {prompt}\nA: {response}\nScore {lo}-{hi}:")
-    assert judge.load_template(str(good), "pointwise").startswith("Q: {prompt}")
+    assert load_template(str(good), "pointwise").startswith("Q: {prompt}")
     bad = tmp_path / "bad.txt"
     bad.write_text("{prompt} {answer}")
     with pytest.raises(
         ConfigError, match=r"unknown placeholder\(s\) \['answer'\]; missing \['response'\]"
     ):
-        judge.load_template(str(bad), "pointwise")
+        load_template(str(bad), "pointwise")
     with pytest.raises(ConfigError, match=r"missing \['second'\]"):
-        judge.load_template(str(good.with_name("p.txt")) if False else _write(tmp_path, "{first}"),
+        load_template(str(good.with_name("p.txt")) if False else _write(tmp_path, "{first}"),
                             "pairwise")  # fmt: skip
     with pytest.raises(ConfigError, match=r"^feedback\.judge_template: cannot read"):
-        judge.load_template(str(tmp_path / "missing.txt"), "pairwise")
+        load_template(str(tmp_path / "missing.txt"), "pairwise")
 
 
 def _write(tmp_path: Path, text: str) -> str:
@@ -231,7 +234,7 @@ def _write(tmp_path: Path, text: str) -> str:
 def test_pointwise_scores_parse_and_failures_are_statuses_not_zeros() -> None:
     replies = {"2+3=": "10", "1+1=": "3", "4+4=": "lovely"}
     with JudgeServer(lambda p: next(v for k, v in replies.items() if k in p)) as server:
-        reward = PointwiseJudge(_client(server.url), judge.POINTWISE_TEMPLATE, lo=0, hi=10)
+        reward = PointwiseJudge(_client(server.url), POINTWISE_TEMPLATE, lo=0, hi=10)
         scores = score_batch(reward, [_t("2+3=", "5"), _t("1+1=", "3"), _t("4+4=", "8")])
     assert scores[0].value == 1.0 and scores[0].per_turn == (1.0,)
     assert scores[1].value == pytest.approx(0.3)
@@ -241,7 +244,7 @@ def test_pointwise_scores_parse_and_failures_are_statuses_not_zeros() -> None:
 
 def test_a_judge_server_that_dies_costs_counted_failures() -> None:
     server = JudgeServer(lambda p: "7").__enter__()
-    reward = PointwiseJudge(_client(server.url, retries=1, timeout_s=2), judge.POINTWISE_TEMPLATE)
+    reward = PointwiseJudge(_client(server.url, retries=1, timeout_s=2), POINTWISE_TEMPLATE)
     assert score_batch(reward, [_t("1+2=", "3")])[0].value == pytest.approx(0.7)
     server.__exit__(None, None, None)
     (after,) = score_batch(reward, [_t("2+2=", "4")])
@@ -258,7 +261,7 @@ def test_repeats_measure_self_consistency_bypassing_the_cache() -> None:
             return "9" if seen[prompt] == 1 else "1"
 
     with JudgeServer(fickle) as server:
-        reward = PointwiseJudge(_client(server.url), judge.POINTWISE_TEMPLATE, repeat_check=1.0)
+        reward = PointwiseJudge(_client(server.url), POINTWISE_TEMPLATE, repeat_check=1.0)
         score_batch(reward, [_t(f"{k}+1=", "2") for k in range(4)])
     stats = reward.client.stats.drain()
     assert server.requests == 8 and stats["judge/self_consistency"] == 0.0  # 9 then 1, each
@@ -339,7 +342,7 @@ def test_comparison_rewards_from_a_fair_judge_rank_the_correct_first() -> None:
         for aggregate in ("winrate", "bt"):
             reward = ComparisonReward(
                 _client(server.url),
-                judge.PAIRWISE_TEMPLATE,
+                PAIRWISE_TEMPLATE,
                 aggregate=aggregate,
                 position_check=1.0,
             )  # type: ignore[arg-type]
@@ -357,7 +360,7 @@ def test_a_fair_judge_is_not_flagged_and_identical_responses_tie_unasked() -> No
     # judge calls a tie when both or neither is correct, so every pair agrees both ways
     batch = _group("2+3=", ["5", "4", "5", "7"]) + _group("1+1=", ["2", "3", "9"], group=1)
     with JudgeServer(correct_first) as server:
-        reward = ComparisonReward(_client(server.url), judge.PAIRWISE_TEMPLATE,
+        reward = ComparisonReward(_client(server.url), PAIRWISE_TEMPLATE,
                                   position_check=1.0)  # fmt: skip
         scores = score_batch(reward, batch)
     stats = reward.client.stats.drain()
@@ -373,7 +376,7 @@ def test_a_fair_judge_is_not_flagged_and_identical_responses_tie_unasked() -> No
 def test_a_judge_that_always_prefers_the_first_has_no_position_agreement() -> None:
     batch = _group("2+3=", ["5", "4", "6", "1"])
     with JudgeServer(always_first) as server:
-        reward = ComparisonReward(_client(server.url), judge.PAIRWISE_TEMPLATE,
+        reward = ComparisonReward(_client(server.url), PAIRWISE_TEMPLATE,
                                   position_check=1.0)  # fmt: skip
         scores = score_batch(reward, batch)
     stats = reward.client.stats.drain()
@@ -387,7 +390,7 @@ def test_repeated_comparisons_measure_self_consistency() -> None:
     # repeat failed as a whole (infra_error)
     batch = _group("2+3=", ["5", "4", "6"])
     with JudgeServer(correct_first) as server:
-        reward = ComparisonReward(_client(server.url), judge.PAIRWISE_TEMPLATE, repeat_check=1.0)
+        reward = ComparisonReward(_client(server.url), PAIRWISE_TEMPLATE, repeat_check=1.0)
         scores = score_batch(reward, batch)
     assert all(s.ok for s in scores) and server.requests == 3 + 3  # each pair once more
     assert scores[0].value == 1.0  # "5" beats both; "4" and "6" tie
@@ -397,12 +400,12 @@ def test_repeated_comparisons_measure_self_consistency() -> None:
 def test_comparison_pairs_bound_the_requests_and_failures_are_statuses() -> None:
     batch = _group("2+3=", [str(k) for k in range(6)])
     with JudgeServer(correct_first) as server:
-        ComparisonReward(_client(server.url), judge.PAIRWISE_TEMPLATE, pairs=5)(batch)
+        ComparisonReward(_client(server.url), PAIRWISE_TEMPLATE, pairs=5)(batch)
     assert server.requests == 5
     with JudgeServer(lambda p: "neither") as server:
-        scores = score_batch(ComparisonReward(_client(server.url), judge.PAIRWISE_TEMPLATE), batch)
+        scores = score_batch(ComparisonReward(_client(server.url), PAIRWISE_TEMPLATE), batch)
     assert {s.status for s in scores} == {RewardStatus.INVALID}
-    alone = score_batch(ComparisonReward(_client("http://127.0.0.1:9/v1"), judge.PAIRWISE_TEMPLATE),
+    alone = score_batch(ComparisonReward(_client("http://127.0.0.1:9/v1"), PAIRWISE_TEMPLATE),
                         [_t("1+1=", "2")])  # fmt: skip
     assert alone[0].status == RewardStatus.INFRA_ERROR
 
@@ -446,9 +449,7 @@ def test_the_embedded_judges_examples_say_which_answer_is_right() -> None:
         "a",
         "b",
     }
-    assert (
-        judge.load_template("embedded", "pointwise").format(prompt="1+2=", response="3") == "3?1+2="
-    )
+    assert load_template("embedded", "pointwise").format(prompt="1+2=", response="3") == "3?1+2="
 
 
 # --- comparisons by a learned pairwise model -------------------------------------------

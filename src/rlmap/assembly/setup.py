@@ -36,7 +36,7 @@ from rlmap.embedded.tokenizer import restore_bos
 from rlmap.embedded.warmstart import TOOL_DEMOS, WarmStartSpec, task_tokenizer, warm_start
 from rlmap.engines.engine import RolloutEngine
 from rlmap.engines.hf import HFEngine
-from rlmap.feedback import judge
+from rlmap.feedback import judge, judge_client, judge_text
 from rlmap.feedback.isolation import IsolatedVerifier, Verify
 from rlmap.feedback.reward import Reward
 from rlmap.learned.preferences import PreferenceSpec, embedded_reward_model
@@ -277,8 +277,10 @@ def check_inputs(cfg: RecipeConfig) -> None:
     load_data(cfg)
     f = cfg.feedback
     if f.uses_judge and f.judge_url is not None:
-        judge.probe(f.judge_url, api_key=judge.api_key(f))  # not against a dead judge
-        judge.load_template(f.judge_template, "pointwise" if f.source == "judge" else "pairwise")
+        judge_client.probe(f.judge_url, api_key=judge.api_key(f))  # not against a dead judge
+        judge_text.load_template(
+            f.judge_template, "pointwise" if f.source == "judge" else "pairwise"
+        )
     config: Any
     if cfg.model.path in EMBEDDED_MODELS:
         tokenizer: PreTrainedTokenizerBase = embedded_tokenizer(cfg)

@@ -36,9 +36,9 @@ from transformers import PreTrainedTokenizerBase as Tokenizer
 
 from rlmap.embedded.tokenizer import restore_bos
 from rlmap.embedded.warmstart import sft_batch
-from rlmap.feedback.judge import EMBEDDED_PAIRWISE as PAIRWISE
-from rlmap.feedback.judge import EMBEDDED_POINTWISE as POINTWISE
-from rlmap.feedback.judge import parse_choice, parse_score
+from rlmap.feedback.judge_text import EMBEDDED_PAIRWISE as PAIRWISE
+from rlmap.feedback.judge_text import EMBEDDED_POINTWISE as POINTWISE
+from rlmap.feedback.judge_text import parse_choice, parse_score
 from rlmap.learned.preferences import wrong_answer
 from rlmap.learner.supervised import fit
 from rlmap.tasks.arithmetic import Example
