@@ -330,7 +330,8 @@ def test_without_a_generator_of_its_own_the_draws_are_generates_own(
     # engine's draw replaced it without changing a number of any run.
     from transformers import GenerationConfig
 
-    from rlmap.engines.hf import FiniteScores, rollout_mode
+    from rlmap.engines.hf import rollout_mode
+    from rlmap.engines.hf_sampling import FiniteScores
 
     model = tiny_model(1)
     eng = HFEngine(model, pad_token_id=PAD, eos_token_id=EOS)

@@ -21,7 +21,8 @@ from rlmap.core.batch import Batch, End, RewardStatus, make_batch
 from rlmap.core.errors import ConfigError, TrainingError
 from rlmap.correction import BehaviourParams, KLParams
 from rlmap.engines.engine import Completion, StopStrings, cut_at_stop_strings, kept_rows
-from rlmap.engines.hf import HFEngine, OwnDraw, kept_ids
+from rlmap.engines.hf import HFEngine
+from rlmap.engines.hf_sampling import OwnDraw, kept_ids
 from rlmap.engines.vllm import VLLMEngine, sampled_sets
 from rlmap.experiments.train import run_training
 from rlmap.learner.logprobs import ChunkedLogprobs, _full_logprobs, kept_only, token_logprobs

@@ -31,7 +31,8 @@ from rlmap.engines.engine import (
     cut_at_stop_strings,
     stop_string_end,
 )
-from rlmap.engines.hf import HFEngine, TextStop
+from rlmap.engines.hf import HFEngine
+from rlmap.engines.hf_sampling import TextStop
 from rlmap.recipes import build_config
 from rlmap.rollout.episodes import run_episodes
 from rlmap.tasks.arithmetic import Example, make_problem
