@@ -206,7 +206,8 @@ def data_parallel(out: Path, small: bool) -> dict[str, Any]:
     """Issue 29's one-rank check: rlmap's process group and wrappers at world size 1."""
     import torch.distributed as dist
 
-    from rlmap.learner.distributed import World, backend, free_port, parallel
+    from rlmap.learner.distributed import World, backend, parallel
+    from rlmap.learner.launch import free_port
 
     device = resolve("auto")
     gpu = device if device.type == "cuda" else None
@@ -260,7 +261,8 @@ def weight_sync(out: Path, small: bool) -> dict[str, Any]:
     copy = engine.model.state_dict()
     equal = all(torch.equal(copy[k], v.to(copy[k].dtype)) for k, v in policy.state_dict().items())
     return {"parameters": sum(p.numel() for p in policy.parameters()),
-            "seconds_per_update": sorted(seconds)[1], "copy_equals_policy_in_bf16": equal}  # fmt: skip
+            "seconds_per_update": sorted(seconds)[1],
+            "copy_equals_policy_in_bf16": equal}  # fmt: skip
 
 
 def vllm_sleep(out: Path, small: bool) -> dict[str, Any]:

@@ -141,12 +141,12 @@ def _cmd_train(args: argparse.Namespace) -> int | None:
     from rlmap.assembly.setup import check_inputs
     from rlmap.experiments.rundir import check_new_dir
     from rlmap.experiments.train import resume_config
-    from rlmap.learner import distributed
+    from rlmap.learner import launch
     from rlmap.recipes import build_config
     from rlmap.recipes.config import embedded_task_note, read_yaml
 
     _quiet_transformers()
-    rank, _ = distributed.launched_rank(os.environ)  # a half-set launcher: refused first
+    rank, _ = launch.launched_rank(os.environ)  # a half-set launcher: refused first
     if args.resume is not None:
         if args.preflight:
             raise ConfigError("--preflight: not with --resume (preflight a config, not a run)")
@@ -179,8 +179,8 @@ def _cmd_train(args: argparse.Namespace) -> int | None:
             return _train_seeds(cfg, args)
     world = _learner_world(cfg)
     if world is None:  # several learners and no launcher: this process starts the ranks
-        return distributed.launch(cfg.system.learners, args.argv)
-    with distributed.joined(world):
+        return launch.launch(cfg.system.learners, args.argv)
+    with launch.joined(world):
         return _train_rank(args, cfg, world)
 
 
@@ -241,20 +241,20 @@ def _learner_world(cfg: RecipeConfig) -> World | None:
     CUDA), so that a node short of GPUs is refused before any rank starts."""
     import os
 
-    from rlmap.learner import distributed
+    from rlmap.learner import distributed, launch
 
     n = cfg.system.learners
-    _, size = distributed.launched_rank(os.environ)
+    _, size = launch.launched_rank(os.environ)
     if size > 1 and size != n:
         raise ConfigError(f"system.learners: {n}, but the launcher started {size} ranks "
                           "(WORLD_SIZE); make them equal")  # fmt: skip
     if n == 1:
         return distributed.SINGLE
     on_node = n if size == 1 else None  # rlmap's launcher: all n here; torchrun: it says
-    device = distributed.node_device(cfg.system.device, os.environ, on_node)
+    device = launch.node_device(cfg.system.device, os.environ, on_node)
     if size == 1:
         return None
-    return distributed.world_of_env(cfg.system.learner_sharding, device, cfg.system.train_dtype)
+    return launch.world_of_env(cfg.system.learner_sharding, device, cfg.system.train_dtype)
 
 
 def _cmd_eval(args: argparse.Namespace) -> None:

@@ -24,7 +24,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from rlmap.core.errors import ConfigError
-from rlmap.learner.distributed import free_port
+from rlmap.learner.launch import free_port
 from rlmap.recipes import build_config
 
 CLI = [sys.executable, "-m", "rlmap.cli", "train"]
@@ -164,7 +164,8 @@ def test_a_rank_leaves_with_its_process_group_destroyed(tmp_path: Path, fails: b
     the way out, whether the rank's work ended or raised."""
     import torch.distributed as dist
 
-    from rlmap.learner.distributed import World, joined
+    from rlmap.learner.distributed import World
+    from rlmap.learner.launch import joined
 
     store = dist.FileStore(str(tmp_path / "store"), 1)
     dist.init_process_group("gloo", store=store, rank=0, world_size=1)

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from rlmap.learner.distributed import free_port, node_device
+from rlmap.learner.launch import free_port, node_device
 
 CLI = [sys.executable, "-m", "rlmap.cli", "train"]
 TORCHRUN = str(Path(sys.executable).with_name("torchrun"))  # ships with torch

@@ -20,7 +20,7 @@ import torch
 import torch.multiprocessing as mp
 from transformers import AutoModelForCausalLM
 
-from rlmap.learner import distributed, update_loop
+from rlmap.learner import distributed, launch, update_loop
 from rlmap.learner import policy as learner
 from rlmap.learner.critic import CriticSettings, compute_values, load_critic, update_critic
 from rlmap.learner.distributed import World
@@ -109,7 +109,7 @@ def streams(policy: torch.nn.Module, world: World) -> list[dict[str, Any]]:
 
 
 def _update(case: dict[str, Any]) -> dict[str, Any]:
-    world = distributed.world_of_env(case["sharding"])
+    world = launch.world_of_env(case["sharding"])
     if case.get("stream_only"):  # the start weights, sharded and streamed back whole
         policy = AutoModelForCausalLM.from_pretrained(case["model_dir"]).double()
         wrapped = distributed.wrap(policy, world)  # FSDP2 shards the policy in place

@@ -232,7 +232,7 @@ LAUNCH = {"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "10.0.0.1", "MASTER_POR
 def test_the_launched_rank_is_read_from_a_full_environment(
     environ: dict[str, str], expected: tuple[int, int]
 ) -> None:
-    from rlmap.learner.distributed import launched_rank
+    from rlmap.learner.launch import launched_rank
 
     assert launched_rank(environ) == expected
 
@@ -254,7 +254,7 @@ def test_a_launcher_environment_that_names_no_rank_is_refused(
     change: dict[str, str], says: str
 ) -> None:
     from rlmap.core.errors import ConfigError
-    from rlmap.learner.distributed import launched_rank
+    from rlmap.learner.launch import launched_rank
 
     with pytest.raises(ConfigError) as err:
         launched_rank(LAUNCH | change)

@@ -25,17 +25,16 @@ import torch.distributed as dist
 from torch import nn
 
 from rlmap.core.errors import ConfigError
-from rlmap.learner import distributed
+from rlmap.learner import distributed, launch
 from rlmap.learner.distributed import (
     World,
     backend,
     ddp_options,
     mesh_type,
     mixed_precision,
-    node_device,
     parallel,
-    world_of_env,
 )
+from rlmap.learner.launch import node_device, world_of_env
 
 CPU, GPU1 = torch.device("cpu"), torch.device("cuda", 1)
 
@@ -61,7 +60,7 @@ def test_bfloat16_fsdp2_gathers_bfloat16_and_reduces_float32() -> None:
 
 def _launched(monkeypatch: pytest.MonkeyPatch, **env: str) -> None:
     """The environment torchrun gives a rank (``LAUNCHER_ENV`` unset: not rlmap's own)."""
-    monkeypatch.delenv(distributed.LAUNCHER_ENV, raising=False)
+    monkeypatch.delenv(launch.LAUNCHER_ENV, raising=False)
     for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE"):
         monkeypatch.delenv(name, raising=False)
     base = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}
@@ -215,7 +214,7 @@ def test_the_launcher_refuses_more_learners_than_gpus_before_any_rank_starts(
 
     _fake_cuda(monkeypatch, 2)
     _launched(monkeypatch)  # no RANK: this process would start the ranks
-    monkeypatch.setattr(distributed, "launch", lambda *a: pytest.fail("a rank was started"))
+    monkeypatch.setattr(launch, "launch", lambda *a: pytest.fail("a rank was started"))
     out = tmp_path / "run"
     status = main(["train", "--recipe", "grpo", "--out", str(out), *toy(tiny_model_dir),
                    "system.learners=3", "sampling.prompts_per_step=3"])  # fmt: skip
