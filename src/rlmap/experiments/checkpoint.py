@@ -455,23 +455,12 @@ def save_checkpoint(
     for name in extra_models or {}:
         if not name or name.startswith(".") or "/" in name or name == TRAINER_STATE:
             raise ValueError(f"checkpoint extra_models: {name!r} is not a plain directory name")
-    states = {"policy": model_state or model.state_dict()}
     given = extra_states or {}
-    states |= {name: given.get(name) or part.state_dict()
-               for name, part in (extra_models or {}).items()}  # fmt: skip
-    for name, state_dict in states.items():
-        if not all_finite(state_dict.values()):
-            raise TrainingError(f"step {step}: {name} weights are not finite; checkpoint "
-                                "not written")  # fmt: skip
-    root = Path(run_dir) / CHECKPOINTS
-    root.mkdir(parents=True, exist_ok=True)
-    final = root / f"step_{step}"
-    if final.exists():
-        raise FileExistsError(f"{final}: checkpoint already exists")
-    _remove_stale_tmp(root)
-    tmp = root / f".tmp-step_{step}-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
+    _refuse_nonfinite(step, {"policy": model_state or model.state_dict()}
+                      | {name: given.get(name) or part.state_dict()
+                         for name, part in (extra_models or {}).items()})  # fmt: skip
+
+    def write(tmp: Path) -> None:
         model.save_pretrained(tmp, safe_serialization=True, state_dict=model_state)
         tokenizer.save_pretrained(tmp)
         for name, extra_model in (extra_models or {}).items():
@@ -480,6 +469,34 @@ def save_checkpoint(
         state = _trainer_state(step, optimizers, schedulers, extra, optimizer_states, device)
         with open(tmp / TRAINER_STATE, "wb") as f:  # through Python: a full disk is an OSError
             torch.save(state, f)
+
+    root = Path(run_dir) / CHECKPOINTS
+    final = _write_atomically(root, f"step_{step}", write)
+    _rotate(run_dir, keep)
+    return final
+
+
+def _refuse_nonfinite(step: int, states: Mapping[str, Mapping[str, torch.Tensor]]) -> None:
+    """TrainingError naming the first part whose weights hold a NaN or an infinity."""
+    for name, state_dict in states.items():
+        if not all_finite(state_dict.values()):
+            raise TrainingError(f"step {step}: {name} weights are not finite; checkpoint "
+                                "not written")  # fmt: skip
+
+
+def _write_atomically(root: Path, name: str, write: Callable[[Path], None]) -> Path:
+    """``root/name`` written by ``write`` into a temporary sibling, synced, then renamed into
+    place (FileExistsError when it exists already). On any failure the temporary copy is
+    removed; a refusal of the disk is an OSError naming ``root/name``."""
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / name
+    if final.exists():
+        raise FileExistsError(f"{final}: checkpoint already exists")
+    _remove_stale_tmp(root)
+    tmp = root / f".tmp-{name}-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        write(tmp)
         _fsync_tree(tmp)
         os.replace(tmp, final)
     except BaseException as exc:
@@ -490,5 +507,4 @@ def save_checkpoint(
             raise OSError(cause.errno, cause.strerror, str(final)) from exc
         raise
     fsync_dir(root)
-    _rotate(run_dir, keep)
     return final
