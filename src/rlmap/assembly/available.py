@@ -21,7 +21,7 @@ def refuse_unavailable(cfg: RecipeConfig) -> None:
     if cfg.model.lora_rank:
         require_peft()
     if cfg.system.engine == "vllm":
-        from rlmap.engines.vllm import require_vllm
+        from rlmap.engines.vllm_settings import require_vllm
 
         require_vllm()
         device = resolve(cfg.system.device)

@@ -294,7 +294,7 @@ def check_inputs(cfg: RecipeConfig) -> None:
         context = context_length(config)
         source = f"model.path={path}"
     if cfg.system.engine == "vllm":
-        from rlmap.engines.vllm import check_model
+        from rlmap.engines.vllm_settings import check_model
 
         check_model(config, source)
     if cfg.data.task == "calculator":
@@ -557,12 +557,13 @@ def make_engine(
     through its own :class:`rlmap.engines.vllm.PinnedView` (its own weight version).
     On the policy's GPU it is built only once its share is known to fit beside the
     ``learner``'s models (:func:`check_gpu_room`), with sleep mode at ``system.engine_sleep``'s
-    level (:func:`rlmap.engines.vllm.sleep_level`); with several learner ranks each
+    level (:func:`rlmap.engines.vllm_settings.sleep_level`); with several learner ranks each
     rank builds its own, which joins the ranks' world.
     """
     s = cfg.system
     if s.engine == "vllm":
-        from rlmap.engines.vllm import PinnedView, VLLMEngine, sleep_level
+        from rlmap.engines.vllm import PinnedView, VLLMEngine
+        from rlmap.engines.vllm_settings import sleep_level
 
         device = next(policy.parameters()).device
         check_gpu_room(cfg, device, [m for m in learner if m is not None], world, trains=trains)

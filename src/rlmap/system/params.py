@@ -18,7 +18,7 @@ def _yaml_switch(value: Any) -> Any:
 
 
 EngineSleep = Annotated[Literal["auto", "off", 1, 2], BeforeValidator(_yaml_switch)]
-"""``system.engine_sleep``'s values, resolved by :func:`rlmap.engines.vllm.sleep_level`."""
+"""``system.engine_sleep``'s values, resolved by :func:`rlmap.engines.vllm_settings.sleep_level`."""
 
 
 @dataclass(frozen=True)
