@@ -281,14 +281,14 @@ def _cmd_advise(args: argparse.Namespace) -> None:
     from pathlib import Path
 
     from rlmap.experiments.rundir import check_new_file
-    from rlmap.recipes import advise
+    from rlmap.recipes import advise, advise_prompts
     from rlmap.recipes.selection import FLAG_FIELDS, TaskProfile
 
     if args.emit_config is not None:
         check_new_file(Path(args.emit_config), force=args.force)  # before asking anything
     flags = {name: getattr(args, name) for name in FLAG_FIELDS}
     if sys.stdin.isatty() and all(value is None for value in flags.values()):
-        profile = advise.ask_profile()
+        profile = advise_prompts.ask_profile()
     else:
         profile = TaskProfile.from_flags(flags)
     result = advise.advise(profile)

@@ -24,11 +24,11 @@ from rlmap.recipes.advise import (
     FEEDBACK,
     Advice,
     advise,
-    ask_profile,
     config_yaml,
     emit_config,
     render,
 )
+from rlmap.recipes.advise_prompts import ask_profile
 from rlmap.recipes.config import RecipeConfig
 from rlmap.recipes.selection import (
     FALLBACKS,
