@@ -57,7 +57,8 @@ import transformers
 from torch import Tensor
 
 from rlmap import estimators
-from rlmap.assembly import setup
+from rlmap.assembly.models import model_path
+from rlmap.assembly.parts import Parts, build
 from rlmap.core.batch import Batch
 from rlmap.engines.engine import Completion
 from rlmap.engines.hf import left_pad
@@ -123,7 +124,7 @@ def bare_generate(
         )  # fmt: skip
 
 
-def bench_rollout(p: setup.Parts, repeats: int) -> None:
+def bench_rollout(p: Parts, repeats: int) -> None:
     cfg, g = p.cfg, p.cfg.generation
     n = cfg.sampling.group_size
     examples = next_prompts(p.train, 0, cfg.sampling.prompts_per_step, cfg.seed)
@@ -185,7 +186,7 @@ def bench_rollout(p: setup.Parts, repeats: int) -> None:
           f"(target >= 0.9)")  # fmt: skip
 
 
-def real_batch(p: setup.Parts) -> tuple[Batch, Tensor]:
+def real_batch(p: Parts) -> tuple[Batch, Tensor]:
     """A batch of the preset sampled from the warm start, with π_ref and its advantages."""
     examples = next_prompts(p.train, 0, p.cfg.sampling.prompts_per_step, p.cfg.seed)
     torch.manual_seed(SAMPLING_SEED)
@@ -217,7 +218,7 @@ def bare_step(
     optimizer.zero_grad(set_to_none=True)
 
 
-def bench_update(p: setup.Parts, repeats: int) -> None:
+def bench_update(p: Parts, repeats: int) -> None:
     batch, adv_BT = real_batch(p)
     mbs = p.settings.micro_batch_size
     bare_model = copy.deepcopy(p.policy).train()
@@ -269,9 +270,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     overrides = [f"{k}={v}" for k, v in sizes.items() if v is not None] + args.overrides
     cfg = build_config(args.recipe, None, overrides)
     transformers.utils.logging.disable_progress_bar()
-    start = setup.model_path(cfg)
+    start = model_path(cfg)
     torch.manual_seed(cfg.seed)
-    parts = setup.build(cfg, start)
+    parts = build(cfg, start)
     s, g = cfg.sampling, cfg.generation
     print(environment())
     print(

@@ -42,7 +42,8 @@ import torch
 import transformers
 from transformers import AutoModelForCausalLM, Qwen2Config
 
-from rlmap.assembly import setup
+from rlmap.assembly.data import load_data
+from rlmap.assembly.models import load_causal_lm, load_tokenizer, model_path
 from rlmap.engines.engine import Completion, RolloutEngine
 from rlmap.engines.hf import HFEngine
 from rlmap.engines.vllm import VLLMEngine
@@ -119,13 +120,13 @@ def compare(
 
 def embedded_case(repeats: int) -> float:
     cfg = build_config("grpo", None, [])
-    start = setup.model_path(cfg)
-    tokenizer = setup.load_tokenizer(start)
-    policy = setup.load_causal_lm(start).to(device())
+    start = model_path(cfg)
+    tokenizer = load_tokenizer(start)
+    policy = load_causal_lm(start).to(device())
     s, g = cfg.sampling, cfg.generation
     prompts = [
         encode_prompt(tokenizer, e.prompt)
-        for e in next_prompts(setup.load_data(cfg)[0], 0, s.prompts_per_step, 0)
+        for e in next_prompts(load_data(cfg)[0], 0, s.prompts_per_step, 0)
     ]
     eos = int(tokenizer.eos_token_id)
     engines: dict[str, RolloutEngine] = {

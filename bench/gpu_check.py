@@ -49,7 +49,8 @@ from typing import Any
 
 import torch
 
-from rlmap.assembly import setup
+from rlmap.assembly.models import model_path
+from rlmap.assembly.parts import build
 from rlmap.core.device import audit, describe, resolve
 from rlmap.experiments.train import run_training
 from rlmap.recipes import build_config
@@ -77,7 +78,7 @@ def tiny(out: Path, small: bool) -> dict[str, Any]:
 
 def audited(small: bool) -> dict[str, Any]:
     cfg = build_config("ppo", None, QUIET)  # policy, reference, critic and their optimisers
-    parts = setup.build(cfg, setup.model_path(cfg))
+    parts = build(cfg, model_path(cfg))
     sync_step(parts, LoopState())
     models = {"policy": parts.policy, "reference": parts.reference, "critic": parts.critic}
     found = audit(models, {"optimizer": parts.optimizer, "critic": parts.critic_optimizer})

@@ -47,7 +47,8 @@ def row(run: Path) -> str:
     verifier = (f"{_fmt(_mean(first, 'reward/verifier_mean'))} → "
                 f"{_fmt(_mean(last, 'reward/verifier_mean'))}")  # fmt: skip
     probes = " / ".join(_fmt(_mean(steps, k), 2) for k in PROBES)
-    failed = sum(r.get("sampling/infra_errors", 0) + r.get("sampling/timeouts", 0) for r in steps)
+    failed = sum(round((r.get("errors/infra_error_frac", 0) + r.get("errors/timeout_frac", 0))
+                       * r.get("sampling/generated", 0)) for r in steps)  # fmt: skip
     invalid = sum(r.get("judge/invalid", 0) for r in steps)
     return (
         f"| {run.name} | {source} | {evals[0]['eval/pass@1']:.3f} → "

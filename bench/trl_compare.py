@@ -1,7 +1,7 @@
 """rlmap's GRPO next to TRL's GRPOTrainer on one configuration: seconds per step and pass@1.
 
 Both sides start from the same warm-start checkpoint and tokenizer, train on the
-embedded task's train split (``rlmap.assembly.setup.load_data``) with the same sizes
+embedded task's train split (``rlmap.assembly.data.load_data``) with the same sizes
 and hyper-parameters, and are evaluated by the same code: rlmap's
 :func:`rlmap.rollout.evaluate.evaluate` with an ``HFEngine`` on the final model, on
 the held-out split, with the same sampling seed. They run in one process, one after
@@ -91,7 +91,10 @@ import transformers
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
 
 from rlmap import estimators, feedback
-from rlmap.assembly import setup
+from rlmap.assembly.data import load_data
+from rlmap.assembly.environments import evaluation_scoring
+from rlmap.assembly.models import model_path
+from rlmap.assembly.parts import build
 from rlmap.engines.hf import HFEngine
 from rlmap.learner.policy import update_policy
 from rlmap.recipes import composition
@@ -124,10 +127,10 @@ def held_out_pass1(
     cfg: RecipeConfig, model: torch.nn.Module, tok: PreTrainedTokenizerBase
 ) -> dict[str, float]:
     """rlmap's evaluation of ``model`` on the held-out split."""
-    _, heldout = setup.load_data(cfg)
+    _, heldout = load_data(cfg)
     engine = HFEngine(model, pad_token_id=int(tok.pad_token_id), eos_token_id=int(tok.eos_token_id))
     g = cfg.generation
-    environment, rescore, items = setup.evaluation_scoring(cfg, tok)  # as ``rlmap eval`` does
+    environment, rescore, items = evaluation_scoring(cfg, tok)  # as ``rlmap eval`` does
     return evaluate(engine, environment, tok, heldout, samples=g.eval_samples,
                     max_new_tokens=g.max_new_tokens, temperature=g.temperature, top_p=g.top_p,
                     seed=EVAL_SEED, multi_turn=cfg.data.multi_turn, rescore=rescore,
@@ -138,7 +141,7 @@ def run_rlmap(cfg: RecipeConfig, start: Path, budget: int, max_steps: int) -> Ru
     """``sync_step`` until ``budget`` generated tokens (or ``max_steps``)."""
     random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
-    parts = setup.build(cfg, start)
+    parts = build(cfg, start)
     state, tokens, seconds = LoopState(), 0, []
     while tokens < budget and state.step < max_steps:
         begin = time.perf_counter()
@@ -188,7 +191,7 @@ def run_trl(cfg: RecipeConfig, start: Path, budget: int, max_steps: int, vllm: b
     from trl import GRPOTrainer
 
     tokenizer = AutoTokenizer.from_pretrained(start)
-    train, _ = setup.load_data(cfg)
+    train, _ = load_data(cfg)
     data = Dataset.from_list([{"prompt": e.prompt, "answer": e.answer} for e in train])
     verify = feedback.registry.get(cfg.feedback.verifier).fn
     generated = [0]
@@ -228,7 +231,7 @@ def run_trl(cfg: RecipeConfig, start: Path, budget: int, max_steps: int, vllm: b
 def check_prompt_tokens(cfg: RecipeConfig, start: Path) -> None:
     """TRL tokenizes plain-text prompts with ``tokenizer(text=...)``; it must match rlmap's ids."""
     tokenizer = AutoTokenizer.from_pretrained(start)
-    train, _ = setup.load_data(cfg)
+    train, _ = load_data(cfg)
     sample = train[:64]
     texts = [e.prompt for e in sample]
     trl_ids = tokenizer(text=texts)["input_ids"]
@@ -264,7 +267,7 @@ def check_gradients(cfg: RecipeConfig, start: Path) -> None:
     from datasets import Dataset
     from trl import GRPOTrainer
 
-    parts = setup.build(cfg, start)
+    parts = build(cfg, start)
     trl_model = copy.deepcopy(parts.policy)
     examples = next_prompts(parts.train, 0, cfg.sampling.prompts_per_step, cfg.seed)
     torch.manual_seed(cfg.seed)
@@ -373,7 +376,7 @@ def trl_only(args: argparse.Namespace, overrides: list[str]) -> None:
     """The ``--trl-only SEED BUDGET MAX_STEPS`` mode: one TRL run, printed as one JSON line."""
     seed, budget, max_steps = args.trl_only
     cfg = build_config("grpo", None, overrides).model_copy(update={"seed": seed})
-    run = run_trl(cfg, setup.model_path(cfg), budget, max_steps, vllm=args.trl_vllm)
+    run = run_trl(cfg, model_path(cfg), budget, max_steps, vllm=args.trl_vllm)
     result = {**dataclasses.asdict(run), "environment": environment()}
     print(RESULT_MARK + json.dumps(result), flush=True)
 
@@ -433,7 +436,7 @@ def large_model(directory: Path) -> Path:
 def compare(args: argparse.Namespace, overrides: list[str]) -> None:
     """Both sides on every seed of ``args``, alternating which goes first, then the summary."""
     base = build_config("grpo", None, overrides)
-    start = setup.model_path(base)
+    start = model_path(base)
     steps = args.steps or base.optim.steps
     budget, before = print_setup(base, start, steps, args.trl_vllm)
     if args.check_gradients:

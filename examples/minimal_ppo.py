@@ -117,7 +117,7 @@ def main(model_dir: Path | None, steps: int, heldout_size: int) -> tuple[float, 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     if model_dir is None:  # the embedded default: built and warm-started once, then cached
-        from rlmap.assembly.setup import model_path
+        from rlmap.assembly.models import model_path
         from rlmap.recipes import build_config
 
         model_dir = model_path(build_config("ppo"))

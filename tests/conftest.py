@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -144,3 +144,22 @@ def crash_in_step(monkeypatch: pytest.MonkeyPatch) -> Callable[..., None]:
             monkeypatch.setattr(train_module, "sync_step", real)
 
     return crash
+
+
+CHECKED_FOR_METRICS = ("e2e", "system")
+"""Test folders whose runs are checked for undeclared metric names (tests/metric_names.py)."""
+
+
+@pytest.fixture(autouse=True)
+def _declared_metrics(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After a test in tests/e2e or tests/system: every ``metrics.jsonl`` it left under its
+    ``tmp_path`` emits only names declared in rlmap.core.metrics (its runs are real runs;
+    other folders write hand-made rows on purpose)."""
+    folder = Path(str(request.node.path)).parent.name
+    checked = folder in CHECKED_FOR_METRICS and "tmp_path" in request.fixturenames
+    root = request.getfixturevalue("tmp_path") if checked else None
+    yield
+    if root is not None:
+        from metric_names import assert_declared
+
+        assert_declared(root)

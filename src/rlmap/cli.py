@@ -138,7 +138,7 @@ def _cmd_train(args: argparse.Namespace) -> int | None:
     import os
     from pathlib import Path
 
-    from rlmap.assembly.setup import check_inputs
+    from rlmap.assembly.checks import check_inputs
     from rlmap.experiments.rundir import check_new_dir
     from rlmap.experiments.train import resume_config
     from rlmap.learner import launch
@@ -333,7 +333,7 @@ def _cmd_simulate(args: argparse.Namespace) -> None:
 def _cmd_reward_pairs(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from rlmap.assembly.setup import warm_start_spec
+    from rlmap.assembly.embedded import warm_start_spec
     from rlmap.experiments.rundir import check_new_file
     from rlmap.learned.preferences import PreferenceSpec, embedded_pairs
     from rlmap.learned.reward_model import heldout_path, write_pairs
@@ -360,7 +360,7 @@ def _cmd_reward_train(args: argparse.Namespace) -> int:
     import math
     from pathlib import Path
 
-    from rlmap.assembly.setup import check_model_dir, model_path
+    from rlmap.assembly.models import check_model_dir, model_path
     from rlmap.experiments.progress import ProgressView
     from rlmap.experiments.rundir import check_new_dir, create_run_dir
     from rlmap.learned.reward_model import (
@@ -404,7 +404,8 @@ def _cmd_reward_train(args: argparse.Namespace) -> int:
 def _cmd_judge_model(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from rlmap.assembly.setup import check_model_dir, model_path, warm_start_spec
+    from rlmap.assembly.embedded import warm_start_spec
+    from rlmap.assembly.models import check_model_dir, model_path
     from rlmap.experiments.progress import ProgressView
     from rlmap.experiments.rundir import check_new_dir, create_run_dir
     from rlmap.learned.judge_model import JudgeModelSpec, save_judge, train_judge

@@ -244,7 +244,8 @@ def test_judge_table_reads_a_run_directory(tmp_path: Path) -> None:
     for step in range(1, 13):
         records.append({"step": step, "reward/mean": 0.1 * step,
                         "reward/verifier_mean": 0.05 * step, "judge/invalid": 1,
-                        "sampling/infra_errors": step == 12})  # fmt: skip
+                        "sampling/generated": 8,
+                        "errors/infra_error_frac": 0.125 * (step == 12)})  # fmt: skip
     records[1]["judge/position_agreement"], records[2]["judge/position_agreement"] = 0.5, 0.7
     records[-1]["eval/pass@1"] = 0.75
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))

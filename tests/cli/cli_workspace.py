@@ -106,7 +106,6 @@ def _no_work(what: str) -> Callable[..., None]:
 @pytest.fixture(name="ws")
 def ws_fixture(tmp_path: Path, tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Workspace:
     """An empty workspace as the working directory; training and warm starts forbidden."""
-    import rlmap.assembly.setup as setup
     import rlmap.experiments.train as train
     import rlmap.learned.reward_model as reward_model
 
@@ -116,5 +115,5 @@ def ws_fixture(tmp_path: Path, tiny_model_dir: Path, monkeypatch: pytest.MonkeyP
     monkeypatch.setenv("RLMAP_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(train, "run_training", _no_work("training"))
     monkeypatch.setattr(reward_model, "train_reward_model", _no_work("reward-model training"))
-    monkeypatch.setattr(setup, "warm_start", _no_work("the embedded warm start"))
+    monkeypatch.setattr("rlmap.assembly.models.warm_start", _no_work("the embedded warm start"))
     return Workspace(root, tiny_model_dir)

@@ -1228,7 +1228,7 @@ def case_model_lora_target_a_norm_of_the_embedded_model(
 
 @pytest.mark.parametrize("targets", ["q_proj", "self_attn.q_proj,v_proj", "mlp.down_proj"])
 def test_valid_lora_targets_pass_the_input_checks(ws: Workspace, targets: str) -> None:
-    from rlmap.assembly.setup import check_inputs
+    from rlmap.assembly.checks import check_inputs
     from rlmap.recipes import build_config
 
     cfg = build_config(None, None, [f"model.path={ws.model()}", *TOY, "model.lora_rank=2",
@@ -1334,7 +1334,7 @@ def case_task_mixture_fewer_training_items_than_tasks(
 
 
 def test_a_mixture_whose_weights_give_every_task_an_item_passes(ws: Workspace) -> None:
-    from rlmap.assembly.setup import load_data
+    from rlmap.assembly.data import load_data
     from rlmap.recipes import build_config
 
     # 4 held out at 3:1 → 3 and 1; 8 trained → 6 and 2 (fewer if a question repeats)

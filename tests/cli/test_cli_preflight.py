@@ -47,10 +47,10 @@ def no_go_line(out: str) -> str:
 def test_embedded_default_goes_in_seconds(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from rlmap.assembly import setup
+    from rlmap.assembly.models import model_path
 
     monkeypatch.chdir(tmp_path)
-    setup.model_path(build_config(None, None, []))  # the cached warm start (built if absent)
+    model_path(build_config(None, None, []))  # the cached warm start (built if absent)
     started = time.perf_counter()
     status = main(["train", "--preflight", "--out", "run", "run.progress=false"])
     seconds = time.perf_counter() - started
@@ -115,15 +115,16 @@ def test_garbage_that_scores_correct_is_a_spec_gap(
 def test_step_leaves_the_weights_and_no_gradient(
     capsys: pytest.CaptureFixture[str], ws: Workspace, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from rlmap.assembly import setup
+    from rlmap.assembly.models import load_causal_lm
+    from rlmap.assembly.parts import Parts, build
 
-    built: list[setup.Parts] = []
-    build = setup.build
-    monkeypatch.setattr(setup, "build", lambda *a, **k: built.append(build(*a, **k)) or built[-1])
+    built: list[Parts] = []
+    monkeypatch.setattr("rlmap.experiments.preflight.build",
+                        lambda *a, **k: built.append(build(*a, **k)) or built[-1])  # fmt: skip
     status, out = run_preflight(capsys, ws, GOOD_ROWS)
     assert status == 0, out
     policy = built[0].policy
-    fresh = setup.load_causal_lm(ws.root / "model", dtype=torch.float32)
+    fresh = load_causal_lm(ws.root / "model", dtype=torch.float32)
     for (name, p), q in zip(policy.named_parameters(), fresh.parameters(), strict=True):
         assert p.grad is None, name
         assert torch.equal(p.detach(), q), name

@@ -10,7 +10,9 @@ from typing import Any
 import pytest
 from transformers import AutoModelForCausalLM, AutoModelForTokenClassification, AutoTokenizer
 
-from rlmap.assembly import setup
+from rlmap.assembly.checks import check_inputs
+from rlmap.assembly.data import load_data
+from rlmap.assembly.parts import build
 from rlmap.cli import main
 from rlmap.core.errors import ConfigError
 from rlmap.engines.hf import HFEngine
@@ -144,7 +146,7 @@ def test_run_directory_and_plain_transformers_checkpoint(
     # Plain transformers encodes a prompt exactly as training did: <bos> first (before, the
     # saved tokenizer did not add it and a trained checkpoint answered "4" to "12+34=").
     trained_on = AutoTokenizer.from_pretrained(tiny_model_dir)  # what the run's envs encode with
-    for example in setup.load_data(cfg)[0][:8]:
+    for example in load_data(cfg)[0][:8]:
         expected = encode_prompt(trained_on, example.prompt)
         assert tokenizer(example.prompt)["input_ids"] == expected
         assert expected[0] == tokenizer.bos_token_id
@@ -329,7 +331,7 @@ def test_the_calculator_task_refuses_a_tokenizer_without_the_markers(
 ) -> None:
     cfg = build_config("grpo", None, [*toy(tiny_model_dir), "data.task=calculator"])
     with pytest.raises(ConfigError, match=r"data\.task: calculator needs '<calc>'"):
-        setup.check_inputs(cfg)
+        check_inputs(cfg)
 
 
 def _reward_model_dir(model_dir: Path, out: Path) -> Path:
@@ -346,7 +348,7 @@ def test_classic_rlhf_trains_on_a_learned_reward_with_the_kl_in_the_reward(
 ) -> None:
     rm = _reward_model_dir(tiny_model_dir, tmp_path / "rm")
     cfg = build_config("classic-rlhf", None, [*toy(tiny_model_dir), f"model.reward_path={rm}"])
-    setup.check_inputs(cfg)
+    check_inputs(cfg)
     run_training(cfg, tmp_path / "run")
     records = _records(tmp_path / "run")[1:]
     for key in ("reward/verifier_mean", "kl/mean", "critic/value_loss", "loss/policy"):
@@ -362,7 +364,7 @@ def test_comparisons_by_the_learned_reward_model_train(
     cfg = build_config("grpo", None, [*toy(tiny_model_dir), f"model.reward_path={rm}",
                                       "feedback.source=comparison",
                                       "feedback.comparison_model=reward_model"])  # fmt: skip
-    setup.check_inputs(cfg)
+    check_inputs(cfg)
     run_training(cfg, tmp_path / "run")
     records = _records(tmp_path / "run")[1:]
     for r in records:  # 2 groups of 4: all 6 pairs each; win rates average ½ per group
@@ -380,14 +382,14 @@ def test_a_learned_reward_needs_a_model_with_the_policys_tokenizer(
     other = _reward_model_dir(tiny_calc_model_dir, tmp_path / "rm")  # vocabulary + markers
     cfg = build_config("classic-rlhf", None, [*toy(tiny_model_dir), f"model.reward_path={other}"])
     with pytest.raises(ConfigError, match=r"^model\.reward_path: .* different tokenizer"):
-        setup.build(cfg, tiny_model_dir, reward_path=other)
+        build(cfg, tiny_model_dir, reward_path=other)
     nowhere = f"model.reward_path={tmp_path / 'none'}"
     missing = build_config("classic-rlhf", None, [*toy(tiny_model_dir), nowhere])
     with pytest.raises(ConfigError, match=r"^model\.reward_path: .* not a local"):
-        setup.check_inputs(missing)
+        check_inputs(missing)
     real = build_config("classic-rlhf", None, toy(tiny_model_dir))  # a real model, no RM given
     with pytest.raises(ConfigError, match=r"^model\.reward_path: .*needs a trained reward"):
-        setup.check_inputs(real)
+        check_inputs(real)
 
 
 def test_barrier_idle_by_hand() -> None:

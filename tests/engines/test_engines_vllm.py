@@ -19,7 +19,7 @@ import pytest
 import torch
 from torch import Tensor
 
-from rlmap.assembly.setup import load_causal_lm, load_tokenizer
+from rlmap.assembly.models import load_causal_lm, load_tokenizer
 from rlmap.core.errors import ConfigError, TrainingError
 from rlmap.engines.engine import Completion, RolloutEngine
 from rlmap.engines.hf import HFEngine
@@ -454,7 +454,7 @@ def test_a_context_that_fills_the_engine_stops_in_one_line(engine: VLLMEngine) -
 def test_ray_with_vllm_on_a_gpu_is_refused_in_one_line(
     monkeypatch: pytest.MonkeyPatch, vllm_model_dir: Path
 ) -> None:
-    from rlmap.assembly.setup import refuse_unavailable
+    from rlmap.assembly.available import refuse_unavailable
     from rlmap.recipes import build_config
 
     cfg = build_config("sao", None, [f"model.path={vllm_model_dir}", "system.engine=vllm",

@@ -13,7 +13,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from rlmap.assembly.setup import critic_settings, update_settings
+from rlmap.assembly.settings import critic_settings, update_settings
 from rlmap.core.batch import Batch, End, RewardStatus
 from rlmap.engines.hf import HFEngine
 from rlmap.estimators import registry as estimators

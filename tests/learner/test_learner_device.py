@@ -13,7 +13,7 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
-from rlmap.assembly import setup
+from rlmap.assembly.parts import Parts, build
 from rlmap.core.batch import Batch, End, RewardStatus
 from rlmap.core.device import audit, resolve
 from rlmap.core.errors import ConfigError
@@ -121,13 +121,13 @@ def test_a_crossing_to_a_gpu_is_staged_in_pinned_memory_and_does_not_block(
 def _parts_on_meta(
     recipe: str, overrides: list[str], model_dir: Path, monkeypatch: pytest.MonkeyPatch,
     reward_path: Path | None = None,
-) -> setup.Parts:  # fmt: skip
-    monkeypatch.setattr(setup, "resolve", lambda setting: META)
+) -> Parts:  # fmt: skip
+    monkeypatch.setattr("rlmap.assembly.models.resolve", lambda setting: META)
     cfg = build_config(recipe, None, overrides)
-    return setup.build(cfg, model_dir, reward_path=reward_path)
+    return build(cfg, model_dir, reward_path=reward_path)
 
 
-def _audit(parts: setup.Parts) -> dict[str, list[str]]:
+def _audit(parts: Parts) -> dict[str, list[str]]:
     """Where everything of the run lives, after one optimiser step (AdamW's moments exist
     only then): zero gradients, so the step runs on any device without changing a weight."""
     optimizers = {"optimizer": parts.optimizer, "critic_optimizer": parts.critic_optimizer}
@@ -274,7 +274,7 @@ def test_a_phase_peak_starts_anew_and_a_cpu_has_none(monkeypatch: pytest.MonkeyP
 def test_deterministic_kernels_on_a_gpu_set_torch_and_cublas(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from rlmap.assembly import setup
+    from rlmap.assembly.models import learner_device
 
     switched: list[bool] = []
     monkeypatch.setattr(torch, "use_deterministic_algorithms", switched.append)
@@ -282,15 +282,15 @@ def test_deterministic_kernels_on_a_gpu_set_torch_and_cublas(
     monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
     _fake_cuda(monkeypatch, 2)
     off = build_config("grpo", None, ["system.device=cuda:1"])
-    assert setup.learner_device(off) == torch.device("cuda", 1) and switched == []
+    assert learner_device(off) == torch.device("cuda", 1) and switched == []
     on = build_config("grpo", None, ["system.device=cuda:1", "system.deterministic_kernels=true"])
-    setup.learner_device(on)
+    learner_device(on)
     assert switched == [True] and os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
     monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":16:8")  # the user's own value is kept
-    setup.learner_device(on)
+    learner_device(on)
     assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":16:8"
     switched.clear()  # a CPU run is deterministic already: nothing process-wide is switched
-    setup.learner_device(
+    learner_device(
         build_config("grpo", None, ["system.device=cpu", "system.deterministic_kernels=true"])
     )
     assert switched == []

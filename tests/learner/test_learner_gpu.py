@@ -12,7 +12,7 @@ import torch
 from test_learner_device import _audit
 from test_learner_policy import _rollouts, _settings
 
-from rlmap.assembly import setup
+from rlmap.assembly.parts import build
 from rlmap.learner.policy import prepare_batch, update_policy
 from rlmap.recipes import build_config
 from rlmap.rollout.episodes import to_batch
@@ -80,6 +80,6 @@ def test_every_part_of_a_gpu_run_lives_on_the_gpu(
     recipe: str, tiny_model_dir: Path, toy: Callable[..., list[str]]
 ) -> None:
     cfg = build_config(recipe, None, [*toy(tiny_model_dir), "system.device=cuda:0"])
-    parts = setup.build(cfg, tiny_model_dir)
+    parts = build(cfg, tiny_model_dir)
     assert parts.device == torch.device("cuda", 0)
     assert set(_audit(parts)) == {"cuda:0"}

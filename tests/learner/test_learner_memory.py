@@ -15,7 +15,7 @@ import torch
 from torch import nn
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from rlmap.assembly import setup
+from rlmap.assembly.parts import build
 from rlmap.engines.hf import HFEngine
 from rlmap.experiments.ledger import peak_memory_mb
 from rlmap.experiments.train import run_training
@@ -91,7 +91,7 @@ def test_checkpointing_gives_the_same_loss_and_gradients_and_recomputes(
 
 def test_the_option_checkpoints_the_policy_and_the_critic(tiny_model_dir: Path, toy: Toy) -> None:
     cfg = build_config("ppo", None, [*toy(tiny_model_dir), "optim.gradient_checkpointing=true"])
-    parts = setup.build(cfg, tiny_model_dir)
+    parts = build(cfg, tiny_model_dir)
     assert parts.critic is not None
     tokens, attention = _tokens()
     for run, model in [
@@ -101,7 +101,7 @@ def test_the_option_checkpoints_the_policy_and_the_critic(tiny_model_dir: Path, 
         with _calls(model) as seen:
             run().sum().backward()
         assert len(seen) == 2, type(model).__name__  # forward, and its recomputation
-    off = setup.build(build_config("ppo", None, toy(tiny_model_dir)), tiny_model_dir)
+    off = build(build_config("ppo", None, toy(tiny_model_dir)), tiny_model_dir)
     with _calls(off.policy) as seen:
         token_logprobs(off.policy, tokens, attention)[0].sum().backward()
     assert len(seen) == 1
@@ -187,7 +187,7 @@ def test_bf16_training_keeps_float32_weights_and_optimiser_state(
     cfg = build_config("ppo", None, [*toy(tiny_model_dir), "system.train_dtype=bfloat16",
                                      f"system.rollout_dtype={rollout}", "kl.placement=loss",
                                      "kl.beta=0.1", "critic.warmup_steps=0"])  # fmt: skip
-    p = setup.build(cfg, tiny_model_dir)
+    p = build(cfg, tiny_model_dir)
     assert p.critic is not None and p.reference is not None
     models = {"policy": p.policy, "reference": p.reference, "critic": p.critic}
     start = {k: [w.detach().clone() for w in m.parameters()] for k, m in models.items()}
@@ -228,7 +228,7 @@ def test_the_reward_model_scores_under_the_same_autocast(
                       AutoTokenizer.from_pretrained(tiny_model_dir), {"test": True})  # fmt: skip
     cfg = build_config("classic-rlhf", None, [*toy(tiny_model_dir), f"model.reward_path={rm}",
                                               "system.train_dtype=bfloat16"])  # fmt: skip
-    p = setup.build(cfg, tiny_model_dir, reward_path=rm)
+    p = build(cfg, tiny_model_dir, reward_path=rm)
     assert p.reward_model is not None
     assert {w.dtype for w in p.reward_model.parameters()} == {torch.float32}
     episodes = [x.episode for x in rollout_round(p, p.train[:1], 0)]

@@ -25,7 +25,7 @@ import torch.distributed as dist
 from torch import nn
 
 from rlmap.core.errors import ConfigError
-from rlmap.learner import distributed, launch
+from rlmap.learner import launch
 from rlmap.learner.distributed import (
     World,
     backend,
@@ -227,15 +227,16 @@ def test_the_launcher_refuses_more_learners_than_gpus_before_any_rank_starts(
 def test_several_learner_ranks_on_cuda_are_no_longer_refused(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from rlmap.assembly import setup
+    from rlmap.assembly.models import learner_device
     from rlmap.recipes import build_config
 
     _fake_cuda(monkeypatch, 2)
     monkeypatch.setenv("LOCAL_RANK", "1")
-    monkeypatch.setattr(setup, "use_deterministic_kernels", lambda device: None)  # process-wide
+    # process-wide
+    monkeypatch.setattr("rlmap.assembly.models.use_deterministic_kernels", lambda device: None)
     monkeypatch.setattr(torch, "set_float32_matmul_precision", lambda precision: None)
     cfg = build_config("grpo", None, ["system.learners=2", "sampling.prompts_per_step=2"])
-    assert setup.learner_device(cfg) == GPU1
+    assert learner_device(cfg) == GPU1
 
 
 def test_the_policy_runs_bfloat16_parameters_under_autocast_with_float32_shards(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ from rlmap.core.batch import RewardStatus
 from rlmap.correction import BehaviourParams, KLParams, PolicyTerms, policy_loss
 from rlmap.engines.hf import HFEngine
 from rlmap.learner.logprobs import token_logprobs
-from rlmap.learner.policy import UpdateSettings, prepare_batch, update_policy
+from rlmap.learner.policy import UpdateSettings, approx_kl, prepare_batch, update_policy
 from rlmap.reduction import ReductionParams, reduce, token_weights
 from rlmap.rollout.episodes import Scored, single_turn, to_batch
 from rlmap.tasks.prompts import encode_prompt
@@ -155,10 +156,12 @@ def test_diagnostics_do_not_depend_on_micro_batch_size(
                                      advantages.double() * batch.action_mask, s,
                                      learner_version=0,
                                      generator=torch.Generator().manual_seed(0)))  # fmt: skip
-    keys = [k for k in figures[0] if k.startswith(("ratio/", "entropy", "kl/"))]
+    keys = [k for k in figures[0] if k.startswith(("ratio/", "entropy", "kl/", "approx_kl"))]
     assert {"ratio/d/max_abs_log", "ratio/d/p99_abs_log", "ratio/rho/clipped_frac",
-            "ratio/kappa/p99_abs_log", "entropy"} <= set(keys)  # fmt: skip
+            "ratio/kappa/p99_abs_log", "entropy", "approx_kl"} <= set(keys)  # fmt: skip
     assert figures[0]["ratio/d/max_abs_log"] > 0.5  # the noise is there to be seen
+    # 2 epochs × 2 mini-batches: every update after the first sees π_θ ≠ π_old
+    assert figures[0]["approx_kl"] > 0
     for other in figures[1:]:
         for key in keys:
             assert other[key] == pytest.approx(figures[0][key], rel=1e-9, abs=1e-12), key
@@ -309,3 +312,16 @@ def test_a_kl_penalty_in_the_reward_reaches_grpos_group_statistics(
     # returns GRPO saw at step 2 carry −β·Σ_t k1_t, which is not.
     assert torch.all(seen[0] * 2 == torch.round(seen[0] * 2))
     assert not torch.all(seen[1] * 2 == torch.round(seen[1] * 2))
+
+
+def test_approx_kl_is_k3_of_the_ratio_by_hand() -> None:
+    # log r = ln 2, ln ½ on the two masked tokens; the third (r = e) is off the mask:
+    # ((2 − 1 − ln 2) + (½ − 1 + ln 2)) / 2 = (1 − ½) / 2 = 0.25
+    log_r = torch.tensor([[math.log(2.0), math.log(0.5), 1.0]])
+    mask = torch.tensor([[True, True, False]])
+    assert float(approx_kl(log_r, mask)) == pytest.approx(0.25, abs=1e-6)
+    # r = 1 everywhere (one optimiser step: π_θ = π_old) gives 0, as does an empty mask
+    assert float(approx_kl(torch.zeros(1, 3), mask)) == 0.0
+    assert float(approx_kl(log_r, torch.zeros(1, 3, dtype=torch.bool))) == 0.0
+    # each term is ≥ 0 even where float32 exp(x) rounds to 1: expm1, not exp − 1
+    assert float(approx_kl(torch.tensor([[1e-9]]), torch.tensor([[True]]))) >= 0.0

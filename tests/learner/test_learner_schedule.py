@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from rlmap.assembly.setup import lr_factor, make_optimizer
+from rlmap.assembly.optim import lr_factor, make_optimizer
 from rlmap.core.errors import ConfigError
 from rlmap.recipes.config import build_config
 

@@ -13,7 +13,8 @@ import torch
 from peft import PeftModel
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from rlmap.assembly import setup
+from rlmap.assembly.models import check_model_dir, load_causal_lm
+from rlmap.assembly.parts import Parts, build
 from rlmap.cli import main
 from rlmap.core.batch import Batch, RewardStatus
 from rlmap.core.errors import ConfigError, InputError
@@ -36,9 +37,9 @@ SHAPED = ["feedback.length_target=2", "feedback.length_weight=1"]
 non-zero advantages, so a toy run really moves the adapters."""
 
 
-def _parts(model_dir: Path, toy: Toy, *extra: str) -> setup.Parts:
+def _parts(model_dir: Path, toy: Toy, *extra: str) -> Parts:
     cfg = build_config("grpo", None, [*toy(model_dir), *LORA, *extra])  # grpo: KL in the loss
-    return setup.build(cfg, model_dir)
+    return build(cfg, model_dir)
 
 
 def _perturb(policy: torch.nn.Module, seed: int = 0) -> None:
@@ -55,7 +56,7 @@ def _base_params(policy: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {n: p.detach().clone() for n, p in policy.named_parameters() if "lora_" not in n}
 
 
-def _batch(parts: setup.Parts, n: int = 3) -> Batch:
+def _batch(parts: Parts, n: int = 3) -> Batch:
     prompts = [encode_prompt(parts.tokenizer, p) for p in ("1+2=", "37+85=", "9+9=")]
     torch.manual_seed(0)
     groups = parts.engine.generate(prompts, n=n, max_new_tokens=6, temperature=1.0, top_p=1.0)
@@ -68,13 +69,13 @@ def test_the_reference_is_the_base_with_adapters_off_and_no_second_model(
     tiny_model_dir: Path, toy: Toy, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     loaded: list[Path] = []
-    real = setup.load_causal_lm
+    real = load_causal_lm
 
     def loading(path: Path, dtype: torch.dtype | None = None, device: object = None) -> object:
         loaded.append(path)
         return real(path, dtype, device)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(setup, "load_causal_lm", loading)
+    monkeypatch.setattr("rlmap.assembly.parts.load_causal_lm", loading)
     parts = _parts(tiny_model_dir, toy)
     assert len(loaded) == 1  # the policy's base only: no reference copy
     assert parts.reference is parts.policy and lora.is_lora(parts.policy)
@@ -311,12 +312,12 @@ def test_an_adapter_directory_is_no_start_model(tiny_model_dir: Path, tmp_path: 
     policy = lora.attach(AutoModelForCausalLM.from_pretrained(tiny_model_dir), rank=2, alpha=4,
                          targets=("q_proj",), seed=0)  # fmt: skip
     policy.save_pretrained(parts_dir)
-    setup.check_model_dir(parts_dir, adapter=True)
+    check_model_dir(parts_dir, adapter=True)
     with pytest.raises(ConfigError, match=r"^model.path: .* holds a LoRA adapter"):
-        setup.check_model_dir(parts_dir, "model.path")
+        check_model_dir(parts_dir, "model.path")
     (parts_dir / lora.ADAPTER_CONFIG).write_text('{"peft_type": "IA3"}')
     with pytest.raises(InputError, match="not a LoRA adapter config"):
-        setup.check_model_dir(parts_dir, adapter=True)
+        check_model_dir(parts_dir, adapter=True)
 
 
 def test_cli_trains_a_lora_policy(tiny_model_dir: Path, tmp_path: Path, toy: Toy) -> None:

@@ -14,7 +14,7 @@ from typing import Any, get_args
 import pytest
 
 from rlmap import correction, estimators, feedback, reduction, sampling
-from rlmap.assembly.setup import refuse_unavailable
+from rlmap.assembly.available import refuse_unavailable
 from rlmap.cli import main
 from rlmap.core.errors import ConfigError
 from rlmap.experiments.train import run_training

@@ -437,7 +437,7 @@ def test_environments_that_do_not_wait_are_stepped_in_the_calling_thread() -> No
 
 def test_the_task_factory_says_which_environments_wait(monkeypatch: pytest.MonkeyPatch) -> None:
     from rlmap import feedback
-    from rlmap.assembly.setup import environment_factory
+    from rlmap.assembly.environments import environment_factory
     from rlmap.recipes import build_config
 
     added = feedback.Verifier(exact_match, "registered by a user: it might call a service")

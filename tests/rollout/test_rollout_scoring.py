@@ -216,7 +216,6 @@ def test_a_process_reward_run_trains_end_to_end(
     import torch
     from chat_model import QUESTION, chat_tokenizer, scripted_model
 
-    from rlmap.assembly import setup
     from rlmap.tasks.arithmetic import make_problem
 
     model_dir = tmp_path / "chat-model"
@@ -224,7 +223,8 @@ def test_a_process_reward_run_trains_end_to_end(
     chat_tokenizer().save_pretrained(model_dir)
     problem = make_problem(37, "*", 85)
     assert problem.prompt == QUESTION
-    monkeypatch.setattr(setup, "make_splits", lambda *_, **__: ([problem] * 40, [problem] * 4))
+    monkeypatch.setattr("rlmap.tasks.sources.builtin.make_splits",
+                        lambda *_, **__: ([problem] * 40, [problem] * 4))  # fmt: skip
     batches = _spy(monkeypatch)
     overrides = [*toy(model_dir, steps=2), "data.task=calculator", "data.max_turns=2",
                  "generation.max_new_tokens=40", "generation.temperature=0.2",
@@ -265,7 +265,7 @@ def test_a_useful_call_earns_the_bonus_in_either_tool_format(model: str) -> None
     # its answer, played through the episode runner, score 0.1 then 1 in both.
     from chat_model import chat_tokenizer
 
-    from rlmap.assembly import setup
+    from rlmap.assembly.environments import environment_factory
     from rlmap.rollout.episodes import run_episodes
     from rlmap.tasks.arithmetic import make_problem
     from rlmap.tasks.calculator import demonstration
@@ -275,7 +275,7 @@ def test_a_useful_call_earns_the_bonus_in_either_tool_format(model: str) -> None
                                      "feedback.source=process_reward",
                                      "feedback.process_reward=calculator_steps"])  # fmt: skip
     example = make_problem(37, "*", 85)
-    env = setup.environment_factory(cfg, tokenizer)(example)
+    env = environment_factory(cfg, tokenizer)(example)
     acted = [ids for ids, trained in demonstration(tokenizer, example, "3145", use_tool=True)
              if trained]  # fmt: skip
     (episode,) = run_episodes(Scripted(acted), [env], max_new_tokens=64, temperature=1.0,  # type: ignore[arg-type]

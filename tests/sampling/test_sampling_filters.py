@@ -10,11 +10,11 @@ from hypothesis import strategies as st
 from rlmap.core.errors import UnknownComponentError
 from rlmap.sampling import (
     SamplingParams,
-    filter_diagnostics,
     first_groups,
     keep_mixed,
     registry,
     sample_more,
+    sampling_counters,
 )
 
 # Four groups of three; group ids need not be contiguous or sorted.
@@ -39,14 +39,24 @@ def test_none_keeps_every_valid_trajectory() -> None:
     assert torch.equal(keep, VALID)
 
 
-def test_diagnostics_count_filtered_rollouts() -> None:
+def test_sampling_counters_count_what_was_generated_not_only_what_was_kept() -> None:
     keep = keep_mixed(REWARDS, GROUPS, VALID)
-    diag = filter_diagnostics(keep, GROUPS)
-    # 5 of 12 kept (rows 0, 1, 2, 10, 11): kept_frac = 5/12, filtered = 12 - 5 = 7,
-    # kept groups = {5, 4} = 2
-    assert diag["sampling/kept_frac"].item() == pytest.approx(5 / 12)
-    assert int(diag["sampling/filtered"]) == 7
-    assert int(diag["sampling/kept_groups"]) == 2
+    # The hand case over 2 rounds: 12 trajectories of 3, 1, 2, ... tokens; rows 8 and 9 have
+    # an untrusted reward; 5 kept (rows 0, 1, 2, 10, 11).
+    tokens = [3, 1, 2, 4, 4, 4, 1, 1, 1, 2, 2, 5]
+    c = sampling_counters(tokens, VALID.tolist(), int(keep.sum()), rounds=2)
+    assert c == {
+        "sampling/rounds": 2.0,
+        "sampling/generated": 12.0,
+        "sampling/generated_tokens": 30.0,  # 3+1+2 + 12 + 3 + 2+2+5
+        "sampling/kept": 5.0,
+        "sampling/kept_frac": pytest.approx(5 / 12),
+        "sampling/rejected": 2.0,  # rows 8 and 9
+    }
+
+
+def test_sampling_counters_of_nothing_are_zeros_not_a_division_by_zero() -> None:
+    assert sampling_counters([], [], 0, rounds=1)["sampling/kept_frac"] == 0.0
 
 
 def reference_mixed(rewards: list[float], groups: list[int], valid: list[bool]) -> list[bool]:

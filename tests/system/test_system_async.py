@@ -47,8 +47,14 @@ def test_sao_trains_on_the_tool_task_asynchronously(
     steps = records[1:]
     assert [r["step"] for r in steps] == [1, 2, 3, 4]
     for key in ("system/checkpoint_age_mean", "system/accepted_token_frac", "system/queue_length",
-                "system/rollout_duration_p95", "system/learner_utilisation"):  # fmt: skip
+                "system/rollout_duration_p95", "system/learner_utilisation",
+                "system/learner_wait_s", "system/tokens_per_s"):  # fmt: skip
         assert all(key in r for r in steps), key
+    # the same split of the step as the synchronous loop's; no rollout_s (rollouts overlap)
+    for r in steps:
+        assert "system/rollout_s" not in r
+        total = r["system/learner_wait_s"] + r["system/update_s"]
+        assert r["system/learner_utilisation"] == pytest.approx(r["system/update_s"] / total)
     # no consumed trajectory is older than η = 1 version
     assert seen
     for batch, version in seen:
@@ -157,13 +163,13 @@ def test_the_learner_drops_what_is_older_than_eta_when_it_consumes(
 ) -> None:
     # Admission control keeps stale work rare, so deleting the consumption filter left every
     # other test green; here the queue holds two trajectories older than η on purpose.
-    from rlmap.assembly import setup
+    from rlmap.assembly.parts import build
     from rlmap.system.sync import LoopState
 
     cfg = build_config("sao", None, [*_calc(toy, tiny_calc_model_dir),
                                      "behaviour.max_staleness=1", "sampling.prompts_per_step=1",
                                      "sampling.group_size=4"])  # fmt: skip
-    parts = setup.build(cfg, tiny_calc_model_dir)
+    parts = build(cfg, tiny_calc_model_dir)
     seen: list[Batch] = []
     monkeypatch.setattr(async_loop, "learn", lambda p, batch, state: seen.append(batch) or {})
     with async_loop.async_runner(parts, LoopState(step=3), workers_of=lambda r: []) as runner:

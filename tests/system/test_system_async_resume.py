@@ -24,7 +24,7 @@ from test_system_resume_faults import (
     without,
 )
 
-from rlmap.assembly import setup
+from rlmap.assembly.parts import Parts, build
 from rlmap.cli import main
 from rlmap.core.batch import RewardStatus
 from rlmap.engines.engine import Completion
@@ -98,10 +98,10 @@ def _scored(group: int, version: int = 0) -> Scored:
     return Scored(single_turn(c), group, 1.0, 0.5, RewardStatus.OK, per_turn=(0.5,))
 
 
-def _parts(toy: Toy, model_dir: Path) -> setup.Parts:
+def _parts(toy: Toy, model_dir: Path) -> Parts:
     cfg = build_config("sao", None, [*_args(toy, model_dir), "sampling.prompts_per_step=1",
                                      "sampling.group_size=2"])  # fmt: skip
-    return setup.build(cfg, model_dir)
+    return build(cfg, model_dir)
 
 
 def test_a_snapshot_brings_back_the_queue_the_rounds_in_flight_and_the_counters(
@@ -272,7 +272,7 @@ def test_a_deterministic_rounds_samples_depend_on_its_seed_not_the_learners_draw
     cfg = build_config("sao", None, [*_args(toy, tiny_calc_model_dir),
                                      "system.partial_rollout=false", "system.deterministic=true",
                                      "generation.temperature=1.5"])  # fmt: skip
-    parts = setup.build(cfg, tiny_calc_model_dir)
+    parts = build(cfg, tiny_calc_model_dir)
     queues = []
     for learner_seed in (1, 2):  # whatever the learner drew before, the rounds are the same
         torch.manual_seed(learner_seed)

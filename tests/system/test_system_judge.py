@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from judge_server import JudgeServer, always_first, correct_first, correct_score
 
-from rlmap.assembly import setup
+from rlmap.assembly.checks import check_inputs
 from rlmap.cli import main
 from rlmap.core.errors import ConfigError
 from rlmap.diagnostics.report import diagnose
@@ -30,7 +30,7 @@ def _records(run: Path) -> list[dict[str, Any]]:
 def _train(run: Path, url: str, toy: Toy, model: Path, *extra: str, steps: int = 3) -> None:
     cfg = build_config("grpo", None, [*toy(model, steps=steps), f"feedback.judge_url={url}",
                                       *extra])  # fmt: skip
-    setup.check_inputs(cfg)
+    check_inputs(cfg)
     run_training(cfg, run)
 
 
@@ -44,7 +44,7 @@ def test_a_pointwise_judge_trains_and_its_calls_are_in_the_ledger(
     assert len(steps) == 3
     for r in steps:  # 2 prompts × 4 samples scored by the judge, the verifier beside it
         assert r["judge/calls"] + r["judge/cache_hits"] == 8 and r["judge/failed"] == 0
-        assert "reward/verifier_mean" in r and r["sampling/infra_errors"] == 0
+        assert "reward/verifier_mean" in r and r["errors/infra_error_frac"] == 0
     ledger = json.loads((tmp_path / "run" / "ledger.json").read_text())
     spent = [r.get(k, 0.0) for r in records for k in ("judge/calls", "eval/judge/calls")]
     assert ledger["judge_calls"] == sum(spent) == server.requests  # rollouts and samples
@@ -98,9 +98,10 @@ def test_a_judge_killed_mid_run_costs_counted_failures_never_zeros(
     killer.join(timeout=5)
     steps = _records(tmp_path / "run")[1:]
     assert len(steps) == 4  # the run went on
-    assert steps[0]["sampling/infra_errors"] == 0
+    assert steps[0]["errors/infra_error_frac"] == 0
     dead = steps[-1]  # every request failed; a reply still cached (the same response) did not
-    failed = dead["sampling/infra_errors"] + dead["sampling/timeouts"]
+    failed = round((dead["errors/infra_error_frac"] + dead["errors/timeout_frac"])
+                   * dead["sampling/generated"])  # fmt: skip
     assert failed == dead["judge/failed"] > 0 and dead["judge/calls"] == 2 * failed  # 1 retry
     assert failed + dead["judge/cache_hits"] == dead["sampling/generated"]
     assert dead["sampling/rejected"] == failed  # excluded and counted, never scored 0
@@ -150,7 +151,7 @@ def test_a_dead_judge_or_a_bad_setting_stops_the_run_before_it_starts(
         err = capsys.readouterr().err.strip()
         assert message in err and len(err.splitlines()) == 1, err
     with pytest.raises(ConfigError, match=r"feedback\.judge_max: must exceed"):
-        setup.check_inputs(build_config("grpo", None, [*toy(tiny_model_dir),
+        check_inputs(build_config("grpo", None, [*toy(tiny_model_dir),
                                                        "feedback.source=judge",
                                                        "feedback.judge_url=http://x/v1",
                                                        "feedback.judge_max=0"]))  # fmt: skip

@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 import torch
 
-from rlmap.assembly import setup
+from rlmap.assembly.available import refuse_unavailable
+from rlmap.assembly.models import learner_device
 from rlmap.cli import main
 from rlmap.core.errors import ConfigError
 from rlmap.recipes import build_config
@@ -208,7 +209,7 @@ def test_an_actor_builds_on_the_gpu_ray_gave_it_and_on_the_cpu_otherwise(
     monkeypatch.setattr(ray, "get_gpu_ids", lambda: gpu_ids)
     monkeypatch.setattr(torch, "set_num_threads", lambda n: None)
     calls: list[bool] = []
-    monkeypatch.setattr(setup, "build", lambda cfg, start, reward_path, trains:
+    monkeypatch.setattr("rlmap.assembly.parts.build", lambda cfg, start, reward_path, trains:
                         calls.append(trains) or cfg)  # fmt: skip
     actor = RolloutActor(_cfg("system.device=auto"), "start", None)
     built: Any = actor.p
@@ -291,8 +292,8 @@ def test_gpus_the_machine_has_are_accepted_ray_and_vllm_on_cuda_included(
     # a CUDA learner with Ray, and vLLM in Ray's actors on a GPU, were refused until now
     _fake_cuda(monkeypatch, gpus)
     cfg = _cfg(*extra)
-    setup.refuse_unavailable(cfg)  # the actors' GPUs are checked here (check_gpus)
-    assert setup.learner_device(cfg).type == ("cuda" if gpus else "cpu")
+    refuse_unavailable(cfg)  # the actors' GPUs are checked here (check_gpus)
+    assert learner_device(cfg).type == ("cuda" if gpus else "cpu")
 
 
 @pytest.mark.parametrize(

@@ -9,10 +9,10 @@ from typing import cast
 
 import torch
 
-from rlmap.assembly.setup import Parts
+from rlmap.assembly.parts import Parts
 from rlmap.recipes import build_config
 from rlmap.sampling.rebalance import Visits
-from rlmap.system.sync import LoopState, draw_prompts
+from rlmap.system.sync import LoopState, draw_prompts, step_times
 from rlmap.tasks.arithmetic import Example
 
 POOL = [Example(prompt=f"{i}+0=", answer=str(i)) for i in range(10)]
@@ -72,3 +72,14 @@ def test_a_saved_loop_state_comes_back_with_its_visits() -> None:
     assert LoopState.saved(asdict(state)) == state
     old = {k: v for k, v in asdict(LoopState()).items() if k != "visits"}  # before rebalancing
     assert LoopState.saved(old) == LoopState()
+
+
+def test_both_loops_split_a_step_into_the_wait_and_the_rest_by_hand() -> None:
+    # waited 3 s for the batch (sync: the rollout; async: the queue), 1 s for the rest,
+    # 200 tokens generated: utilisation 1 / (3 + 1) = 0.25, throughput 200 / 4 = 50 tokens/s
+    assert step_times(3.0, 1.0, 200.0) == {
+        "system/learner_wait_s": 3.0,
+        "system/update_s": 1.0,
+        "system/learner_utilisation": 0.25,
+        "system/tokens_per_s": 50.0,
+    }

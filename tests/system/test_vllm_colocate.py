@@ -22,8 +22,10 @@ import pytest
 import torch
 from torch import nn
 
-from rlmap.assembly import setup
-from rlmap.assembly.setup import check_gpu_room, load_causal_lm, load_tokenizer, make_engine
+from rlmap.assembly.available import refuse_unavailable
+from rlmap.assembly.engine import check_gpu_room, make_engine
+from rlmap.assembly.models import load_causal_lm, load_tokenizer
+from rlmap.assembly.parts import build
 from rlmap.core.errors import ConfigError
 from rlmap.learner.distributed import SINGLE, World
 from rlmap.learner.memory import check_engine_room, learner_bytes, resident_bytes
@@ -308,11 +310,12 @@ def test_the_engine_is_built_after_every_model_it_must_fit_beside(
     log: list[str], vllm_model_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     seen: list[list[nn.Module]] = []
-    monkeypatch.setattr(setup, "check_gpu_room", lambda cfg, device, learner, world, **kw:
+    monkeypatch.setattr("rlmap.assembly.engine.check_gpu_room",
+                        lambda cfg, device, learner, world, **kw:
                         seen.append(list(learner)))  # fmt: skip
     cfg = build_config("ppo", None, [f"model.path={vllm_model_dir}", "system.engine=vllm",
                                      "kl.placement=reward", "kl.beta=0.01"])  # fmt: skip
-    p = setup.build(cfg, vllm_model_dir)
+    p = build(cfg, vllm_model_dir)
     assert p.critic is not None and p.reference is not None
     assert [id(m) for m in seen[0]] == [id(p.policy), id(p.reference), id(p.critic)]
 
@@ -396,6 +399,6 @@ def test_one_learner_on_a_gpu_other_than_the_first_is_refused_with_vllm(
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     cfg = build_config("grpo", None, ["system.engine=vllm", "system.device=cuda:1"])
     with pytest.raises(ConfigError, match=r"^system\.device: cuda:1 with system\.engine=vllm"):
-        setup.refuse_unavailable(cfg)
-    setup.refuse_unavailable(build_config("grpo", None, ["system.engine=vllm",
+        refuse_unavailable(cfg)
+    refuse_unavailable(build_config("grpo", None, ["system.engine=vllm",
                                                          "system.device=cuda:0"]))  # fmt: skip

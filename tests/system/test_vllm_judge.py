@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from rlmap.assembly import setup
+from rlmap.assembly.checks import check_inputs
 from rlmap.experiments.train import run_training
 from rlmap.learned.judge_model import JudgeModelSpec, save_judge, train_judge
 from rlmap.recipes import build_config
@@ -95,12 +95,12 @@ def test_a_judge_served_by_vllm_trains_both_modes_and_its_death_is_counted(
         modes = {"judge": rating, "comparison": []}
         for mode, extra in modes.items():
             cfg = build_config("grpo", None, [*common, f"feedback.source={mode}", *extra])
-            setup.check_inputs(cfg)  # the server answers GET /v1/models
+            check_inputs(cfg)  # the server answers GET /v1/models
             run_training(cfg, tmp_path / mode)
             steps = _records(tmp_path / mode)[1:]
             assert len(steps) == 2
             for r in steps:  # no transport failure; a format-only judge's replies parse
-                assert r["judge/failed"] == 0 and r["sampling/infra_errors"] == 0, r
+                assert r["judge/failed"] == 0 and r["errors/infra_error_frac"] == 0, r
                 assert r["judge/invalid"] < r["judge/calls"] + r["judge/cache_hits"], r
                 assert r["sampling/kept"] > 0  # (of the toy policy's garbage, not always)
             ledger = json.loads((tmp_path / mode / "ledger.json").read_text())
@@ -128,7 +128,8 @@ def test_a_judge_served_by_vllm_trains_both_modes_and_its_death_is_counted(
     steps = _records(tmp_path / "killed")[1:]
     assert len(steps) == 3  # the run went on
     last = steps[-1]
-    failed = last["sampling/infra_errors"] + last["sampling/timeouts"]
+    failed = round((last["errors/infra_error_frac"] + last["errors/timeout_frac"])
+                   * last["sampling/generated"])  # fmt: skip
     assert failed == last["judge/failed"] > 0  # each failed request: one trajectory, counted
     assert last["sampling/rejected"] >= failed  # excluded from the loss, never scored 0
     ledger = json.loads((tmp_path / "killed" / "ledger.json").read_text())

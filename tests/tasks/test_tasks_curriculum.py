@@ -13,7 +13,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from rlmap.assembly import setup
+from rlmap.assembly.data import curriculum_levels, labelled_prompts, load_data
+from rlmap.assembly.embedded import embedded_tokenizer, warm_start_spec
 from rlmap.core.errors import ConfigError
 from rlmap.experiments.train import run_training
 from rlmap.recipes import build_config
@@ -59,9 +60,9 @@ def test_the_config_holds_the_top_levels_settings_and_rebuilds_the_same() -> Non
     # training at the top level directly: the same settings, so the same held-out set
     settings = f"data.task_args={json.dumps(cfg.data.task_args)}"
     direct = build_config("grpo", None, ["data.task=reasoning_gym:chain_sum", settings])
-    assert setup.load_data(direct)[1] == setup.load_data(cfg)[1]
-    assert setup.embedded_tokenizer(direct).get_vocab() == setup.embedded_tokenizer(cfg).get_vocab()
-    assert setup.warm_start_spec(direct) == setup.warm_start_spec(cfg)
+    assert load_data(direct)[1] == load_data(cfg)[1]
+    assert embedded_tokenizer(direct).get_vocab() == embedded_tokenizer(cfg).get_vocab()
+    assert warm_start_spec(direct) == warm_start_spec(cfg)
 
 
 @pytest.mark.parametrize(
@@ -100,9 +101,9 @@ def _terms(question: str) -> list[str]:
 
 def test_each_level_draws_from_its_own_pool_and_none_is_held_out() -> None:
     cfg = build_config("grpo", None, [*SUMS, "sampling.curriculum_top=2", "data.train_size=300"])
-    levels = setup.curriculum_levels(cfg)
+    levels = curriculum_levels(cfg)
     assert levels is not None
-    train, heldout = setup.load_data(cfg)
+    train, heldout = load_data(cfg)
     held = {e.prompt for e in heldout}
     assert levels.pool(2) == train  # the top level's pool is training at that level directly
     for level in range(3):
@@ -150,7 +151,7 @@ def test_the_level_climbs_on_its_pass_rate_and_each_step_draws_from_its_level(
     # level, move, max terms, max digits of each step: up to the top (4), then it holds
     assert _levels(tmp_path / "run") == [(0, 1, 2, 1), (1, 1, 3, 2), (2, 1, 4, 3),
                                          (3, 1, 5, 4), (4, 0, 6, 5), (4, 0, 6, 5)]  # fmt: skip
-    levels = setup.curriculum_levels(cfg)
+    levels = curriculum_levels(cfg)
     assert levels is not None
     for step, prompts in enumerate(drawn):
         pool = {e.prompt for e in levels.pool(min(step, 4))}
@@ -196,7 +197,7 @@ def test_rlmap_tasks_shows_a_tasks_levels() -> None:
 def test_a_weighted_task_is_its_task() -> None:
     cfg = build_config("grpo", None, [*SUMS, "data.task=reasoning_gym:chain_sum*3",
                                       "sampling.curriculum_top=1"])  # fmt: skip
-    levels = setup.curriculum_levels(cfg)
+    levels = curriculum_levels(cfg)
     assert levels is not None and levels.name == "chain_sum"
     assert cfg.data.task_args == rg.level_args("chain_sum", {}, 1)
 
@@ -206,7 +207,7 @@ def test_settings_that_are_lists_are_not_logged_as_numbers() -> None:
     cfg = build_config("grpo", None, ["data.task=reasoning_gym:simple_equations",
                                       "sampling.curriculum=true", "sampling.curriculum_top=1",
                                       "data.train_size=50", "data.eval_size=4"])  # fmt: skip
-    levels = setup.curriculum_levels(cfg)
+    levels = curriculum_levels(cfg)
     assert levels is not None
     assert isinstance(levels.settings(0)["operators_weights"], list)
     parts = SimpleNamespace(cfg=cfg, levels=levels)
@@ -218,7 +219,7 @@ def test_settings_that_are_lists_are_not_logged_as_numbers() -> None:
 
 def test_the_lower_levels_prompts_are_checked_against_the_context_too() -> None:
     cfg = build_config("grpo", None, [*SUMS, "sampling.curriculum_top=2", "data.train_size=50"])
-    labels = [label for label, _ in setup.labelled_prompts(cfg)]
+    labels = [label for label, _ in labelled_prompts(cfg)]
     assert any(
         label.startswith("data.task=reasoning_gym:chain_sum level 0 example") for label in labels
     )

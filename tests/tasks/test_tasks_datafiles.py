@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from rlmap.assembly import setup
+from rlmap.assembly.data import check_prompt_lengths, labelled_prompts, load_data
+from rlmap.assembly.environments import environment_factory
 from rlmap.embedded.tokenizer import build_tokenizer
 from rlmap.recipes import build_config
 from rlmap.tasks.arithmetic import Example
@@ -103,11 +104,11 @@ def test_a_chat_task_trains_on_its_rendered_prompts(tmp_path: Path) -> None:
     path = tmp_path / "chat.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     cfg = build_config("grpo", None, [f"data.task={path}", "data.eval_size=4"])
-    train, heldout = setup.load_data(cfg)
+    train, heldout = load_data(cfg)
     assert len(train) == 8 and len(heldout) == 4 and train[0].messages is not None
     tokenizer = build_tokenizer()
     tokenizer.chat_template = "{% for m in messages %}{{ m['content'] }}={% endfor %}"
-    env = setup.environment_factory(cfg, tokenizer)(train[0])
+    env = environment_factory(cfg, tokenizer)(train[0])
     assert tokenizer.decode(env.reset(), skip_special_tokens=True) == f"{train[0].prompt}="
     step = env.step([*tokenizer.encode(train[0].answer, add_special_tokens=False),
                      tokenizer.eos_token_id])  # fmt: skip
@@ -123,7 +124,7 @@ def test_a_chat_prompt_longer_than_the_context_names_its_row(tmp_path: Path) -> 
     path.write_text(json.dumps([ROWS[0] | {"prompt": "1=", "answer": "1"}, long]))
     cfg = build_config("grpo", None, [f"data.task={path}"])
     with pytest.raises(InputError, match=r"chat\.json row 1: prompt of \d+ tokens .* 32-position"):
-        setup.check_prompt_lengths(setup.labelled_prompts(cfg), build_tokenizer(), 32)
+        check_prompt_lengths(labelled_prompts(cfg), build_tokenizer(), 32)
 
 
 def test_a_file_of_another_suffix_is_read_as_json_lines(tmp_path: Path) -> None:
@@ -147,7 +148,7 @@ def test_a_chat_template_that_refuses_a_row_names_it(tmp_path: Path) -> None:
     )
     cfg = build_config("grpo", None, [f"data.task={path}", f"data.eval_path={path}"])
     with pytest.raises(InputError, match=r"chat\.jsonl:1: the tokenizer's chat template refuses"):
-        setup.check_prompt_lengths(setup.labelled_prompts(cfg), tokenizer, 512)
+        check_prompt_lengths(labelled_prompts(cfg), tokenizer, 512)
 
 
 def test_field_names_are_refused_where_there_is_no_file() -> None:
@@ -221,7 +222,7 @@ def test_a_held_out_file_passes_the_same_guard(tmp_path: Path) -> None:
     heldout.write_text(json.dumps([{"prompt": "1" * MAX_ROW_BYTES, "answer": "1"}]))
     cfg = build_config("grpo", None, [f"data.task={train}", f"data.eval_path={heldout}"])
     with pytest.raises(InputError, match=r"heldout\.json row 0: row longer than"):
-        setup.labelled_prompts(cfg)
+        labelled_prompts(cfg)
 
 
 SURROGATE_ROWS = [

@@ -12,7 +12,10 @@ from typing import Any
 
 import pytest
 
-from rlmap.assembly import setup
+from rlmap.assembly.data import load_data
+from rlmap.assembly.embedded import fitted_context, warm_start_spec
+from rlmap.assembly.environments import environment_factory
+from rlmap.assembly.models import model_path
 from rlmap.core.batch import End, RewardStatus
 from rlmap.core.errors import ConfigError
 from rlmap.embedded.tiny import TinySpec, build_tiny_model
@@ -30,8 +33,8 @@ TOKENIZER = task_tokenizer("gym:FrozenLake-v1")
 
 def _env(*extra: str) -> Any:
     cfg = build_config("grpo", None, [*LAKE, *extra])
-    train, _ = setup.load_data(cfg)
-    return setup.environment_factory(cfg, TOKENIZER)(train[0])
+    train, _ = load_data(cfg)
+    return environment_factory(cfg, TOKENIZER)(train[0])
 
 
 def _act(env: Any, text: str) -> Any:
@@ -77,7 +80,7 @@ def test_gymnasium_time_limit_and_the_turn_budget_both_truncate() -> None:
 
 def test_train_and_heldout_episodes_never_share_a_seed() -> None:
     cfg = build_config("grpo", None, [*LAKE, "data.train_size=50", "data.eval_size=10"])
-    train, heldout = setup.load_data(cfg)
+    train, heldout = load_data(cfg)
     assert len(train) == 50 and len(heldout) == 10
     assert not {e.reference for e in train} & {e.reference for e in heldout}
 
@@ -127,8 +130,8 @@ class Scripted:
 def test_a_text_environment_gets_text_and_a_failure_aborts_the_episode() -> None:
     gym.register("rlmap-test/Echo-v0", entry_point=Echo)
     cfg = build_config("grpo", None, ["data.task=gym:rlmap-test/Echo-v0"])
-    train, _ = setup.load_data(cfg)
-    make = setup.environment_factory(cfg, TOKENIZER)
+    train, _ = load_data(cfg)
+    make = environment_factory(cfg, TOKENIZER)
     envs = [make(train[0]) for _ in range(3)]
     episodes = run_episodes(Scripted(["ab", "xy", "boom"]), envs, max_new_tokens=8,  # type: ignore[arg-type]
                             temperature=1.0, top_p=1.0, max_turns=3)  # fmt: skip
@@ -142,8 +145,8 @@ def test_frozen_lake_episodes_through_the_runner() -> None:
     # episode 0 walks the shortest path; episode 1 falls in the hole at 5 on its second
     # turn; episode 2 keeps walking into the west wall and meets the turn budget (6)
     cfg = build_config("grpo", None, [*LAKE, "data.max_turns=6"])
-    train, _ = setup.load_data(cfg)
-    make = setup.environment_factory(cfg, TOKENIZER)
+    train, _ = load_data(cfg)
+    make = environment_factory(cfg, TOKENIZER)
     rounds = [["2", "1", "0"], ["2", "2", "0"], ["1", "0"], ["1", "0"], ["1", "0"], ["2", "0"]]
     engine = Scripted(*rounds)
     walk, hole, wander = run_episodes(engine, [make(train[0]) for _ in range(3)],  # type: ignore[arg-type]
@@ -182,7 +185,7 @@ def test_the_longest_episode_fits_the_context(turns: int) -> None:
     # an action that keeps the episode going (left, into the wall), every observation kept
     extra = [f"data.max_turns={turns}", "generation.max_new_tokens=16"]
     cfg = build_config("grpo", None, [*LAKE, *extra])
-    context = setup.fitted_context(cfg)
+    context = fitted_context(cfg)
     env = _env(*extra)
     length = len(env.reset())
     for _ in range(turns):
@@ -203,7 +206,7 @@ def test_the_data_fingerprint_sees_the_environment_settings_and_item_keys() -> N
     old = hashlib.sha256(json.dumps([[["1+1=", "2"]], [["1+1=", "2"]]]).encode()).hexdigest()
     assert data_fingerprint(plain, plain) == old[:DIGITS]
     cfg = build_config("grpo", None, [*LAKE, "data.train_size=4", "data.eval_size=2"])
-    train, heldout = setup.load_data(cfg)
+    train, heldout = load_data(cfg)
     slippery = data_fingerprint(train, heldout, {"is_slippery": True})
     assert slippery != data_fingerprint(train, heldout, {"is_slippery": False})
     keyed = [Example("1+1=", "2", reference='{"index": 0}')]
@@ -220,9 +223,9 @@ def test_the_embedded_model_starts_a_gym_task_from_its_initialisation(
 
     monkeypatch.setenv("RLMAP_CACHE", str(tmp_path))
     cfg = build_config("grpo", None, [*LAKE, "data.max_turns=8"])
-    spec = setup.warm_start_spec(cfg)
+    spec = warm_start_spec(cfg)
     assert (spec.steps, spec.blur_steps) == (0, 0)
-    loaded = AutoModelForCausalLM.from_pretrained(setup.model_path(cfg))
+    loaded = AutoModelForCausalLM.from_pretrained(model_path(cfg))
     fresh = build_tiny_model(TOKENIZER, spec.model, spec.seed)
     for (name, a), (_, b) in zip(
         loaded.state_dict().items(), fresh.state_dict().items(), strict=True

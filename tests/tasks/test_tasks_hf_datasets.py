@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from rlmap.assembly import setup
+from rlmap.assembly.data import labelled_prompts, load_data
+from rlmap.assembly.environments import environment_factory
+from rlmap.assembly.models import load_tokenizer
 from rlmap.core.errors import InputError
 from rlmap.experiments.train import run_training
 from rlmap.recipes import build_config
@@ -103,10 +105,10 @@ def test_train_and_held_out_splits_of_one_dataset(tmp_path: Path) -> None:
     args = [f"data.task=hf:{path}@train", f"data.eval_path=hf:{path}@test",
             "data.prompt_field=question", "data.answer_format=gsm8k"]  # fmt: skip
     cfg = build_config("grpo", None, args)
-    train, heldout = setup.load_data(cfg)
+    train, heldout = load_data(cfg)
     assert [e.answer for e in train] == ["7", "1000", "7", "30", "72"]
     assert [e.answer for e in heldout] == ["36"]
-    assert setup.labelled_prompts(cfg)[5] == (f"hf:{path}@test row 0", GSM8K[5][0])
+    assert labelled_prompts(cfg)[5] == (f"hf:{path}@test row 0", GSM8K[5][0])
 
 
 def test_one_saved_split_needs_no_name_and_refuses_one(tmp_path: Path) -> None:
@@ -197,8 +199,8 @@ def test_rlmap_tasks_lists_hf_datasets() -> None:
 def _scorer(args: list[str]) -> Callable[[Example, str], float]:
     """The reward of a response to an example in the run's environment (its verifier)."""
     cfg = build_config("grpo", None, args)
-    tokenizer = setup.load_tokenizer(Path(cfg.model.path))
-    make_env = setup.environment_factory(cfg, tokenizer)
+    tokenizer = load_tokenizer(Path(cfg.model.path))
+    make_env = environment_factory(cfg, tokenizer)
 
     def reward(example: Example, response: str) -> float:
         env = make_env(example)
@@ -229,7 +231,7 @@ def test_each_format_trains_and_scores_its_references(
     args = [*toy(wide_model_dir), f"data.task={source}", "data.eval_size=2",
             f"data.prompt_field={fields[0]}", f"data.answer_field={fields[1]}",
             f"data.answer_format={fmt}"]  # fmt: skip
-    train, heldout = setup.load_data(build_config("grpo", None, args))
+    train, heldout = load_data(build_config("grpo", None, args))
     assert [e.answer for e in heldout + train] == [ref for _, _, ref in rows]
     reward = _scorer(args)
     for example, (_, solution, reference) in zip(heldout + train, rows, strict=True):

@@ -42,7 +42,7 @@ def test_a_saved_tokenizer_encodes_a_prompt_as_training_does_in_plain_transforme
 def test_an_embedded_tokenizer_saved_before_it_added_bos_gets_it_back(tmp_path: Path) -> None:
     # Checkpoints of older rlmap versions have no post-processor: without this their prompts
     # lost the <bos> they were trained with (and answered "4" to "12+34=").
-    from rlmap.assembly.setup import load_tokenizer
+    from rlmap.assembly.models import load_tokenizer
 
     old = build_tokenizer()
     old.backend_tokenizer.post_processor = None
@@ -89,7 +89,7 @@ def test_a_word_level_embedded_tokenizer_of_older_rlmap_still_gets_its_bos(tmp_p
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    from rlmap.assembly.setup import load_tokenizer
+    from rlmap.assembly.models import load_tokenizer
     from rlmap.embedded.tokenizer import CHARACTERS, SPECIALS
 
     vocab = {t: i for i, t in enumerate((*SPECIALS, *CHARACTERS))}

@@ -10,7 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from rlmap.assembly import setup
+from rlmap.assembly.checks import check_inputs
+from rlmap.assembly.data import load_data
+from rlmap.assembly.embedded import embedded_tokenizer, warm_start_spec
+from rlmap.assembly.environments import environment_factory, make_verifier
 from rlmap.core.batch import RewardStatus
 from rlmap.core.errors import ConfigError
 from rlmap.embedded import warmstart
@@ -111,11 +114,11 @@ def test_the_task_own_score_answer_scores_with_and_without_partial_credit() -> N
 def test_the_verifier_runs_isolated_and_scores_through_the_environment(tmp_path: Path) -> None:
     cfg = build_config("grpo", None, SMALL_SUMS)
     assert cfg.feedback.verifier == "reasoning_gym"  # the task's own scorer, chosen for it
-    verify = setup.make_verifier(cfg, "reasoning_gym")
+    verify = make_verifier(cfg, "reasoning_gym")
     assert isinstance(verify, IsolatedVerifier)
     tokenizer = task_tokenizer(cfg.data.task)
-    train, _ = setup.load_data(cfg)
-    make_env = setup.environment_factory(cfg, tokenizer)
+    train, _ = load_data(cfg)
+    make_env = environment_factory(cfg, tokenizer)
     for text, reward in ((train[0].answer, 1.0), ("x" + train[0].answer, 0.0)):
         env = make_env(train[0])
         assert tokenizer.decode(env.reset(), skip_special_tokens=True) == train[0].prompt
@@ -150,13 +153,13 @@ def test_per_task_pass_at_k_by_hand() -> None:
 
 def test_the_embedded_model_gets_the_context_the_task_needs() -> None:
     cfg = build_config("grpo", None, SMALL_SUMS)
-    train, heldout = setup.load_data(cfg)
+    train, heldout = load_data(cfg)
     tokenizer = task_tokenizer(cfg.data.task)
     longest = max(len(tokenizer(e.prompt)["input_ids"]) for e in (*train, *heldout))
-    context = setup.warm_start_spec(cfg).model.max_position_embeddings
+    context = warm_start_spec(cfg).model.max_position_embeddings
     assert context % 64 == 0 and longest + 32 <= context < longest + 32 + 64
     assert context > TinySpec().max_position_embeddings  # 64 would not hold ~72 characters
-    setup.check_inputs(cfg)  # every prompt fits
+    check_inputs(cfg)  # every prompt fits
 
 
 def test_the_wide_tokenizer_round_trips_a_question_without_unknowns() -> None:
@@ -172,8 +175,8 @@ def test_the_chat_model_learns_the_words_of_its_reasoning_gym_task() -> None:
     """On a reasoning-gym task the chat model's BPE is trained on the task's text as well,
     so its prose costs about a token a word; on any other task it is the shared one."""
     cfg = build_config("grpo", None, [*SMALL_SUMS, "model.path=embedded:tiny-chat"])
-    tokenizer = setup.embedded_tokenizer(cfg)
-    question = setup.load_data(cfg)[1][0].prompt  # held out: its own ids were never seen
+    tokenizer = embedded_tokenizer(cfg)
+    question = load_data(cfg)[1][0].prompt  # held out: its own ids were never seen
     ids = tokenizer(question, add_special_tokens=False)["input_ids"]
     assert tokenizer.decode(ids) == question
     # "State the final answer to the following arithmetic problem:" is 9 words and a colon;
@@ -187,18 +190,18 @@ def test_the_chat_model_learns_the_words_of_its_reasoning_gym_task() -> None:
     calculator = build_config(
         "ppo", None, ["data.task=calculator", "model.path=embedded:tiny-chat"]
     )
-    assert setup.embedded_tokenizer(calculator).get_vocab() == shared.get_vocab()
+    assert embedded_tokenizer(calculator).get_vocab() == shared.get_vocab()
     args = json.dumps(SMALL, sort_keys=True)
     rebuilt = warmstart._chat_tokenizer.__wrapped__(cfg.data.task, args, (0, cfg.data.eval_size))
     assert rebuilt.get_vocab() == tokenizer.get_vocab()  # built again, not cached: the same
     # it learns from the run's training text only: no held-out question is in its corpus
-    train, heldout = setup.load_data(cfg)
+    train, heldout = load_data(cfg)
     corpus = set(warmstart.chat_corpus(cfg.data.task, args, (0, cfg.data.eval_size)))
     assert {e.prompt for e in train[:100]} <= corpus
     assert not corpus & {e.prompt for e in heldout}
-    spec = setup.warm_start_spec(cfg)  # short rows: the default batch of demonstrations
+    spec = warm_start_spec(cfg)  # short rows: the default batch of demonstrations
     assert spec.chat and spec.batch_size == 128 and spec.model.max_position_embeddings == 128
-    setup.check_inputs(cfg)  # every prompt fits, with its template
+    check_inputs(cfg)  # every prompt fits, with its template
 
 
 def test_training_on_a_mixture_logs_each_task(wide_model_dir: Path, tmp_path: Path) -> None:
@@ -296,7 +299,8 @@ def test_mixture_settings_must_be_mappings_and_every_task_held_out() -> None:
 def test_a_reasoning_gym_task_gets_the_chat_model_unless_a_model_is_named() -> None:
     # Before: `rlmap train data.task=reasoning_gym:chain_sum` trained the character-level
     # model, which stalls on prose (0.018 -> 0.017 held-out pass@1 in 100 steps).
-    from rlmap.recipes.config import PROSE_MODEL, embedded_task_note
+    from rlmap.recipes.config import embedded_task_note
+    from rlmap.tasks.sources.reasoning_gym import PROSE_MODEL
 
     cfg = build_config("grpo", None, ["data.task=reasoning_gym:chain_sum"])
     assert cfg.model.path == PROSE_MODEL == "embedded:tiny-chat"
@@ -327,7 +331,7 @@ def test_rlmap_train_says_the_note_before_training(
     # The CLI prints it (after the inputs passed their checks; no training here).
     from rlmap import cli
 
-    monkeypatch.setattr(setup, "check_inputs", lambda cfg: None)
+    monkeypatch.setattr("rlmap.assembly.checks.check_inputs", lambda cfg: None)
     monkeypatch.setattr(cli, "_train_rank", lambda args, cfg, world: 0)
     assert cli.main(["train", "data.task=reasoning_gym:chain_sum"]) == 0
     err = capsys.readouterr().err.splitlines()

@@ -21,7 +21,9 @@ from chat_model import (
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rlmap.assembly import setup
+from rlmap.assembly.data import check_prompt_lengths
+from rlmap.assembly.embedded import warm_start_spec
+from rlmap.assembly.environments import environment_factory
 from rlmap.core.batch import End, RewardStatus
 from rlmap.embedded.tiny import build_tiny_model
 from rlmap.embedded.tokenizer import CHATML
@@ -36,8 +38,9 @@ from rlmap.engines.hf_sampling import TextStop
 from rlmap.recipes import build_config
 from rlmap.rollout.episodes import run_episodes
 from rlmap.tasks.arithmetic import Example, make_problem
-from rlmap.tasks.calculator import calculator_tool, demonstration
+from rlmap.tasks.calculator import calculator_tool, calls_in_json, demonstration
 from rlmap.tasks.prompts import encode_prompt
+from rlmap.tasks.sources.builtin import check_calculator
 from rlmap.tasks.tool_calls import (
     CLOSE,
     ToolEnv,
@@ -313,9 +316,9 @@ def test_a_chat_demonstration_calls_the_tool_in_json_and_reads_the_templates_mes
 
 def test_the_calculator_task_on_a_chat_model_is_the_tool_env() -> None:
     cfg = build_config("ppo", None, ["data.task=calculator", "model.path=embedded:tiny-chat"])
-    env = setup.environment_factory(cfg, chat_tokenizer())(make_problem(37, "*", 85))
+    env = environment_factory(cfg, chat_tokenizer())(make_problem(37, "*", 85))
     assert isinstance(env, ToolEnv) and env.stop_strings.strings == (CLOSE,)
-    assert setup.warm_start_spec(cfg).chat
+    assert warm_start_spec(cfg).chat
 
 
 def test_the_calculator_on_a_chat_model_is_refused_up_front_where_it_cannot_work() -> None:
@@ -326,27 +329,28 @@ def test_the_calculator_on_a_chat_model_is_refused_up_front_where_it_cannot_work
     cfg = build_config("ppo", None, ["data.task=calculator", "model.path=embedded:tiny-chat"])
     # the default budget (16 tokens) cannot hold a call of 24
     with pytest.raises(ConfigError, match=r"^generation\.max_new_tokens: 16 tokens cannot hold"):
-        setup.check_calculator(cfg, chat_tokenizer())
+        check_calculator(cfg.data, cfg.generation.max_new_tokens, chat_tokenizer())
     wide = build_config("ppo", None, ["data.task=calculator", "generation.max_new_tokens=32"])
-    setup.check_calculator(wide, chat_tokenizer(), 128)  # 24 + 2 fit in 32
+    # 24 + 2 fit in 32
+    check_calculator(wide.data, wide.generation.max_new_tokens, chat_tokenizer(), 128)
     # prompt "99*99=" in ChatML is 14 tokens (digits one by one), a call 24, its tool
     # message for up to "-9999" 15 (5 of frame before, 5 after): 3 turns need
     # 14 + 2·(24 + 15) + 32 = 124 positions, 4 turns 14 + 3·39 + 32 = 163 > 128
     four = build_config("ppo", None, ["data.task=calculator", "generation.max_new_tokens=32",
                                       "data.max_turns=4"])  # fmt: skip
     with pytest.raises(ConfigError, match=r"^data\.max_turns: 4 turns .* up to 163 positions"):
-        setup.check_calculator(four, chat_tokenizer(), 128)
+        check_calculator(four.data, four.generation.max_new_tokens, chat_tokenizer(), 128)
     no_tool_role = chat_tokenizer()
     no_tool_role.chat_template = (
         "{% for m in messages %}{% if m['role'] == 'tool' %}{{ raise_exception('no tools') }}"
         "{% endif %}{{ m['content'] }}{% endfor %}"
     )
     with pytest.raises(ConfigError, match=r"^model\.path: its chat template cannot show a tool"):
-        setup.check_calculator(wide, no_tool_role)
+        check_calculator(wide.data, wide.generation.max_new_tokens, no_tool_role)
     markers = build_tokenizer(extra_tokens=TOOL_TOKENS)
     markers.chat_template = CHATML_LIKE
-    assert not setup.calls_in_json(markers)  # the markers are single tokens: <calc>…</calc>
-    assert setup.calls_in_json(chat_tokenizer())
+    assert not calls_in_json(markers)  # the markers are single tokens: <calc>…</calc>
+    assert calls_in_json(chat_tokenizer())
 
 
 CHATML_LIKE = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
@@ -367,7 +371,7 @@ def test_a_chat_model_is_shown_the_calculators_schema_through_its_template() -> 
     shows_tools = chat_tokenizer()
     shows_tools.chat_template = TOOLS_TEMPLATE
     cfg = build_config("ppo", None, ["data.task=calculator", "generation.max_new_tokens=32"])
-    env = setup.environment_factory(cfg, shows_tools)(make_problem(37, "*", 85))
+    env = environment_factory(cfg, shows_tools)(make_problem(37, "*", 85))
     text = shows_tools.decode(env.reset())
     tools = json.loads(text.split("# Tools\n")[1].split("\n")[0])
     assert tools["function"]["name"] == "calculator"  # what the model is to call it
@@ -376,20 +380,20 @@ def test_a_chat_model_is_shown_the_calculators_schema_through_its_template() -> 
     assert text.endswith("<|im_start|>user\n37*85=<|im_end|>\n<|im_start|>assistant\n")
     # the embedded template shows no tools: its prompts (and its measured run) are unchanged
     plain = chat_tokenizer()
-    env = setup.environment_factory(cfg, plain)(make_problem(37, "*", 85))
+    env = environment_factory(cfg, plain)(make_problem(37, "*", 85))
     assert (
         plain.decode(env.reset()) == "<|im_start|>user\n37*85=<|im_end|>\n<|im_start|>assistant\n"
     )
     # the schema counts against the context: 124 positions hold 3 turns without it (see
     # the test above), not with it
-    setup.check_calculator(cfg, plain, 124)
+    check_calculator(cfg.data, cfg.generation.max_new_tokens, plain, 124)
     with pytest.raises(ConfigError, match=r"^data\.max_turns: 3 turns"):
-        setup.check_calculator(cfg, shows_tools, 124)
+        check_calculator(cfg.data, cfg.generation.max_new_tokens, shows_tools, 124)
     schemas = prompt_tools(shows_tools)
     fits = len(encode_prompt(shows_tools, "37*85=")) + 1  # room for a token without tools
-    setup.check_prompt_lengths([("row 0", "37*85=")], shows_tools, fits)
+    check_prompt_lengths([("row 0", "37*85=")], shows_tools, fits)
     with pytest.raises(InputError, match=r"^row 0: prompt of \d+ tokens"):
-        setup.check_prompt_lengths([("row 0", "37*85=")], shows_tools, fits, tools=schemas)
+        check_prompt_lengths([("row 0", "37*85=")], shows_tools, fits, tools=schemas)
     # the warm start's demonstrations are prompted as the environment prompts
     ids, _, labels = sft_batch(shows_tools, [make_problem(37, "*", 85)], 0.0, random.Random(0),
                                tool_demos=1.0)  # fmt: skip
@@ -401,9 +405,9 @@ def test_a_chat_model_is_shown_the_calculators_schema_through_its_template() -> 
         "{% if tools %}{{ raise_exception('no tools here') }}{% endif %}" + CHATML
     )
     with pytest.raises(ConfigError, match=r"^model\.path: its chat template cannot show the calc"):
-        setup.check_calculator(cfg, refuses)
+        check_calculator(cfg.data, cfg.generation.max_new_tokens, refuses)
     with pytest.raises(InputError, match=r"^the model: its chat template refuses a prompt"):
-        setup.check_prompt_lengths([("row 0", "37*85=")], refuses, 128, tools=schemas)
+        check_prompt_lengths([("row 0", "37*85=")], refuses, 128, tools=schemas)
 
 
 def test_a_tool_the_model_cannot_be_shown_is_refused_naming_it() -> None:

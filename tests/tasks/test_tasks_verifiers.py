@@ -26,7 +26,13 @@ from chat_model import (
     scripted_model,
 )
 
-from rlmap.assembly import setup
+from rlmap.assembly.data import load_data, task_tools
+from rlmap.assembly.embedded import (
+    CONTEXT_BLOCK,
+    embedded_tokenizer,
+    fitted_context,
+    warm_start_spec,
+)
 from rlmap.core.batch import End, RewardStatus
 from rlmap.core.errors import ConfigError
 from rlmap.engines.engine import Completion
@@ -230,7 +236,7 @@ def test_the_environments_tools_reach_the_chat_template() -> None:
         "<|im_start|>system\ncalculator: expression<|im_end|>"
     )
     cfg = build_config("grpo", None, ["model.path=embedded:tiny-chat", f"data.task={task}"])
-    (schema,) = setup.task_tools(cfg, tokenizer)  # what the context checks count
+    (schema,) = task_tools(cfg, tokenizer)  # what the context checks count
     assert schema["function"]["name"] == "calculator"
 
 
@@ -332,8 +338,8 @@ def test_the_embedded_chat_model_starts_from_the_calculators_warm_start() -> Non
     cfg = build_config("grpo", None, ["model.path=embedded:tiny-chat", f"data.task={CALCULATOR}"])
     calculator = build_config("grpo", None, ["model.path=embedded:tiny-chat",
                                              "data.task=calculator"])  # fmt: skip
-    assert setup.warm_start_spec(cfg) == setup.warm_start_spec(calculator)
-    train, heldout = setup.load_data(cfg)
+    assert warm_start_spec(cfg) == warm_start_spec(calculator)
+    train, heldout = load_data(cfg)
     assert (len(train), len(heldout)) == (2000, 256)
     assert not {e.prompt for e in train} & {e.prompt for e in heldout}
 
@@ -342,12 +348,12 @@ def test_the_embedded_models_context_holds_the_environments_own_prompts() -> Non
     # ReasoningGymEnv's rows open with reasoning-gym's system prompt, hundreds of tokens
     cfg = build_config("grpo", None, ["model.path=embedded:tiny-chat", f"data.task={RG}",
                                       f"data.task_args={json.dumps(RG_ARGS)}"])  # fmt: skip
-    tokenizer = setup.embedded_tokenizer(cfg)
-    train, heldout = setup.load_data(cfg)
+    tokenizer = embedded_tokenizer(cfg)
+    train, heldout = load_data(cfg)
     longest = max(len(encode_prompt(tokenizer, e.chat)) for e in [*train, *heldout])
     assert longest > 300
-    context = setup.fitted_context(cfg)
-    assert longest + 32 <= context < longest + 32 + setup.CONTEXT_BLOCK
+    context = fitted_context(cfg)
+    assert longest + 32 <= context < longest + 32 + CONTEXT_BLOCK
 
 
 def test_a_short_run_on_the_example_environment_completes(tmp_path: Path) -> None:

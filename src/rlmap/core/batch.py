@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Any
+from typing import Any, overload
 
 import torch
 from torch import Tensor
@@ -45,6 +45,17 @@ class RewardStatus(IntEnum):
     INFRA_ERROR = 2
     """The reward infrastructure failed (sandbox crash, RM server down): not a zero reward."""
     TIMEOUT = 3
+
+
+@overload
+def trains(status: RewardStatus | int, end: End | int) -> bool: ...
+@overload
+def trains(status: Tensor, end: Tensor) -> Tensor: ...
+def trains(status: Any, end: Any) -> Any:
+    """The one validity rule: a trajectory trains when its reward can be trusted
+    (``RewardStatus.OK``) and it was not aborted; one trajectory's (bool) or a batch's
+    ((B,) bool tensors in, (B,) bool out). Everything else is excluded, and still counted."""
+    return (status == RewardStatus.OK) & (end != End.ABORTED)
 
 
 def cross(tensor: Tensor, device: torch.device) -> Tensor:
@@ -151,8 +162,8 @@ class Batch:
 
     @property
     def valid(self) -> Tensor:
-        """(B,) bool: trajectories that train (reward OK and not aborted)."""
-        return (self.reward_status == RewardStatus.OK) & (self.end != End.ABORTED)
+        """(B,) bool: trajectories that train (:func:`trains`, row by row)."""
+        return trains(self.reward_status, self.end)
 
     @property
     def turns(self) -> Tensor:

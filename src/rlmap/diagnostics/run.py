@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from rlmap.core.errors import InputError
+from rlmap.core.metrics import upgrade_row
 from rlmap.experiments.rundir import METRICS_FILE, MetricsLog, read_json_object
 from rlmap.recipes.config import read_yaml
 
@@ -61,7 +62,8 @@ def load_run(run_dir: Path) -> RunData:
         raise InputError(f"{run_dir}: {what}; diagnose reads a run directory")
     if not metrics.exists():
         raise InputError(f"{metrics}: no metrics (no such file); is {run_dir} a run directory?")
-    records = MetricsLog.read(metrics)  # InputError naming path:lineno
+    # InputError naming path:lineno; an old run's names as today's (docs/metrics.md)
+    records = [upgrade_row(r) for r in MetricsLog.read(metrics)]
     if not records:
         raise InputError(f"{metrics}: no metrics (the file is empty)")
     return RunData(records=records, ledger=read_json_object(run_dir / LEDGER_FILE, "ledger") or {},

@@ -350,7 +350,7 @@ EMPTY_STEPS = Symptom(
     check=(
         Interface(
             "reward failures",
-            ("sampling/rejected", "sampling/infra_errors", "sampling/timeouts"),
+            ("sampling/rejected", "errors/infra_error_frac", "errors/timeout_frac"),
             "an empty step is one whose every trajectory's reward failed or was excluded",
         ),
         Interface("staleness filter", ("system/stale_dropped", "config:behaviour.max_staleness")),

@@ -43,10 +43,10 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase, PreTrainedTok
 from rlmap.embedded.tiny import TinySpec, build_tiny_model
 from rlmap.embedded.tokenizer import CHARACTERS, build_bpe_tokenizer, build_tokenizer
 from rlmap.learner.supervised import fit
-from rlmap.tasks import reasoning_gym
 from rlmap.tasks.arithmetic import Example, make_splits
-from rlmap.tasks.calculator import TOOL_TOKENS, demonstration, prompt_tools, tool_call_text
+from rlmap.tasks.calculator import demonstration, prompt_tools, tool_call_text
 from rlmap.tasks.prompts import encode_prompt, encode_response
+from rlmap.tasks.registry import Split, kind_of
 
 FORMAT_VERSION = 2
 """Bump when the warm-start procedure changes, so old cache entries are not reused."""
@@ -100,10 +100,6 @@ class WarmStartSpec:
         return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
 
-TOOL_DEMOS = 0.25
-"""Fraction of the calculator task's demonstrations that use the tool."""
-
-
 def task_tokenizer(
     task: str, *, chat: bool = False, task_args: str = "{}", split: tuple[int, int] = (0, 256)
 ) -> PreTrainedTokenizerFast:
@@ -112,13 +108,14 @@ def task_tokenizer(
     ``chat``: the chat model's BPE tokenizer, trained on the task's training text as well
     on a reasoning-gym task (``task_args``: its settings, as JSON; ``split``: the run's
     ``data.split_seed`` and ``data.eval_size``, whose held-out questions it never sees)."""
+    kind = kind_of(task)
     if chat:
-        if reasoning_gym.is_reasoning_gym(task):
+        if kind.chat_corpus is not None:
             return copy.deepcopy(_chat_tokenizer(task, task_args, split))
         return chat_tokenizer()
-    if reasoning_gym.is_reasoning_gym(task) or task.startswith("gym:"):
+    if kind.prose:
         return build_tokenizer(characters=PRINTABLE)
-    return build_tokenizer(extra_tokens=TOOL_TOKENS if task == "calculator" else ())
+    return build_tokenizer(extra_tokens=kind.tool_tokens)
 
 
 CHAT_VOCAB = 512
@@ -156,16 +153,18 @@ def chat_corpus(
     """What the chat tokenizer is trained on: the built-in tasks' text as a chat model sees
     it — arithmetic prompts and answers, calculator calls in ``<tool_call>`` JSON, the
     template's turns — from seed 0's problems (any split: only the vocabulary is learned);
-    with a reasoning-gym ``task``, its first ``TASK_TEXTS`` training questions and answers
-    of the run's ``split`` too (so its prose costs a token a word, not one a byte)."""
+    with a ``task`` whose kind has a corpus (reasoning-gym's), its first ``TASK_TEXTS``
+    training questions and answers of the run's ``split`` too (so its prose costs a token a
+    word, not one a byte)."""
     problems, _ = make_splits(0, 2000, 0, max_digits=2, ops="+-*")
     texts = ["<|im_start|>user\n", "<|im_end|>\n<|im_start|>assistant\n", "<|im_start|>tool\n"]
     for e in problems:
         texts += [e.prompt, e.answer, tool_call_text(e.prompt.removesuffix("="))]
     if task:
-        args, (split_seed, eval_size) = json.loads(task_args), split
-        train, _ = reasoning_gym.make_splits(task, args, split_seed, TASK_TEXTS, eval_size)
-        texts += [text for e in train for text in (e.prompt, e.answer)]
+        corpus = kind_of(task).chat_corpus
+        assert corpus is not None  # task_tokenizer asks only for a kind with one
+        (split_seed, eval_size), args = split, json.loads(task_args)
+        texts += corpus(Split(task, args, split_seed, TASK_TEXTS, eval_size))
     return texts
 
 
@@ -176,19 +175,12 @@ PRINTABLE = CHARACTERS + "".join(
 
 
 def demonstrations(spec: WarmStartSpec) -> list[Example]:
-    """The examples the warm start imitates: the task's train split (never held-out ones);
-    none for a gym task (nothing to imitate: it starts from the initialisation)."""
-    if spec.task.startswith("gym:"):
-        return []
-    if reasoning_gym.is_reasoning_gym(spec.task):
-        args = json.loads(spec.task_args)
-        return reasoning_gym.make_splits(
-            spec.task, args, spec.split_seed, spec.train_size, spec.eval_size
-        )[0]
-    train, _ = make_splits(
-        spec.split_seed, spec.train_size, spec.eval_size, max_digits=spec.max_digits, ops=spec.ops
-    )
-    return train
+    """The examples the warm start imitates: the task kind's demonstrations from the train
+    split (never held-out ones); the arithmetic problems for most kinds, none for a gym
+    task (nothing to imitate: it starts from the initialisation)."""
+    split = Split(spec.task, json.loads(spec.task_args), spec.split_seed, spec.train_size,
+                  spec.eval_size, max_digits=spec.max_digits, ops=spec.ops)  # fmt: skip
+    return kind_of(spec.task).demonstrations(split)
 
 
 def cache_root() -> Path:

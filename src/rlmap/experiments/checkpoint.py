@@ -68,12 +68,12 @@ def checkpoint_problem(ckpt: Path, models: Sequence[str] = ()) -> str | None:
     """What makes ``ckpt`` unusable for a resume, naming the file; None when it is intact.
 
     The model (and each of ``models``' subdirectories) must pass
-    :func:`rlmap.assembly.setup.check_model_dir` — ``config.json`` parses, every weight file's
+    :func:`rlmap.assembly.models.check_model_dir` — ``config.json`` parses, every weight file's
     header covers the file; or, for a LoRA run, the adapter's files do — and
     ``trainer_state.pt``'s zip directory must be whole. It reads headers and directories,
     not weights or optimiser state.
     """
-    from rlmap.assembly.setup import check_model_dir
+    from rlmap.assembly.models import check_model_dir
     from rlmap.core.errors import ConfigError
 
     for where in (ckpt, *(ckpt / name for name in models)):

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from rlmap.core.errors import ConfigError, InputError
+from rlmap.core.metrics import upgrade_row
 from rlmap.experiments.ledger import Ledger
 from rlmap.experiments.rundir import (
     MetricsLog,
@@ -129,7 +130,7 @@ def load_run(path: Path) -> Run:
     written = first.removeprefix("# ").strip()
     ledger = read_json_object(path / "ledger.json", "ledger") or {}
     summary = read_json_object(path / "summary.json", "run summary")
-    records = MetricsLog.read(path / "metrics.jsonl")
+    records = [upgrade_row(r) for r in MetricsLog.read(path / "metrics.jsonl")]  # old names
     failure = None
     if (path / FAILED_FILE).exists():
         failure = (path / FAILED_FILE).read_text(errors="replace").strip() or "failed"

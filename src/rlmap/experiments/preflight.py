@@ -2,19 +2,20 @@
 
 A dry run before a long one. Each check returns one row of a go / no-go table:
 
-- **inputs**: :func:`rlmap.assembly.setup.check_inputs`, the checks a run makes before its
+- **inputs**: :func:`rlmap.assembly.checks.check_inputs`, the checks a run makes before its
   directory exists — every prompt against the model's context (the first too long is named
   ``file:line``), the model, the judge;
 - **verifier**: every row's reference, as the run's verifier scores it through the run's own
-  calling path (:func:`rlmap.assembly.setup.make_verifier`, isolated when the run isolates it,
-  and :func:`rlmap.feedback.reward.verify_score`): the reference answer must score 1, and
-  none of ``GARBAGE`` (nor the reference with one digit changed) may — a garbage answer that
-  scores 1 is a gap in the specification, a reference that scores 0 a parser's error; a
-  verifier that raises is named with its row, as a run would count it (``infra_error``).
+  calling path (:func:`rlmap.assembly.environments.make_verifier`, isolated when the run
+  isolates it, and :func:`rlmap.feedback.reward.verify_score`): the reference answer must
+  score 1, and none of ``GARBAGE`` (nor the reference with one digit changed) may — a
+  garbage answer that scores 1 is a gap in the specification, a reference that scores 0 a
+  parser's error; a verifier that raises is named with its row, as a run would count it
+  (``infra_error``).
   A reference that is a specification (unit tests, a schema, a pattern:
   ``Verifier.answers`` False) is only checked against garbage. Environments, judges and
   reward models have no reference: "n/a";
-- **build**: :func:`rlmap.assembly.setup.build`, every live part of the run (the embedded
+- **build**: :func:`rlmap.assembly.parts.build`, every live part of the run (the embedded
   warm start is built or read under ``$RLMAP_CACHE``, never the run directory);
 - **memory**: what the learner keeps on its device through a step, activations aside
   (:func:`rlmap.learner.memory.resident_bytes`, ``bench/scaling.py``'s arithmetic), plus
@@ -42,7 +43,11 @@ from typing import Any
 import torch
 
 from rlmap import feedback
-from rlmap.assembly import setup
+from rlmap.assembly import checks
+from rlmap.assembly.data import labelled_prompts, load_data
+from rlmap.assembly.environments import make_verifier
+from rlmap.assembly.models import model_path, reward_model_path
+from rlmap.assembly.parts import Parts, build
 from rlmap.core.errors import ConfigError, InputError, TrainingError, first_line
 from rlmap.core.hf import context_length
 from rlmap.feedback.isolation import Verify
@@ -50,11 +55,11 @@ from rlmap.feedback.reward import RewardStatus, verify_score
 from rlmap.learner.logprobs import scored
 from rlmap.learner.memory import GIB, autocast_to, resident_bytes
 from rlmap.recipes.config import RecipeConfig
-from rlmap.tasks import gym_text, reasoning_gym, verifiers_env
 from rlmap.tasks.arithmetic import Example
 from rlmap.tasks.datafiles import load_labelled_examples
 from rlmap.tasks.env import reference_for
 from rlmap.tasks.prompts import encode_prompt, encode_response
+from rlmap.tasks.registry import kind_of
 
 GO, NO_GO, NA, SKIPPED = "go", "no-go", "n/a", "skipped"
 
@@ -88,7 +93,7 @@ def preflight(cfg: RecipeConfig) -> list[Check]:
         raise ConfigError("--preflight: not with system.learners > 1 yet; check with 1")
     rows = [timed("inputs", lambda: check_inputs(cfg)),
             timed("verifier", lambda: check_verifier(cfg))]  # fmt: skip
-    built: list[setup.Parts] = []
+    built: list[Parts] = []
     rows.append(timed("build", lambda: check_build(cfg, built)))
     if not built:
         return [*rows, Check("memory", SKIPPED), Check("step", SKIPPED)]
@@ -111,8 +116,8 @@ def timed(name: str, check: Callable[[], Check]) -> Check:
 
 def check_inputs(cfg: RecipeConfig) -> Check:
     """The run's own input checks (every prompt against the context, the model, the judge)."""
-    setup.check_inputs(cfg)
-    return Check("inputs", GO, f"{len(setup.labelled_prompts(cfg)):,} prompts fit the context")
+    checks.check_inputs(cfg)
+    return Check("inputs", GO, f"{len(labelled_prompts(cfg)):,} prompts fit the context")
 
 
 def check_verifier(cfg: RecipeConfig) -> Check:
@@ -121,7 +126,7 @@ def check_verifier(cfg: RecipeConfig) -> Check:
     if why is not None:
         return Check("verifier", NA, why)
     name = cfg.feedback.verifier
-    entry, verify = feedback.registry.get(name), setup.make_verifier(cfg, name)
+    entry, verify = feedback.registry.get(name), make_verifier(cfg, name)
     rows = labelled_examples(cfg)
     try:
         found = [(label, row_problem(verify, name, label, e, entry.items, entry.answers))
@@ -142,7 +147,7 @@ def check_verifier(cfg: RecipeConfig) -> Check:
 
 def no_reference(cfg: RecipeConfig) -> str | None:
     """Why the run has no reference answers to check, or None when it has them."""
-    if gym_text.is_gym(cfg.data.task) or verifiers_env.is_verifiers(cfg.data.task):
+    if kind_of(cfg.data.task).own_reward:
         return f"data.task={cfg.data.task}: the environment's own reward, no reference"
     if cfg.feedback.source != "verifier":
         return f"feedback.source={cfg.feedback.source}: no reference answers"
@@ -150,11 +155,12 @@ def no_reference(cfg: RecipeConfig) -> str | None:
 
 
 def labelled_examples(cfg: RecipeConfig) -> list[tuple[str, Example]]:
-    """Every train and held-out example, labelled as :func:`setup.labelled_prompts` labels
-    its prompt (``file:line`` for a JSONL file)."""
+    """Every train and held-out example, labelled as
+    :func:`rlmap.assembly.data.labelled_prompts` labels its prompt (``file:line`` for a JSONL
+    file)."""
     d = cfg.data
-    if d.task in setup.BUILT_IN_TASKS or reasoning_gym.is_reasoning_gym(d.task):
-        train, heldout = setup.load_data(cfg)
+    if not kind_of(d.task).data_files:
+        train, heldout = load_data(cfg)
         return [(f"data.task={d.task} example {i}", e) for i, e in enumerate([*train, *heldout])]
     sources = [d.task, *([d.eval_path] if d.eval_path is not None else [])]
     fields = (d.prompt_field, d.answer_field, d.answer_format)
@@ -194,17 +200,17 @@ def clip(text: str, limit: int = 40) -> str:
     return repr(text if len(text) <= limit else text[:limit] + "…")
 
 
-def check_build(cfg: RecipeConfig, built: list[setup.Parts]) -> Check:
+def check_build(cfg: RecipeConfig, built: list[Parts]) -> Check:
     """Every part of the run, appended to ``built``."""
-    start = setup.model_path(cfg)
-    parts = setup.build(cfg, start, reward_path=setup.reward_model_path(cfg))
+    start = model_path(cfg)
+    parts = build(cfg, start, reward_path=reward_model_path(cfg))
     built.append(parts)
     n = sum(p.numel() for p in parts.policy.parameters())
     return Check("build", GO, f"policy of {n:,} parameters on {parts.device}, "
                  f"{len(parts.train):,} train + {len(parts.heldout):,} held-out rows")  # fmt: skip
 
 
-def check_memory(parts: setup.Parts) -> Check:
+def check_memory(parts: Parts) -> Check:
     """The learner's resident bytes per part (+ vLLM's share beside it) against the free."""
     models = {"policy": parts.policy, "reference": parts.reference, "critic": parts.critic,
               "reward model": parts.reward_model}  # fmt: skip
@@ -259,7 +265,7 @@ def size(n: float) -> str:
     return f"{n / GIB:.1f} GiB" if n >= GIB else f"{n / 2**20:.1f} MiB"
 
 
-def check_step(parts: setup.Parts) -> Check:
+def check_step(parts: Parts) -> Check:
     """One micro-batch forward and backward; the weights untouched (module docstring)."""
     tokens_BT, attention_BT, response_BT = micro_batch(parts)
     model, s = parts.trained, parts.settings
@@ -277,7 +283,7 @@ def check_step(parts: setup.Parts) -> Check:
     return Check("step", GO, figure)
 
 
-def micro_batch(parts: setup.Parts) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def micro_batch(parts: Parts) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(tokens, attention, response mask), each (B, T): the first ``micro_batch_size`` train
     rows, prompt then reference answer, right-padded, cut to the model's context."""
     tok, rows = parts.tokenizer, parts.train[: parts.settings.micro_batch_size]

@@ -7,7 +7,7 @@ with what a run leaves on disk (DESIGN.md, "Run directory")::
     samples/step_N.jsonl
 
 Each step's timing metrics are charged to the ledger by who spent them: sampling
-(``system/rollout_s``), the actor (``system/old_logprobs_s`` + ``system/policy_update_s``),
+(``system/learner_wait_s``), the actor (``system/old_logprobs_s`` + ``system/policy_update_s``),
 the critic (``system/critic_values_s`` + ``system/critic_update_s``) and the reference
 (``system/reference_s``); ``summary.json`` reports the resulting ``compute_share``.
 
@@ -34,7 +34,8 @@ from typing import Any
 import torch
 
 from rlmap import reduction
-from rlmap.assembly import setup
+from rlmap.assembly.models import model_path, reward_model_path
+from rlmap.assembly.parts import Parts, build
 from rlmap.core.device import describe
 from rlmap.core.errors import ConfigError, InputError, TrainingError
 from rlmap.engines.engine import forget_cache
@@ -83,7 +84,7 @@ from rlmap.rollout.evaluate import evaluate
 from rlmap.system.async_loop import async_runner
 from rlmap.system.sync import LoopState, publish, sync_step
 
-Step = Callable[[setup.Parts, LoopState], tuple[LoopState, dict[str, float]]]
+Step = Callable[[Parts, LoopState], tuple[LoopState, dict[str, float]]]
 
 EVAL_SEED = 12345
 
@@ -104,10 +105,10 @@ def run_training(
     if ckpt is not None and saved is None:  # several ranks: each reads the state itself
         saved = load_trainer_state(ckpt)
     view = ProgressView(enabled=cfg.run.progress and main)
-    start = on_main(world, lambda: setup.model_path(cfg, progress=view.warm_start))
-    reward_path = on_main(world, lambda: setup.reward_model_path(
+    start = on_main(world, lambda: model_path(cfg, progress=view.warm_start))
+    reward_path = on_main(world, lambda: reward_model_path(
         cfg, progress=view.phase("reward model")))  # fmt: skip
-    parts = setup.build(cfg, start, resume_from=ckpt, reward_path=reward_path, world=world)
+    parts = build(cfg, start, resume_from=ckpt, reward_path=reward_path, world=world)
     with ExitStack() as closing:
         state, ledger, before = _begin(cfg, parts, start, run_dir, world, point, saved)
         log = StepRecords.of(cfg, run_dir) if main else None
@@ -132,7 +133,7 @@ def run_training(
 
 def _begin(
     cfg: RecipeConfig,
-    parts: setup.Parts,
+    parts: Parts,
     start: Path,
     run_dir: Path,
     world: World,
@@ -199,7 +200,7 @@ class Loop:
 
 @contextmanager
 def stepper(
-    parts: setup.Parts,
+    parts: Parts,
     state: LoopState,
     report: dict[str, int],
     start: Path,
@@ -240,7 +241,7 @@ RANK_SEED_STRIDE = 1_000_003
 
 
 def _one_step(
-    parts: setup.Parts,
+    parts: Parts,
     state: LoopState,
     ledger: Ledger,
     log: StepRecords | None,
@@ -267,21 +268,20 @@ def _one_step(
         metrics["system/rollout_peak_memory_mb"] = peaks[2] / 2**20
     ledger = ledger.add(
         generated_tokens=int(metrics["sampling/generated_tokens"]),
-        # asynchronous: rounds = taken / B, fractional when stale ones were replaced
-        prompts=round(metrics["sampling/rounds"] * cfg.sampling.prompts_per_step),
+        prompts=round(metrics["sampling/generated"] / cfg.sampling.group_size),  # G a prompt
         rollouts=int(metrics["sampling/generated"]),
         learner_steps=int(metrics.get("optim/policy_steps", 0)),
         critic_steps=int(metrics.get("optim/critic_steps", 0)),
         filtered_rollouts=filtered_rollouts(metrics),
         rejected_rollouts=int(metrics["sampling/rejected"]),
-        infra_error_rollouts=int(metrics["sampling/infra_errors"]),
-        timeout_rollouts=int(metrics["sampling/timeouts"]),
+        infra_error_rollouts=_rollouts(metrics, "errors/infra_error_frac"),
+        timeout_rollouts=_rollouts(metrics, "errors/timeout_frac"),
         empty_steps=int(metrics.get("system/empty_step", 0)),
         skipped_prompts=int(metrics.get("sampling/skipped", 0)),
         **_judge_spent(metrics),
         comparison_pairs=int(metrics.get("judge/pairs", 0)),
         wall_clock_s=time.perf_counter() - started,
-        rollout_s=_seconds(metrics, "system/rollout_s"),
+        rollout_s=_seconds(metrics, "system/learner_wait_s"),  # sync: the rollout itself
         actor_s=_seconds(metrics, "system/old_logprobs_s", "system/policy_update_s"),
         critic_s=_seconds(metrics, "system/critic_values_s", "system/critic_update_s"),
         reference_s=_seconds(metrics, "system/reference_s"),
@@ -315,7 +315,7 @@ def _measured(value: float) -> int | None:
 
 
 def _checkpoint(
-    parts: setup.Parts,
+    parts: Parts,
     state: LoopState,
     ledger: Ledger,
     run_dir: Path,
@@ -363,6 +363,11 @@ def _judge_spent(metrics: dict[str, float]) -> dict[str, int]:
     return {"judge_calls": int(calls), "judge_tokens": int(tokens)}
 
 
+def _rollouts(metrics: dict[str, float], fraction: str) -> int:
+    """How many of the step's generated trajectories a ``errors/*`` fraction is."""
+    return round(metrics.get(fraction, 0.0) * metrics["sampling/generated"])
+
+
 def _seconds(metrics: dict[str, float], *names: str) -> float:
     """The sum of these timing (or count) metrics; a part that did not run this step logged
     none (0)."""
@@ -376,7 +381,7 @@ def filtered_rollouts(metrics: dict[str, float]) -> int:
     return generated - kept - int(metrics["sampling/rejected"])
 
 
-def _optimizers(parts: setup.Parts) -> tuple[dict[str, Any], dict[str, Any]]:
+def _optimizers(parts: Parts) -> tuple[dict[str, Any], dict[str, Any]]:
     """(optimisers, schedulers) by name, as checkpoints store them: policy, and critic if any."""
     optimizers: dict[str, Any] = {"policy": parts.optimizer}
     schedulers: dict[str, Any] = {"policy": parts.scheduler}
@@ -386,7 +391,7 @@ def _optimizers(parts: setup.Parts) -> tuple[dict[str, Any], dict[str, Any]]:
     return optimizers, schedulers
 
 
-def _evaluate(parts: setup.Parts, run_dir: Path, step: int) -> dict[str, float]:
+def _evaluate(parts: Parts, run_dir: Path, step: int) -> dict[str, float]:
     """Held-out scores, and ``samples/step_<step>.jsonl`` (``run.samples`` of the held-out
     generations, :mod:`rlmap.experiments.samples`); an engine with a cache (vLLM's prefix
     cache) forgets the held-out prompts after (:func:`rlmap.engines.engine.forget_cache`)."""
@@ -407,7 +412,7 @@ def _evaluate(parts: setup.Parts, run_dir: Path, step: int) -> dict[str, float]:
     return scores | spent
 
 
-def _initial_ledger(cfg: RecipeConfig, parts: setup.Parts, start: Path) -> Ledger:
+def _initial_ledger(cfg: RecipeConfig, parts: Parts, start: Path) -> Ledger:
     r = cfg.reduction
     summary = reduction.registry.get(r.name).summary
     denominator = summary if r.max_len is None else f"{summary}; L_max={r.max_len}"
@@ -441,7 +446,7 @@ def _precision(cfg: RecipeConfig) -> str:
 
 
 def _restore(
-    parts: setup.Parts, ckpt: Path, state: dict[str, Any]
+    parts: Parts, ckpt: Path, state: dict[str, Any]
 ) -> tuple[LoopState, Ledger, dict[str, float]]:
     optimizers, schedulers = _optimizers(parts)
     world = parts.world

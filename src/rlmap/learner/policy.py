@@ -256,7 +256,10 @@ def _diagnostics(
         _, diag = policy_loss(terms, s.behaviour, s.kl, seen.ref_logprobs)
     mask = seen.action_mask
     entropy = (out.cat("entropy") * mask).sum() / mask.sum().clamp(min=1)
-    metrics = {k: float(v) for k, v in diag.items()} | {"entropy": float(entropy)}
+    metrics = {k: float(v) for k, v in diag.items()} | {
+        "entropy": float(entropy),
+        "approx_kl": float(approx_kl(terms.log_rho, mask)),
+    }
     if "routes_compared" in out.kept:  # the learner's own top-k against the rollout's
         compared = int(out.cat("routes_compared").sum())
         mismatched = int(out.cat("routes_mismatched").sum())
@@ -264,6 +267,20 @@ def _diagnostics(
     if s.behaviour.replay_sampling_set and batch.sampling_set is not None:
         metrics |= sampling_set_metrics(batch.sampling_set, batch.action_mask)
     return metrics
+
+
+def approx_kl(log_ratio_BT: Tensor, mask_BT: Tensor) -> Tensor:
+    """k3 of KL(π_old ‖ π_θ) over the masked tokens: mean of (r − 1) − log r, r = π_θ/π_old
+    (docs/formulas.md §6.1; CleanRL's ``approx_kl``, Schulman's "Approximating KL
+    divergence"). Each term is ≥ 0 and 0 only at r = 1; a detached scalar, 0 without tokens.
+
+    ``log_ratio_BT`` is log r (π_θ at each micro-batch's forward pass, before its optimiser
+    step; π_old the mode's, so μ_old in bypass mode). r − 1 is ``expm1``: for tiny |log r|
+    float32 exp(log r) rounds to 1 and the term would come out −log r < 0.
+    """
+    x = log_ratio_BT.detach().float()  # (B, T)
+    k3 = torch.where(mask_BT.bool(), torch.expm1(x) - x, 0.0)  # (B, T)
+    return k3.sum() / mask_BT.sum().clamp(min=1)
 
 
 def replayed_sets(batch: Batch, b: BehaviourParams) -> Tensor | None:

@@ -30,6 +30,7 @@ from rlmap.recipes.sections import (
 from rlmap.reduction.params import ReductionParams
 from rlmap.sampling.params import SamplingParams
 from rlmap.system.params import SystemParams
+from rlmap.tasks.registry import kind_of
 
 
 class RecipeConfig(pydantic.BaseModel):
@@ -192,35 +193,24 @@ def build_config(
 
 
 def _curriculum_target(config: RecipeConfig, merged: dict[str, Any]) -> bool:
-    """With ``sampling.curriculum`` on a reasoning-gym task, ``data.task_args`` gets the
-    curriculum's settings at ``sampling.curriculum_top`` (None: the highest level, which is
-    then named): the held-out set, the tokenizer and the warm start are then those of
-    training at the top level directly, and a saved config says which task it was
-    evaluated on. Settings given that disagree with the top level are a ConfigError
-    naming the field; True when ``merged`` changed. Anything else the curriculum cannot
-    be used with is :func:`rlmap.recipes.validate.validate`'s to say."""
-    from rlmap.tasks import reasoning_gym
-
+    """With ``sampling.curriculum`` on a task with a curriculum of levels (reasoning-gym's),
+    ``data.task_args`` gets the curriculum's settings at ``sampling.curriculum_top`` (None:
+    the highest level, which is then named): the held-out set, the tokenizer and the warm
+    start are then those of training at the top level directly, and a saved config says
+    which task it was evaluated on. Settings given that disagree with the top level are a
+    ConfigError naming the field; True when ``merged`` changed. Anything else the
+    curriculum cannot be used with is :func:`rlmap.recipes.validate.validate`'s to say."""
     s, d = config.sampling, config.data
-    if not s.curriculum or not reasoning_gym.is_reasoning_gym(d.task) or "+" in d.task:
+    curriculum = kind_of(d.task).curriculum
+    if not s.curriculum or curriculum is None:
         return False
-    try:
-        name = reasoning_gym.parse(d.task, {})[0].name  # chain_sum*3 is chain_sum
-        top = reasoning_gym.top_level(name) if s.curriculum_top is None else s.curriculum_top
-    except ConfigError:
+    found = curriculum.target(d.task, d.task_args, s.curriculum_top)
+    if found is None:
         return False
-    if top < 0:
-        return False  # validate names the field
-    given = dict(d.task_args or {})
-    target = reasoning_gym.level_args(name, given, top)
-    for field in reasoning_gym.curriculum_fields(name):
-        if field in given and given[field] != target[field]:
-            raise ConfigError(f"data.task_args.{field}: the curriculum sets it ({target[field]!r} "
-                              f"at level {top}, sampling.curriculum_top), not "
-                              f"{given[field]!r}; leave it out")  # fmt: skip
+    target, top = found
     merged["data"]["task_args"] = target
     merged["sampling"]["curriculum_top"] = top
-    return given != target or s.curriculum_top != top
+    return dict(d.task_args or {}) != target or s.curriculum_top != top
 
 
 ITEM_VERIFIERS = ("reasoning_gym", "reasoning_gym_partial")
@@ -239,12 +229,13 @@ def _task_verifier(merged: dict[str, Any], overrides: Sequence[str]) -> None:
     feedback = merged.setdefault("feedback", {})
     data = merged.get("data") if isinstance(merged.get("data"), Mapping) else {}
     task = data.get("task") if isinstance(data, Mapping) else None
-    items = isinstance(task, str) and task.startswith("reasoning_gym:")
+    own = kind_of(task).default_verifier if isinstance(task, str) else None
+    items = isinstance(task, str) and kind_of(task).items
     solutions = isinstance(data, Mapping) and data.get("answer_format") in ("gsm8k", "math")
     if not _overridden(overrides, "feedback.verifier"):
         verifier = feedback.get("verifier", "exact_match")
-        if items and verifier == "exact_match":
-            feedback["verifier"] = "reasoning_gym"
+        if own is not None and verifier == "exact_match":
+            feedback["verifier"] = own
         elif solutions and verifier == "exact_match":
             feedback["verifier"] = "math_equiv"
         elif not items and verifier in ITEM_VERIFIERS:
@@ -258,17 +249,13 @@ def _task_verifier(merged: dict[str, Any], overrides: Sequence[str]) -> None:
             feedback["eval_verifier"] = None
 
 
-PROSE_MODEL = "embedded:tiny-chat"
-"""The embedded model a reasoning-gym task gets when the run names none: the chat model
-(a byte-level BPE trained on the task's text too), the one that learns its prose; the
-character-level default stalls there (docs/tasks.md, "What the embedded models learn")."""
-
-
 def _task_model(
     merged: dict[str, Any], file_data: Mapping[str, Any], overrides: Sequence[str]
 ) -> None:
-    """The model follows the task unless the file or an override names one: a reasoning-gym
-    task (or a mixture of them) on the preset's embedded default gets :data:`PROSE_MODEL`."""
+    """The model follows the task unless the file or an override names one: a task whose
+    kind names an embedded model (reasoning-gym's, or a mixture of them: the chat model,
+    :data:`rlmap.tasks.sources.reasoning_gym.PROSE_MODEL`) gets it in place of the preset's
+    embedded default."""
     model, data = merged.get("model"), merged.get("data")
     if not isinstance(model, dict) or not isinstance(data, Mapping):
         return
@@ -276,25 +263,16 @@ def _task_model(
     task = data.get("task")
     if named or _overridden(overrides, "model.path") or not isinstance(task, str):
         return
-    if task.startswith("reasoning_gym:") and model.get("path") == "embedded:tiny":
-        model["path"] = PROSE_MODEL
+    wanted = kind_of(task).embedded_model
+    if wanted is not None and model.get("path") == "embedded:tiny":
+        model["path"] = wanted
 
 
 def embedded_task_note(config: RecipeConfig) -> str | None:
-    """One line to say before training a reasoning-gym task on an embedded model (None
-    otherwise): which model it trains (the chat model may have been picked for it), and,
-    at the task's own settings, written for large models, that they may be beyond it — a
-    newcomer's first run would otherwise learn nothing without a word."""
-    d, model = config.data, config.model.path
-    if not d.task.startswith("reasoning_gym:") or not model.startswith("embedded:"):
-        return None
-    note = f"note: {d.task} trains {model} (model.path names another)"
-    if d.task_args:
-        return note
-    return (
-        f"{note}; at the task's own settings (data.task_args unset), which may be beyond "
-        "it: docs/tasks.md gives settings it learns (chain_sum: +22 points in 200 steps)"
-    )
+    """One line to say before training the task on its model (None when there is nothing
+    to say): the task kind's own note (reasoning-gym's on an embedded model)."""
+    d = config.data
+    return kind_of(d.task).note(d.task, config.model.path, d.task_args)
 
 
 def _overridden(overrides: Sequence[str], dotted: str) -> bool:

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from rlmap.tasks.answers import AnswerFormat
+from rlmap.tasks.registry import kind_of
 
 
 @dataclass(frozen=True)
@@ -114,7 +115,7 @@ class DataConfig:
     def multi_turn(self) -> bool:
         """Episodes may have several policy turns (the tool task, gymnasium and verifiers
         environments)."""
-        return self.task == "calculator" or self.task.startswith(("gym:", "verifiers:"))
+        return kind_of(self.task).multi_turn
 
     @property
     def turn_budget(self) -> int:
@@ -126,7 +127,7 @@ class DataConfig:
         """The operators actually drawn from."""
         if self.ops is not None:
             return self.ops
-        return "*" if self.task == "calculator" else "+"
+        return kind_of(self.task).default_ops
 
 
 @dataclass(frozen=True)

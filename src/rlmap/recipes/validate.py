@@ -9,7 +9,6 @@ check here branches on a component's name.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import re
 from collections.abc import Callable, Iterator
@@ -29,6 +28,7 @@ from rlmap.recipes.config import RecipeConfig
 from rlmap.recipes.sections import ModelConfig
 from rlmap.simulator.inputs import parse_duration
 from rlmap.system.params import SystemParams
+from rlmap.tasks.registry import kind_of
 
 Check = Callable[[RecipeConfig], Iterator[str]]
 
@@ -417,41 +417,15 @@ def _comparisons(cfg: RecipeConfig) -> Iterator[str]:
 
 
 def _curriculum(cfg: RecipeConfig) -> Iterator[str]:
-    from rlmap.feedback.reasoning_gym import dataset
-    from rlmap.tasks import reasoning_gym
-
     s, d = cfg.sampling, cfg.data
     if not s.curriculum:
         return
-    if not reasoning_gym.is_reasoning_gym(d.task) or "+" in d.task:
-        why = " (each task of a mixture would need its own)" if "+" in d.task else ""
+    curriculum = kind_of(d.task).curriculum
+    if curriculum is None:
         yield (f"sampling.curriculum: drives one reasoning-gym task's own curriculum, not "
-               f"{d.task!r}{why}")  # fmt: skip
+               f"{d.task!r}")  # fmt: skip
         return
-    if cfg.system.mode == "async":
-        yield ("sampling.curriculum: its level moves at the learner's steps, which the "
-               "asynchronous workers run ahead of; use system.mode=sync")  # fmt: skip
-        return
-    name = reasoning_gym.parse(d.task, {})[0].name  # an unknown task: data.task's ConfigError
-    top, highest = s.curriculum_top, reasoning_gym.top_level(name)  # a ConfigError if none
-    if top is None or not 0 <= s.curriculum_start <= top <= highest:
-        yield (f"sampling.curriculum_start, curriculum_top: need 0 <= start <= top <= "
-               f"{highest} ({name}'s highest), got {s.curriculum_start} and {top}")  # fmt: skip
-        return
-    if not 0 <= s.curriculum_down < s.curriculum_up <= 1:
-        yield (f"sampling.curriculum_down, curriculum_up: need 0 <= down < up <= 1, got "
-               f"{s.curriculum_down} and {s.curriculum_up}")  # fmt: skip
-    if s.curriculum_window < 1:
-        yield f"sampling.curriculum_window: must be >= 1, got {s.curriculum_window}"
-    for level in range(top + 1):  # a curriculum's top levels can be settings it refuses
-        args = reasoning_gym.level_args(name, d.task_args or {}, level)
-        try:
-            dataset(name, json.dumps(args, sort_keys=True), 0, 1)
-        except ConfigError as exc:
-            why = str(exc).split("refuses its settings ", 1)[-1]
-            yield (f"sampling.curriculum_top: reasoning-gym's {name} refuses its level "
-                   f"{level} settings {why}; lower curriculum_top below {level}")  # fmt: skip
-            return
+    yield from curriculum.check(d, s, cfg.system.mode)
 
 
 def _rebalance(cfg: RecipeConfig) -> Iterator[str]:
@@ -475,28 +449,13 @@ def _rebalance(cfg: RecipeConfig) -> Iterator[str]:
 
 
 def _data(cfg: RecipeConfig) -> Iterator[str]:
-    from rlmap.tasks import gym_text, reasoning_gym, verifiers_env
-
     d = cfg.data
-    gym = reasoning_gym.is_reasoning_gym(d.task)
-    if gym:
-        reasoning_gym.parse(d.task, d.task_args)  # a ConfigError naming the field
-    elif gym_text.is_gym(d.task):
-        gym_text.check(d.task, d.task_args)
-    elif verifiers_env.is_verifiers(d.task):
-        env = verifiers_env.load(d.task, d.task_args)  # a ConfigError naming the field
-        verifiers_env.fit_turn_budget(env, d.task, d.max_turns)
-        if cfg.model.path.startswith("embedded:") and cfg.model.path != "embedded:tiny-chat":
-            yield ("model.path: verifiers environments speak in chat messages; of the embedded "
-                   "models only embedded:tiny-chat has a chat template")  # fmt: skip
-    elif d.task_args is not None:
-        yield (f"data.task_args: only reasoning-gym, gym and verifiers tasks take settings, "
-               f"not {d.task!r}")  # fmt: skip
-    environments = gym_text.is_gym(d.task) or verifiers_env.is_verifiers(d.task)
-    if environments and cfg.feedback.eval_verifier is not None:
+    kind = kind_of(d.task)
+    yield from kind.check_settings(d, cfg.model.path)  # or a ConfigError naming the field
+    if kind.own_reward and cfg.feedback.eval_verifier is not None:
         yield (f"feedback.eval_verifier: {d.task!r} is scored by its environment's own reward, "
                "held-out episodes too; no verifier applies")  # fmt: skip
-    built_in = d.task in ("arithmetic", "calculator") or gym or environments
+    built_in = not kind.data_files
     for name, value, default in (("prompt_field", d.prompt_field, "prompt"),
                                  ("answer_field", d.answer_field, "answer")):  # fmt: skip
         if built_in and value != default:
@@ -512,7 +471,7 @@ def _data(cfg: RecipeConfig) -> Iterator[str]:
     for name, verifier in named:
         if verifier is None or verifier not in feedback.registry:
             continue
-        if feedback.registry.get(verifier).items and not gym:
+        if feedback.registry.get(verifier).items and not kind.items:
             yield (f"{name}: {verifier} scores reasoning-gym items; it needs "
                    "data.task=reasoning_gym:NAME")  # fmt: skip
     if d.max_turns < 1:

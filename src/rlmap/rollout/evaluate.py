@@ -165,7 +165,9 @@ def evaluate_checkpoint(
     A LoRA run's checkpoint (an adapter) loads on the base model its ``adapter_config.json``
     names (transformers' own peft integration), with the adapters on.
     """
-    from rlmap.assembly import setup
+    from rlmap.assembly.data import load_data
+    from rlmap.assembly.environments import evaluation_scoring
+    from rlmap.assembly.models import check_model_dir, load_causal_lm, load_tokenizer
     from rlmap.recipes import build_config, load_config
 
     if samples is not None and samples < 1:
@@ -175,17 +177,17 @@ def evaluate_checkpoint(
         if (checkpoint / "checkpoints").is_dir():
             hint = f"; it is a run directory, its checkpoints are in {checkpoint / 'checkpoints'}"
         raise InputError(f"{checkpoint}: not a Hugging Face checkpoint directory{hint}")
-    setup.check_model_dir(checkpoint, "checkpoint", adapter=True)
+    check_model_dir(checkpoint, "checkpoint", adapter=True)
     run_config = checkpoint.parent.parent / "config.yaml"
     cfg = load_config(run_config, overrides) if run_config.exists() else build_config(
         None, None, overrides)  # fmt: skip
-    _, heldout = setup.load_data(cfg)  # a bad data file fails before the model loads
-    tokenizer = setup.load_tokenizer(checkpoint)
-    model = setup.load_causal_lm(checkpoint, device=device)
+    _, heldout = load_data(cfg)  # a bad data file fails before the model loads
+    tokenizer = load_tokenizer(checkpoint)
+    model = load_causal_lm(checkpoint, device=device)
     engine = HFEngine(model, pad_token_id=int(tokenizer.pad_token_id),
                       eos_token_id=int(tokenizer.eos_token_id))  # fmt: skip
     g = cfg.generation
-    environment, rescore, items = setup.evaluation_scoring(cfg, tokenizer)
+    environment, rescore, items = evaluation_scoring(cfg, tokenizer)
     return evaluate(engine, environment, tokenizer, heldout,
                     samples=samples or g.eval_samples, max_new_tokens=g.max_new_tokens,
                     temperature=g.temperature, top_p=g.top_p, seed=0,

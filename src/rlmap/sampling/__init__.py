@@ -3,15 +3,16 @@
 ``SamplingParams`` sets G and the prompts per step; ``registry`` holds the group
 filters (``none``, ``mixed`` = DAPO dynamic sampling), each
 ``fn(rewards_B, group_id_B, valid_B) -> keep_B``; ``sample_more`` and
-``first_groups`` are the bookkeeping of the trainer's refill loop.
+``first_groups`` are the bookkeeping of the trainer's refill loop, ``sampling_counters``
+its ``sampling/*`` metrics.
 """
 
 from rlmap.sampling.filters import (
     GroupFilter,
-    filter_diagnostics,
     keep_mixed,
     keep_valid,
     registry,
+    sampling_counters,
 )
 from rlmap.sampling.params import SamplingParams
 from rlmap.sampling.refill import first_groups, sample_more
@@ -19,10 +20,10 @@ from rlmap.sampling.refill import first_groups, sample_more
 __all__ = [
     "GroupFilter",
     "SamplingParams",
-    "filter_diagnostics",
     "first_groups",
     "keep_mixed",
     "keep_valid",
     "registry",
     "sample_more",
+    "sampling_counters",
 ]

@@ -3,12 +3,12 @@
 Every filter has the same signature ``fn(rewards_B, group_id_B, valid_B) -> keep_B``
 (all (B,); ``keep_B`` bool). An invalid trajectory (reward not OK, or aborted) is
 never kept and never enters a group's statistics. Filtered trajectories were still
-generated: they count in the budget (:func:`filter_diagnostics`).
+generated: they count in the budget (:func:`sampling_counters`, the step's ``sampling/*``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -62,18 +62,25 @@ def keep_mixed(rewards_B: Tensor, group_id_B: Tensor, valid_B: Tensor) -> Tensor
     return valid & mixed[group]
 
 
-def filter_diagnostics(keep_B: Tensor, group_id_B: Tensor) -> dict[str, Tensor]:
-    """Counts of one filtered round, detached: what was generated still counts in the budget.
+def sampling_counters(
+    tokens: Sequence[int], trusted: Sequence[bool], kept: int, rounds: int
+) -> dict[str, float]:
+    """The step's ``sampling/*`` counters, the same in both loops (docs/metrics.md).
 
-    - ``sampling/kept_frac``: kept / generated trajectories;
-    - ``sampling/filtered``: generated − kept (including invalid trajectories);
-    - ``sampling/kept_groups``: groups with at least one kept trajectory.
+    ``tokens``: the action tokens of each trajectory the step generated (synchronous) or
+    took from the queue (asynchronous), kept or not; ``trusted``: whether each one's reward
+    status is OK; ``kept``: how many it trains on; ``rounds``: how many times it went back
+    for trajectories (rollout rounds, or takes from the queue). Filtered, stale and rejected
+    trajectories count here: they were generated, and they cost budget.
     """
-    keep = keep_B.detach().bool()
+    n = len(tokens)
     return {
-        "sampling/kept_frac": keep.float().mean() if keep.numel() else torch.tensor(0.0),
-        "sampling/filtered": (~keep).sum(),
-        "sampling/kept_groups": torch.tensor(torch.unique(group_id_B[keep]).numel()),
+        "sampling/rounds": float(rounds),
+        "sampling/generated": float(n),
+        "sampling/generated_tokens": float(sum(tokens)),
+        "sampling/kept": float(kept),
+        "sampling/kept_frac": kept / n if n else 0.0,
+        "sampling/rejected": float(sum(not t for t in trusted)),
     }
 
 

@@ -8,9 +8,8 @@ the filter, or a cap on generation rounds is reached::
     while sample_more(n_groups, params.prompts_per_step, rounds, params.max_rounds):
         rb = generate(next_prompts())                   # group ids unique across rounds
         keep = keep_fn(rb.rewards, rb.group_id, rb.valid)
-        diag = filter_diagnostics(keep, rb.group_id)    # logged; filtered still cost budget
-        parts.append(rb.select(keep))
-        n_groups += int(diag["sampling/kept_groups"])
+        parts.append(rb.select(keep))                   # filtered ones still cost budget
+        n_groups += int(torch.unique(rb.group_id[keep]).numel())
         rounds += 1
     batch = concatenate(parts)                          # the trainer's own helper
     all_rows = torch.ones(batch.size, dtype=torch.bool)

@@ -76,14 +76,16 @@ from typing import Any, Protocol, TypeVar
 import numpy as np
 import torch
 
-from rlmap.assembly.setup import DTYPES, Parts
-from rlmap.core.batch import End, RewardStatus
+from rlmap.assembly.parts import Parts
+from rlmap.assembly.settings import DTYPES
+from rlmap.core.batch import End, RewardStatus, trains
 from rlmap.core.device import elapsed
 from rlmap.core.errors import TrainingError
 from rlmap.engines.hf import HFEngine
 from rlmap.engines.vllm import PinnedView
 from rlmap.models.lora import rollout_stream
 from rlmap.rollout.episodes import Episode, Scored, to_batch
+from rlmap.sampling.filters import sampling_counters
 from rlmap.system.sync import (
     LoopState,
     adapt_kl,
@@ -91,6 +93,7 @@ from rlmap.system.sync import (
     next_prompts,
     rollout_metrics,
     rollout_round,
+    step_times,
 )
 
 T = TypeVar("T")
@@ -493,29 +496,27 @@ class AsyncRunner:
         items: list[Finished] = []
         lags: list[int] = []
         fresh: list[Scored] = []
-        waited = 0.0
+        waited, takes = 0.0, 0
         while len(fresh) < self.batch:  # each stale one is replaced by a fresh one
             took, seconds = self._take(self.batch - len(fresh))
-            items, waited = items + took, waited + seconds
+            items, waited, takes = items + took, waited + seconds, takes + 1
             lag = [version - oldest_version(x.scored) for x in took]
             lags += lag
             fresh += [x.scored for x, k in zip(took, lag, strict=True) if k <= eta]
             self.admission.release(sum(k > eta for k in lag))  # room for fresh rounds now
-        kept = [x for x in fresh if x.status == RewardStatus.OK and x.episode.end != End.ABORTED]
+        kept = [x for x in fresh if trains(x.status, x.episode.end)]
         stale = len(items) - len(fresh)
         self.consumed += len(kept)
         self.stale_dropped += stale
         self.rejected += len(fresh) - len(kept)
         self.empty_steps += not kept
-        metrics = self._metrics(items, kept, lags, waited, queued_before)
+        metrics = self._metrics(items, kept, lags, takes, queued_before)
         metrics["system/stale_dropped"] = float(stale)
         metrics["system/empty_step"] = float(not kept)
-        update_started = time.perf_counter()
         if kept:
             batch = to_batch(kept, pad_token_id=int(self.p.tokenizer.pad_token_id))
             metrics |= learn(self.p, batch, state)
             state = adapt_kl(self.p, state, metrics, batch.size)
-        update_s = time.perf_counter() - update_started
         with self.lock:
             cursor = self.cursor
         state = replace(state, step=state.step + 1, cursor=cursor)
@@ -525,17 +526,16 @@ class AsyncRunner:
         # the learner's own engine (in learn) and the board's snapshot: the time to publish
         sync_s = metrics.get("system/weight_sync_s", 0.0) + elapsed(published, self.p.device)
         self.admission.advance(state.step, 0)  # the stale were released as they were taken
-        total = time.perf_counter() - started
-        return state, metrics | {
-            "system/update_s": update_s,
-            "system/weight_sync_s": sync_s,
-            "system/rollout_s": waited,
-            "system/learner_utilisation": update_s / max(total, 1e-9),
-            "system/tokens_per_s": metrics["sampling/generated_tokens"] / max(total, 1e-9),
+        # the step's wall time = the wait + the rest (learn, publish, bookkeeping): the same
+        # split as the synchronous loop's (step_times)
+        update_s = time.perf_counter() - started - waited
+        tokens = metrics["sampling/generated_tokens"]
+        return state, metrics | step_times(waited, update_s, tokens) | {
+            "system/weight_sync_s": sync_s
         }
 
     def _metrics(self, items: list[Finished], kept: list[Scored], lags: list[int],
-                 waited: float, queued: int) -> dict[str, float]:  # fmt: skip
+                 takes: int, queued: int) -> dict[str, float]:  # fmt: skip
         scored = [x.scored for x in items]
         tokens = [x.episode.action_tokens for x in scored]
         kept_tokens = sum(x.episode.action_tokens for x in kept)
@@ -544,17 +544,10 @@ class AsyncRunner:
             recent, self.counts.durations = self.counts.durations, []
         durations = torch.tensor(recent or [x.duration_s for x in items])
         lag = torch.tensor(lags, dtype=torch.float32)
-        return rollout_metrics(scored, self.p) | {
-            "sampling/generated": float(len(items)),
-            "sampling/generated_tokens": float(sum(tokens)),
-            "sampling/kept": float(len(kept)),
-            "sampling/kept_frac": len(kept) / len(items),
-            "sampling/rounds": len(items) / self.batch,
-            "sampling/rejected": float(sum(x.status != 0 for x in scored)),
-            "sampling/infra_errors": float(
-                sum(x.status == RewardStatus.INFRA_ERROR for x in scored)
-            ),
-            "sampling/timeouts": float(sum(x.status == RewardStatus.TIMEOUT for x in scored)),
+        trusted = [x.status == RewardStatus.OK for x in scored]
+        counters = rollout_metrics(scored, self.p)
+        counters |= sampling_counters(tokens, trusted, len(kept), takes)
+        return counters | {
             "system/checkpoint_age_mean": float(lag.mean()),
             "system/checkpoint_age_max": float(lag.max()),
             "system/accepted_token_frac": kept_tokens / max(sum(tokens), 1),
@@ -563,7 +556,6 @@ class AsyncRunner:
             "system/rollout_duration_p50": float(durations.quantile(0.5)),
             "system/rollout_duration_p95": float(durations.quantile(0.95)),
             "system/rollout_duration_p99": float(durations.quantile(0.99)),
-            "system/learner_wait_s": waited,
             "system/consumed_length_mean": sum(tokens) / len(tokens),
             "system/finished_length_mean": finished_mean,
         }

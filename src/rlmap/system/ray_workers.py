@@ -206,12 +206,12 @@ class RolloutActor:
     def __init__(self, cfg: RecipeConfig, start: str, reward_path: str | None) -> None:
         import ray
 
-        from rlmap.assembly import setup
+        from rlmap.assembly.parts import build
 
         torch.set_num_threads(1)  # one core per actor; the learner keeps the rest
         reward = None if reward_path is None else Path(reward_path)
         mine = rollout_config(cfg, actor_device(ray.get_gpu_ids()))
-        self.p = setup.build(mine, Path(start), reward_path=reward, trains=False)
+        self.p = build(mine, Path(start), reward_path=reward, trains=False)
 
     def rollout(
         self,

@@ -32,8 +32,9 @@ from typing import Any
 import torch
 
 from rlmap import estimators, sampling
-from rlmap.assembly.setup import Parts, critic_settings
-from rlmap.core.batch import Batch, End, RewardStatus
+from rlmap.assembly.parts import Parts
+from rlmap.assembly.settings import critic_settings
+from rlmap.core.batch import Batch, RewardStatus, trains
 from rlmap.core.device import elapsed, mfu, take_peak, update_flops_per_token
 from rlmap.core.ops import masked_mean
 from rlmap.correction import adaptive_beta, kl_in_reward
@@ -52,6 +53,7 @@ from rlmap.rollout.evaluate import final_answer
 from rlmap.rollout.scoring import score_episodes, trajectories
 from rlmap.sampling.curriculum import Climb, pass_rate
 from rlmap.sampling.curriculum import climb as climb_curriculum
+from rlmap.sampling.filters import sampling_counters
 from rlmap.sampling.rebalance import Visits, kept, visited
 from rlmap.sampling.refill import first_groups, sample_more
 from rlmap.tasks.arithmetic import Example
@@ -244,19 +246,10 @@ def collect(p: Parts, state: LoopState) -> tuple[list[Scored], LoopState, dict[s
     group_id = torch.tensor([x.group for x in generated])
     keep = first_groups(group_id, keep, s.prompts_per_step)
     kept = [x for x, k in zip(generated, keep.tolist(), strict=True) if k]
-    stats = {
-        "sampling/rounds": float(rounds),
-        "sampling/kept": float(len(kept)),
-        "sampling/kept_frac": len(kept) / len(generated),
-        "sampling/generated": float(len(generated)),
-        "sampling/generated_tokens": float(sum(x.episode.action_tokens for x in generated)),
-        "sampling/rejected": float(sum(x.status != 0 for x in generated)),
-        "system/group_idle_frac": barrier_idle([x.episode.action_tokens for x in generated]),
-        "sampling/infra_errors": float(
-            sum(x.status == RewardStatus.INFRA_ERROR for x in generated)
-        ),
-        "sampling/timeouts": float(sum(x.status == RewardStatus.TIMEOUT for x in generated)),
-    }
+    tokens = [x.episode.action_tokens for x in generated]
+    trusted = [x.status == RewardStatus.OK for x in generated]
+    stats = sampling_counters(tokens, trusted, len(kept), rounds)
+    stats["system/group_idle_frac"] = barrier_idle(tokens)
     if s.rebalance:
         visits = visited(visits, _group_outcomes(generated, prompts), rare=s.rebalance_rare)
         stale = sum(n >= s.rebalance_after for _, n in visits.uniform)
@@ -347,6 +340,20 @@ def climbed(
     return replace(state, climb=after), metrics
 
 
+def step_times(waited: float, update_s: float, tokens: float) -> dict[str, float]:
+    """The ``system/*`` timings both loops log with one meaning (docs/metrics.md): the
+    learner's wait for its batch (synchronous: the whole rollout; asynchronous: the queue),
+    the rest of the step, the share the learner computed, and the generated tokens per
+    second of the whole step."""
+    total = max(waited + update_s, 1e-9)
+    return {
+        "system/learner_wait_s": waited,
+        "system/update_s": update_s,
+        "system/learner_utilisation": update_s / total,
+        "system/tokens_per_s": tokens / total,
+    }
+
+
 def barrier_idle(lengths: list[int]) -> float:
     """Fraction of generation slots idle behind the barrier: 1 − mean / max generated tokens.
 
@@ -358,8 +365,8 @@ def barrier_idle(lengths: list[int]) -> float:
 
 
 def _valid(x: Scored) -> bool:
-    """The episode trains: its reward can be trusted and it was not aborted (``Batch.valid``)."""
-    return x.status == RewardStatus.OK and x.episode.end != End.ABORTED
+    """The episode trains (:func:`rlmap.core.batch.trains`, the rule ``Batch.valid`` applies)."""
+    return trains(x.status, x.episode.end)
 
 
 def _groups(generated: list[Scored], keep: torch.Tensor) -> int:
@@ -411,18 +418,14 @@ def rollout_errors(scored: list[Scored], p: Parts) -> dict[str, float]:
 
 def reward_metrics(scored: list[Scored]) -> dict[str, float]:
     """reward/*: the shaped return's mean and spread and the outcome's mean over the episodes
-    whose reward can be trusted (a failed verifier's 0 never enters them), and the fraction
-    of episodes per failure status."""
+    whose reward can be trusted (a failed verifier's 0 never enters them); none when no
+    episode can be. The share of each failure is ``errors/<class>_frac``
+    (:func:`rollout_errors`), its one name."""
     ok = [x for x in scored if _valid(x)]
     rewards = torch.tensor([x.reward for x in ok])
-    n = max(len(scored), 1)
-    status = {
-        f"reward/{s.name.lower()}_frac": sum(x.status == s for x in scored) / n
-        for s in (RewardStatus.INVALID, RewardStatus.INFRA_ERROR, RewardStatus.TIMEOUT)
-    }
     if not ok:
-        return status
-    return status | {
+        return {}
+    return {
         "reward/mean": float(rewards.mean()),
         "reward/std": float(rewards.std()) if len(ok) > 1 else 0.0,
         "reward/outcome_mean": sum(x.outcome for x in ok) / len(ok),
@@ -589,10 +592,10 @@ def sync_step(p: Parts, state: LoopState) -> tuple[LoopState, dict[str, float]]:
         state = adapt_kl(p, state, metrics, batch.size)
     forget_cache(p.engine)  # a resumed run starts the next step with none
     update_s = elapsed(start, p.device) - rollout_s
-    metrics |= {
+    tokens = metrics["sampling/generated_tokens"]
+    metrics |= step_times(rollout_s, update_s, tokens) | {
         "system/rollout_s": rollout_s,
-        "system/update_s": update_s,
-        "system/tokens_per_s": metrics["sampling/generated_tokens"] / max(rollout_s, 1e-9),
+        "system/rollout_tokens_per_s": tokens / max(rollout_s, 1e-9),
     }
     if metrics.get("critic/pretraining") == 1.0 and p.cfg.critic.pretrain_mc:
         state = warmup_progress(state, metrics.get("critic/explained_variance", math.nan))

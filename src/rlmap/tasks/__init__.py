@@ -1,1 +1,3 @@
-"""Embedded tasks, the tiny model and its tokenizer, the warm-start step, data loading."""
+"""Tasks: one interface (:class:`rlmap.tasks.registry.TaskKind`) and one module per kind
+(:mod:`rlmap.tasks.sources`), over the task implementations (arithmetic, calculator,
+reasoning-gym, gymnasium, verifiers, data files), their environments and prompts."""

@@ -9,24 +9,15 @@ import textwrap
 
 from rlmap.core.errors import ConfigError
 from rlmap.feedback.reasoning_gym import dataset, require
-from rlmap.tasks import reasoning_gym
-
-BUILT_IN = {
-    "arithmetic": "integer arithmetic, one answer per prompt (37+85= → 122); the default",
-    "calculator": "multi-turn: the model may call a calculator tool before answering",
-    "FILE": "your own rows: .jsonl, .json or .parquet, prompt/answer or chat messages",
-    "hf:NAME@SPLIT": "a datasets dataset or save_to_disk directory, rows as a file's "
-    "(hf:openai/gsm8k:main@train)",
-    "gym:ENV_ID": "a gymnasium environment, one action per turn (gym:FrozenLake-v1)",
-    "verifiers:ENV_ID": "a verifiers environment (or verifiers:MODULE:FACTORY): its rollout "
-    "and rubric, rlmap's engine and tokens",
-}
+from rlmap.tasks import reasoning_gym, registry
 
 
 def listing() -> str:
     """The built-in tasks, then reasoning-gym's by category (or how to install it)."""
     lines = ["built in (data.task=NAME):"]
-    lines += [f"  {name:<17} {what}" for name, what in BUILT_IN.items()]
+    kinds = registry.kinds()
+    listed = [row for name in kinds for row in kinds.get(name).listing]  # each kind's own lines
+    lines += [f"  {name:<17} {what}" for name, what in listed]
     try:
         names = reasoning_gym.names()
     except ConfigError:
