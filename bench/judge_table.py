@@ -17,12 +17,16 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from rlmap.core.metrics import upgrade_row
+
 PROBES = ("judge/position_agreement", "judge/first_preferred_frac", "judge/length_corr",
           "judge/self_consistency")  # fmt: skip
 
 
 def _records(run: Path) -> list[dict[str, Any]]:
-    return [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    """The run's rows under today's metric names (an older run's too)."""
+    rows = (run / "metrics.jsonl").read_text().splitlines()
+    return [upgrade_row(json.loads(x)) for x in rows]
 
 
 def _mean(records: list[dict[str, Any]], key: str) -> float | None:

@@ -39,6 +39,7 @@ from rlmap.tasks.arithmetic import make_splits
 
 PROMPTS, LR, CRITIC_LR = 64, 5e-5, 3e-4  # the ppo preset on the embedded default (G = 1)
 GAMMA, LAM, CLIP, VALUE_CLIP = 1.0, 0.95, 0.2, 0.5  # credit, behaviour and critic sections
+MAX_GRAD_NORM, WEIGHT_DECAY = 1.0, 0.0  # the optim section's AdamW
 
 
 def values(critic: nn.Module, batch: Batch) -> tuple[Tensor, Tensor]:
@@ -74,10 +75,10 @@ def gae(batch: Batch, values_BT: Tensor, final_B: Tensor) -> tuple[Tensor, Tenso
 
 
 def step(model: nn.Module, optimizer: torch.optim.Optimizer, loss: Tensor) -> None:
-    """One optimiser step on ``loss``, its gradient norm clipped to 1 (the preset's)."""
+    """One optimiser step on ``loss``, its gradient norm clipped (the preset's)."""
     optimizer.zero_grad()
     loss.backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_GRAD_NORM)
     optimizer.step()
 
 
@@ -127,8 +128,10 @@ def main(model_dir: Path | None, steps: int, heldout_size: int) -> tuple[float, 
     engine = HFEngine(
         policy, pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id
     )  # shares the policy's weights
-    optimizer = torch.optim.AdamW(policy.parameters(), lr=LR)
-    critic_optimizer = torch.optim.AdamW(critic.parameters(), lr=CRITIC_LR)
+    optimizer = torch.optim.AdamW(policy.parameters(), lr=LR, weight_decay=WEIGHT_DECAY)
+    critic_optimizer = torch.optim.AdamW(
+        critic.parameters(), lr=CRITIC_LR, weight_decay=WEIGHT_DECAY
+    )
     train, heldout = make_splits(0, 6000, 256)
     heldout = heldout[:heldout_size]
     torch.manual_seed(0)

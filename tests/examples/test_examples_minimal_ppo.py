@@ -51,6 +51,8 @@ def test_its_constants_are_the_ppo_presets(minimal: ModuleType) -> None:
     assert (cfg.critic.enabled, cfg.critic.value_clip) == (True, minimal.VALUE_CLIP)
     assert cfg.reduction.name == "token_mean" and cfg.kl.placement == "none"
     assert (cfg.optim.epochs_per_batch, cfg.optim.minibatches_per_epoch) == (1, 1)
+    assert (cfg.optim.max_grad_norm, cfg.optim.weight_decay) == (minimal.MAX_GRAD_NORM,
+                                                                minimal.WEIGHT_DECAY)  # fmt: skip
 
 
 def test_gae_by_hand(minimal: ModuleType) -> None:

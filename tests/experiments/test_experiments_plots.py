@@ -92,3 +92,37 @@ def test_phase_spans_join_consecutive_steps_and_skip_the_rest() -> None:
     # steps 1-3 form one run, step 6 another (half a step of margin each side)
     assert phase_spans(records, xs, "critic/pretraining") == [(0.5, 3.5), (5.5, 6.5)]
     assert phase_spans(records, xs, "missing") == []
+
+
+def _expanded(pattern: str) -> list[str]:
+    """The concrete names a panel's pattern stands for: each ``(a|b)`` group expanded, ``\\d+``
+    read as 8; a ``.+`` is left in (the caller matches it against the registry instead)."""
+    import re
+
+    group = re.search(r"\(([^()]*)\)", pattern)
+    if group is None:
+        return [pattern.replace(r"\d+", "8")]
+    head, tail = pattern[: group.start()], pattern[group.end() :]
+    return [n for word in group.group(1).split("|") for n in _expanded(head + word + tail)]
+
+
+def test_every_panel_reads_names_a_run_emits() -> None:
+    # a panel whose names nothing emits is dropped without a word (the failed-rewards panel
+    # read reward/*_frac after errors/<class>_frac became the one name of each failure)
+    import re
+
+    from rlmap.core.metrics import METRICS, unregistered
+
+    samples = [re.sub(r"\{([^{}|]+)\}", "infra_error", m.name) for m in METRICS]
+    samples = [re.sub(r"\{([^{}]+)\}", lambda g: g.group(1).split("|")[0], s) for s in samples]
+    dead = []
+    for spec in plots.PLOTS:
+        keys = [spec.x_key, *([spec.shade_key] if spec.shade_key else [])]
+        for pattern in [*keys, *(p for panel in spec.panels for p in panel.patterns)]:
+            names = _expanded(pattern)  # alive when one of its names is emitted
+            if any(".+" in n for n in names):
+                alive = any(re.fullmatch(n, s) for n in names for s in samples)
+            else:
+                alive = len(unregistered(names)) < len(names)
+            dead += [] if alive else [pattern]
+    assert dead == []

@@ -123,7 +123,7 @@ METRICS: tuple[Metric, ...] = (
     _m("optim/policy_steps", C, "steps", "sum", "Policy optimiser steps this step."),
     _m("optim/critic_steps", C, "steps", "sum", "Critic optimiser steps this step."),
     _m("entropy", G, "nats", "mean", "Token entropy of π_θ over every action token of every update."),
-    _m("approx_kl", G, "nats", "mean", "k3 estimate of KL(π_old ‖ π_θ): mean over every action token of every update of (r − 1) − log r, r = π_θ/π_old at the micro-batch's forward pass (docs/formulas.md §6.1); 0 when each batch gets one optimiser step. rlmap's |log ρ| tails (ratio/rho/*) say more about the tails; this is the figure other trainers log."),
+    _m("approx_kl", G, "nats", "mean", "k3 estimate of KL(π_old ‖ π_θ): mean over every action token of every update of (r − 1) − log r, r = π_θ/π_old at the micro-batch's forward pass (docs/formulas.md §6.1). Decoupled mode: 0 when each batch gets one optimiser step and π_old is not a pass of its own. Bypass mode (π_old := μ_old): k3 of KL(μ_old ‖ π_θ), non-zero from the first step (engine–learner mismatch and staleness). rlmap's |log ρ| tails (ratio/rho/*) say more about the tails; this is the figure other trainers log."),
     _m("kl/mean", G, "nats", "mean", "KL to π_ref over action tokens: in the loss its estimator's, in the reward k1 = log π_old − log π_ref."),
     _m("kl/beta", G, "coefficient", "value", "The step's KL coefficient β (fixed, or the adaptive controller's with kl.target)."),
     # --- ratio/* : importance ratios (docs/formulas.md §1) ---------------------------------
@@ -278,6 +278,8 @@ def _upgrade_system(out: dict[str, Any]) -> dict[str, Any]:
     if isinstance(tokens, int | float) and isinstance(update, int | float):
         out["system/tokens_per_s"] = tokens / max(rollout + update, 1e-9)
         out.setdefault("system/learner_utilisation", update / max(rollout + update, 1e-9))
+    else:  # the old per-rollout-second rate must not pass for today's whole-step one
+        out.pop("system/tokens_per_s", None)
     return out
 
 

@@ -66,7 +66,7 @@ PLOTS: tuple[PlotSpec, ...] = (
                 "training reward", ("reward/mean", "reward/outcome_mean", "reward/verifier_mean")
             ),
             Panel("held-out pass@1", ("eval/pass@1", "eval/train_verifier_pass@1")),
-            Panel("failed rewards (fraction)", (r"reward/(invalid|infra_error|timeout)_frac",)),
+            Panel("failed rewards (fraction)", (r"errors/(unparseable|infra_error|timeout)_frac",)),
         ),
     ),
     PlotSpec(

@@ -38,6 +38,7 @@ from rlmap.assembly.models import model_path, reward_model_path
 from rlmap.assembly.parts import Parts, build
 from rlmap.core.device import describe
 from rlmap.core.errors import ConfigError, InputError, TrainingError
+from rlmap.core.metrics import upgrade_row
 from rlmap.engines.engine import forget_cache
 from rlmap.experiments.checkpoint import (
     capture_rng,
@@ -502,7 +503,7 @@ def _finish(
         summary["critic_explained_variance_before_policy"] = ev_before_policy(records)
     write_json_atomic(run_dir / "ledger.json", ledger.to_dict())
     write_json_atomic(run_dir / "summary.json", summary)
-    write_plots(records, run_dir / "plots")
+    write_plots([upgrade_row(r) for r in records], run_dir / "plots")  # a resume across a rename
     return summary
 
 

@@ -340,8 +340,8 @@ def _q_system(p: TaskProfile, cfg: RecipeConfig) -> tuple[str, str]:
     answer = f"{cfg.system.mode}: " + (waits if cfg.system.mode == "sync" else "a queue, no wait")
     if p.barrier == "severe":
         why = "the barrier is severe: profile it first (rollout duration p50/p95/p99, "
-        why += "system/rollout_s, system/tokens_per_s); asynchrony trades idle time for "
-        why += "staleness, queue selection bias and version bookkeeping, it is not free; "
+        why += "system/learner_wait_s, system/learner_utilisation); asynchrony trades idle "
+        why += "time for staleness, queue selection bias and version bookkeeping, it is not free; "
         why += "stale batches are what m2po and dppo_tv's trust region on μ are for"
     else:
         why = "the wait for the slowest trajectory is affordable: keep the barrier, no drift"
