@@ -45,8 +45,9 @@ def _cmd_translate(args: argparse.Namespace) -> None:
 
     from rlmap.recipes.translate import translate
 
-    result = translate(args.file, args.source, to_embedded=args.embedded,
-                       world_size=args.world_size)  # fmt: skip
+    result = translate(
+        args.file, args.source, to_embedded=args.embedded, world_size=args.world_size
+    )
     text = result.to_yaml()
     if args.out is None:
         print(text, end="")
@@ -124,9 +125,13 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
     runs = load_runs([Path(p) for p in args.runs])  # before the report directory exists
     existed = args.out is not None and Path(args.out).exists()
-    out = create_run_dir(root=Path("reports"), out=Path(args.out) if args.out else None,
-                         kind="report directory", force=args.force,
-                         hint="choose another --out, or --force to write into it")  # fmt: skip
+    out = create_run_dir(
+        root=Path("reports"),
+        out=Path(args.out) if args.out else None,
+        kind="report directory",
+        force=args.force,
+        hint="choose another --out, or --force to write into it",
+    )
     with removed_on_failure(out, existed=existed):
         text = write_report(runs, out)
     print(text)
@@ -150,9 +155,17 @@ def _cmd_train(args: argparse.Namespace) -> int | None:
     if args.resume is not None:
         if args.preflight:
             raise ConfigError("--preflight: not with --resume (preflight a config, not a run)")
-        given = [flag for flag, value in (("--seeds", args.seeds), ("--config", args.config),
-                 ("--recipe", args.recipe), ("--out", args.out), ("--seed", args.seed))
-                 if value is not None]  # fmt: skip
+        given = [
+            flag
+            for flag, value in (
+                ("--seeds", args.seeds),
+                ("--config", args.config),
+                ("--recipe", args.recipe),
+                ("--out", args.out),
+                ("--seed", args.seed),
+            )
+            if value is not None
+        ]
         if given:
             raise ConfigError(
                 f"{given[0]}: does not apply with --resume (the run directory holds its "
@@ -209,8 +222,9 @@ def _train_rank(args: argparse.Namespace, cfg: RecipeConfig, world: World) -> in
         run_dir = Path(args.resume)
     else:
         existed = args.out is not None and Path(args.out).exists()
-        run_dir = distributed.on_main(world, lambda: create_run_dir(
-            out=Path(args.out) if args.out else None).resolve())  # fmt: skip
+        run_dir = distributed.on_main(
+            world, lambda: create_run_dir(out=Path(args.out) if args.out else None).resolve()
+        )
     if world.main:
         print(f"run directory: {run_dir}", flush=True)
     try:
@@ -222,13 +236,17 @@ def _train_rank(args: argparse.Namespace, cfg: RecipeConfig, world: World) -> in
     if not world.main:
         return 0
     before, after = summary["before"], summary["after"]
-    print(f"held-out pass@1 {before['eval/pass@1']:.3f} -> {after['eval/pass@1']:.3f}, "
-          f"pass@{int(after['eval/k'])} {before['eval/pass@k']:.3f} -> {after['eval/pass@k']:.3f}, "
-          f"{summary['generated_tokens']} tokens, {summary['wall_clock_s']:.0f} s")  # fmt: skip
+    print(
+        f"held-out pass@1 {before['eval/pass@1']:.3f} -> {after['eval/pass@1']:.3f}, "
+        f"pass@{int(after['eval/k'])} {before['eval/pass@k']:.3f} -> {after['eval/pass@k']:.3f}, "
+        f"{summary['generated_tokens']} tokens, {summary['wall_clock_s']:.0f} s"
+    )
     share = summary["compute_share"]
-    print(f"learner compute: actor {share['actor']:.0%}, critic {share['critic']:.0%}, "
-          f"reference {share['reference']:.0%}; sampling {share['rollout_of_total']:.0%} "
-          "of sampling + learner")  # fmt: skip
+    print(
+        f"learner compute: actor {share['actor']:.0%}, critic {share['critic']:.0%}, "
+        f"reference {share['reference']:.0%}; sampling {share['rollout_of_total']:.0%} "
+        "of sampling + learner"
+    )
     print(run_dir)
     return 0
 
@@ -246,8 +264,10 @@ def _learner_world(cfg: RecipeConfig) -> World | None:
     n = cfg.system.learners
     _, size = launch.launched_rank(os.environ)
     if size > 1 and size != n:
-        raise ConfigError(f"system.learners: {n}, but the launcher started {size} ranks "
-                          "(WORLD_SIZE); make them equal")  # fmt: skip
+        raise ConfigError(
+            f"system.learners: {n}, but the launcher started {size} ranks "
+            "(WORLD_SIZE); make them equal"
+        )
     if n == 1:
         return distributed.SINGLE
     on_node = n if size == 1 else None  # rlmap's launcher: all n here; torchrun: it says
@@ -264,15 +284,19 @@ def _cmd_eval(args: argparse.Namespace) -> None:
 
     # eval samples with the HF engine whatever the run used (the metric is the same); an
     # override asking for vLLM would be accepted and change nothing, so it is refused
-    asked = {key.strip(): value.strip() for key, _, value in
-             (o.partition("=") for o in args.overrides)}  # fmt: skip
+    asked = {
+        key.strip(): value.strip() for key, _, value in (o.partition("=") for o in args.overrides)
+    }
     if asked.get("system.engine") == "vllm":
-        raise ConfigError("system.engine: rlmap eval samples with the HF engine; "
-                          "system.engine=vllm is not supported here (leave it out)")  # fmt: skip
+        raise ConfigError(
+            "system.engine: rlmap eval samples with the HF engine; "
+            "system.engine=vllm is not supported here (leave it out)"
+        )
     device = _device(args)
     _quiet_transformers()
-    metrics = evaluate_checkpoint(Path(args.checkpoint), samples=args.samples,
-                                  overrides=args.overrides, device=device)  # fmt: skip
+    metrics = evaluate_checkpoint(
+        Path(args.checkpoint), samples=args.samples, overrides=args.overrides, device=device
+    )
     for key, value in metrics.items():
         print(f"{key:<16} {value:.4f}")
 
@@ -346,13 +370,16 @@ def _cmd_reward_pairs(args: argparse.Namespace) -> int:
     side = heldout_path(out)
     for path in (out, side):  # both checked before either is written
         check_new_file(path, force=args.force)
-    spec = PreferenceSpec(pairs=args.n, heldout_pairs=args.heldout, noise=args.noise,
-                          seed=args.seed)  # fmt: skip
+    spec = PreferenceSpec(
+        pairs=args.n, heldout_pairs=args.heldout, noise=args.noise, seed=args.seed
+    )
     train, heldout = embedded_pairs(warm_start_spec(build_config(None, None, args.overrides)), spec)
     write_pairs(out, train, force=args.force)
     write_pairs(side, heldout, force=args.force)
-    print(f"{len(train)} pairs (label noise {args.noise}) -> {out}; "
-          f"{len(heldout)} noise-free held-out pairs -> {side}")  # fmt: skip
+    print(
+        f"{len(train)} pairs (label noise {args.noise}) -> {out}; "
+        f"{len(heldout)} noise-free held-out pairs -> {side}"
+    )
     return 0
 
 
@@ -386,13 +413,14 @@ def _cmd_reward_train(args: argparse.Namespace) -> int:
     view = ProgressView(enabled=True)
     overrides = [f"model.path={args.base}"] if args.base else []
     base = model_path(build_config(None, None, overrides), progress=view.warm_start)
-    out = create_run_dir(root=Path("reward_models"), out=Path(args.out) if args.out else None,
-                         kind=kind, hint=hint)  # fmt: skip
+    out = create_run_dir(
+        root=Path("reward_models"), out=Path(args.out) if args.out else None, kind=kind, hint=hint
+    )
     given = {"steps": args.steps, "batch_size": args.batch_size, "lr": args.lr}
     spec = RewardModelSpec(seed=args.seed, **{k: v for k, v in given.items() if v is not None})
-    model, tokenizer, metrics = train_reward_model(base, train, heldout, spec,
-                                                   progress=view.phase("reward model"),
-                                                   device=device)  # fmt: skip
+    model, tokenizer, metrics = train_reward_model(
+        base, train, heldout, spec, progress=view.phase("reward model"), device=device
+    )
     info = {"base": str(base), "pairs": args.pairs, "eval_pairs": args.eval_pairs, **metrics}
     save_reward_model(out, model, tokenizer, info)
     for key, value in metrics.items():
@@ -424,16 +452,22 @@ def _cmd_judge_model(args: argparse.Namespace) -> int:
     cfg = build_config(None, None, [f"model.path={args.base}"] if args.base else [])
     base = model_path(cfg, progress=view.warm_start)
     ws = warm_start_spec(cfg)
-    train, heldout = make_splits(ws.split_seed, ws.train_size, ws.eval_size,
-                                 max_digits=ws.max_digits, ops=ws.ops)  # fmt: skip
+    train, heldout = make_splits(
+        ws.split_seed, ws.train_size, ws.eval_size, max_digits=ws.max_digits, ops=ws.ops
+    )
     spec = JudgeModelSpec(steps=args.steps, seed=args.seed)
-    out = create_run_dir(root=Path("judges"), out=Path(args.out) if args.out else None,
-                         kind=kind, hint=hint)  # fmt: skip
-    model, tokenizer, metrics = train_judge(base, train, heldout, spec,
-                                            progress=view.phase("judge model"),
-                                            device=device)  # fmt: skip
-    save_judge(out, model, tokenizer, {"base": str(base), "steps": args.steps,
-                                       "seed": args.seed, **metrics})  # fmt: skip
+    out = create_run_dir(
+        root=Path("judges"), out=Path(args.out) if args.out else None, kind=kind, hint=hint
+    )
+    model, tokenizer, metrics = train_judge(
+        base, train, heldout, spec, progress=view.phase("judge model"), device=device
+    )
+    save_judge(
+        out,
+        model,
+        tokenizer,
+        {"base": str(base), "steps": args.steps, "seed": args.seed, **metrics},
+    )
     for key, value in metrics.items():
         print(f"{key:<40} {value:.4f}")
     print(out)
@@ -483,19 +517,34 @@ def _add_run_commands(sub: Any) -> None:
     p = _command(sub, "recipes", help="list the presets, each with its full composition")
     p.set_defaults(func=_cmd_recipes)
     p = _command(sub, "explain", help="a preset axis by axis, or one component's card")
-    p.add_argument("name", help="preset (see `rlmap recipes`), component (m2po, dppo_kl, "
-                   "prompt_mean …) or field=component (behaviour.objective=dro)")  # fmt: skip
-    p.add_argument("--as", dest="as_", default=None, choices=FRAMEWORKS,
-                   help="the preset as that framework's settings, differences named")  # fmt: skip
+    p.add_argument(
+        "name",
+        help="preset (see `rlmap recipes`), component (m2po, dppo_kl, "
+        "prompt_mean …) or field=component (behaviour.objective=dro)",
+    )
+    p.add_argument(
+        "--as",
+        dest="as_",
+        default=None,
+        choices=FRAMEWORKS,
+        help="the preset as that framework's settings, differences named",
+    )
     p.set_defaults(func=_cmd_explain)
     p = _command(sub, "translate", help="another framework's config as an rlmap config")
     p.add_argument("file", help="verl/SkyRL YAML, TRL YAML/JSON, prime-rl TOML, OpenRLHF command")
     p.add_argument("--from", dest="source", required=True, choices=("auto", *FRAMEWORKS))
     p.add_argument("--out", default=None, help="write the config here (default: print it)")
-    p.add_argument("--embedded", action="store_true",
-                   help="the closest preset's embedded model and sizes (trains here)")  # fmt: skip
-    p.add_argument("--world-size", type=int, default=1,
-                   help="training processes (TRL's batch sizes are per device)")  # fmt: skip
+    p.add_argument(
+        "--embedded",
+        action="store_true",
+        help="the closest preset's embedded model and sizes (trains here)",
+    )
+    p.add_argument(
+        "--world-size",
+        type=int,
+        default=1,
+        help="training processes (TRL's batch sizes are per device)",
+    )
     p.set_defaults(func=_cmd_translate)
     p = _command(sub, "train", help="train a policy; prints the run directory")
     p.add_argument("--recipe", default=None, help="preset to start from (default: grpo)")
@@ -509,9 +558,12 @@ def _add_run_commands(sub: Any) -> None:
         default=None,
         help="train N runs, seeds seed..seed+N-1, into --out/seed<S> (for compare)",
     )
-    p.add_argument("--preflight", action="store_true",
-                   help="build and check every part, one forward + backward; print a go / "
-                   "no-go table and write nothing (exit 1 on no-go)")  # fmt: skip
+    p.add_argument(
+        "--preflight",
+        action="store_true",
+        help="build and check every part, one forward + backward; print a go / "
+        "no-go table and write nothing (exit 1 on no-go)",
+    )
     p.add_argument("overrides", nargs="*", help="dotted.key=value overrides")
     p.set_defaults(func=_cmd_train)
     p = _command(sub, "eval", help="held-out pass@1, pass@k, length and diversity of a checkpoint")
@@ -521,8 +573,9 @@ def _add_run_commands(sub: Any) -> None:
     p.add_argument("overrides", nargs="*", help="dotted.key=value overrides of the data config")
     p.set_defaults(func=_cmd_eval)
     p = _command(sub, "tasks", help="the tasks data.task names: built in, and reasoning-gym's")
-    p.add_argument("name", nargs="?", default=None,
-                   help="a reasoning-gym task: its settings and an example")  # fmt: skip
+    p.add_argument(
+        "name", nargs="?", default=None, help="a reasoning-gym task: its settings and an example"
+    )
     p.set_defaults(func=_cmd_tasks)
     p = _command(sub, "papers", help="the paper index: each preset's paper and quoted values")
     p.set_defaults(func=_cmd_papers)
@@ -543,33 +596,82 @@ def _add_map_commands(sub: Any) -> None:
     )
     p.add_argument("runs", nargs="+", help="run directories, or directories of runs (a sweep)")
     p.add_argument("--out", default=None, help="report directory (default: reports/<time>)")
-    p.add_argument("--force", action="store_true",
-                   help="write into an --out that holds files (replacing the report)")  # fmt: skip
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="write into an --out that holds files (replacing the report)",
+    )
     p.set_defaults(func=_cmd_compare)
     p = _command(sub, "advise", help="the six questions and the selection table's answer")
-    p.add_argument("--multi-turn", action="store_true", default=None,
-                   help="episodes have several turns (tool calls, an environment)")  # fmt: skip
-    p.add_argument("--verifier", choices=["exact", "math", "code", "reward-model", "none"],
-                   default=None, help="what checks a response (default: exact)")  # fmt: skip
-    p.add_argument("--cheap-samples", action=argparse.BooleanOptionalAction, default=None,
-                   help="many samples per prompt are cheap (default: yes)")  # fmt: skip
-    p.add_argument("--response-length", type=int, default=None, metavar="N",
-                   help="typical response length in tokens")  # fmt: skip
-    p.add_argument("--critic-unstable", action="store_true", default=None,
-                   help="a value critic has been clearly unstable")  # fmt: skip
-    p.add_argument("--rare-correct", action="store_true", default=None,
-                   help="correct samples are extremely rare")  # fmt: skip
-    p.add_argument("--moe", "--moe-routing-mismatch", dest="moe_routing_mismatch",
-                   action="store_true", default=None,
-                   help="MoE whose routing differs between training and rollout")  # fmt: skip
-    p.add_argument("--separate-rollout", action="store_true", default=None,
-                   help="rollout and learner are separate processes")  # fmt: skip
-    p.add_argument("--barrier", choices=["mild", "severe"], default=None,
-                   help="how much the group barrier costs (default: mild)")  # fmt: skip
-    p.add_argument("--long-context", action="store_true", default=None,
-                   help="contexts exceed the model's window")  # fmt: skip
-    p.add_argument("--emit-config", default=None, metavar="FILE",
-                   help="write the baseline's config for `rlmap train --config FILE`")  # fmt: skip
+    p.add_argument(
+        "--multi-turn",
+        action="store_true",
+        default=None,
+        help="episodes have several turns (tool calls, an environment)",
+    )
+    p.add_argument(
+        "--verifier",
+        choices=["exact", "math", "code", "reward-model", "none"],
+        default=None,
+        help="what checks a response (default: exact)",
+    )
+    p.add_argument(
+        "--cheap-samples",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="many samples per prompt are cheap (default: yes)",
+    )
+    p.add_argument(
+        "--response-length",
+        type=int,
+        default=None,
+        metavar="N",
+        help="typical response length in tokens",
+    )
+    p.add_argument(
+        "--critic-unstable",
+        action="store_true",
+        default=None,
+        help="a value critic has been clearly unstable",
+    )
+    p.add_argument(
+        "--rare-correct",
+        action="store_true",
+        default=None,
+        help="correct samples are extremely rare",
+    )
+    p.add_argument(
+        "--moe",
+        "--moe-routing-mismatch",
+        dest="moe_routing_mismatch",
+        action="store_true",
+        default=None,
+        help="MoE whose routing differs between training and rollout",
+    )
+    p.add_argument(
+        "--separate-rollout",
+        action="store_true",
+        default=None,
+        help="rollout and learner are separate processes",
+    )
+    p.add_argument(
+        "--barrier",
+        choices=["mild", "severe"],
+        default=None,
+        help="how much the group barrier costs (default: mild)",
+    )
+    p.add_argument(
+        "--long-context",
+        action="store_true",
+        default=None,
+        help="contexts exceed the model's window",
+    )
+    p.add_argument(
+        "--emit-config",
+        default=None,
+        metavar="FILE",
+        help="write the baseline's config for `rlmap train --config FILE`",
+    )
     p.add_argument("--force", action="store_true", help="overwrite an existing --emit-config file")
     p.set_defaults(func=_cmd_advise)
     p = _command(sub, "diagnose", help="check a run for the map's failure symptoms")
@@ -579,9 +681,14 @@ def _add_map_commands(sub: Any) -> None:
     p = _command(sub, "samples", help="read what the policy wrote: held-out samples by class")
     p.add_argument("run_dir", help="a run directory (reads samples/step_N.jsonl)")
     p.add_argument("--step", type=int, default=None, help="an evaluated step (default: newest)")
-    p.add_argument("--class", dest="klass", default=None, metavar="C",
-                   help="only this class (wrong_answer, truncated, ..., correct, or all); "
-                        "default: every failure, grouped by class")  # fmt: skip
+    p.add_argument(
+        "--class",
+        dest="klass",
+        default=None,
+        metavar="C",
+        help="only this class (wrong_answer, truncated, ..., correct, or all); "
+        "default: every failure, grouped by class",
+    )
     p.add_argument("--n", type=int, default=10, help="at most this many samples (default 10)")
     p.add_argument("--json", action="store_true", help="the samples as JSON lines")
     p.set_defaults(func=_cmd_samples)
@@ -593,26 +700,47 @@ def _add_map_commands(sub: Any) -> None:
     )
     p.add_argument("--workers", type=int, default=None, help="rollout workers W (default: 8)")
     p.add_argument("--batch", type=int, default=None, help="trajectories per step B (default: 64)")
-    p.add_argument("--learner-step-s", default=None, metavar="S",
-                   help="learner step seconds, or a --duration spec (default: 1)")  # fmt: skip
-    p.add_argument("--duration", default=None, metavar="DIST",
-                   help="lognormal:mu,sigma | pareto:alpha,scale | exponential:mean | "
-                   "fixed:v | empirical:v1,v2,... (default: lognormal:0,1)")  # fmt: skip
+    p.add_argument(
+        "--learner-step-s",
+        default=None,
+        metavar="S",
+        help="learner step seconds, or a --duration spec (default: 1)",
+    )
+    p.add_argument(
+        "--duration",
+        default=None,
+        metavar="DIST",
+        help="lognormal:mu,sigma | pareto:alpha,scale | exponential:mean | "
+        "fixed:v | empirical:v1,v2,... (default: lognormal:0,1)",
+    )
     p.add_argument(
         "--eta",
         type=int,
         default=None,
         help="async: max staleness η (default: the --from-run run's, else 1)",
     )
-    p.add_argument("--budget-s", type=float, default=None, metavar="L",
-                   help="partial: longest segment per iteration, s (default: none)")  # fmt: skip
+    p.add_argument(
+        "--budget-s",
+        type=float,
+        default=None,
+        metavar="L",
+        help="partial: longest segment per iteration, s (default: none)",
+    )
     p.add_argument("--steps", type=int, default=200, help="learner steps (default: 200)")
     p.add_argument("--seed", type=int, default=0, help="seed of the draws (default: 0)")
-    p.add_argument("--from-run", default=None, metavar="DIR",
-                   help="durations (and learner step) from a run's metrics.jsonl")  # fmt: skip
+    p.add_argument(
+        "--from-run",
+        default=None,
+        metavar="DIR",
+        help="durations (and learner step) from a run's metrics.jsonl",
+    )
     p.add_argument("--json", action="store_true", help="the result as JSON")
-    p.add_argument("--sweep-workers", default=None, metavar="W1,W2,...",
-                   help="sync, async and partial at each worker count: a table")  # fmt: skip
+    p.add_argument(
+        "--sweep-workers",
+        default=None,
+        metavar="W1,W2,...",
+        help="sync, async and partial at each worker count: a table",
+    )
     p.add_argument("--plot", default=None, metavar="DIR", help="with --sweep-workers: PNGs here")
     p.add_argument("--force", action="store_true", help="replace PNGs that exist in --plot")
     p.set_defaults(func=_cmd_simulate)
@@ -637,8 +765,11 @@ def _add_reward_model_commands(sub: Any) -> None:
     q.set_defaults(func=_cmd_reward_train)
     q = _command(rm, "pairs", help="write the embedded task's preference pairs as JSONL")
     q.add_argument("--out", required=True, help="pairs file (held-out pairs go beside it)")
-    q.add_argument("--force", action="store_true",
-                   help="overwrite existing pairs files (--out and its .heldout one)")  # fmt: skip
+    q.add_argument(
+        "--force",
+        action="store_true",
+        help="overwrite existing pairs files (--out and its .heldout one)",
+    )
     q.add_argument("--n", type=int, default=4000, help="training pairs")
     q.add_argument("--heldout", type=int, default=512, help="noise-free held-out pairs")
     q.add_argument("--noise", type=float, default=0.1, help="probability of a flipped label")

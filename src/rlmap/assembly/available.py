@@ -28,9 +28,11 @@ def refuse_unavailable(cfg: RecipeConfig) -> None:
         if cfg.system.learners == 1 and device.type == "cuda" and (device.index or 0) != 0:
             # vLLM's one-process executor builds on its local rank's GPU, cuda:0, whatever the
             # learner's: the two would not share a GPU (nor would the memory checks hold)
-            raise ConfigError(f"system.device: {device} with system.engine=vllm, which builds "
-                              "its engine on cuda:0; pick the GPU with CUDA_VISIBLE_DEVICES "
-                              "and system.device=cuda")  # fmt: skip
+            raise ConfigError(
+                f"system.device: {device} with system.engine=vllm, which builds "
+                "its engine on cuda:0; pick the GPU with CUDA_VISIBLE_DEVICES "
+                "and system.device=cuda"
+            )
     if cfg.system.backend == "ray":  # the GPUs its actors ask for (an actor's own is inprocess)
         from rlmap.system.ray_workers import check_gpus
 

@@ -142,8 +142,10 @@ class Batch:
                 continue
             if f.name in _TRAILING:
                 if x.dim() != 2 + len(_TRAILING[f.name]) or tuple(x.shape[:2]) != (b, t):
-                    raise ValueError(f"Batch.{f.name}: shape {tuple(x.shape)}, expected "
-                                     f"({b}, {t}, {', '.join(_TRAILING[f.name])})")  # fmt: skip
+                    raise ValueError(
+                        f"Batch.{f.name}: shape {tuple(x.shape)}, expected "
+                        f"({b}, {t}, {', '.join(_TRAILING[f.name])})"
+                    )
                 continue
             per_token = x.dim() == 2
             want = (b, t) if per_token else (b,)
@@ -203,10 +205,11 @@ class Batch:
         copied."""
         device = torch.device(device)
         kw: dict[str, Any] = {
-            f.name: (None if getattr(self, f.name) is None
-                     else cross(getattr(self, f.name), device))
+            f.name: (
+                None if getattr(self, f.name) is None else cross(getattr(self, f.name), device)
+            )
             for f in dataclasses.fields(self)
-        }  # fmt: skip
+        }
         return Batch(**kw)
 
     def replace(self, **changes: Any) -> Batch:

@@ -41,13 +41,17 @@ def resolve(
     if setting == "cpu" or (setting == "auto" and not torch.cuda.is_available()):
         return torch.device("cpu")
     if not torch.cuda.is_available():
-        raise ConfigError(f"{field}: {setting} asks for CUDA, and this torch sees "
-                          f"none (torch {torch.__version__}); use cpu or auto")  # fmt: skip
+        raise ConfigError(
+            f"{field}: {setting} asks for CUDA, and this torch sees "
+            f"none (torch {torch.__version__}); use cpu or auto"
+        )
     count = torch.cuda.device_count()
     index = int(setting.partition(":")[2] or environ.get("LOCAL_RANK", "0") or 0)
     if not 0 <= index < count:
-        raise ConfigError(f"{field}: cuda:{index} is not among this machine's {count} "
-                          f"GPU(s) (cuda:0..cuda:{count - 1})")  # fmt: skip
+        raise ConfigError(
+            f"{field}: cuda:{index} is not among this machine's {count} "
+            f"GPU(s) (cuda:0..cuda:{count - 1})"
+        )
     return torch.device("cuda", index)
 
 
@@ -104,11 +108,13 @@ def describe(device: torch.device) -> dict[str, Any]:
     TF32, so κ and the exactness checks mean what they say). Nothing CUDA is touched on a
     CPU device."""
     cpu = device.type != "cuda"
-    return {"device": str(device),
-            "device_name": "cpu" if cpu else torch.cuda.get_device_name(device),
-            "cuda": None if cpu else torch.version.cuda,
-            "fp32_matmul": torch.get_float32_matmul_precision(),
-            "deterministic_kernels": torch.are_deterministic_algorithms_enabled()}  # fmt: skip
+    return {
+        "device": str(device),
+        "device_name": "cpu" if cpu else torch.cuda.get_device_name(device),
+        "cuda": None if cpu else torch.version.cuda,
+        "fp32_matmul": torch.get_float32_matmul_precision(),
+        "deterministic_kernels": torch.are_deterministic_algorithms_enabled(),
+    }
 
 
 CUBLAS_WORKSPACE = ":4096:8"

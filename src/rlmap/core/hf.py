@@ -80,7 +80,9 @@ def companion_problem() -> str | None:
         try:
             importlib.import_module(name)
         except Exception as exc:  # RuntimeError (a missing operator), ImportError, OSError
-            return (f"{name} cannot be imported with the installed torch ({first_line(exc)}); "
-                    "vLLM's CPU build brings it and rlmap needs none of it: run "
-                    f"pip uninstall -y {' '.join(TORCH_COMPANIONS)}")  # fmt: skip
+            return (
+                f"{name} cannot be imported with the installed torch ({first_line(exc)}); "
+                "vLLM's CPU build brings it and rlmap needs none of it: run "
+                f"pip uninstall -y {' '.join(TORCH_COMPANIONS)}"
+            )
     return None

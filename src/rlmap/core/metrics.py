@@ -251,8 +251,10 @@ def upgrade_row(row: Mapping[str, Any]) -> dict[str, Any]:
             value = out.pop(old)
             out.setdefault(new, value)
     generated = out.get("sampling/generated")
-    for old, new in (("sampling/infra_errors", "errors/infra_error_frac"),
-                     ("sampling/timeouts", "errors/timeout_frac")):  # fmt: skip
+    for old, new in (
+        ("sampling/infra_errors", "errors/infra_error_frac"),
+        ("sampling/timeouts", "errors/timeout_frac"),
+    ):
         count = out.pop(old, None)
         if new not in out and isinstance(count, int | float) and isinstance(generated, int | float):
             out[new] = count / generated if generated else 0.0
@@ -307,12 +309,23 @@ def markdown(metrics: tuple[Metric, ...] = METRICS) -> str:
         )
         groups.setdefault(head, []).append(m)
     for head, members in groups.items():
-        lines += ["", f"## {head}", "", "| name | kind | unit | reduction | loops | meaning |",
-                  "|---|---|---|---|---|---|"]  # fmt: skip
+        lines += [
+            "",
+            f"## {head}",
+            "",
+            "| name | kind | unit | reduction | loops | meaning |",
+            "|---|---|---|---|---|---|",
+        ]
         lines += [_row(m) for m in members]
-    lines += ["", "## Old names", "",
-              "`rlmap compare` and `rlmap diagnose` read an older run's rows under today's names:",
-              "", "| old | now |", "|---|---|"]  # fmt: skip
+    lines += [
+        "",
+        "## Old names",
+        "",
+        "`rlmap compare` and `rlmap diagnose` read an older run's rows under today's names:",
+        "",
+        "| old | now |",
+        "|---|---|",
+    ]
     lines += [f"| `{old}` | `{new}` |" for old, new in RENAMED.items()]
     lines += [f"| `{old}` (count) | {new} |" for old, new in DROPPED.items()]
     lines += [

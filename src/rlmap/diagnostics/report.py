@@ -45,8 +45,11 @@ def diagnose(run_dir: Path) -> Report:
     """Every rule on the run in ``run_dir`` (InputError, naming the file, if it cannot be read),
     citing its held-out samples where a rule fires."""
     report = diagnose_run(load_run(Path(run_dir)), str(run_dir))
-    cited = {f.symptom: lines for f in report.detected
-             if (lines := cite_samples(Path(run_dir), f.window))}  # fmt: skip
+    cited = {
+        f.symptom: lines
+        for f in report.detected
+        if (lines := cite_samples(Path(run_dir), f.window))
+    }
     return dataclasses.replace(report, samples=cited)
 
 
@@ -87,8 +90,9 @@ def render_text(report: Report) -> str:
     lines = [f"rlmap diagnose {report.run_dir}: {report.records} records, steps {first}–{last}"]
     if report.composition:
         lines.append(f"  {report.composition}")
-    counts = {s: sum(f.status == s for f in report.findings)
-              for s in ("detected", "quiet", "not checked")}  # fmt: skip
+    counts = {
+        s: sum(f.status == s for f in report.findings) for s in ("detected", "quiet", "not checked")
+    }
     lines.append(", ".join(f"{n} {s}" for s, n in counts.items()))
     for finding in report.detected:
         lines += ["", *_detected_lines(finding)]

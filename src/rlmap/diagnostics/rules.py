@@ -356,13 +356,28 @@ def async_efficiency(run: RunData) -> Outcome:
         return Outcome(False, needs=needs)
     costs = (  # (metric, its trace, ">=" or "<=", the threshold, what it measures)
         ("system/checkpoint_age_mean", age, ">=", STALE_AGE, "checkpoint age, versions behind"),
-        ("system/accepted_token_frac", trace(run.records, "system/accepted_token_frac"), "<=",
-         ACCEPTED_MIN, "accepted token fraction"),
-        ("ratio/d/p99_abs_log", trace(run.records, "ratio/d/p99_abs_log"), ">=", DIRECT_TAIL,
-         "direct ratio p99 |log d|"),
-        ("length/mean ÷ eval/length", _length_ratio(run), "<=", SHORT_BIAS,
-         "trained / held-out length"),
-    )  # fmt: skip
+        (
+            "system/accepted_token_frac",
+            trace(run.records, "system/accepted_token_frac"),
+            "<=",
+            ACCEPTED_MIN,
+            "accepted token fraction",
+        ),
+        (
+            "ratio/d/p99_abs_log",
+            trace(run.records, "ratio/d/p99_abs_log"),
+            ">=",
+            DIRECT_TAIL,
+            "direct ratio p99 |log d|",
+        ),
+        (
+            "length/mean ÷ eval/length",
+            _length_ratio(run),
+            "<=",
+            SHORT_BIAS,
+            "trained / held-out length",
+        ),
+    )
     evidence, detected = [], False
     for name, points, sign, limit, what in costs:
         if points:
@@ -419,17 +434,30 @@ def moe_route_mismatch(run: RunData) -> Outcome:
         return Outcome(False, needs=needs)
     average = mean(_values(mismatch))
     replayed = bool(run.setting("behaviour.routing_replay"))
-    text = (f"moe/route_mismatch_frac: mean {_fmt(average)} (disagreeing at >= "
-            f"{ROUTE_MISMATCH}); routing replay {'on' if replayed else 'off'}")  # fmt: skip
-    evidence = [Evidence("moe/route_mismatch_frac", _span(mismatch), text,
-                         {"mean": average, "routing_replay": replayed})]  # fmt: skip
+    text = (
+        f"moe/route_mismatch_frac: mean {_fmt(average)} (disagreeing at >= "
+        f"{ROUTE_MISMATCH}); routing replay {'on' if replayed else 'off'}"
+    )
+    evidence = [
+        Evidence(
+            "moe/route_mismatch_frac",
+            _span(mismatch),
+            text,
+            {"mean": average, "routing_replay": replayed},
+        )
+    ]
     kappa = trace(run.records, "ratio/kappa/p99_abs_log")
     if len(kappa) >= MIN_POINTS:
         r, tail = correlation(mismatch, kappa), mean(_values(kappa))
-        evidence.append(Evidence("ratio/kappa/p99_abs_log", _span(mismatch),
-                                 f"κ p99 |log κ| mean {_fmt(tail)}; correlation with the route "
-                                 f"mismatch over the steps {_fmt(r)}",
-                                 {"mean": tail, "correlation": r}))  # fmt: skip
+        evidence.append(
+            Evidence(
+                "ratio/kappa/p99_abs_log",
+                _span(mismatch),
+                f"κ p99 |log κ| mean {_fmt(tail)}; correlation with the route "
+                f"mismatch over the steps {_fmt(r)}",
+                {"mean": tail, "correlation": r},
+            )
+        )
     return Outcome(average >= ROUTE_MISMATCH and not replayed, tuple(evidence))
 
 
@@ -446,11 +474,19 @@ def empty_steps(run: RunData) -> Outcome:
     if needs:
         return Outcome(False, needs=needs)
     empty = [s for s, v in flags if v >= 1]
-    text = (f"{len(empty)} of {len(flags)} steps had nothing to train on"
-            + (f" (steps {', '.join(map(str, empty[:10]))}{' …' if len(empty) > 10 else ''})"
-               if empty else ""))  # fmt: skip
-    evidence = [Evidence("system/empty_step", _span(flags), text,
-                         {"empty": float(len(empty)), "steps": float(len(flags))})]  # fmt: skip
+    text = f"{len(empty)} of {len(flags)} steps had nothing to train on" + (
+        f" (steps {', '.join(map(str, empty[:10]))}{' …' if len(empty) > 10 else ''})"
+        if empty
+        else ""
+    )
+    evidence = [
+        Evidence(
+            "system/empty_step",
+            _span(flags),
+            text,
+            {"empty": float(len(empty)), "steps": float(len(flags))},
+        )
+    ]
     window = (empty[0], empty[-1]) if empty else None
     return Outcome(bool(empty), tuple(evidence), window=window)
 
@@ -478,24 +514,36 @@ def judge_bias(run: RunData) -> Outcome:
     length = trace(run.records, "judge/length_corr")
     if len(position) < JUDGE_STEPS and len(length) < JUDGE_STEPS:
         why = " (logged by runs with feedback.source=judge or comparison)"
-        return Outcome(False, needs=(f"judge/position_agreement or judge/length_corr on >= "
-                                     f"{JUDGE_STEPS} steps{why}",))  # fmt: skip
+        return Outcome(
+            False,
+            needs=(
+                f"judge/position_agreement or judge/length_corr on >= {JUDGE_STEPS} steps{why}",
+            ),
+        )
     evidence, detected = [], False
     if len(position) >= JUDGE_STEPS:
         agree = mean(_values(position))
         first = trace(run.records, "judge/first_preferred_frac")
         shown = f"; the first shown preferred in {_fmt(mean(_values(first)))}" if first else ""
-        text = (f"pairs shown both ways agree in {_fmt(agree)} (biased below "
-                f"{POSITION_AGREEMENT_MIN}){shown}")  # fmt: skip
-        evidence.append(Evidence("judge/position_agreement", _span(position), text,
-                                 {"mean": agree}))  # fmt: skip
+        text = (
+            f"pairs shown both ways agree in {_fmt(agree)} (biased below "
+            f"{POSITION_AGREEMENT_MIN}){shown}"
+        )
+        evidence.append(
+            Evidence("judge/position_agreement", _span(position), text, {"mean": agree})
+        )
         detected |= agree < POSITION_AGREEMENT_MIN
     if len(length) >= JUDGE_STEPS:
         corr = mean(_values(length))
-        evidence.append(Evidence("judge/length_corr", _span(length),
-                                 f"score–length correlation at equal verifier outcome "
-                                 f"{_fmt(corr)} (biased at |r| >= {LENGTH_CORR_MAX})",
-                                 {"mean": corr}))  # fmt: skip
+        evidence.append(
+            Evidence(
+                "judge/length_corr",
+                _span(length),
+                f"score–length correlation at equal verifier outcome "
+                f"{_fmt(corr)} (biased at |r| >= {LENGTH_CORR_MAX})",
+                {"mean": corr},
+            )
+        )
         detected |= abs(corr) >= LENGTH_CORR_MAX
     return Outcome(detected, tuple(evidence))
 
@@ -558,8 +606,17 @@ def check(run: RunData, rule: Rule) -> Finding:
     window = (outcome.window or run.steps) if status == "detected" else None
     s = rule.symptom
     checks = _checks(run, s, window)
-    return Finding(s.id, s.title, s.source, status, outcome.evidence, checks, s.not_first,
-                   outcome.needs, outcome.window if status == "detected" else None)  # fmt: skip
+    return Finding(
+        s.id,
+        s.title,
+        s.source,
+        status,
+        outcome.evidence,
+        checks,
+        s.not_first,
+        outcome.needs,
+        outcome.window if status == "detected" else None,
+    )
 
 
 def check_all(run: RunData) -> tuple[Finding, ...]:

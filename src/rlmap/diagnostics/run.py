@@ -66,8 +66,11 @@ def load_run(run_dir: Path) -> RunData:
     records = [upgrade_row(r) for r in MetricsLog.read(metrics)]
     if not records:
         raise InputError(f"{metrics}: no metrics (the file is empty)")
-    return RunData(records=records, ledger=read_json_object(run_dir / LEDGER_FILE, "ledger") or {},
-                   **_config(run_dir / CONFIG_FILE))  # fmt: skip
+    return RunData(
+        records=records,
+        ledger=read_json_object(run_dir / LEDGER_FILE, "ledger") or {},
+        **_config(run_dir / CONFIG_FILE),
+    )
 
 
 def _config(path: Path) -> dict[str, Any]:

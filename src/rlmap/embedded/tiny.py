@@ -43,15 +43,24 @@ def build_tiny_model(
 ) -> PreTrainedModel:
     """A freshly initialised model whose vocabulary and special ids match ``tokenizer``."""
     shape = {k: v for k, v in asdict(spec).items() if k not in ("experts", "experts_per_token")}
-    common = dict(vocab_size=len(tokenizer), tie_word_embeddings=True,
-                  pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id,
-                  eos_token_id=tokenizer.eos_token_id, **shape)  # fmt: skip
+    common = dict(
+        vocab_size=len(tokenizer),
+        tie_word_embeddings=True,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        **shape,
+    )
     config: PretrainedConfig
     if spec.experts:
         width = spec.intermediate_size // spec.experts_per_token
-        config = Qwen3MoeConfig(num_experts=spec.experts, moe_intermediate_size=width,
-                                num_experts_per_tok=spec.experts_per_token,
-                                norm_topk_prob=True, **common)  # fmt: skip
+        config = Qwen3MoeConfig(
+            num_experts=spec.experts,
+            moe_intermediate_size=width,
+            num_experts_per_tok=spec.experts_per_token,
+            norm_topk_prob=True,
+            **common,
+        )
     else:
         config = Qwen2Config(**common)
     with torch.random.fork_rng(devices=[]):  # built on the CPU: no CUDA state to save

@@ -68,8 +68,11 @@ def build_tokenizer(
 def _byte_alphabet() -> dict[int, str]:
     """GPT-2's map from a byte to the printable character that stands for it (the
     byte-level BPE alphabet): printable Latin-1 stands for itself, the rest shifts to 256+."""
-    kept = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1),
-            *range(ord("®"), ord("ÿ") + 1)]  # fmt: skip
+    kept = [
+        *range(ord("!"), ord("~") + 1),
+        *range(ord("¡"), ord("¬") + 1),
+        *range(ord("®"), ord("ÿ") + 1),
+    ]
     out, shift = {b: chr(b) for b in kept}, 0
     for b in range(256):
         if b not in out:
@@ -85,10 +88,12 @@ def byte_symbol(character: str) -> str:
 def _qwen2_rules(core: Tokenizer) -> None:
     """Qwen2's normaliser, pre-tokenizer and decoder (what ``Qwen2Tokenizer`` rebuilds)."""
     core.normalizer = normalizers.NFC()
-    core.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(QWEN2_SPLIT), behavior="isolated", invert=False),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-    ])  # fmt: skip
+    core.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(QWEN2_SPLIT), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
     core.decoder = decoders.ByteLevel()
 
 
@@ -146,13 +151,19 @@ def build_bpe_tokenizer(corpus: Sequence[str], vocab_size: int = 512) -> PreTrai
     back with other ids than it was trained on."""
     core = Tokenizer(models.BPE())
     _qwen2_rules(core)
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=list(CHAT_SPECIALS),
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-                                  show_progress=False)  # fmt: skip
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=list(CHAT_SPECIALS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     core.train_from_iterator(corpus, trainer=trainer)
     tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=core, pad_token="<|endoftext|>", eos_token="<|im_end|>",
-        additional_special_tokens=["<|im_start|>"], padding_side="left",
-    )  # fmt: skip
+        tokenizer_object=core,
+        pad_token="<|endoftext|>",
+        eos_token="<|im_end|>",
+        additional_special_tokens=["<|im_start|>"],
+        padding_side="left",
+    )
     tokenizer.chat_template = CHATML
     return tokenizer

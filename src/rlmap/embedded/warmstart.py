@@ -178,8 +178,15 @@ def demonstrations(spec: WarmStartSpec) -> list[Example]:
     """The examples the warm start imitates: the task kind's demonstrations from the train
     split (never held-out ones); the arithmetic problems for most kinds, none for a gym
     task (nothing to imitate: it starts from the initialisation)."""
-    split = Split(spec.task, json.loads(spec.task_args), spec.split_seed, spec.train_size,
-                  spec.eval_size, max_digits=spec.max_digits, ops=spec.ops)  # fmt: skip
+    split = Split(
+        spec.task,
+        json.loads(spec.task_args),
+        spec.split_seed,
+        spec.train_size,
+        spec.eval_size,
+        max_digits=spec.max_digits,
+        ops=spec.ops,
+    )
     return kind_of(spec.task).demonstrations(split)
 
 
@@ -241,10 +248,14 @@ def supervised_finetune(
 
         def loss_of(noise: float) -> Callable[[int], torch.Tensor]:
             def loss(step: int) -> torch.Tensor:
-                examples = (rng.sample(train, spec.batch_size) if len(train) >= spec.batch_size
-                            else rng.choices(train, k=spec.batch_size))  # fmt: skip
-                ids, attention, labels = sft_batch(tokenizer, examples, noise, rng,
-                                                   tool_demos=spec.tool_demos)  # fmt: skip
+                examples = (
+                    rng.sample(train, spec.batch_size)
+                    if len(train) >= spec.batch_size
+                    else rng.choices(train, k=spec.batch_size)
+                )
+                ids, attention, labels = sft_batch(
+                    tokenizer, examples, noise, rng, tool_demos=spec.tool_demos
+                )
                 return net(input_ids=ids, attention_mask=attention, labels=labels).loss
 
             return loss

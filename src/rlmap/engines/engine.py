@@ -109,8 +109,14 @@ def cut_at_stop_strings(c: Completion, stops: StopStrings | None) -> Completion:
         return c
     routes = None if c.routes is None else c.routes[: len(c.prompt_ids) + end]
     kept = None if c.kept is None else c.kept[:end]
-    return replace(c, response_ids=c.response_ids[:end], logprobs=c.logprobs[:end],
-                   stopped=True, routes=routes, kept=kept)  # fmt: skip
+    return replace(
+        c,
+        response_ids=c.response_ids[:end],
+        logprobs=c.logprobs[:end],
+        stopped=True,
+        routes=routes,
+        kept=kept,
+    )
 
 
 @runtime_checkable

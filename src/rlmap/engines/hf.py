@@ -171,8 +171,10 @@ class HFEngine:
             for name, tensor in checked(state, own.keys()):
                 target = own[name]
                 if tensor.shape != target.shape:  # copy_ would broadcast a smaller one silently
-                    raise ValueError(f"set_weights: {name} has shape {tuple(tensor.shape)}, "
-                                     f"the engine's {tuple(target.shape)}")  # fmt: skip
+                    raise ValueError(
+                        f"set_weights: {name} has shape {tuple(tensor.shape)}, "
+                        f"the engine's {tuple(target.shape)}"
+                    )
                 target.copy_(tensor)
         self._version = version
 
@@ -200,8 +202,9 @@ class HFEngine:
         )
         stops = tuple(dict.fromkeys((*self.eos_token_ids, *stop_token_ids)))
         sampled = temperature > 0  # else greedy: no warpers, the argmax
-        config = sampling_config(max_new_tokens=max_new_tokens, pad_token_id=self.pad_token_id,
-                                 eos_token_ids=stops)  # fmt: skip
+        config = sampling_config(
+            max_new_tokens=max_new_tokens, pad_token_id=self.pad_token_id, eos_token_ids=stops
+        )
         warpers = sampling_warpers(temperature, top_p)
         # the n samples of a prompt are adjacent, so regrouping is slicing
         flat = [tuple(p) for p in prompts for _ in range(n)]
@@ -233,9 +236,13 @@ class HFEngine:
             [] if stop_strings is None else [TextStop(stop_strings, input_ids.shape[1])]
         )
         with recording(self.model) as calls:  # MoE routers only; nothing for a dense model
-            out = model.generate(input_ids=input_ids, attention_mask=attention_mask,
-                                 generation_config=config, logits_processor=chain,
-                                 stopping_criteria=ends)  # fmt: skip
+            out = model.generate(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                generation_config=config,
+                logits_processor=chain,
+                stopping_criteria=ends,
+            )
         tokens = out.sequences[:, input_ids.shape[1] :]  # (B, T)
         logprobs = torch.stack(draw.logprobs, dim=1)  # (B, T): log μ of each drawn token
         lengths, ended = response_lengths(tokens, stops)  # (B,), (B,)
@@ -267,8 +274,10 @@ def _sequence_routes(
     full = assemble(calls, len(prompts), width)  # (B, P + S − 1, L, K)
     unrouted = torch.full_like(full[:, :1], NO_ROUTE)  # the last sampled token: never fed back
     full = torch.cat([full, unrouted], dim=1)
-    return [full[i, width - len(p) : width + n].clone()
-            for i, (p, n) in enumerate(zip(prompts, lengths, strict=True))]  # fmt: skip
+    return [
+        full[i, width - len(p) : width + n].clone()
+        for i, (p, n) in enumerate(zip(prompts, lengths, strict=True))
+    ]
 
 
 def _sequence_kept(steps: list[Tensor], lengths: list[int]) -> list[Tensor | None]:
@@ -403,8 +412,10 @@ def checked(weights: Weights, expected: Collection[str]) -> Iterator[tuple[str, 
 
 
 def _mismatch(missing: list[str], extra: list[str]) -> ValueError:
-    return ValueError(f"set_weights: the weights do not match the engine's (missing "
-                      f"{missing[:3]}, unexpected {extra[:3]})")  # fmt: skip
+    return ValueError(
+        f"set_weights: the weights do not match the engine's (missing "
+        f"{missing[:3]}, unexpected {extra[:3]})"
+    )
 
 
 def check_sampling_args(

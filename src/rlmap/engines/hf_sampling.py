@@ -119,8 +119,10 @@ class FiniteScores(LogitsProcessor):
     def __call__(self, input_ids: Tensor, scores: Tensor) -> Tensor:
         broken = torch.isnan(scores) | torch.isposinf(scores)
         if bool(broken.any() or torch.isneginf(scores).all(-1).any()):
-            raise TrainingError("rollout: the policy's scores are NaN or infinite (the "
-                                "weights overflow in the forward pass); stopped")  # fmt: skip
+            raise TrainingError(
+                "rollout: the policy's scores are NaN or infinite (the "
+                "weights overflow in the forward pass); stopped"
+            )
         return scores
 
 

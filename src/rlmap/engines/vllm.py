@@ -144,9 +144,15 @@ class VLLMEngine:
         is gathered, so a bfloat16 engine gathers half the bytes."""
         self.max_len = engine_context(model)
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the engine core in this process
-        settings = llm_settings(model_dir, model, dtype=dtype, max_batch=max_batch,
-                                max_len=self.max_len, memory=memory,
-                                sampling_masks=sampling_masks)  # fmt: skip
+        settings = llm_settings(
+            model_dir,
+            model,
+            dtype=dtype,
+            max_batch=max_batch,
+            max_len=self.max_len,
+            memory=memory,
+            sampling_masks=sampling_masks,
+        )
         settings |= sharing_settings(sleep, rank)
         with _contained_side_effects():
             self.llm = vllm.LLM(**settings)
@@ -203,8 +209,10 @@ class VLLMEngine:
         memory; 2: dropped; both: its KV cache dropped), then PyTorch's cached free blocks
         back to the device, as verl does."""
         if not self.sleep_level or self.asleep:
-            raise RuntimeError(f"vLLM engine: built to sleep at level {self.sleep_level} (0: "
-                               f"never), with {sorted(self.asleep)} asleep already")  # fmt: skip
+            raise RuntimeError(
+                f"vLLM engine: built to sleep at level {self.sleep_level} (0: "
+                f"never), with {sorted(self.asleep)} asleep already"
+            )
         with self.lock:
             self.llm.sleep(level=self.sleep_level)
             self.asleep = frozenset(SLEEP_TAGS)
@@ -249,35 +257,51 @@ class VLLMEngine:
             prompts, n=n, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p
         )
         if kept_sets and not self.sampling_masks:
-            raise ConfigError("behaviour.replay_sampling_set: this vLLM engine was built "
-                              "without return_sampling_mask, so it has no kept sets")  # fmt: skip
+            raise ConfigError(
+                "behaviour.replay_sampling_set: this vLLM engine was built "
+                "without return_sampling_mask, so it has no kept sets"
+            )
         longest = max(len(p) for p in prompts)
         if longest >= self.max_len:  # vLLM would refuse the whole call in a traceback
-            raise TrainingError(f"rollout: a context of {longest} tokens reaches the vLLM "
-                                f"engine's context of {self.max_len} (the model's, at "
-                                f"most {MAX_LEN}); shorten the prompts or the turns")  # fmt: skip
+            raise TrainingError(
+                f"rollout: a context of {longest} tokens reaches the vLLM "
+                f"engine's context of {self.max_len} (the model's, at "
+                f"most {MAX_LEN}); shorten the prompts or the turns"
+            )
         stops = list(dict.fromkeys((*self.eos_token_ids, *stop_token_ids)))
         flat = [tuple(p) for p in prompts for _ in range(n)]
         seeds = torch.randint(0, SEED_BOUND, (len(flat),), generator=self.generator).tolist()
         greedy = temperature == 0
         params = [
             self._vllm.SamplingParams(
-                n=1, temperature=temperature, top_p=1.0 if greedy else top_p, top_k=0,
-                min_p=0.0, presence_penalty=0.0, frequency_penalty=0.0, repetition_penalty=1.0,
-                max_tokens=max_new_tokens, min_tokens=0, stop_token_ids=stops, ignore_eos=True,
-                logprobs=0, detokenize=False, skip_special_tokens=False,
+                n=1,
+                temperature=temperature,
+                top_p=1.0 if greedy else top_p,
+                top_k=0,
+                min_p=0.0,
+                presence_penalty=0.0,
+                frequency_penalty=0.0,
+                repetition_penalty=1.0,
+                max_tokens=max_new_tokens,
+                min_tokens=0,
+                stop_token_ids=stops,
+                ignore_eos=True,
+                logprobs=0,
+                detokenize=False,
+                skip_special_tokens=False,
                 seed=None if greedy else seed,
             )
             for seed in seeds
-        ]  # fmt: skip
+        ]
         requests = [{"prompt_token_ids": list(p)} for p in flat]
         with self.lock:
             if self.asleep:  # vLLM would sample from dropped weights, or wait for ever
                 raise RuntimeError(f"vLLM engine: generate while {sorted(self.asleep)} sleep")
             outputs = self.llm.generate(requests, params, use_tqdm=False)
-            completions = [cut_at_stop_strings(self._completion(p, out, stops, kept_sets),
-                                               stop_strings)
-                           for p, out in zip(flat, outputs, strict=True)]  # fmt: skip
+            completions = [
+                cut_at_stop_strings(self._completion(p, out, stops, kept_sets), stop_strings)
+                for p, out in zip(flat, outputs, strict=True)
+            ]
         return [completions[i * n : (i + 1) * n] for i in range(len(prompts))]
 
     def _completion(
@@ -291,12 +315,20 @@ class VLLMEngine:
             float(step[token].logprob) for step, token in zip(sample.logprobs, ids, strict=True)
         )
         if not all(math.isfinite(x) for x in logprobs):
-            raise TrainingError("rollout: the policy's log-probs are NaN or infinite (the "
-                                "weights overflow in the forward pass); stopped")  # fmt: skip
+            raise TrainingError(
+                "rollout: the policy's log-probs are NaN or infinite (the "
+                "weights overflow in the forward pass); stopped"
+            )
         stopped = sample.finish_reason == "stop" and bool(ids) and ids[-1] in stops
         kept = sampled_sets(sample, kept_sets) if kept_sets else None
-        return Completion(prompt_ids=prompt, response_ids=ids, logprobs=logprobs,
-                          stopped=stopped, version=self._version, kept=kept)  # fmt: skip
+        return Completion(
+            prompt_ids=prompt,
+            response_ids=ids,
+            logprobs=logprobs,
+            stopped=stopped,
+            version=self._version,
+            kept=kept,
+        )
 
     def close(self) -> None:
         """Shut vLLM's engine core down (the engine is unusable afterwards); nothing for a
@@ -381,11 +413,16 @@ class PinnedView:
                     self.engine.update_weights(w, self._version)
             shared, self.engine.generator = self.engine.generator, self.generator
             try:
-                return self.engine.generate(prompts, n=n, max_new_tokens=max_new_tokens,
-                                            temperature=temperature, top_p=top_p,
-                                            stop_token_ids=stop_token_ids,
-                                            stop_strings=stop_strings,
-                                            kept_sets=kept_sets)  # fmt: skip
+                return self.engine.generate(
+                    prompts,
+                    n=n,
+                    max_new_tokens=max_new_tokens,
+                    temperature=temperature,
+                    top_p=top_p,
+                    stop_token_ids=stop_token_ids,
+                    stop_strings=stop_strings,
+                    kept_sets=kept_sets,
+                )
             finally:
                 self.engine.generator = shared
 
@@ -397,8 +434,10 @@ def sampled_sets(sample: Any, cap: int) -> torch.Tensor:
     mask = getattr(sample, "sampling_mask", None)
     sets = None if mask is None else mask.token_ids
     if sets is None or len(sets) != len(sample.token_ids):
-        raise TrainingError("rollout: vLLM returned no kept set for some sampled tokens "
-                            "(behaviour.replay_sampling_set needs one per token)")  # fmt: skip
+        raise TrainingError(
+            "rollout: vLLM returned no kept set for some sampled tokens "
+            "(behaviour.replay_sampling_set needs one per token)"
+        )
     return kept_rows(sets, cap)
 
 

@@ -50,8 +50,10 @@ def require_vllm() -> Any:
     try:
         import vllm
     except ImportError as exc:
-        raise ConfigError(f"system.engine: 'vllm' needs vLLM installed ({INSTALL_HINT}); "
-                          f"importing it failed: {exc}") from None  # fmt: skip
+        raise ConfigError(
+            f"system.engine: 'vllm' needs vLLM installed ({INSTALL_HINT}); "
+            f"importing it failed: {exc}"
+        ) from None
     return vllm
 
 
@@ -65,17 +67,21 @@ def check_model(config: Any, source: str) -> None:
     vllm = require_vllm()
     archs = list(getattr(config, "architectures", None) or ())
     if archs and not set(archs) & set(vllm.ModelRegistry.get_supported_archs()):
-        raise ConfigError(f"model.path: vLLM {vllm.__version__} has no model class for "
-                          f"{', '.join(archs)} ({source}); use system.engine=hf")  # fmt: skip
+        raise ConfigError(
+            f"model.path: vLLM {vllm.__version__} has no model class for "
+            f"{', '.join(archs)} ({source}); use system.engine=hf"
+        )
     if torch.cuda.is_available():
         return
     from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
 
     sizes, dim = CPUAttentionBackend.get_supported_head_sizes(), head_dim(config)
     if dim not in sizes:
-        raise ConfigError(f"model.path: vLLM's CPU attention takes head dimensions "
-                          f"{','.join(map(str, sizes))}; {source} has {dim} (hidden_size / "
-                          "num_attention_heads); use system.engine=hf")  # fmt: skip
+        raise ConfigError(
+            f"model.path: vLLM's CPU attention takes head dimensions "
+            f"{','.join(map(str, sizes))}; {source} has {dim} (hidden_size / "
+            "num_attention_heads); use system.engine=hf"
+        )
 
 
 def llm_settings(
@@ -92,25 +98,33 @@ def llm_settings(
     weights at load), logging the processed log-probs, with this machine's memory budget:
     ``memory`` of the GPU, or on a CPU a KV cache of ``max_batch`` full contexts."""
     settings: dict[str, Any] = dict(
-        model=str(model_dir), skip_tokenizer_init=True, load_format="dummy",
-        dtype=str(dtype).removeprefix("torch."), logprobs_mode="processed_logprobs",
-        generation_config="vllm", enable_prefix_caching=True, max_num_seqs=max_batch,
-        max_model_len=max_len, seed=0,
-    )  # fmt: skip
+        model=str(model_dir),
+        skip_tokenizer_init=True,
+        load_format="dummy",
+        dtype=str(dtype).removeprefix("torch."),
+        logprobs_mode="processed_logprobs",
+        generation_config="vllm",
+        enable_prefix_caching=True,
+        max_num_seqs=max_batch,
+        max_model_len=max_len,
+        seed=0,
+    )
     if sampling_masks:  # vLLM ≥ 0.28 (PR #49577); its V2 model runner only, so no CPU build
         settings["return_sampling_mask"] = True
     if torch.cuda.is_available():
-        settings |= {"gpu_memory_utilization": memory,
-                     "max_num_batched_tokens": GPU_STEP_TOKENS}  # fmt: skip
+        settings |= {"gpu_memory_utilization": memory, "max_num_batched_tokens": GPU_STEP_TOKENS}
     else:
         cache = cpu_kv_cache_bytes(model, dtype, max_batch, max_len)
         # No chunked prefill on a CPU: a prompt prefilled in parts has its first sampled
         # token discarded, and vLLM then rewinds the request's generator with
         # ``set_offset``, which a CPU generator does not have (RuntimeError "CPU Generator
         # does not use offset", as soon as one step's prompts exceed its token budget).
-        settings |= {"enforce_eager": True, "kv_cache_memory_bytes": cache,
-                     "enable_chunked_prefill": False,
-                     "max_num_batched_tokens": max(CPU_STEP_TOKENS, max_len)}  # fmt: skip
+        settings |= {
+            "enforce_eager": True,
+            "kv_cache_memory_bytes": cache,
+            "enable_chunked_prefill": False,
+            "max_num_batched_tokens": max(CPU_STEP_TOKENS, max_len),
+        }
     return settings
 
 
@@ -136,9 +150,11 @@ def sharing_settings(sleep: int, rank: int | None) -> dict[str, Any]:
     if rank is None:
         return out
     if not os.environ.get("LOCAL_RANK"):
-        raise ConfigError("LOCAL_RANK: not set, and vLLM reads it on every learner rank (its "
-                          "external_launcher executor); start the ranks with torchrun or "
-                          "rlmap's own launcher")  # fmt: skip
+        raise ConfigError(
+            "LOCAL_RANK: not set, and vLLM reads it on every learner rank (its "
+            "external_launcher executor); start the ranks with torchrun or "
+            "rlmap's own launcher"
+        )
     return out | {"distributed_executor_backend": "external_launcher", "seed": rank}
 
 

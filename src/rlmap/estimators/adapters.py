@@ -46,8 +46,9 @@ def _token_credit(batch: Batch, adv_BT: Tensor, *, group: bool) -> Credit:
     mask_BT = train_mask(batch)
     diagnostics = advantage_diagnostics(adv_BT, mask_BT)
     if group:
-        diagnostics |= group_diagnostics(batch.rewards, batch.group_id, batch.valid,
-                                         batch.total_rewards)  # fmt: skip
+        diagnostics |= group_diagnostics(
+            batch.rewards, batch.group_id, batch.valid, batch.total_rewards
+        )
     return Credit(advantages=adv_BT.detach(), returns=None, diagnostics=diagnostics)
 
 
@@ -67,8 +68,11 @@ def turn_groups(batch: Batch) -> Tensor:
     the observation history, i.e. the real tokens before the turn that are not actions
     (:func:`rlmap.estimators.gigpo.anchor_ids`)."""
     index = TurnIndex.build(batch.turns, train_mask(batch))
-    real_BT = torch.ones_like(batch.action_mask) if batch.attention_mask is None else (
-        batch.attention_mask)  # fmt: skip
+    real_BT = (
+        torch.ones_like(batch.action_mask)
+        if batch.attention_mask is None
+        else (batch.attention_mask)
+    )
     ids_BK = anchor_ids(batch.tokens, real_BT & ~batch.action_mask, index, batch.group_id)
     return torch.where(index.token_mask_BT, ids_BK.gather(1, index.slot_BT), -1)
 
@@ -84,12 +88,18 @@ def _group_credit(batch: Batch, p: CreditParams, baseline: Baseline) -> Credit:
     mask_BK = index.mask_BK[:, :k]
     anchor_BK = torch.where(mask_BK, batch.turn_group.gather(1, index.first_BK[:, :k]), -1)
     rewards_BK = index.sum(batch.step_rewards)[:, :k]
-    parts = gigpo_advantages(rewards_BK, mask_BK, batch.group_id, batch.valid, anchor_BK,
-                             baseline=baseline, omega=p.step_advantage_weight,
-                             gamma=p.gamma)  # fmt: skip
+    parts = gigpo_advantages(
+        rewards_BK,
+        mask_BK,
+        batch.group_id,
+        batch.valid,
+        anchor_BK,
+        baseline=baseline,
+        omega=p.step_advantage_weight,
+        gamma=p.gamma,
+    )
     credit = _token_credit(batch, index.broadcast(parts.advantages), group=True)
-    credit.diagnostics.update(anchor_diagnostics(parts.returns, mask_BK, batch.group_id,
-                                                 anchor_BK))  # fmt: skip
+    credit.diagnostics.update(anchor_diagnostics(parts.returns, mask_BK, batch.group_id, anchor_BK))
     return credit
 
 

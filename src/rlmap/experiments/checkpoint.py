@@ -160,9 +160,11 @@ def capture_rng(device: torch.device | None = None) -> dict[str, Any]:
 
     legacy: Any = np.random.get_state()  # (name, keys, pos, has_gauss, gauss)
     name, keys, pos, has_gauss, gauss = legacy
-    state: dict[str, Any] = {"torch": torch.get_rng_state(), "python": random.getstate(),
-                             "numpy": [name, keys.tolist(), int(pos), int(has_gauss),
-                                       float(gauss)]}  # fmt: skip
+    state: dict[str, Any] = {
+        "torch": torch.get_rng_state(),
+        "python": random.getstate(),
+        "numpy": [name, keys.tolist(), int(pos), int(has_gauss), float(gauss)],
+    }
     if device is not None and device.type == "cuda":
         state["cuda"] = torch.cuda.get_rng_state(device)
     return state
@@ -215,9 +217,11 @@ def check_fits(name: str, optimizer: torch.optim.Optimizer, saved: Mapping[str, 
     groups = [list(g["params"]) for g in saved["param_groups"]]
     live = [list(g["params"]) for g in optimizer.param_groups]
     if [len(g) for g in groups] != [len(g) for g in live]:
-        raise ValueError(f"optimizers.{name}: saved for parameter groups of "
-                         f"{[len(g) for g in groups]} tensors, the model has "
-                         f"{[len(g) for g in live]}")  # fmt: skip
+        raise ValueError(
+            f"optimizers.{name}: saved for parameter groups of "
+            f"{[len(g) for g in groups]} tensors, the model has "
+            f"{[len(g) for g in live]}"
+        )
     for ids, params in zip(groups, live, strict=True):
         for index, param in zip(ids, params, strict=True):
             for key, value in saved["state"].get(index, {}).items():
@@ -226,9 +230,11 @@ def check_fits(name: str, optimizer: torch.optim.Optimizer, saved: Mapping[str, 
                     and value.dim() > 0
                     and value.shape != param.shape
                 ):
-                    raise ValueError(f"optimizers.{name}: the state {key} of parameter {index} "
-                                     f"has shape {tuple(value.shape)}, the parameter "
-                                     f"{tuple(param.shape)}")  # fmt: skip
+                    raise ValueError(
+                        f"optimizers.{name}: the state {key} of parameter {index} "
+                        f"has shape {tuple(value.shape)}, the parameter "
+                        f"{tuple(param.shape)}"
+                    )
 
 
 def load_trainer_state(ckpt_dir: Path) -> dict[str, Any]:
@@ -274,8 +280,13 @@ RNG_SHAPE: dict[str, Shape] = {"torch": torch.Tensor, "python": (list, tuple), "
 
 OPTIMIZER_SHAPE: dict[str, Shape] = {"state": dict, "param_groups": list}
 """What an optimiser's ``load_state_dict`` reads: the per-parameter state and the groups."""
-SCHEDULER_SHAPE: dict[str, Shape] = {"last_epoch": int, "_step_count": int, "base_lrs": list,
-                                     "_last_lr": list, "lr_lambdas": list}  # fmt: skip
+SCHEDULER_SHAPE: dict[str, Shape] = {
+    "last_epoch": int,
+    "_step_count": int,
+    "base_lrs": list,
+    "_last_lr": list,
+    "lr_lambdas": list,
+}
 """What a ``LambdaLR`` (the schedule rlmap makes) keeps of itself: its position, base and
 last rates, and its factors' state (its ``load_state_dict`` raises without them; without
 the others it silently starts the schedule over). Its two other keys are flags torch sets
@@ -456,16 +467,22 @@ def save_checkpoint(
         if not name or name.startswith(".") or "/" in name or name == TRAINER_STATE:
             raise ValueError(f"checkpoint extra_models: {name!r} is not a plain directory name")
     given = extra_states or {}
-    _refuse_nonfinite(step, {"policy": model_state or model.state_dict()}
-                      | {name: given.get(name) or part.state_dict()
-                         for name, part in (extra_models or {}).items()})  # fmt: skip
+    _refuse_nonfinite(
+        step,
+        {"policy": model_state or model.state_dict()}
+        | {
+            name: given.get(name) or part.state_dict()
+            for name, part in (extra_models or {}).items()
+        },
+    )
 
     def write(tmp: Path) -> None:
         model.save_pretrained(tmp, safe_serialization=True, state_dict=model_state)
         tokenizer.save_pretrained(tmp)
         for name, extra_model in (extra_models or {}).items():
-            extra_model.save_pretrained(tmp / name, safe_serialization=True,
-                                        state_dict=given.get(name))  # fmt: skip
+            extra_model.save_pretrained(
+                tmp / name, safe_serialization=True, state_dict=given.get(name)
+            )
         state = _trainer_state(step, optimizers, schedulers, extra, optimizer_states, device)
         with open(tmp / TRAINER_STATE, "wb") as f:  # through Python: a full disk is an OSError
             torch.save(state, f)
@@ -480,8 +497,9 @@ def _refuse_nonfinite(step: int, states: Mapping[str, Mapping[str, torch.Tensor]
     """TrainingError naming the first part whose weights hold a NaN or an infinity."""
     for name, state_dict in states.items():
         if not all_finite(state_dict.values()):
-            raise TrainingError(f"step {step}: {name} weights are not finite; checkpoint "
-                                "not written")  # fmt: skip
+            raise TrainingError(
+                f"step {step}: {name} weights are not finite; checkpoint not written"
+            )
 
 
 def _write_atomically(root: Path, name: str, write: Callable[[Path], None]) -> Path:

@@ -371,8 +371,10 @@ def _budget_flag(line: Line, finished: Mapping[str, Sequence[Run]]) -> str | Non
     if high / low <= 1 + BUDGET_TOLERANCE:
         return None
     detail = ", ".join(f"{k}: {_fmt(v)}" for k, v in known.items())
-    return (f"UNFAIR budget: {line.label} differs {high / low:.2f}x ({detail}); "
-            "equal steps are not equal cost — read the curves against budget")  # fmt: skip
+    return (
+        f"UNFAIR budget: {line.label} differs {high / low:.2f}x ({detail}); "
+        "equal steps are not equal cost — read the curves against budget"
+    )
 
 
 def config_differences(
@@ -502,16 +504,19 @@ def at_equal_budget(
     """(budget, each group's per-seed held-out scores there): every finished run's curve
     read (interpolated) at the largest budget every one of them reached; None when fewer
     than two runs have curves, or one starts past where another ends."""
-    curves = {label: [c for c in (curve(r, x_key) for r in runs if r.failure is None) if c[0]]
-              for label, runs in groups.items()}  # fmt: skip
+    curves = {
+        label: [c for c in (curve(r, x_key) for r in runs if r.failure is None) if c[0]]
+        for label, runs in groups.items()
+    }
     every = [c for cs in curves.values() for c in cs]
     if len(every) < 2:
         return None
     budget = min(x[-1] for x, _ in every)
     if any(x[0] > budget for x, _ in every):
         return None
-    return budget, {label: [interpolate(x, y, [budget])[0] for x, y in cs]
-                    for label, cs in curves.items() if cs}  # fmt: skip
+    return budget, {
+        label: [interpolate(x, y, [budget])[0] for x, y in cs] for label, cs in curves.items() if cs
+    }
 
 
 def _equal_budget_lines(groups: Mapping[str, Sequence[Run]]) -> list[str]:
@@ -519,9 +524,12 @@ def _equal_budget_lines(groups: Mapping[str, Sequence[Run]]) -> list[str]:
     if found is None:
         return ["- fewer than two runs have evaluations on a common range of generated tokens"]
     budget, scores = found
-    return [f"Held-out {SCORE.removeprefix('eval/')} at {_fmt(budget)} generated tokens, the "
-            "most every run reached (each run's curve interpolated there):", "",
-            *[f"- {label}: {summarize(values)}" for label, values in scores.items()]]  # fmt: skip
+    return [
+        f"Held-out {SCORE.removeprefix('eval/')} at {_fmt(budget)} generated tokens, the "
+        "most every run reached (each run's curve interpolated there):",
+        "",
+        *[f"- {label}: {summarize(values)}" for label, values in scores.items()],
+    ]
 
 
 def plot(groups: Mapping[str, Sequence[Run]], x_key: str, x_label: str) -> bytes:

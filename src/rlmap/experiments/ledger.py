@@ -240,8 +240,12 @@ class Ledger:
         shares sum to 0, which says "nothing recorded".
         """
         learner, total = self.learner_s, self.learner_s + self.rollout_s
-        seconds = {"rollout": self.rollout_s, "actor": self.actor_s,
-                   "critic": self.critic_s, "reference": self.reference_s}  # fmt: skip
+        seconds = {
+            "rollout": self.rollout_s,
+            "actor": self.actor_s,
+            "critic": self.critic_s,
+            "reference": self.reference_s,
+        }
         return {
             "actor": _fraction(self.actor_s, learner),
             "critic": _fraction(self.critic_s, learner),

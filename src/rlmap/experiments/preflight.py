@@ -91,8 +91,10 @@ def preflight(cfg: RecipeConfig) -> list[Check]:
     the parts (their build failed) is ``skipped``."""
     if cfg.system.learners > 1:
         raise ConfigError("--preflight: not with system.learners > 1 yet; check with 1")
-    rows = [timed("inputs", lambda: check_inputs(cfg)),
-            timed("verifier", lambda: check_verifier(cfg))]  # fmt: skip
+    rows = [
+        timed("inputs", lambda: check_inputs(cfg)),
+        timed("verifier", lambda: check_verifier(cfg)),
+    ]
     built: list[Parts] = []
     rows.append(timed("build", lambda: check_build(cfg, built)))
     if not built:
@@ -129,8 +131,10 @@ def check_verifier(cfg: RecipeConfig) -> Check:
     entry, verify = feedback.registry.get(name), make_verifier(cfg, name)
     rows = labelled_examples(cfg)
     try:
-        found = [(label, row_problem(verify, name, label, e, entry.items, entry.answers))
-                 for label, e in rows]  # fmt: skip
+        found = [
+            (label, row_problem(verify, name, label, e, entry.items, entry.answers))
+            for label, e in rows
+        ]
     finally:
         close = getattr(verify, "close", None)  # an isolated verifier's worker
         if close is not None:
@@ -190,8 +194,11 @@ def garbage_for(answer: str) -> list[str]:
     """``GARBAGE`` and ``answer`` with its first digit changed (d → d+1 mod 10), those that
     differ from ``answer``."""
     digit = next((i for i, c in enumerate(answer) if c.isdigit()), None)
-    changed = [] if digit is None else [
-        answer[:digit] + str((int(answer[digit]) + 1) % 10) + answer[digit + 1 :]]  # fmt: skip
+    changed = (
+        []
+        if digit is None
+        else [answer[:digit] + str((int(answer[digit]) + 1) % 10) + answer[digit + 1 :]]
+    )
     return [g for g in (*GARBAGE, *changed) if g.strip() != answer.strip()]
 
 
@@ -206,14 +213,22 @@ def check_build(cfg: RecipeConfig, built: list[Parts]) -> Check:
     parts = build(cfg, start, reward_path=reward_model_path(cfg))
     built.append(parts)
     n = sum(p.numel() for p in parts.policy.parameters())
-    return Check("build", GO, f"policy of {n:,} parameters on {parts.device}, "
-                 f"{len(parts.train):,} train + {len(parts.heldout):,} held-out rows")  # fmt: skip
+    return Check(
+        "build",
+        GO,
+        f"policy of {n:,} parameters on {parts.device}, "
+        f"{len(parts.train):,} train + {len(parts.heldout):,} held-out rows",
+    )
 
 
 def check_memory(parts: Parts) -> Check:
     """The learner's resident bytes per part (+ vLLM's share beside it) against the free."""
-    models = {"policy": parts.policy, "reference": parts.reference, "critic": parts.critic,
-              "reward model": parts.reward_model}  # fmt: skip
+    models = {
+        "policy": parts.policy,
+        "reference": parts.reference,
+        "critic": parts.critic,
+        "reward model": parts.reward_model,
+    }
     need, shares = 0, []
     seen: set[int] = set()
     for name, model in models.items():
@@ -227,8 +242,12 @@ def check_memory(parts: Parts) -> Check:
         shares.append(f"vLLM {size(engine)}")
     figure = f"{', '.join(shares)}: {size(need + engine)} of {size(free)} {where}"
     if need + engine > free:
-        return Check("memory", NO_GO, figure, f"{size(need + engine)} needed "
-                     f"(activations aside) > {size(free)} {where}")  # fmt: skip
+        return Check(
+            "memory",
+            NO_GO,
+            figure,
+            f"{size(need + engine)} needed (activations aside) > {size(free)} {where}",
+        )
     return Check("memory", GO, figure + " (activations aside)")
 
 
@@ -314,8 +333,9 @@ def table(rows: list[Check]) -> str:
     lines = ["  ".join(c[i].ljust(widths[i]) for i in range(3)) + "  " + c[3] for c in cells]
     lines += [f"  {r.name}: {r.problem}" for r in rows if r.problem]
     first = next((r for r in rows if r.verdict == NO_GO), None)
-    lines.append("preflight: go" if first is None else
-                 f"preflight: no-go: {first.name}: {first.problem}")  # fmt: skip
+    lines.append(
+        "preflight: go" if first is None else f"preflight: no-go: {first.name}: {first.problem}"
+    )
     return "\n".join(lines)
 
 

@@ -87,8 +87,10 @@ class ProgressView:
             return
         self._pass1 = metrics.get("eval/pass@1", self._pass1)
         pass1 = "-" if self._pass1 is None else f"{self._pass1:.3f}"
-        info = (f"reward {metrics.get('reward/mean', float('nan')):.3f}  held-out pass@1 {pass1}  "
-                f"{metrics.get('system/tokens_per_s', 0.0):.0f} tok/s")  # fmt: skip
+        info = (
+            f"reward {metrics.get('reward/mean', float('nan')):.3f}  held-out pass@1 {pass1}  "
+            f"{metrics.get('system/tokens_per_s', 0.0):.0f} tok/s"
+        )
         if self._bar is not None:
             self._bar.update(self._task, completed=step, info=info)
         elif "eval/pass@1" in metrics:

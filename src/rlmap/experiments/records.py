@@ -61,9 +61,12 @@ class StepRecords:
             except Exception as exc:
                 self.trackers = tuple(t for t in self.trackers if t is not tracker)
                 _quietly_close(tracker, failed=True)
-                warnings.warn(f"run.loggers: {type(tracker).__name__} failed and is dropped "
-                              f"(metrics.jsonl goes on): {type(exc).__name__}: {first_line(exc)}",
-                              RuntimeWarning, stacklevel=3)  # fmt: skip
+                warnings.warn(
+                    f"run.loggers: {type(tracker).__name__} failed and is dropped "
+                    f"(metrics.jsonl goes on): {type(exc).__name__}: {first_line(exc)}",
+                    RuntimeWarning,
+                    stacklevel=3,
+                )
 
     def __enter__(self) -> StepRecords:
         return self
@@ -84,9 +87,12 @@ def _quietly_close(tracker: Tracker, failed: bool) -> None:
     try:
         tracker.close(failed)
     except Exception as exc:
-        warnings.warn(f"run.loggers: closing {type(tracker).__name__} failed: "
-                      f"{type(exc).__name__}: {first_line(exc)}", RuntimeWarning,
-                      stacklevel=3)  # fmt: skip
+        warnings.warn(
+            f"run.loggers: closing {type(tracker).__name__} failed: "
+            f"{type(exc).__name__}: {first_line(exc)}",
+            RuntimeWarning,
+            stacklevel=3,
+        )
 
 
 def finite_values(metrics: Mapping[str, Any]) -> dict[str, float]:

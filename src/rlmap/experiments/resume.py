@@ -81,11 +81,14 @@ def resume_point_of(cfg: RecipeConfig, run_dir: Path) -> ResumePoint:
         )
     steps_changed = any(field == "optim.steps" for field, _, _ in changes)
     if steps_changed and cfg.optim.schedule != "constant":
-        raise ConfigError(f"optim.steps: cannot change on resume with optim.schedule="
-                          f"{cfg.optim.schedule} (the learning rate would jump)")  # fmt: skip
+        raise ConfigError(
+            f"optim.steps: cannot change on resume with optim.schedule="
+            f"{cfg.optim.schedule} (the learning rate would jump)"
+        )
     if cfg.optim.steps < saved["step"]:
-        raise ConfigError(f"optim.steps: {cfg.optim.steps} is below the step resumed from "
-                          f"({saved['step']})")  # fmt: skip
+        raise ConfigError(
+            f"optim.steps: {cfg.optim.steps} is below the step resumed from ({saved['step']})"
+        )
     return ResumePoint(ckpt, saved, {f: [o, n] for f, o, n in changes}, damaged)
 
 
@@ -100,8 +103,9 @@ def go_ahead(run_dir: Path, point: ResumePoint) -> None:
     _record_resume(run_dir, point.ckpt, point.changes, notes)
 
 
-CONFIG_SHAPE: dict[str, Shape] = {"extra": {"config": {"system": {"mode": str, "learners": int},
-                                                      "critic": {"enabled": bool}}}}  # fmt: skip
+CONFIG_SHAPE: dict[str, Shape] = {
+    "extra": {"config": {"system": {"mode": str, "learners": int}, "critic": {"enabled": bool}}}
+}
 """What a trainer state's saved config must say before the rest can be checked: the fields
 that decide which other fields the checkpoint holds."""
 
@@ -111,8 +115,11 @@ def state_shape(mode: str, critic: bool, learners: int) -> dict[str, Shape]:
     loop mode, critic and number of learner ranks, and what a resume reads of each: loop
     state, ledger and config always; the queue with its counters (asynchronous loop); each
     rank's RNG (several learner ranks)."""
-    extra: dict[str, Shape] = {"loop": dataclass_shape(LoopState),
-                               "ledger": dataclass_shape(Ledger), "config": dict}  # fmt: skip
+    extra: dict[str, Shape] = {
+        "loop": dataclass_shape(LoopState),
+        "ledger": dataclass_shape(Ledger),
+        "config": dict,
+    }
     if mode != "sync":
         extra["async"] = SNAPSHOT_SHAPE
     if learners > 1:
@@ -147,8 +154,11 @@ def config_changes(saved: Mapping[str, Any], cfg: RecipeConfig) -> list[tuple[st
     now, was = _flat(cfg.model_dump(mode="json")), _flat(saved)
     if now.keys() - was.keys():
         was = _flat(_completed(saved)) | was
-    return [(k, was.get(k), now.get(k)) for k in sorted(now.keys() | was.keys())
-            if was.get(k) != now.get(k)]  # fmt: skip
+    return [
+        (k, was.get(k), now.get(k))
+        for k in sorted(now.keys() | was.keys())
+        if was.get(k) != now.get(k)
+    ]
 
 
 def _completed(saved: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -174,6 +184,10 @@ def _record_resume(
     run_dir: Path, ckpt: Path | None, changes: dict[str, Any], notes: list[str]
 ) -> None:
     """One line per resume in ``resumes.jsonl``: where from, what changed, what was skipped."""
-    record = {"from": None if ckpt is None else ckpt.name, "changes": changes, "skipped": notes,
-              "time": time.time()}  # fmt: skip
+    record = {
+        "from": None if ckpt is None else ckpt.name,
+        "changes": changes,
+        "skipped": notes,
+        "time": time.time(),
+    }
     append_jsonl(run_dir / RESUMES_FILE, record)

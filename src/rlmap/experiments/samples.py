@@ -40,8 +40,15 @@ from rlmap.core.batch import End, RewardStatus
 from rlmap.core.errors import InputError
 
 CORRECT = "correct"
-ERROR_CLASSES = ("infra_error", "timeout", "unparseable", "truncated", "tool_error",
-                 "format_miss", "wrong_answer")  # fmt: skip
+ERROR_CLASSES = (
+    "infra_error",
+    "timeout",
+    "unparseable",
+    "truncated",
+    "tool_error",
+    "format_miss",
+    "wrong_answer",
+)
 """The failure classes, in the order they are tested."""
 SAMPLES_DIR = "samples"
 
@@ -123,13 +130,17 @@ def read_samples(run_dir: Path, step: int | None = None) -> tuple[int, list[dict
         raise InputError(f"{run_dir}: no such run directory")
     steps = sample_steps(run_dir)
     if not steps:
-        raise InputError(f"{run_dir}: no samples (runs write {SAMPLES_DIR}/step_N.jsonl at "
-                         "each evaluation unless run.samples=0; older runs have none)")  # fmt: skip
+        raise InputError(
+            f"{run_dir}: no samples (runs write {SAMPLES_DIR}/step_N.jsonl at "
+            "each evaluation unless run.samples=0; older runs have none)"
+        )
     if step is None:
         step = steps[-1]
     elif step not in steps:
-        raise InputError(f"--step: no samples at step {step} in {run_dir} (evaluated steps: "
-                         f"{', '.join(map(str, steps))})")  # fmt: skip
+        raise InputError(
+            f"--step: no samples at step {step} in {run_dir} (evaluated steps: "
+            f"{', '.join(map(str, steps))})"
+        )
     path = run_dir / SAMPLES_DIR / f"step_{step}.jsonl"
     try:
         text = path.read_text(encoding="utf-8")
@@ -153,8 +164,10 @@ def select(rows: Sequence[dict[str, Any]], wanted: str | None, n: int) -> list[d
     """At most ``n`` samples of class ``wanted`` (None: every failure; ``all``: every
     sample), failures grouped by class in the order of ERROR_CLASSES."""
     if wanted is not None and wanted not in (*ERROR_CLASSES, CORRECT, "all"):
-        raise InputError(f"--class: {wanted!r} is not a class; choose one of "
-                         f"{', '.join((*ERROR_CLASSES, CORRECT, 'all'))}")  # fmt: skip
+        raise InputError(
+            f"--class: {wanted!r} is not a class; choose one of "
+            f"{', '.join((*ERROR_CLASSES, CORRECT, 'all'))}"
+        )
     if wanted == "all":
         return list(rows[:n])
     if wanted is not None:
@@ -164,16 +177,23 @@ def select(rows: Sequence[dict[str, Any]], wanted: str | None, n: int) -> list[d
     return sorted(failures, key=lambda r: order[r["class"]])[:n]
 
 
-def render(run_dir: Path, step: int, rows: Sequence[dict[str, Any]],
-           shown: Sequence[dict[str, Any]], wanted: str | None = None) -> str:  # fmt: skip
+def render(
+    run_dir: Path,
+    step: int,
+    rows: Sequence[dict[str, Any]],
+    shown: Sequence[dict[str, Any]],
+    wanted: str | None = None,
+) -> str:
     """The samples as text: the class mix of the step, then each shown sample."""
     counts = Counter(r["class"] for r in rows)
     mix = ", ".join(f"{c} {counts[c]}" for c in (CORRECT, *ERROR_CLASSES) if counts[c])
     out = [f"rlmap samples {run_dir}: step {step}, {len(rows)} samples ({mix})"]
     for r in shown:
-        out.append(f"\n[{r['class']}] reward {r.get('reward')} ({r.get('status')}), "
-                   f"{r.get('length')} tokens{', truncated' if r.get('truncated') else ''}, "
-                   f"{r.get('turns')} turn(s), {r.get('tool_calls', 0)} tool call(s)")  # fmt: skip
+        out.append(
+            f"\n[{r['class']}] reward {r.get('reward')} ({r.get('status')}), "
+            f"{r.get('length')} tokens{', truncated' if r.get('truncated') else ''}, "
+            f"{r.get('turns')} turn(s), {r.get('tool_calls', 0)} tool call(s)"
+        )
         out.append(f"  prompt:    {_one_line(r.get('prompt', ''))}")
         out.append(f"  response:  {_one_line(r.get('response', ''))}")
         out.append(f"  answer:    {_one_line(r.get('answer', ''))}")

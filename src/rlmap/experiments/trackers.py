@@ -172,10 +172,16 @@ class WandB:
         has open, e.g. a notebook's), closed by :meth:`close`."""
         import wandb
 
-        return cls(wandb.init(project=run.project, name=run.directory.name,
-                              dir=str(run.directory), config=dict(run.config),
-                              mode=wandb_mode(os.environ),
-                              reinit="create_new"))  # fmt: skip
+        return cls(
+            wandb.init(
+                project=run.project,
+                name=run.directory.name,
+                dir=str(run.directory),
+                config=dict(run.config),
+                mode=wandb_mode(os.environ),
+                reinit="create_new",
+            )
+        )
 
     def log(self, step: int, metrics: Mapping[str, float]) -> None:
         self.run.log(dict(metrics), step=step)

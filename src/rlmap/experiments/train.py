@@ -107,8 +107,9 @@ def run_training(
         saved = load_trainer_state(ckpt)
     view = ProgressView(enabled=cfg.run.progress and main)
     start = on_main(world, lambda: model_path(cfg, progress=view.warm_start))
-    reward_path = on_main(world, lambda: reward_model_path(
-        cfg, progress=view.phase("reward model")))  # fmt: skip
+    reward_path = on_main(
+        world, lambda: reward_model_path(cfg, progress=view.phase("reward model"))
+    )
     parts = build(cfg, start, resume_from=ckpt, reward_path=reward_path, world=world)
     with ExitStack() as closing:
         state, ledger, before = _begin(cfg, parts, start, run_dir, world, point, saved)
@@ -256,8 +257,9 @@ def _one_step(
         new_state, metrics = loop.step(parts, state)
         rollout = metrics.get("system/rollout_peak_memory_mb")  # sync, on a GPU
         # read before the evaluation: the learner's phases (with the rollout in async)
-        peaks = peak_memory(parts.world, parts.device, None if rollout is None
-                            else round(rollout * 2**20))  # fmt: skip
+        peaks = peak_memory(
+            parts.world, parts.device, None if rollout is None else round(rollout * 2**20)
+        )
         last = new_state.step == cfg.optim.steps
         if parts.world.main and (last or new_state.step % cfg.run.eval_every == 0):
             metrics |= _evaluate(parts, run_dir, new_state.step)
@@ -328,8 +330,11 @@ def _checkpoint(
     (``snapshot``, :meth:`rlmap.system.async_loop.AsyncRunner.snapshot`)."""
     cfg, world = parts.cfg, parts.world
     optimizers, schedulers = _optimizers(parts)
-    extra: dict[str, Any] = {"loop": asdict(state), "ledger": ledger.to_dict(),
-             "config": cfg.model_dump(mode="json")}  # fmt: skip
+    extra: dict[str, Any] = {
+        "loop": asdict(state),
+        "ledger": ledger.to_dict(),
+        "config": cfg.model_dump(mode="json"),
+    }
     if snapshot is not None:
         extra["async"] = snapshot()
     model_state = optimizer_states = extra_states = None
@@ -338,19 +343,30 @@ def _checkpoint(
         model_state = full_state_dict(parts.trained, world, main_only=True)
         optimizer_states = {"policy": optimizer_state(parts.trained, parts.optimizer, world)}
         if parts.critic_learner is not None and parts.critic_optimizer is not None:
-            extra_states = {CRITIC_DIR: full_state_dict(parts.critic_learner, world,
-                                                        main_only=True, prefix="")}  # fmt: skip
+            extra_states = {
+                CRITIC_DIR: full_state_dict(parts.critic_learner, world, main_only=True, prefix="")
+            }
             critic_state = optimizer_state(parts.critic_learner, parts.critic_optimizer, world)
             optimizer_states[CRITIC_DIR] = critic_state
     if world.main:
         extra_models = {} if parts.critic is None else {CRITIC_DIR: parts.critic}
         if cfg.run.save_merged:  # LoRA: the plain model W + (α/r)·BA beside the adapter
             extra_models[MERGED_DIR] = merged_copy(parts.policy)
-        save_checkpoint(run_dir, state.step, model=parts.policy, tokenizer=parts.tokenizer,
-                        optimizers=optimizers, schedulers=schedulers, extra=extra,
-                        keep=cfg.run.keep_checkpoints, extra_models=extra_models,
-                        model_state=model_state, optimizer_states=optimizer_states,
-                        extra_states=extra_states, device=parts.device)  # fmt: skip
+        save_checkpoint(
+            run_dir,
+            state.step,
+            model=parts.policy,
+            tokenizer=parts.tokenizer,
+            optimizers=optimizers,
+            schedulers=schedulers,
+            extra=extra,
+            keep=cfg.run.keep_checkpoints,
+            extra_models=extra_models,
+            model_state=model_state,
+            optimizer_states=optimizer_states,
+            extra_states=extra_states,
+            device=parts.device,
+        )
         write_json_atomic(run_dir / "ledger.json", ledger.to_dict())
     barrier(world)  # no rank goes on (or is killed) before the checkpoint is in place
 
@@ -359,8 +375,13 @@ def _judge_spent(metrics: dict[str, float]) -> dict[str, int]:
     """The judge's requests and tokens of a step (training rollouts and the evaluation's
     samples), as the ledger counts them."""
     calls = _seconds(metrics, "judge/calls", "eval/judge/calls")
-    tokens = _seconds(metrics, "judge/prompt_tokens", "judge/completion_tokens",
-                      "eval/judge/prompt_tokens", "eval/judge/completion_tokens")  # fmt: skip
+    tokens = _seconds(
+        metrics,
+        "judge/prompt_tokens",
+        "judge/completion_tokens",
+        "eval/judge/prompt_tokens",
+        "eval/judge/completion_tokens",
+    )
     return {"judge_calls": int(calls), "judge_tokens": int(tokens)}
 
 
@@ -399,13 +420,24 @@ def _evaluate(parts: Parts, run_dir: Path, step: int) -> dict[str, float]:
     cfg, g = parts.cfg, parts.cfg.generation
     environment = parts.eval_environment or parts.environment
     rows: list[dict[str, Any]] = []
-    scores = evaluate(parts.engine, environment, parts.tokenizer, parts.heldout,
-                      samples=g.eval_samples, max_new_tokens=g.max_new_tokens,
-                      temperature=g.temperature, top_p=g.top_p, seed=EVAL_SEED,
-                      multi_turn=cfg.data.multi_turn, rescore=parts.eval_rescore,
-                      max_turns=cfg.data.turn_budget, keep=cfg.run.samples, samples_out=rows,
-                      format_pattern=cfg.feedback.format_pattern,
-                      rescore_items=parts.eval_rescore_items)  # fmt: skip
+    scores = evaluate(
+        parts.engine,
+        environment,
+        parts.tokenizer,
+        parts.heldout,
+        samples=g.eval_samples,
+        max_new_tokens=g.max_new_tokens,
+        temperature=g.temperature,
+        top_p=g.top_p,
+        seed=EVAL_SEED,
+        multi_turn=cfg.data.multi_turn,
+        rescore=parts.eval_rescore,
+        max_turns=cfg.data.turn_budget,
+        keep=cfg.run.samples,
+        samples_out=rows,
+        format_pattern=cfg.feedback.format_pattern,
+        rescore_items=parts.eval_rescore_items,
+    )
     forget_cache(parts.engine)
     spent = judge_samples(parts.base_reward, rows)
     if rows:
@@ -454,8 +486,9 @@ def _restore(
     if world.parallel:  # the optimiser through its (sharded) learner; each rank's own RNG
         load_optimizer_state(parts.trained, parts.optimizer, state["optimizers"]["policy"], world)
         if parts.critic_learner is not None and parts.critic_optimizer is not None:
-            load_optimizer_state(parts.critic_learner, parts.critic_optimizer,
-                                 state["optimizers"][CRITIC_DIR], world)  # fmt: skip
+            load_optimizer_state(
+                parts.critic_learner, parts.critic_optimizer, state["optimizers"][CRITIC_DIR], world
+            )
         restore_optimizers(state, optimizers={}, schedulers=schedulers, only=("schedulers",))
         restore_rng({"rng": state["extra"]["rank_rng"][world.rank]}, parts.device)
     else:
@@ -489,15 +522,22 @@ def _finish(
         "wall_clock_s": ledger.wall_clock_s,
         "learner_steps": ledger.learner_steps,
         "compute_share": ledger.compute_share(),
-        "device": {"device": ledger.device, "device_name": ledger.device_name,
-                   "cuda": ledger.cuda, "fp32_matmul": ledger.fp32_matmul,
-                   "deterministic_kernels": ledger.deterministic_kernels},
-    }  # fmt: skip
+        "device": {
+            "device": ledger.device,
+            "device_name": ledger.device_name,
+            "cuda": ledger.cuda,
+            "fp32_matmul": ledger.fp32_matmul,
+            "deterministic_kernels": ledger.deterministic_kernels,
+        },
+    }
     if balance:  # the asynchronous loop's trajectories: finished = consumed + dropped + queued
         summary["trajectories"] = balance
-        ledger = dataclasses.replace(ledger, aborted_rollouts=balance["aborted"],
-                                     queued_at_end=balance["queued_at_end"],
-                                     restarted_rollouts=balance["restarted"])  # fmt: skip
+        ledger = dataclasses.replace(
+            ledger,
+            aborted_rollouts=balance["aborted"],
+            queued_at_end=balance["queued_at_end"],
+            restarted_rollouts=balance["restarted"],
+        )
     if cfg.critic.enabled:
         summary["critic_steps"] = ledger.critic_steps
         summary["critic_explained_variance_before_policy"] = ev_before_policy(records)

@@ -59,8 +59,10 @@ def _spec(fn: Callable[[str, str], float], summary: str) -> Verifier:
 registry.add("exact_match", _pure(verifiers.exact_match, "1 if the answer equals the reference"))
 registry.add("last_number", _pure(verifiers.last_number, "1 if the last number equals it"))
 registry.add("math_equiv", Verifier(MathEquiv(), "1 if math-verify finds the answer equal to it"))
-registry.add("code_tests", Verifier(verifiers.code_tests, "1 if the code passes its unit tests",
-                                    answers=False))  # fmt: skip
+registry.add(
+    "code_tests",
+    Verifier(verifiers.code_tests, "1 if the code passes its unit tests", answers=False),
+)
 registry.add("json_schema", _spec(verifiers.json_schema, "1 if the JSON validates against it"))
 registry.add("regex", _spec(verifiers.regex_format, "1 if the response fully matches it"))
 registry.add(

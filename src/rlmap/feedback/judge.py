@@ -87,9 +87,16 @@ class PointwiseJudge:
     name: str = "judge"
 
     def __call__(self, batch: Sequence[Trajectory]) -> list[Score]:
-        prompts = [self.template.format(prompt=t.prompt, response=t.response,
-                                        reference=t.reference, lo=f"{self.lo:g}",
-                                        hi=f"{self.hi:g}") for t in batch]  # fmt: skip
+        prompts = [
+            self.template.format(
+                prompt=t.prompt,
+                response=t.response,
+                reference=t.reference,
+                lo=f"{self.lo:g}",
+                hi=f"{self.hi:g}",
+            )
+            for t in batch
+        ]
         replies = self.client.ask(prompts)
         parse = lambda r: None if r.text is None else parse_score(r.text, self.lo, self.hi)  # noqa: E731
         scores = [parse(r) for r in replies]
@@ -110,9 +117,12 @@ class PointwiseJudge:
             if r.text is None:
                 out.append(Score.failed(r.status, r.reason))
             elif s is None:
-                out.append(Score.failed(RewardStatus.INVALID,
-                                        f"judge: no score in [{self.lo:g}, {self.hi:g}] "
-                                        f"in {r.text[:60]!r}"))  # fmt: skip
+                out.append(
+                    Score.failed(
+                        RewardStatus.INVALID,
+                        f"judge: no score in [{self.lo:g}, {self.hi:g}] in {r.text[:60]!r}",
+                    )
+                )
             else:
                 out.append(on_last_turn(Score(s), t))
         return out
@@ -159,8 +169,9 @@ def win_rates(g: int, verdicts: Sequence[tuple[int, int, float]]) -> list[float 
     return [w / n if n else None for w, n in zip(won, played, strict=True)]
 
 
-def bt_rewards(g: int, verdicts: Sequence[tuple[int, int, float]],
-               prior: float = 0.1, iterations: int = 50) -> list[float | None]:  # fmt: skip
+def bt_rewards(
+    g: int, verdicts: Sequence[tuple[int, int, float]], prior: float = 0.1, iterations: int = 50
+) -> list[float | None]:
     """Bradley–Terry strengths fitted to the group's verdicts, as σ(s_i − s̄) ∈ (0, 1).
 
     Maximises Σ_(i,j,w) [w·log σ(s_i − s_j) + (1 − w)·log σ(s_j − s_i)] − (prior/2)·Σ s_i²
@@ -237,11 +248,18 @@ class ComparisonReward:
 
     def _prompt(self, batch: Sequence[Trajectory], a: int, b: int) -> str:
         t = batch[a]
-        return self.template.format(prompt=t.prompt, first=t.response,
-                                    second=batch[b].response, reference=t.reference)  # fmt: skip
+        return self.template.format(
+            prompt=t.prompt, first=t.response, second=batch[b].response, reference=t.reference
+        )
 
-    def _record(self, shown: list[tuple[int, int]], again: list[tuple[int, int]],
-                choices: list[float | None], replies: list[Reply], ties: int) -> None:  # fmt: skip
+    def _record(
+        self,
+        shown: list[tuple[int, int]],
+        again: list[tuple[int, int]],
+        choices: list[float | None],
+        replies: list[Reply],
+        ties: int,
+    ) -> None:
         n = len(shown)
         outcome: dict[tuple[int, int], int | None] = {}  # (a, b) as shown → preferred; None: tie
         for (a, b), c in zip(shown, choices[:n], strict=True):
@@ -250,8 +268,9 @@ class ComparisonReward:
         stats = self.client.stats
         with stats.lock:
             stats.pairs += n + ties
-            stats.invalid += sum(r.text is not None and c is None
-                                 for r, c in zip(replies, choices, strict=True))  # fmt: skip
+            stats.invalid += sum(
+                r.text is not None and c is None for r, c in zip(replies, choices, strict=True)
+            )
             stats.first_preferred += [c == 0 for c in choices[:n] if c is not None and c != 0.5]
             for (a, b), w in outcome.items():
                 if (b, a) in outcome and a < b:  # shown both ways: one observation per pair
@@ -260,9 +279,15 @@ class ComparisonReward:
                 if c is not None and (a, b) in outcome:
                     stats.repeats.append((None if c == 0.5 else (a, b)[int(c)]) == outcome[a, b])
 
-    def _scores(self, batch: Sequence[Trajectory], groups: dict[Any, list[int]],
-                shown: list[tuple[int, int]], choices: list[float | None],
-                replies: list[Reply], ties: list[Verdict]) -> list[Score]:  # fmt: skip
+    def _scores(
+        self,
+        batch: Sequence[Trajectory],
+        groups: dict[Any, list[int]],
+        shown: list[tuple[int, int]],
+        choices: list[float | None],
+        replies: list[Reply],
+        ties: list[Verdict],
+    ) -> list[Score]:
         failures: dict[int, list[Reply]] = {}
         verdicts: dict[int, list[tuple[int, int, float]]] = {}  # by first shown: (a, b, w_a)
         for a, b, w in ties:
@@ -322,8 +347,9 @@ class LearnedComparison:
             verdicts = [(i, j, 1.0 / (1.0 + math.exp(r[j] - r[i]))) for i, j in pairs]
             with self.stats.lock:
                 self.stats.pairs += len(pairs)
-            for k, reward in zip(scored, AGGREGATE[self.aggregate](len(scored), verdicts),
-                                 strict=True):  # fmt: skip
+            for k, reward in zip(
+                scored, AGGREGATE[self.aggregate](len(scored), verdicts), strict=True
+            ):
                 if reward is not None:
                     out[k] = on_last_turn(Score(reward), batch[k])
                     with self.stats.lock:
@@ -354,8 +380,9 @@ def api_key(f: FeedbackParams) -> str | None:
         return None
     key = os.environ.get(f.judge_api_key_env)
     if not key:
-        raise ConfigError(f"feedback.judge_api_key_env: the environment variable "
-                          f"{f.judge_api_key_env} is not set")  # fmt: skip
+        raise ConfigError(
+            f"feedback.judge_api_key_env: the environment variable {f.judge_api_key_env} is not set"
+        )
     return key
 
 
@@ -369,18 +396,34 @@ def judge_reward(
     if not f.uses_judge:
         return LearnedComparison(aggregate=f.comparison, pairs=pairs)
     assert f.judge_url is not None  # validated: a judged source needs one
-    client = JudgeClient(f.judge_url, f.judge_model, timeout_s=f.judge_timeout_s,
-                         retries=f.judge_retries, concurrency=f.judge_concurrency,
-                         max_tokens=f.judge_max_tokens, temperature=f.judge_temperature,
-                         api_key=api_key(f))  # fmt: skip
+    client = JudgeClient(
+        f.judge_url,
+        f.judge_model,
+        timeout_s=f.judge_timeout_s,
+        retries=f.judge_retries,
+        concurrency=f.judge_concurrency,
+        max_tokens=f.judge_max_tokens,
+        temperature=f.judge_temperature,
+        api_key=api_key(f),
+    )
     if f.source == "judge":
-        return PointwiseJudge(client, load_template(f.judge_template, "pointwise"),
-                              lo=f.judge_min, hi=f.judge_max,
-                              repeat_check=f.judge_repeat_check, seed=seed)  # fmt: skip
-    return ComparisonReward(client, load_template(f.judge_template, "pairwise"),
-                            aggregate=f.comparison, pairs=pairs,
-                            position_check=f.judge_position_check,
-                            repeat_check=f.judge_repeat_check, seed=seed)  # fmt: skip
+        return PointwiseJudge(
+            client,
+            load_template(f.judge_template, "pointwise"),
+            lo=f.judge_min,
+            hi=f.judge_max,
+            repeat_check=f.judge_repeat_check,
+            seed=seed,
+        )
+    return ComparisonReward(
+        client,
+        load_template(f.judge_template, "pairwise"),
+        aggregate=f.comparison,
+        pairs=pairs,
+        position_check=f.judge_position_check,
+        repeat_check=f.judge_repeat_check,
+        seed=seed,
+    )
 
 
 def judge_samples(reward: object, rows: list[dict[str, Any]]) -> dict[str, float]:
@@ -393,18 +436,27 @@ def judge_samples(reward: object, rows: list[dict[str, Any]]) -> dict[str, float
     if not isinstance(reward, PointwiseJudge) or not rows:
         return {}
     own = replace(reward, client=replace(reward.client, stats=JudgeStats()), repeat_check=0.0)
-    seen = [Trajectory(prompt=r["prompt"], turns=(r["answer"],), reference=r["reference"],
-                       length=r["length"], max_length=max(r["length"], 1),
-                       metadata={"rewards": (r["reward"],)}) for r in rows]  # fmt: skip
+    seen = [
+        Trajectory(
+            prompt=r["prompt"],
+            turns=(r["answer"],),
+            reference=r["reference"],
+            length=r["length"],
+            max_length=max(r["length"], 1),
+            metadata={"rewards": (r["reward"],)},
+        )
+        for r in rows
+    ]
     scores = score_batch(own, seen)
     for row, score in zip(rows, scores, strict=True):
         row["judge"] = score.value if score.ok else None
         row["judge_status"] = score.status.name.lower()
     spent = own.client.stats.drain()
     ok = [s.value for s in scores if s.ok]
-    return {f"eval/{k}": spent[k] for k in ("judge/calls", "judge/prompt_tokens",
-                                             "judge/completion_tokens")} | (
-        {"eval/judge/mean": sum(ok) / len(ok)} if ok else {})  # fmt: skip
+    return {
+        f"eval/{k}": spent[k]
+        for k in ("judge/calls", "judge/prompt_tokens", "judge/completion_tokens")
+    } | ({"eval/judge/mean": sum(ok) / len(ok)} if ok else {})
 
 
 def judge_metrics(reward: object) -> dict[str, float]:

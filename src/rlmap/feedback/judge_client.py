@@ -71,18 +71,30 @@ class JudgeStats:
                 "judge/completion_tokens": float(self.completion_tokens),
                 "judge/pairs": float(self.pairs),
             }
-            for name, seen in (("first_preferred_frac", self.first_preferred),
-                               ("position_agreement", self.position),
-                               ("self_consistency", self.repeats)):  # fmt: skip
+            for name, seen in (
+                ("first_preferred_frac", self.first_preferred),
+                ("position_agreement", self.position),
+                ("self_consistency", self.repeats),
+            ):
                 if seen:
                     out[f"judge/{name}"] = sum(seen) / len(seen)
             corr = within_outcome_corr(self.scored)
             if corr is not None:
                 out["judge/length_corr"] = corr
             fresh = JudgeStats()
-            for f in ("calls", "cache_hits", "failed", "invalid", "prompt_tokens",
-                      "completion_tokens", "pairs", "first_preferred", "position", "repeats",
-                      "scored"):  # fmt: skip
+            for f in (
+                "calls",
+                "cache_hits",
+                "failed",
+                "invalid",
+                "prompt_tokens",
+                "completion_tokens",
+                "pairs",
+                "first_preferred",
+                "position",
+                "repeats",
+                "scored",
+            ):
                 setattr(self, f, getattr(fresh, f))
         return out
 
@@ -155,8 +167,9 @@ class JudgeClient:
                 first[prompt] = len(jobs)
             where.append(len(jobs))
             jobs.append((prompt, again))
-        with ThreadPoolExecutor(max_workers=min(self.concurrency, len(jobs)),
-                                thread_name_prefix="rlmap-judge") as pool:  # fmt: skip
+        with ThreadPoolExecutor(
+            max_workers=min(self.concurrency, len(jobs)), thread_name_prefix="rlmap-judge"
+        ) as pool:
             replies = list(pool.map(lambda job: self._one(*job), jobs))
         with self.stats.lock:  # a copy shares its reply: a hit, or a failure like it
             self.stats.cache_hits += sum(replies[k].text is not None for k in copies)
@@ -164,9 +177,15 @@ class JudgeClient:
         return [replies[k] for k in where]
 
     def _one(self, prompt: str, fresh: bool) -> Reply:
-        body = json.dumps({"model": self.model, "messages": [{"role": "user", "content": prompt}],
-                           "max_tokens": self.max_tokens, "temperature": self.temperature},
-                          sort_keys=True).encode()  # fmt: skip
+        body = json.dumps(
+            {
+                "model": self.model,
+                "messages": [{"role": "user", "content": prompt}],
+                "max_tokens": self.max_tokens,
+                "temperature": self.temperature,
+            },
+            sort_keys=True,
+        ).encode()
         key = hashlib.sha256(body).hexdigest()
         if not fresh:
             with self.lock:
@@ -186,8 +205,9 @@ class JudgeClient:
         return reply
 
     def _post(self, body: bytes) -> Reply:
-        request = urllib.request.Request(self.url.rstrip("/") + "/chat/completions", data=body,
-                                         headers=_headers(self.api_key))  # fmt: skip
+        request = urllib.request.Request(
+            self.url.rstrip("/") + "/chat/completions", data=body, headers=_headers(self.api_key)
+        )
         failure = Reply(None, RewardStatus.INFRA_ERROR, "judge: no attempt")
         for attempt in range(self.retries + 1):
             if attempt:
@@ -219,10 +239,20 @@ class JudgeClient:
                 status = RewardStatus.TIMEOUT if timed_out else RewardStatus.INFRA_ERROR
                 failure = Reply(None, status, f"judge: {exc.reason}")
                 continue
-            except (OSError, http.client.HTTPException, ValueError, KeyError, IndexError,
-                    TypeError, AttributeError) as exc:  # fmt: skip
-                failure = Reply(None, RewardStatus.INFRA_ERROR,
-                                f"judge: bad reply ({type(exc).__name__}: {exc})")  # fmt: skip
+            except (
+                OSError,
+                http.client.HTTPException,
+                ValueError,
+                KeyError,
+                IndexError,
+                TypeError,
+                AttributeError,
+            ) as exc:
+                failure = Reply(
+                    None,
+                    RewardStatus.INFRA_ERROR,
+                    f"judge: bad reply ({type(exc).__name__}: {exc})",
+                )
                 continue
             with self.stats.lock:
                 self.stats.prompt_tokens += tokens[0]
@@ -321,8 +351,9 @@ def probe(url: str, timeout_s: float = 10.0, api_key: str | None = None) -> None
             if exc.code in (401, 403)
             else "is it an OpenAI-compatible endpoint (…/v1)?"
         )
-        raise ConfigError(f"feedback.judge_url: {url} answered GET /models with HTTP "
-                          f"{exc.code}; {hint}") from None  # fmt: skip
+        raise ConfigError(
+            f"feedback.judge_url: {url} answered GET /models with HTTP {exc.code}; {hint}"
+        ) from None
     except (OSError, ValueError, http.client.HTTPException) as exc:
         reason = getattr(exc, "reason", exc)
         raise ConfigError(f"feedback.judge_url: no server answers at {url} ({reason})") from None

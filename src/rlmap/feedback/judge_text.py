@@ -86,11 +86,14 @@ def load_template(path: str | None, mode: Literal["pointwise", "pairwise"]) -> s
         raise ConfigError(f"feedback.judge_template: {path}: {exc}") from None
     unknown, missing = sorted(names - allowed), sorted(required - names)
     if unknown or missing:
-        what = (f"unknown placeholder(s) {unknown}" if unknown else "") + (
-            "; " if unknown and missing else "") + (
-            f"missing {missing}" if missing else "")  # fmt: skip
-        raise ConfigError(f"feedback.judge_template: {path}: {what} (a {mode} template may use "
-                          f"{sorted(allowed)})")  # fmt: skip
+        what = (
+            (f"unknown placeholder(s) {unknown}" if unknown else "")
+            + ("; " if unknown and missing else "")
+            + (f"missing {missing}" if missing else "")
+        )
+        raise ConfigError(
+            f"feedback.judge_template: {path}: {what} (a {mode} template may use {sorted(allowed)})"
+        )
     return text
 
 

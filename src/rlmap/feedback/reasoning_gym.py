@@ -24,8 +24,10 @@ def require() -> Any:
     try:
         import reasoning_gym
     except ImportError:
-        raise ConfigError("data.task: reasoning-gym tasks need the reasoning-gym package "
-                          "(pip install reasoning-gym==0.1.25)") from None  # fmt: skip
+        raise ConfigError(
+            "data.task: reasoning-gym tasks need the reasoning-gym package "
+            "(pip install reasoning-gym==0.1.25)"
+        ) from None
     return reasoning_gym
 
 
@@ -38,8 +40,9 @@ def dataset(name: str, args: str, seed: int, size: int) -> Any:
         return rg.create_dataset(name, seed=seed, size=size, **json.loads(args))
     except (TypeError, ValueError, AssertionError) as exc:
         why = str(exc) or type(exc).__name__
-        raise ConfigError(f"data.task_args: reasoning-gym's {name} refuses its settings "
-                          f"({why})") from None  # fmt: skip
+        raise ConfigError(
+            f"data.task_args: reasoning-gym's {name} refuses its settings ({why})"
+        ) from None
 
 
 def item_key(name: str, args: str, seed: int, size: int, index: int) -> str:
@@ -53,8 +56,9 @@ def _entry(reference: str) -> tuple[Any, dict[str, Any]]:
     """(its dataset, item) of the item a reference names."""
     try:
         key = json.loads(reference)
-        items = dataset(key["task"], json.dumps(key["args"], sort_keys=True), key["seed"],
-                        key["size"])  # fmt: skip
+        items = dataset(
+            key["task"], json.dumps(key["args"], sort_keys=True), key["seed"], key["size"]
+        )
         return items, dict(items[key["index"]])
     except (ValueError, KeyError, TypeError, ConfigError) as exc:
         raise ValueError(

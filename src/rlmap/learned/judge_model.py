@@ -70,12 +70,15 @@ def judge_example(e: Example, rng: random.Random, pairwise: bool) -> Example:
     if pairwise:
         first_correct = rng.random() < 0.5
         first, second = (e.answer, wrong) if first_correct else (wrong, e.answer)
-        return Example(PAIRWISE.format(prompt=e.prompt, first=first, second=second),
-                       f"{e.answer}:{'a' if first_correct else 'b'}")  # fmt: skip
+        return Example(
+            PAIRWISE.format(prompt=e.prompt, first=first, second=second),
+            f"{e.answer}:{'a' if first_correct else 'b'}",
+        )
     correct = rng.random() < 0.5
     response = e.answer if correct else wrong
-    return Example(POINTWISE.format(prompt=e.prompt, response=response),
-                   f"{e.answer}:{1 if correct else 0}")  # fmt: skip
+    return Example(
+        POINTWISE.format(prompt=e.prompt, response=response), f"{e.answer}:{1 if correct else 0}"
+    )
 
 
 def _wrong(answer: str, rng: random.Random) -> str:
@@ -144,10 +147,13 @@ def train_judge(
     model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
     if device is not None:
         torch.nn.Module.to(model, device)  # in place
-    held = {mode: judge_examples(heldout_task, spec.heldout, float(mode == "pairwise"),
-                                 spec.seed + 1) for mode in ("pointwise", "pairwise")}  # fmt: skip
-    metrics = {f"judge/heldout_{m}_accuracy_before": accuracy(model, tokenizer, e)
-               for m, e in held.items()}  # fmt: skip
+    held = {
+        mode: judge_examples(heldout_task, spec.heldout, float(mode == "pairwise"), spec.seed + 1)
+        for mode in ("pointwise", "pairwise")
+    }
+    metrics = {
+        f"judge/heldout_{m}_accuracy_before": accuracy(model, tokenizer, e) for m, e in held.items()
+    }
     train = judge_examples(train_task, spec.steps * spec.batch_size, spec.pairwise, spec.seed)
     rng = random.Random(spec.seed)
     with torch.random.fork_rng(devices=[]):  # on the CPU: no CUDA state to save (or start)
@@ -167,13 +173,15 @@ def train_judge(
 
         shown = None if progress is None else lambda s, loss: progress(s, spec.steps, loss)
         fit(model, optimizer, spec.steps, loss_of, schedule=schedule, progress=shown)
-    metrics |= {f"judge/heldout_{m}_accuracy": accuracy(model, tokenizer, e)
-                for m, e in held.items()}  # fmt: skip
+    metrics |= {
+        f"judge/heldout_{m}_accuracy": accuracy(model, tokenizer, e) for m, e in held.items()
+    }
     return model, tokenizer, metrics
 
 
-def save_judge(out: Path, model: PreTrainedModel, tokenizer: Tokenizer,
-               info: dict[str, object]) -> None:  # fmt: skip
+def save_judge(
+    out: Path, model: PreTrainedModel, tokenizer: Tokenizer, info: dict[str, object]
+) -> None:
     """The judge in Hugging Face format, with its chat template, and ``judge.json``."""
     out.mkdir(parents=True, exist_ok=True)
     tokenizer.chat_template = CHAT_TEMPLATE

@@ -78,8 +78,9 @@ class PreferenceSpec:
 
 def embedded_pairs(ws: WarmStartSpec, spec: PreferenceSpec) -> tuple[list[Pair], list[Pair]]:
     """(training pairs, held-out pairs) of the embedded task's splits."""
-    train, heldout = make_splits(ws.split_seed, ws.train_size, ws.eval_size,
-                                 max_digits=ws.max_digits, ops=ws.ops)  # fmt: skip
+    train, heldout = make_splits(
+        ws.split_seed, ws.train_size, ws.eval_size, max_digits=ws.max_digits, ops=ws.ops
+    )
     rng = random.Random(spec.seed)
     return (
         make_pairs(train, spec.pairs, spec.noise, rng),
@@ -101,8 +102,9 @@ def embedded_reward_model(
         return final
     base = warm_start(ws)
     train, heldout = embedded_pairs(ws, spec)
-    model, tokenizer, metrics = train_reward_model(base, train, heldout, spec.train,
-                                                   progress=progress)  # fmt: skip
+    model, tokenizer, metrics = train_reward_model(
+        base, train, heldout, spec.train, progress=progress
+    )
     tmp = final.with_name(f".tmp-{final.name}-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     info: dict[str, object] = {"base": str(base), "spec": asdict(spec), **metrics}

@@ -123,8 +123,10 @@ def score_batch(
     was_training = model.training
     model.eval()
     try:
-        parts = [scores(model, rows[i : i + micro_batch_size], pad_id)
-                 for i in range(0, len(rows), micro_batch_size)]  # fmt: skip
+        parts = [
+            scores(model, rows[i : i + micro_batch_size], pad_id)
+            for i in range(0, len(rows), micro_batch_size)
+        ]
     finally:
         model.train(was_training)
     return torch.cat(parts).cpu()
@@ -208,8 +210,9 @@ def train_reward_model(
         return bradley_terry_loss(both[: len(batch)], both[len(batch) :])
 
     shown = None if progress is None else lambda s, loss: progress(s, spec.steps, loss)
-    losses = fit(net, optimizer, spec.steps, loss_of, max_grad_norm=spec.max_grad_norm,
-                 progress=shown)  # fmt: skip
+    losses = fit(
+        net, optimizer, spec.steps, loss_of, max_grad_norm=spec.max_grad_norm, progress=shown
+    )
     net.eval()
     tail = losses[-20:]
     metrics = {

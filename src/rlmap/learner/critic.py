@@ -191,8 +191,7 @@ def compute_values(
     finally:
         critic.train(was_training)
     host = batch.tokens.device  # back once, after every micro-batch ran
-    return (torch.cat([v for v, _ in parts]).to(host),
-            torch.cat([b for _, b in parts]).to(host))  # fmt: skip
+    return (torch.cat([v for v, _ in parts]).to(host), torch.cat([b for _, b in parts]).to(host))
 
 
 def value_weights(mb: Batch) -> Tensor:
@@ -254,11 +253,23 @@ def update_critic(
         micro_batch_size=s.micro_batch_size,
         max_grad_norm=s.max_grad_norm,
     )
-    out = optimise(critic, optimizer, scheduler, batch, schedule,
-                   weights_of=lambda mb: (value_weights(mb),), micro_loss=micro,
-                   generator=generator, what="critic", world=world,
-                   owner=owner)  # fmt: skip
+    out = optimise(
+        critic,
+        optimizer,
+        scheduler,
+        batch,
+        schedule,
+        weights_of=lambda mb: (value_weights(mb),),
+        micro_loss=micro,
+        generator=generator,
+        what="critic",
+        world=world,
+        owner=owner,
+    )
     steps = out.step_means()
-    return {"critic/value_loss": steps["loss"], "critic/grad_norm": steps["grad_norm"],
-            "critic/lr": steps["lr"],
-            "optim/critic_steps": float(len(out.steps["loss"]))}  # fmt: skip
+    return {
+        "critic/value_loss": steps["loss"],
+        "critic/grad_norm": steps["grad_norm"],
+        "critic/lr": steps["lr"],
+        "optim/critic_steps": float(len(out.steps["loss"])),
+    }

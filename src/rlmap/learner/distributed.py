@@ -182,8 +182,10 @@ def parallel(module: nn.Module, world: World, *, blocks_of: nn.Module | None = N
     from torch.distributed.fsdp import FSDPModule, fully_shard
 
     if not hasattr(FSDPModule, "set_force_sum_reduction_for_comms"):
-        raise ConfigError(f"system.learner_sharding: fsdp2 needs a newer torch than "
-                          f"{torch.__version__} (FSDP2 with sum-only reductions)")  # fmt: skip
+        raise ConfigError(
+            f"system.learner_sharding: fsdp2 needs a newer torch than "
+            f"{torch.__version__} (FSDP2 with sum-only reductions)"
+        )
     mesh = init_device_mesh(mesh_type(world.device), (world.size,))
     policy = mixed_precision(world.train_dtype)
     options: dict[str, Any] = {} if policy is None else {"mp_policy": policy}

@@ -46,10 +46,12 @@ def launched_rank(environ: Mapping[str, str]) -> tuple[int, int]:
     given = [name for name in LAUNCH_ENV if environ.get(name)]
     missing = [name for name in LAUNCH_ENV if not environ.get(name)]
     if missing:
-        raise ConfigError(f"{', '.join(missing)}: not set, but {', '.join(given)} "
-                          f"{'is' if len(given) == 1 else 'are'}: a launcher (torchrun) sets "
-                          f"all of {', '.join(LAUNCH_ENV)}; set them all, or none for one "
-                          "process")  # fmt: skip
+        raise ConfigError(
+            f"{', '.join(missing)}: not set, but {', '.join(given)} "
+            f"{'is' if len(given) == 1 else 'are'}: a launcher (torchrun) sets "
+            f"all of {', '.join(LAUNCH_ENV)}; set them all, or none for one "
+            "process"
+        )
     size = _env_int(environ, "WORLD_SIZE", 1, None)
     _env_int(environ, "MASTER_PORT", 1, 65535)
     return _env_int(environ, "RANK", 0, size - 1), size
@@ -86,8 +88,9 @@ def world_of_env(
         gpu = device if device.type == "cuda" else None
         if gpu is not None:
             torch.cuda.set_device(gpu)
-        dist.init_process_group(backend(device), rank=rank, world_size=size, timeout=TIMEOUT,
-                                device_id=gpu)  # fmt: skip
+        dist.init_process_group(
+            backend(device), rank=rank, world_size=size, timeout=TIMEOUT, device_id=gpu
+        )
     return World(rank=rank, size=size, sharding=sharding, device=device, train_dtype=train_dtype)
 
 
@@ -108,14 +111,18 @@ def node_device(
     if on_gpu and ranks_on_node > 1:
         count = torch.cuda.device_count()
         if ":" in setting:
-            raise ConfigError(f"system.device: {setting} puts all {ranks_on_node} learner ranks "
-                              "of a node on one GPU, and NCCL needs one each; use cuda or "
-                              "auto (rank r of a node on cuda:r)")  # fmt: skip
+            raise ConfigError(
+                f"system.device: {setting} puts all {ranks_on_node} learner ranks "
+                "of a node on one GPU, and NCCL needs one each; use cuda or "
+                "auto (rank r of a node on cuda:r)"
+            )
         if ranks_on_node > count:
-            raise ConfigError(f"system.learners: {ranks_on_node} learner ranks on one node need "
-                              f"a GPU each, and this node has {count}; run at most {count} "
-                              "per node (torchrun: --nproc-per-node), or use "
-                              "system.device=cpu")  # fmt: skip
+            raise ConfigError(
+                f"system.learners: {ranks_on_node} learner ranks on one node need "
+                f"a GPU each, and this node has {count}; run at most {count} "
+                "per node (torchrun: --nproc-per-node), or use "
+                "system.device=cpu"
+            )
     return resolve(setting, environ)
 
 
@@ -159,15 +166,23 @@ def launch(n: int, argv: Sequence[str]) -> int:
     error every rank hit is said once (rank 0's), and a rank that dies of a signal is named.
     """
     threads = os.environ.get("OMP_NUM_THREADS") or str(max(1, (os.cpu_count() or 1) // n))
-    common = {"WORLD_SIZE": str(n), "LOCAL_WORLD_SIZE": str(n), "MASTER_ADDR": "127.0.0.1",
-              "MASTER_PORT": str(free_port()), LAUNCHER_ENV: str(os.getpid()),
-              "OMP_NUM_THREADS": threads}  # fmt: skip
+    common = {
+        "WORLD_SIZE": str(n),
+        "LOCAL_WORLD_SIZE": str(n),
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(free_port()),
+        LAUNCHER_ENV: str(os.getpid()),
+        "OMP_NUM_THREADS": threads,
+    }
     ranks = [
-        subprocess.Popen([sys.executable, "-m", "rlmap.cli", *argv],
-                         env=os.environ | common | {"RANK": str(r), "LOCAL_RANK": str(r)},
-                         stderr=None if r == 0 else subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [sys.executable, "-m", "rlmap.cli", *argv],
+            env=os.environ | common | {"RANK": str(r), "LOCAL_RANK": str(r)},
+            stderr=None if r == 0 else subprocess.PIPE,
+            text=True,
+        )
         for r in range(n)
-    ]  # fmt: skip
+    ]
     errors: list[str] = []
     relays = [threading.Thread(target=_relay, args=(r, errors), daemon=True) for r in ranks[1:]]
     for relay in relays:

@@ -70,8 +70,7 @@ def token_logprobs(
     model = plain_model(model)  # a LoRA policy: the transformers model carrying its adapters
     head = _plain_lm_head(model)
     if head is None:
-        return _full_logprobs(model, tokens_BT, attention_BT, temperature, with_entropy,
-                              kept_BTK)  # fmt: skip
+        return _full_logprobs(model, tokens_BT, attention_BT, temperature, with_entropy, kept_BTK)
     hidden = model.base_model(  # type: ignore[operator]
         input_ids=tokens_BT,
         attention_mask=attention_BT,
@@ -81,9 +80,15 @@ def token_logprobs(
     b, t1, h = hidden.shape
     kept_NK = None if kept_BTK is None else kept_BTK[:, 1:].reshape(b * t1, -1)
     logprobs_N, entropy_N = ChunkedLogprobs.apply(
-        hidden.reshape(b * t1, h), head.weight, head.bias, tokens_BT[:, 1:].reshape(-1),
-        1.0 / temperature, chunk, with_entropy, kept_NK,
-    )  # fmt: skip
+        hidden.reshape(b * t1, h),
+        head.weight,
+        head.bias,
+        tokens_BT[:, 1:].reshape(-1),
+        1.0 / temperature,
+        chunk,
+        with_entropy,
+        kept_NK,
+    )
     pad = hidden.new_zeros((b, 1), dtype=torch.float32)
     logprobs = torch.cat([pad, logprobs_N.view(b, t1)], dim=1)
     entropy = torch.cat([pad, entropy_N.view(b, t1)], dim=1) if with_entropy else None
@@ -103,11 +108,21 @@ class Scorer(nn.Module):
         self.model = model
 
     def forward(
-        self, tokens_BT: Tensor, attention_BT: Tensor, temperature: float = 1.0,
-        with_entropy: bool = False, kept_BTK: Tensor | None = None,
-    ) -> tuple[Tensor, Tensor | None]:  # fmt: skip
-        return token_logprobs(self.model, tokens_BT, attention_BT, temperature=temperature,
-                              with_entropy=with_entropy, kept_BTK=kept_BTK)  # fmt: skip
+        self,
+        tokens_BT: Tensor,
+        attention_BT: Tensor,
+        temperature: float = 1.0,
+        with_entropy: bool = False,
+        kept_BTK: Tensor | None = None,
+    ) -> tuple[Tensor, Tensor | None]:
+        return token_logprobs(
+            self.model,
+            tokens_BT,
+            attention_BT,
+            temperature=temperature,
+            with_entropy=with_entropy,
+            kept_BTK=kept_BTK,
+        )
 
 
 def scored(
@@ -123,11 +138,18 @@ def scored(
     :class:`Scorer`, or DDP around one), else on the plain model."""
     inner = getattr(model, "module", model)
     if isinstance(inner, Scorer):
-        out: tuple[Tensor, Tensor | None] = model(tokens_BT, attention_BT, temperature,
-                                                  with_entropy, kept_BTK)  # fmt: skip
+        out: tuple[Tensor, Tensor | None] = model(
+            tokens_BT, attention_BT, temperature, with_entropy, kept_BTK
+        )
         return out
-    return token_logprobs(model, tokens_BT, attention_BT, temperature=temperature,
-                          with_entropy=with_entropy, kept_BTK=kept_BTK)  # fmt: skip
+    return token_logprobs(
+        model,
+        tokens_BT,
+        attention_BT,
+        temperature=temperature,
+        with_entropy=with_entropy,
+        kept_BTK=kept_BTK,
+    )
 
 
 def kept_only(z: Tensor, kept: Tensor | None, targets: Tensor) -> Tensor:
@@ -158,8 +180,10 @@ def _plain_lm_head(model: nn.Module) -> nn.Linear | None:
         return None
     if model.base_model is model:  # a bare trunk: no head of its own
         return None
-    scaled = any(getattr(config, k, None) not in (None, 1, 1.0)
-                 for k in ("final_logit_softcapping", "logit_scale", "logits_scaling"))  # fmt: skip
+    scaled = any(
+        getattr(config, k, None) not in (None, 1, 1.0)
+        for k in ("final_logit_softcapping", "logit_scale", "logits_scaling")
+    )
     return None if scaled else head
 
 
@@ -187,10 +211,16 @@ class ChunkedLogprobs(torch.autograd.Function):
 
     @staticmethod
     def forward(
-        ctx: Any, hidden_NH: Tensor, weight_VH: Tensor, bias_V: Tensor | None,
-        targets_N: Tensor, inv_t: float, chunk: int, with_entropy: bool,
+        ctx: Any,
+        hidden_NH: Tensor,
+        weight_VH: Tensor,
+        bias_V: Tensor | None,
+        targets_N: Tensor,
+        inv_t: float,
+        chunk: int,
+        with_entropy: bool,
         kept_NK: Tensor | None = None,
-    ) -> tuple[Tensor, Tensor]:  # fmt: skip
+    ) -> tuple[Tensor, Tensor]:
         n, dtype = hidden_NH.shape[0], torch.promote_types(hidden_NH.dtype, torch.float32)
         logprobs = hidden_NH.new_empty(n, dtype=dtype)
         lse_all = hidden_NH.new_empty(n, dtype=dtype)
@@ -256,9 +286,13 @@ def _chunk_logits(h: Tensor, weight_VH: Tensor, bias_V: Tensor | None, inv_t: fl
 
 
 def _full_logprobs(
-    model: nn.Module, tokens_BT: Tensor, attention_BT: Tensor, temperature: float,
-    with_entropy: bool, kept_BTK: Tensor | None = None,
-) -> tuple[Tensor, Tensor | None]:  # fmt: skip
+    model: nn.Module,
+    tokens_BT: Tensor,
+    attention_BT: Tensor,
+    temperature: float,
+    with_entropy: bool,
+    kept_BTK: Tensor | None = None,
+) -> tuple[Tensor, Tensor | None]:
     """The reference path: the model's full (B, T, V) logits, then one gather, one logsumexp
     (over each recorded kept set, :func:`kept_only`, for the log-probs; never the entropy)."""
     logits = model(
@@ -308,16 +342,26 @@ def batched_logprobs(
     try:
         starts = list(range(0, tokens_BT.shape[0], micro_batch_size))
         for _ in range(passes - len(starts)):
-            scored(model, cross(tokens_BT[:1], device), cross(attention_BT[:1], device),
-                   temperature=temperature)  # fmt: skip
+            scored(
+                model,
+                cross(tokens_BT[:1], device),
+                cross(attention_BT[:1], device),
+                temperature=temperature,
+            )
         for i in starts:
             rows = slice(i, i + micro_batch_size)
             routes = None if routes_BTLK is None else cross(routes_BTLK[rows], device)
             kept = None if kept_BTK is None else cross(kept_BTK[rows], device)
             with replaying(model, routes, replay=True):
-                parts.append(scored(model, cross(tokens_BT[rows], device),
-                                    cross(attention_BT[rows], device),
-                                    temperature=temperature, kept_BTK=kept)[0])  # fmt: skip
+                parts.append(
+                    scored(
+                        model,
+                        cross(tokens_BT[rows], device),
+                        cross(attention_BT[rows], device),
+                        temperature=temperature,
+                        kept_BTK=kept,
+                    )[0]
+                )
     finally:
         model.train(was_training)
     if not parts:

@@ -122,10 +122,15 @@ def check_engine_room(learner: int, engine_memory: float, free: int, total: int)
     if learner + engine <= free:
         return
     room = math.floor(100 * (free - learner) / total) / 100  # the largest share, rounded down
-    fix = (f"lower system.engine_memory to {room:.2f} or less" if room > 0 else
-           "the learner alone does not fit: train LoRA adapters (model.lora_rank) or shard it "
-           "(system.learners, system.learner_sharding=fsdp2)")  # fmt: skip
-    raise ConfigError(f"system.engine_memory: vLLM's {engine_memory} of the GPU "
-                      f"({engine / GIB:.1f} GiB) and the learner's weights, gradients and AdamW "
-                      f"state ({learner / GIB:.1f} GiB) exceed its {free / GIB:.1f} GiB free; "
-                      f"{fix}")  # fmt: skip
+    fix = (
+        f"lower system.engine_memory to {room:.2f} or less"
+        if room > 0
+        else "the learner alone does not fit: train LoRA adapters (model.lora_rank) or shard it "
+        "(system.learners, system.learner_sharding=fsdp2)"
+    )
+    raise ConfigError(
+        f"system.engine_memory: vLLM's {engine_memory} of the GPU "
+        f"({engine / GIB:.1f} GiB) and the learner's weights, gradients and AdamW "
+        f"state ({learner / GIB:.1f} GiB) exceed its {free / GIB:.1f} GiB free; "
+        f"{fix}"
+    )

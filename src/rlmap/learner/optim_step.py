@@ -57,8 +57,9 @@ def guarded_step(
     try:
         optimizer.step()
     except RuntimeError as exc:  # e.g. an update too large for the dtype ("overflow")
-        raise TrainingError(f"{what} update: the optimiser step failed ({exc}); stopped, "
-                            "nothing saved") from None  # fmt: skip
+        raise TrainingError(
+            f"{what} update: the optimiser step failed ({exc}); stopped, nothing saved"
+        ) from None
     scheduler.step()
     optimizer.zero_grad(set_to_none=True)
     if not all_finite(model.parameters(), world):

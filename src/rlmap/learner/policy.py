@@ -92,14 +92,16 @@ def prepare_batch(
         started = time.perf_counter()
         replayed = batch.routed_experts if s.behaviour.routing_replay else None
         with autocast_to(policy, s.train_dtype):
-            old = _shared_logprobs(policy, batch, attention, s, world, owner, replayed,
-                                   sharded=True, kept=kept)  # fmt: skip
+            old = _shared_logprobs(
+                policy, batch, attention, s, world, owner, replayed, sharded=True, kept=kept
+            )
         timings["system/old_logprobs_s"] = elapsed(started, model_device(policy))
     if reference is not None and s.kl.placement != "none":
         started = time.perf_counter()
         with adapters_off(reference), autocast_to(reference, s.train_dtype):  # LoRA: the base
-            ref = _shared_logprobs(reference, batch, attention, s, world, owner, None,
-                                   sharded=False, kept=kept)  # fmt: skip
+            ref = _shared_logprobs(
+                reference, batch, attention, s, world, owner, None, sharded=False, kept=kept
+            )
         timings["system/reference_s"] = elapsed(started, model_device(reference))
     return batch.replace(old_logprobs=old, ref_logprobs=ref), timings
 
@@ -120,17 +122,28 @@ def _shared_logprobs(
     several ranks each scores its own rows (the policy — ``sharded``, FSDP2's collectives
     — as many forward passes on every rank) and the rows are all-gathered into place."""
     if not world.parallel or owner is None:
-        return batched_logprobs(model, batch.tokens, attention, temperature=s.temperature,
-                                micro_batch_size=s.micro_batch_size,
-                                routes_BTLK=routes, kept_BTK=kept)  # fmt: skip
+        return batched_logprobs(
+            model,
+            batch.tokens,
+            attention,
+            temperature=s.temperature,
+            micro_batch_size=s.micro_batch_size,
+            routes_BTLK=routes,
+            kept_BTK=kept,
+        )
     mine = (owner == world.rank).nonzero().flatten()
     passes = micro_steps(owner, world, s.micro_batch_size) if sharded else 0
     rows = mine if mine.numel() else torch.zeros(1, dtype=torch.long)  # something to run on
-    local = batched_logprobs(model, batch.tokens[rows], attention[rows],
-                             temperature=s.temperature, micro_batch_size=s.micro_batch_size,
-                             routes_BTLK=None if routes is None else routes[rows],
-                             passes=passes, kept_BTK=None if kept is None else kept[rows],
-                             )[: mine.numel()]  # fmt: skip
+    local = batched_logprobs(
+        model,
+        batch.tokens[rows],
+        attention[rows],
+        temperature=s.temperature,
+        micro_batch_size=s.micro_batch_size,
+        routes_BTLK=None if routes is None else routes[rows],
+        passes=passes,
+        kept_BTK=None if kept is None else kept[rows],
+    )[: mine.numel()]
     out = torch.zeros(batch.tokens.shape, dtype=local.dtype, device=local.device)
     for index, part in gather(world, (mine.cpu(), local.cpu())):
         out[index.to(out.device)] = part.to(out.device)
@@ -171,13 +184,26 @@ def update_policy(
         micro_batch_size=s.micro_batch_size,
         max_grad_norm=s.max_grad_norm,
     )
-    out = optimise(policy, optimizer, scheduler, batch, schedule,
-                   weights_of=lambda mb: _weights(mb, s), micro_loss=micro,
-                   generator=generator, what="policy", world=world,
-                   owner=owner)  # fmt: skip
+    out = optimise(
+        policy,
+        optimizer,
+        scheduler,
+        batch,
+        schedule,
+        weights_of=lambda mb: _weights(mb, s),
+        micro_loss=micro,
+        generator=generator,
+        what="policy",
+        world=world,
+        owner=owner,
+    )
     steps = out.step_means()
-    metrics = {"loss/total": steps.pop("loss"), "optim/grad_norm": steps.pop("grad_norm"),
-               "optim/lr": steps.pop("lr"), **steps}  # fmt: skip
+    metrics = {
+        "loss/total": steps.pop("loss"),
+        "optim/grad_norm": steps.pop("grad_norm"),
+        "optim/lr": steps.pop("lr"),
+        **steps,
+    }
     return metrics | _diagnostics(batch, advantages_BT, out, s, learner_version)
 
 
@@ -210,13 +236,23 @@ def _micro_loss(
         replaying(policy, mb.routed_experts, replay=s.behaviour.routing_replay, stats=routes),
         autocast_to(policy, s.train_dtype),
     ):
-        logprobs, entropy = scored(policy, mb.tokens, attention_of(mb),
-                                   temperature=s.temperature, with_entropy=True,
-                                   kept_BTK=replayed_sets(mb, s.behaviour))  # fmt: skip
+        logprobs, entropy = scored(
+            policy,
+            mb.tokens,
+            attention_of(mb),
+            temperature=s.temperature,
+            with_entropy=True,
+            kept_BTK=replayed_sets(mb, s.behaviour),
+        )
     assert entropy is not None
     old = _old_logprobs(mb, logprobs, s)
-    j_BT, _ = policy_loss(_terms(mb, logprobs, old, adv_BT, learner_version), s.behaviour,
-                          s.kl, mb.ref_logprobs, keep_BT=w[1])  # fmt: skip
+    j_BT, _ = policy_loss(
+        _terms(mb, logprobs, old, adv_BT, learner_version),
+        s.behaviour,
+        s.kl,
+        mb.ref_logprobs,
+        keep_BT=w[1],
+    )
     loss = reduce(j_BT, w[0])
     parts = {"loss/policy": loss.detach()}
     if len(w) > 2:
@@ -290,8 +326,10 @@ def replayed_sets(batch: Batch, b: BehaviourParams) -> Tensor | None:
     if not b.replay_sampling_set:
         return None
     if batch.sampling_set is None and bool(batch.action_mask.any()):
-        raise TrainingError("behaviour.replay_sampling_set: the batch carries no kept sets "
-                            "(the rollout engine recorded none)")  # fmt: skip
+        raise TrainingError(
+            "behaviour.replay_sampling_set: the batch carries no kept sets "
+            "(the rollout engine recorded none)"
+        )
     return batch.sampling_set
 
 

@@ -114,12 +114,21 @@ def optimise(
                 continue
             mb = batch.select(rows)
             weights = weights_of(mb)  # pinned once for the whole (global) mini-batch
-            parts = _accumulate(model, mb, rows, weights, owner[rows], schedule, micro_loss,
-                                world, out)  # fmt: skip
+            parts = _accumulate(
+                model, mb, rows, weights, owner[rows], schedule, micro_loss, world, out
+            )
             out.steps["lr"].append(float(optimizer.param_groups[0]["lr"]))
-            out.steps["grad_norm"].append(guarded_step(
-                model, optimizer, scheduler, loss=parts["loss"],
-                max_grad_norm=schedule.max_grad_norm, what=what, world=world))  # fmt: skip
+            out.steps["grad_norm"].append(
+                guarded_step(
+                    model,
+                    optimizer,
+                    scheduler,
+                    loss=parts["loss"],
+                    max_grad_norm=schedule.max_grad_norm,
+                    what=what,
+                    world=world,
+                )
+            )
             for key, total in parts.items():
                 out.steps[key].append(total)
     if world.parallel:

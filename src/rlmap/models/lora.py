@@ -92,12 +92,18 @@ def attach(
         # peft asks transformers 5 a question it has deprecated; nothing for a user to act on
         warnings.filterwarnings("ignore", "`is_gradient_checkpointing`", FutureWarning)
         if adapter is not None:
-            return PeftModel.from_pretrained(model, adapter, is_trainable=True,
-                                             torch_device=str(model_device(model)))  # fmt: skip
+            return PeftModel.from_pretrained(
+                model, adapter, is_trainable=True, torch_device=str(model_device(model))
+            )
         # peft annotates lora_alpha as int, but only ever divides it by r: any α > 0 works
-        config = LoraConfig(r=rank, lora_alpha=alpha,  # type: ignore[arg-type]
-                            target_modules=list(targets), lora_dropout=0.0, bias="none",
-                            task_type="CAUSAL_LM")  # fmt: skip
+        config = LoraConfig(
+            r=rank,
+            lora_alpha=alpha,  # type: ignore[arg-type]
+            target_modules=list(targets),
+            lora_dropout=0.0,
+            bias="none",
+            task_type="CAUSAL_LM",
+        )
         return get_peft_model(model, config)
 
 
@@ -122,19 +128,27 @@ def check_targets(model: nn.Module, targets: tuple[str, ...]) -> None:
     (:func:`refuse_tied`)."""
     modules = list(model.named_modules())
     uses = Counter(id(p) for _, p in model.named_parameters(remove_duplicate=False))
-    valid = sorted({name.rsplit(".", 1)[-1] for name, m in modules if name and adaptable(m)
-                    and uses[id(getattr(m, "weight", None))] < 2})  # fmt: skip
+    valid = sorted(
+        {
+            name.rsplit(".", 1)[-1]
+            for name, m in modules
+            if name and adaptable(m) and uses[id(getattr(m, "weight", None))] < 2
+        }
+    )
     listing = f"valid targets of {type(model).__name__}: {','.join(valid)}"
     for target in targets:
         chosen = [(name, m) for name, m in modules if _matches(name, target)]
         if not chosen:
-            raise ConfigError(f"model.lora_targets: no module named {target!r} in the model; "
-                              f"{listing}")  # fmt: skip
+            raise ConfigError(
+                f"model.lora_targets: no module named {target!r} in the model; {listing}"
+            )
         for name, module in chosen:
             if not adaptable(module):
-                raise ConfigError(f"model.lora_targets: {target!r} names {name}, a "
-                                  f"{type(module).__name__}, which LoRA cannot adapt (only "
-                                  f"Linear, Embedding and Conv layers); {listing}")  # fmt: skip
+                raise ConfigError(
+                    f"model.lora_targets: {target!r} names {name}, a "
+                    f"{type(module).__name__}, which LoRA cannot adapt (only "
+                    f"Linear, Embedding and Conv layers); {listing}"
+                )
     refuse_tied(model, targets)
 
 

@@ -43,9 +43,10 @@ def moe_routers(model: nn.Module) -> list[nn.Module]:
     return [
         m
         for m in model.modules()
-        if hasattr(m, "top_k") and hasattr(m, "num_experts") and isinstance(
-            getattr(m, "weight", None), nn.Parameter)
-    ]  # fmt: skip
+        if hasattr(m, "top_k")
+        and hasattr(m, "num_experts")
+        and isinstance(getattr(m, "weight", None), nn.Parameter)
+    ]
 
 
 @contextmanager
@@ -105,8 +106,9 @@ def replaying(
         yield
         return
     if routes_BTLK.shape[2] != len(routers):
-        raise ValueError(f"routes: {routes_BTLK.shape[2]} layers recorded, model has "
-                         f"{len(routers)} routers")  # fmt: skip
+        raise ValueError(
+            f"routes: {routes_BTLK.shape[2]} layers recorded, model has {len(routers)} routers"
+        )
 
     def hook(layer: int) -> Callable[[nn.Module, object, tuple[Tensor, ...]], object]:
         def swap(module: nn.Module, args: object, output: tuple[Tensor, ...]) -> object:
@@ -152,8 +154,10 @@ def check_replayable(model: nn.Module) -> str | None:
             logits, scores, ids = router(hidden)
             replayed = _replayed_scores(router, logits, ids).to(scores.dtype)
         if not torch.allclose(replayed, scores, rtol=1e-3, atol=1e-5):
-            return (f"{type(router).__name__} does not weight its top-k experts by a softmax "
-                    "over them; replaying its routes would change the model")  # fmt: skip
+            return (
+                f"{type(router).__name__} does not weight its top-k experts by a softmax "
+                "over them; replaying its routes would change the model"
+            )
     return None
 
 

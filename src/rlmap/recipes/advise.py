@@ -146,8 +146,9 @@ def advise(profile: TaskProfile) -> Advice:
     closest = None if refused is None else _closest_trainable(base.preset, overrides, refused)
     answers = tuple(Answer(q.text, *q.answer(profile, config)) for q in QUESTIONS)
     notes = (feedback.note,) if feedback.note else ()
-    return Advice(profile, answers, rows, base, base.preset, overrides, config, refused,
-                  closest, notes)  # fmt: skip
+    return Advice(
+        profile, answers, rows, base, base.preset, overrides, config, refused, closest, notes
+    )
 
 
 def _base_row(rows: tuple[Row, ...], profile: TaskProfile) -> Row:
@@ -207,8 +208,11 @@ def _config_mapping(advice: Advice) -> dict[str, Any]:
 def config_yaml(advice: Advice) -> str:
     """The emitted config file: a commented header, then ``recipe:`` and its overrides."""
     base = advice.base
-    where = f"row {base.number} of the selection table" if base.number else (
-        "a fallback (no table row names a recipe)")  # fmt: skip
+    where = (
+        f"row {base.number} of the selection table"
+        if base.number
+        else ("a fallback (no table row names a recipe)")
+    )
     lines = [
         f"rlmap advise: the baseline to establish first, from {where} "
         f"({base.condition}): {base.baseline}.",

@@ -36,9 +36,11 @@ def _sampling(cfg: RecipeConfig) -> str:
     if sampling.registry.get(s.filter).needs_group:
         text += f" + {s.filter}-group dynamic sampling (≤{s.max_rounds} rounds)"
     if s.curriculum:
-        text += (f" + curriculum (levels {s.curriculum_start}→{s.curriculum_top}: up at a pass "
-                 f"rate ≥ {s.curriculum_up:g}, down ≤ {s.curriculum_down:g}, "
-                 f"over {s.curriculum_window})")  # fmt: skip
+        text += (
+            f" + curriculum (levels {s.curriculum_start}→{s.curriculum_top}: up at a pass "
+            f"rate ≥ {s.curriculum_up:g}, down ≤ {s.curriculum_down:g}, "
+            f"over {s.curriculum_window})"
+        )
     if s.rebalance:
         text += (
             f" + rebalancing (stale after {s.rebalance_after} uniform visits, kept "
@@ -51,8 +53,10 @@ def _credit(cfg: RecipeConfig) -> str:
     c = cfg.credit
     entry = estimators.registry.get(c.estimator)
     if not entry.needs_critic and cfg.sampling.group_scope == "turn":
-        return (f"{c.estimator} advantage, GiGPO A = A_episode + {c.step_advantage_weight:g}·"
-                f"A_step (γ={c.gamma:g} per turn)")  # fmt: skip
+        return (
+            f"{c.estimator} advantage, GiGPO A = A_episode + {c.step_advantage_weight:g}·"
+            f"A_step (γ={c.gamma:g} per turn)"
+        )
     if not entry.needs_critic:
         return f"{c.estimator} advantage"
     lam_c = c.lam if c.lam_critic is None else c.lam_critic
@@ -193,8 +197,10 @@ def component(name: str, field: str | None = None) -> str | None:
 
 def _card(name: str, axis: str, field: str, entry: Any) -> str:
     choose = f"{field}=[{name}]" if field == "behaviour.corrections" else f"{field}={name}"
-    out = [f"{name}: {entry.summary}", f"axis {axis}, chosen by {choose} "
-           f"(e.g. rlmap train --recipe grpo {choose})"]  # fmt: skip
+    out = [
+        f"{name}: {entry.summary}",
+        f"axis {axis}, chosen by {choose} (e.g. rlmap train --recipe grpo {choose})",
+    ]
     for label in ("paper", "code"):
         if getattr(entry, label, ""):
             out.append(f"{label}: {getattr(entry, label)}")
@@ -211,14 +217,17 @@ def _component_or_refuse(name: str, field: str) -> str:
         return card
     if not field:
         presets = ", ".join(registry.names())
-        raise UnknownComponentError(f"unknown recipe or component {name!r}; presets: "
-                                    f"{presets} (components: rlmap papers)")  # fmt: skip
+        raise UnknownComponentError(
+            f"unknown recipe or component {name!r}; presets: {presets} (components: rlmap papers)"
+        )
     fields = {where: reg for _, where, reg in COMPONENTS}
     if field not in fields:
-        raise UnknownComponentError(f"{field}: not a field that chooses a component; one of "
-                                    f"{', '.join(fields)}")  # fmt: skip
-    raise UnknownComponentError(f"{field}: no component called {name!r}; known: "
-                                f"{', '.join(fields[field].names())}")  # fmt: skip
+        raise UnknownComponentError(
+            f"{field}: not a field that chooses a component; one of {', '.join(fields)}"
+        )
+    raise UnknownComponentError(
+        f"{field}: no component called {name!r}; known: {', '.join(fields[field].names())}"
+    )
 
 
 def explain(name: str) -> str:
@@ -246,6 +255,9 @@ def explain(name: str) -> str:
     out += [f"  - {field}: {paper!r} → {ours!r}" for field, paper, ours in rows] or ["  (none)"]
     if entry.note:
         out += ["", f"note: {entry.note}"]
-    out += [f"the component {name!r} too: rlmap explain {where}={name}"
-            for _, where, reg in COMPONENTS if name in reg]  # fmt: skip
+    out += [
+        f"the component {name!r} too: rlmap explain {where}={name}"
+        for _, where, reg in COMPONENTS
+        if name in reg
+    ]
     return "\n".join(out)

@@ -37,8 +37,14 @@ class ModelConfig:
     """LoRA scale numerator α (the update is (α/r)·BA); None is 2·``lora_rank``, a scale of 2
     whatever the rank."""
     lora_targets: tuple[str, ...] | str = (
-        "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj",
-    )  # fmt: skip
+        "q_proj",
+        "k_proj",
+        "v_proj",
+        "o_proj",
+        "gate_proj",
+        "up_proj",
+        "down_proj",
+    )
     """Module names (or dotted suffixes) that get adapters, as a list or one comma-separated
     string; the default is every attention and MLP projection of Llama/Qwen-style models."""
 

@@ -139,13 +139,17 @@ def _bounds(cfg: RecipeConfig) -> Iterator[str]:
     if not 0 < cfg.system.engine_memory <= 1:
         yield f"system.engine_memory: must be in (0, 1], got {cfg.system.engine_memory}"
     elif cfg.system.engine != "vllm" and cfg.system.engine_memory != SystemParams.engine_memory:
-        yield ("system.engine_memory: only the vLLM engine reserves memory; it changes nothing "
-               f"with system.engine={cfg.system.engine}")  # fmt: skip
+        yield (
+            "system.engine_memory: only the vLLM engine reserves memory; it changes nothing "
+            f"with system.engine={cfg.system.engine}"
+        )
     t = cfg.generation.temperature
     if cfg.system.engine == "vllm" and (0 < t < 0.01 or t > 2):
-        yield (f"generation.temperature: {t} is outside what vLLM samples at as given "
-               "(below 0.01 it raises it to 0.01, above 2 it refuses); use a value in "
-               "[0.01, 2]")  # fmt: skip
+        yield (
+            f"generation.temperature: {t} is outside what vLLM samples at as given "
+            "(below 0.01 it raises it to 0.01, above 2 it refuses); use a value in "
+            "[0.01, 2]"
+        )
     b = cfg.behaviour
     for low, high in (("icepop_low", "icepop_high"), ("masked_is_low", "masked_is_high")):
         lo, hi = getattr(b, low), getattr(b, high)
@@ -188,28 +192,38 @@ def _group_scope(cfg: RecipeConfig) -> Iterator[str]:
     nothing without it. G >= 2 is :func:`_group`'s (every such estimator needs a group)."""
     s, c = cfg.sampling, cfg.credit
     if s.group_scope == "branch":
-        yield ("sampling.group_scope: 'branch' (G continuations replayed from one state) is not "
-               "built yet; use prompt or turn")  # fmt: skip
+        yield (
+            "sampling.group_scope: 'branch' (G continuations replayed from one state) is not "
+            "built yet; use prompt or turn"
+        )
     if s.group_scope != "turn":
         if c.step_advantage_weight != estimators.CreditParams.step_advantage_weight:
-            yield ("credit.step_advantage_weight: only sampling.group_scope=turn has a step "
-                   "advantage to weigh")  # fmt: skip
+            yield (
+                "credit.step_advantage_weight: only sampling.group_scope=turn has a step "
+                "advantage to weigh"
+            )
         return
     if not estimators.registry.get(c.estimator).turn_scope:
         takers = [n for n in estimators.registry.names() if estimators.registry.get(n).turn_scope]
-        yield (f"sampling.group_scope: turn applies the group estimator's baseline over anchor "
-               f"states too; credit.estimator '{c.estimator}' has none (use "
-               f"{', '.join(takers)})")  # fmt: skip
+        yield (
+            f"sampling.group_scope: turn applies the group estimator's baseline over anchor "
+            f"states too; credit.estimator '{c.estimator}' has none (use "
+            f"{', '.join(takers)})"
+        )
     if cfg.data.turn_budget < 2:
-        yield (f"sampling.group_scope: turn groups the turns of multi-turn episodes, but "
-               f"data.task {cfg.data.task!r} with data.max_turns={cfg.data.max_turns} has one "
-               "turn per episode (use prompt)")  # fmt: skip
+        yield (
+            f"sampling.group_scope: turn groups the turns of multi-turn episodes, but "
+            f"data.task {cfg.data.task!r} with data.max_turns={cfg.data.max_turns} has one "
+            "turn per episode (use prompt)"
+        )
     if c.step_advantage_weight < 0:
         yield f"credit.step_advantage_weight: must be >= 0, got {c.step_advantage_weight}"
     if c.gamma < 1 and c.time_unit != "turn":
-        yield ("credit.time_unit: with sampling.group_scope=turn, credit.gamma discounts per "
-               f"turn (G_k = Σ γ^(k'−k) r_k'); set credit.time_unit=turn to say so, got "
-               f"'{c.time_unit}'")  # fmt: skip
+        yield (
+            "credit.time_unit: with sampling.group_scope=turn, credit.gamma discounts per "
+            f"turn (G_k = Σ γ^(k'−k) r_k'); set credit.time_unit=turn to say so, got "
+            f"'{c.time_unit}'"
+        )
 
 
 def _critic(cfg: RecipeConfig) -> Iterator[str]:
@@ -277,9 +291,11 @@ def _behaviour(cfg: RecipeConfig) -> Iterator[str]:
     if b.routing_replay and cfg.system.engine == "vllm":
         # vLLM 0.32 returns routes (enable_return_routed_experts) from its V2 model runner
         # only, which needs Triton: its CPU build refuses it; not yet tried on a GPU.
-        yield ("behaviour.routing_replay: the vLLM engine does not hand rlmap its expert "
-               "routes yet (R3 replays the routes the engine took; vLLM 0.32 returns them only "
-               "from its V2 model runner, which needs Triton); use system.engine=hf")  # fmt: skip
+        yield (
+            "behaviour.routing_replay: the vLLM engine does not hand rlmap its expert "
+            "routes yet (R3 replays the routes the engine took; vLLM 0.32 returns them only "
+            "from its V2 model runner, which needs Triton); use system.engine=hf"
+        )
 
 
 def _replay(cfg: RecipeConfig) -> Iterator[str]:
@@ -290,15 +306,19 @@ def _replay(cfg: RecipeConfig) -> Iterator[str]:
     if not b.replay_sampling_set:
         return
     if cfg.generation.top_p >= 1:
-        yield ("behaviour.replay_sampling_set: generation.top_p = 1 keeps the whole "
-               "vocabulary, so there is no kept set to replay; set generation.top_p < 1 or "
-               "leave it off")  # fmt: skip
+        yield (
+            "behaviour.replay_sampling_set: generation.top_p = 1 keeps the whole "
+            "vocabulary, so there is no kept set to replay; set generation.top_p < 1 or "
+            "leave it off"
+        )
     if cfg.system.engine == "vllm" and not torch.cuda.is_available():
         # vLLM 0.32 returns sets (return_sampling_mask) from its V2 model runner only, which
         # needs Triton: its CPU build refuses it (tried: "Model Runner V2 requires Triton").
-        yield ("behaviour.replay_sampling_set: vLLM's CPU build cannot return kept sets "
-               "(return_sampling_mask needs its V2 model runner, which needs Triton); use "
-               "system.engine=hf")  # fmt: skip
+        yield (
+            "behaviour.replay_sampling_set: vLLM's CPU build cannot return kept sets "
+            "(return_sampling_mask needs its V2 model runner, which needs Triton); use "
+            "system.engine=hf"
+        )
 
 
 def _kl(cfg: RecipeConfig) -> Iterator[str]:
@@ -326,13 +346,17 @@ def _feedback(cfg: RecipeConfig) -> Iterator[str]:
     if scorer is not None and scorer in process.registry:
         tasks = process.registry.get(scorer).tasks
         if cfg.data.task not in tasks:
-            yield (f"feedback.process_reward: '{scorer}' reads records that only data.task="
-                   f"{' or '.join(tasks)} keeps, got data.task={cfg.data.task}")  # fmt: skip
+            yield (
+                f"feedback.process_reward: '{scorer}' reads records that only data.task="
+                f"{' or '.join(tasks)} keeps, got data.task={cfg.data.task}"
+            )
     for term, weight in (("format_pattern", "format_weight"), ("length_target", "length_weight")):
         value, w = getattr(f, term), getattr(f, weight)
         if (value is None) != (w == 0):
-            yield (f"feedback.{weight}: goes with feedback.{term} (a term needs a non-zero "
-                   f"weight), got {term}={value!r}, {weight}={w}")  # fmt: skip
+            yield (
+                f"feedback.{weight}: goes with feedback.{term} (a term needs a non-zero "
+                f"weight), got {term}={value!r}, {weight}={w}"
+            )
     if f.format_pattern is not None:
         try:
             re.compile(f.format_pattern)
@@ -356,37 +380,51 @@ JUDGE_DEFAULTS = FeedbackParams()
 def _judge(cfg: RecipeConfig) -> Iterator[str]:
     f = cfg.feedback
     if f.source not in ("judge", "comparison"):
-        for name in (x.name for x in dataclasses.fields(FeedbackParams)
-                     if x.name.startswith(("judge_", "comparison"))):  # fmt: skip
+        for name in (
+            x.name
+            for x in dataclasses.fields(FeedbackParams)
+            if x.name.startswith(("judge_", "comparison"))
+        ):
             if getattr(f, name) != getattr(JUDGE_DEFAULTS, name):
-                yield (f"feedback.{name}: only a judge uses it (feedback.source=judge or "
-                       f"comparison), not feedback.source={f.source}")  # fmt: skip
+                yield (
+                    f"feedback.{name}: only a judge uses it (feedback.source=judge or "
+                    f"comparison), not feedback.source={f.source}"
+                )
                 return
         return
     yield from _comparisons(cfg)
     if not f.uses_judge:  # comparisons by the learned reward model
-        for name in (x.name for x in dataclasses.fields(FeedbackParams)
-                     if x.name.startswith("judge_")):  # fmt: skip
+        for name in (
+            x.name for x in dataclasses.fields(FeedbackParams) if x.name.startswith("judge_")
+        ):
             if getattr(f, name) != getattr(JUDGE_DEFAULTS, name):
-                yield (f"feedback.{name}: only an AI judge uses it, not "
-                       f"feedback.comparison_model=reward_model")  # fmt: skip
+                yield (
+                    f"feedback.{name}: only an AI judge uses it, not "
+                    f"feedback.comparison_model=reward_model"
+                )
                 return
         return
     pairwise_only = ("comparison", "comparison_model", "comparison_pairs", "judge_position_check")
     for name in pairwise_only if f.source == "judge" else ():
         if getattr(f, name) != getattr(JUDGE_DEFAULTS, name):
-            yield (f"feedback.{name}: only pairwise comparisons use it "
-                   f"(feedback.source=comparison), not feedback.source=judge")  # fmt: skip
+            yield (
+                f"feedback.{name}: only pairwise comparisons use it "
+                f"(feedback.source=comparison), not feedback.source=judge"
+            )
     for name in ("judge_min", "judge_max") if f.source == "comparison" else ():
         if getattr(f, name) != getattr(JUDGE_DEFAULTS, name):
-            yield (f"feedback.{name}: only a pointwise judge rates (feedback.source=judge), "
-                   f"not feedback.source=comparison")  # fmt: skip
+            yield (
+                f"feedback.{name}: only a pointwise judge rates (feedback.source=judge), "
+                f"not feedback.source=comparison"
+            )
     s = cfg.system
     if s.backend == "ray" or s.learners > 1:
         where = "system.backend" if s.backend == "ray" else "system.learners"
-        yield (f"{where}: a judge's requests would be made (and counted) outside the "
-               f"learner's process; with feedback.source={f.source} use "
-               f"system.backend=inprocess and system.learners=1")  # fmt: skip
+        yield (
+            f"{where}: a judge's requests would be made (and counted) outside the "
+            f"learner's process; with feedback.source={f.source} use "
+            f"system.backend=inprocess and system.learners=1"
+        )
     if f.judge_url is None:
         yield f"feedback.judge_url: feedback.source={f.source} needs the judge's endpoint"
     elif not f.judge_url.startswith(("http://", "https://")):
@@ -400,8 +438,10 @@ def _judge(cfg: RecipeConfig) -> Iterator[str]:
         if getattr(f, name) < low:
             yield f"feedback.{name}: must be >= {low}, got {getattr(f, name)}"
     if not f.judge_timeout_s > 0 or f.judge_temperature < 0:
-        yield (f"feedback.judge_timeout_s: must be > 0 (and judge_temperature >= 0), got "
-               f"{f.judge_timeout_s} ({f.judge_temperature})")  # fmt: skip
+        yield (
+            f"feedback.judge_timeout_s: must be > 0 (and judge_temperature >= 0), got "
+            f"{f.judge_timeout_s} ({f.judge_temperature})"
+        )
 
 
 def _comparisons(cfg: RecipeConfig) -> Iterator[str]:
@@ -412,8 +452,10 @@ def _comparisons(cfg: RecipeConfig) -> Iterator[str]:
         yield f"sampling.group_size: feedback.source=comparison compares within a group, got {g}"
     k = f.comparison_pairs
     if k != "all" and g >= 2 and not g - 1 <= k <= g * (g - 1) // 2:
-        yield (f"feedback.comparison_pairs: a group of {g} needs {g - 1} to {g * (g - 1) // 2} "
-               f"pairs (connected, at most all), got {k}")  # fmt: skip
+        yield (
+            f"feedback.comparison_pairs: a group of {g} needs {g - 1} to {g * (g - 1) // 2} "
+            f"pairs (connected, at most all), got {k}"
+        )
 
 
 def _curriculum(cfg: RecipeConfig) -> Iterator[str]:
@@ -422,8 +464,9 @@ def _curriculum(cfg: RecipeConfig) -> Iterator[str]:
         return
     curriculum = kind_of(d.task).curriculum
     if curriculum is None:
-        yield (f"sampling.curriculum: drives one reasoning-gym task's own curriculum, not "
-               f"{d.task!r}")  # fmt: skip
+        yield (
+            f"sampling.curriculum: drives one reasoning-gym task's own curriculum, not {d.task!r}"
+        )
         return
     yield from curriculum.check(d, s, cfg.system.mode)
 
@@ -438,8 +481,10 @@ def _rebalance(cfg: RecipeConfig) -> Iterator[str]:
             f"a mixed one, which needs G >= 2, got sampling.group_size={s.group_size}"
         )
     if cfg.system.mode == "async":
-        yield ("sampling.rebalance: it draws the prompts from what the learner has seen, "
-               "which the asynchronous workers run ahead of; use system.mode=sync")  # fmt: skip
+        yield (
+            "sampling.rebalance: it draws the prompts from what the learner has seen, "
+            "which the asynchronous workers run ahead of; use system.mode=sync"
+        )
     if s.rebalance_after < 1:
         yield f"sampling.rebalance_after: must be >= 1, got {s.rebalance_after}"
     if not 0 < s.rebalance_keep <= 1:
@@ -453,27 +498,39 @@ def _data(cfg: RecipeConfig) -> Iterator[str]:
     kind = kind_of(d.task)
     yield from kind.check_settings(d, cfg.model.path)  # or a ConfigError naming the field
     if kind.own_reward and cfg.feedback.eval_verifier is not None:
-        yield (f"feedback.eval_verifier: {d.task!r} is scored by its environment's own reward, "
-               "held-out episodes too; no verifier applies")  # fmt: skip
+        yield (
+            f"feedback.eval_verifier: {d.task!r} is scored by its environment's own reward, "
+            "held-out episodes too; no verifier applies"
+        )
     built_in = not kind.data_files
-    for name, value, default in (("prompt_field", d.prompt_field, "prompt"),
-                                 ("answer_field", d.answer_field, "answer")):  # fmt: skip
+    for name, value, default in (
+        ("prompt_field", d.prompt_field, "prompt"),
+        ("answer_field", d.answer_field, "answer"),
+    ):
         if built_in and value != default:
             yield f"data.{name}: only data files have fields to name, not {d.task!r}"
     if built_in and d.answer_format != "plain":
-        yield (f"data.answer_format: only data files and hf: datasets have solutions to read "
-               f"answers from, not {d.task!r}")  # fmt: skip
+        yield (
+            f"data.answer_format: only data files and hf: datasets have solutions to read "
+            f"answers from, not {d.task!r}"
+        )
     if built_in and d.eval_path is not None:
-        yield (f"data.eval_path: only a data-file task takes a held-out file; {d.task!r} holds "
-               "out data.eval_size of its own prompts")  # fmt: skip
-    named = (("feedback.verifier", cfg.feedback.verifier),
-             ("feedback.eval_verifier", cfg.feedback.eval_verifier))  # fmt: skip
+        yield (
+            f"data.eval_path: only a data-file task takes a held-out file; {d.task!r} holds "
+            "out data.eval_size of its own prompts"
+        )
+    named = (
+        ("feedback.verifier", cfg.feedback.verifier),
+        ("feedback.eval_verifier", cfg.feedback.eval_verifier),
+    )
     for name, verifier in named:
         if verifier is None or verifier not in feedback.registry:
             continue
         if feedback.registry.get(verifier).items and not kind.items:
-            yield (f"{name}: {verifier} scores reasoning-gym items; it needs "
-                   "data.task=reasoning_gym:NAME")  # fmt: skip
+            yield (
+                f"{name}: {verifier} scores reasoning-gym items; it needs "
+                "data.task=reasoning_gym:NAME"
+            )
     if d.max_turns < 1:
         yield f"data.max_turns: must be >= 1, got {d.max_turns}"
     if d.max_digits < 1:
@@ -489,17 +546,25 @@ def _lora(cfg: RecipeConfig) -> Iterator[str]:
     m = cfg.model
     names = m.lora_modules
     if not names or any(not TARGET_NAME.fullmatch(name) for name in names):
-        yield (f"model.lora_targets: needs one or more module names (a list, or a comma-"
-               f"separated string such as q_proj,v_proj), got {m.lora_targets!r}")  # fmt: skip
+        yield (
+            f"model.lora_targets: needs one or more module names (a list, or a comma-"
+            f"separated string such as q_proj,v_proj), got {m.lora_targets!r}"
+        )
     if m.lora_rank == 0 and m.lora_alpha is not None:  # None: unset, 2·r once r > 0
-        yield (f"model.lora_alpha: scales LoRA's update, and model.lora_rank=0 trains no "
-               f"adapters (full fine-tuning); got lora_alpha={m.lora_alpha}")  # fmt: skip
+        yield (
+            f"model.lora_alpha: scales LoRA's update, and model.lora_rank=0 trains no "
+            f"adapters (full fine-tuning); got lora_alpha={m.lora_alpha}"
+        )
     if m.lora_rank == 0 and names != ModelConfig().lora_modules:
-        yield ("model.lora_targets: names the layers that get adapters, and model.lora_rank=0 "
-               f"trains none (full fine-tuning); got {m.lora_targets!r}")  # fmt: skip
+        yield (
+            "model.lora_targets: names the layers that get adapters, and model.lora_rank=0 "
+            f"trains none (full fine-tuning); got {m.lora_targets!r}"
+        )
     if cfg.run.save_merged and m.lora_rank == 0:
-        yield ("run.save_merged: needs model.lora_rank > 0 (a full fine-tuning checkpoint is "
-               "already a plain model)")  # fmt: skip
+        yield (
+            "run.save_merged: needs model.lora_rank > 0 (a full fine-tuning checkpoint is "
+            "already a plain model)"
+        )
 
 
 def _loggers(cfg: RecipeConfig) -> Iterator[str]:
@@ -526,22 +591,30 @@ def _system(cfg: RecipeConfig) -> Iterator[str]:
     if not DEVICE_SETTING.fullmatch(cfg.system.device):
         yield f"system.device: one of auto, cpu, cuda, cuda:N, got {cfg.system.device!r}"
     if cfg.system.partial_rollout and cfg.system.mode != "async":
-        yield ("system.partial_rollout: needs system.mode=async (the synchronous loop never "
-               "updates weights while a trajectory runs)")  # fmt: skip
+        yield (
+            "system.partial_rollout: needs system.mode=async (the synchronous loop never "
+            "updates weights while a trajectory runs)"
+        )
     if cfg.system.deterministic:
         yield from _deterministic(cfg)
     if cfg.system.backend == "ray" and cfg.system.mode != "async":
-        yield ("system.backend: 'ray' runs the asynchronous loop's rollout workers; "
-               "set system.mode=async")  # fmt: skip
+        yield (
+            "system.backend: 'ray' runs the asynchronous loop's rollout workers; "
+            "set system.mode=async"
+        )
     if cfg.system.mode == "async" and sampling.registry.get(cfg.sampling.filter).needs_group:
-        yield (f"sampling.filter: '{cfg.sampling.filter}' filters whole groups, but the "
-               "asynchronous queue consumes trajectories as they finish, not groups; use "
-               "sampling.filter=none with system.mode=async")  # fmt: skip
+        yield (
+            f"sampling.filter: '{cfg.sampling.filter}' filters whole groups, but the "
+            "asynchronous queue consumes trajectories as they finish, not groups; use "
+            "sampling.filter=none with system.mode=async"
+        )
     bound = cfg.behaviour.max_staleness + 1
     if cfg.system.mode == "async" and cfg.system.publish_every > bound:
-        yield (f"system.publish_every: {cfg.system.publish_every} steps between publications "
-               f"exceed behaviour.max_staleness + 1 = {bound}: before each publication "
-               "every queued trajectory would be too stale to consume")  # fmt: skip
+        yield (
+            f"system.publish_every: {cfg.system.publish_every} steps between publications "
+            f"exceed behaviour.max_staleness + 1 = {bound}: before each publication "
+            "every queued trajectory would be too stale to consume"
+        )
     for name in ("workers", "publish_every", "learners"):
         if getattr(cfg.system, name) < 1:
             yield f"system.{name}: must be >= 1, got {getattr(cfg.system, name)}"
@@ -557,11 +630,15 @@ def _actors(s: SystemParams) -> Iterator[str]:
     if s.backend != "ray" and (s.actor_gpus is not None or s.actor_placement != "separate"):
         yield f"system.{field}: places Ray's rollout actors; set system.backend=ray"
     if s.actor_gpus is not None and not (s.actor_gpus == 0 or 1e-4 <= s.actor_gpus <= 1):
-        yield (f"system.actor_gpus: must be 0 or in [0.0001, 1] (Ray's unit is 1e-4; more than "
-               f"one GPU per actor is not built), got {s.actor_gpus}")  # fmt: skip
+        yield (
+            f"system.actor_gpus: must be 0 or in [0.0001, 1] (Ray's unit is 1e-4; more than "
+            f"one GPU per actor is not built), got {s.actor_gpus}"
+        )
     if s.actor_placement == "colocate" and s.actor_gpus == 0:
-        yield ("system.actor_placement: colocate shares the learner's GPU with the actors, and "
-               "system.actor_gpus=0 gives them none")  # fmt: skip
+        yield (
+            "system.actor_placement: colocate shares the learner's GPU with the actors, and "
+            "system.actor_gpus=0 gives them none"
+        )
 
 
 def _engine_sleep(s: SystemParams) -> Iterator[str]:
@@ -575,11 +652,15 @@ def _engine_sleep(s: SystemParams) -> Iterator[str]:
     if s.engine != "vllm":
         why = f"is for the vLLM engine; system.engine={s.engine} never sleeps"
     elif s.partial_rollout:
-        why = ("cannot go with system.partial_rollout (its trajectories stay in the engine "
-               "across weight updates)")  # fmt: skip
+        why = (
+            "cannot go with system.partial_rollout (its trajectories stay in the engine "
+            "across weight updates)"
+        )
     elif s.mode != "sync":
-        why = ("needs system.mode=sync (the asynchronous loop's workers sample while the "
-               "learner steps)")  # fmt: skip
+        why = (
+            "needs system.mode=sync (the asynchronous loop's workers sample while the "
+            "learner steps)"
+        )
     elif not torch.cuda.is_available():
         why = "needs vLLM's CUDA build: its CPU build has no sleep mode"
     elif s.device == "cpu":
@@ -591,11 +672,15 @@ def _engine_sleep(s: SystemParams) -> Iterator[str]:
 def _deterministic(cfg: RecipeConfig) -> Iterator[str]:
     s = cfg.system
     if s.mode != "async":
-        yield ("system.deterministic: needs system.mode=async (the synchronous loop always "
-               "repeats exactly)")  # fmt: skip
+        yield (
+            "system.deterministic: needs system.mode=async (the synchronous loop always "
+            "repeats exactly)"
+        )
     if s.partial_rollout:
-        yield ("system.deterministic: not with system.partial_rollout (which weights arrive "
-               "between two turns is up to timing)")  # fmt: skip
+        yield (
+            "system.deterministic: not with system.partial_rollout (which weights arrive "
+            "between two turns is up to timing)"
+        )
 
 
 def _learners(cfg: RecipeConfig) -> Iterator[str]:
@@ -604,19 +689,27 @@ def _learners(cfg: RecipeConfig) -> Iterator[str]:
     n = cfg.system.learners
     if n <= 1:
         if cfg.system.learner_sharding != "ddp":
-            yield (f"system.learner_sharding: '{cfg.system.learner_sharding}' shards over "
-                   "learner ranks; set system.learners > 1")  # fmt: skip
+            yield (
+                f"system.learner_sharding: '{cfg.system.learner_sharding}' shards over "
+                "learner ranks; set system.learners > 1"
+            )
         return
     if cfg.system.mode != "sync":
-        yield (f"system.learners: {n} needs system.mode=sync (data-parallel learners run the "
-               "synchronous loop; the asynchronous one is not there yet)")  # fmt: skip
+        yield (
+            f"system.learners: {n} needs system.mode=sync (data-parallel learners run the "
+            "synchronous loop; the asynchronous one is not there yet)"
+        )
     elif cfg.model.lora_rank:
-        yield (f"system.learners: {n} does not train LoRA adapters yet; set model.lora_rank=0 "
-               "or system.learners=1")  # fmt: skip
+        yield (
+            f"system.learners: {n} does not train LoRA adapters yet; set model.lora_rank=0 "
+            "or system.learners=1"
+        )
     elif cfg.sampling.prompts_per_step < n:
-        yield (f"system.learners: {n} ranks need at least as many prompts per step, got "
-               f"sampling.prompts_per_step={cfg.sampling.prompts_per_step} (a prompt's G "
-               "samples never straddle ranks)")  # fmt: skip
+        yield (
+            f"system.learners: {n} ranks need at least as many prompts per step, got "
+            f"sampling.prompts_per_step={cfg.sampling.prompts_per_step} (a prompt's G "
+            "samples never straddle ranks)"
+        )
 
 
 def _optim(cfg: RecipeConfig) -> Iterator[str]:

@@ -82,10 +82,20 @@ def single_turn(
 ) -> Episode:
     """The one-turn episode of a completion: terminal if it stopped, else truncated."""
     n = len(c.response_ids)
-    return Episode(prompt_ids=c.prompt_ids, response_ids=c.response_ids, action=(True,) * n,
-                   logprobs=c.logprobs, versions=(c.version,) * n, turn_ids=(0,) * n,
-                   end=End.TERMINAL if c.stopped else End.TRUNCATED, eos=c.stopped,
-                   rewards=(reward,), status=status, routes=c.routes, kept=c.kept)  # fmt: skip
+    return Episode(
+        prompt_ids=c.prompt_ids,
+        response_ids=c.response_ids,
+        action=(True,) * n,
+        logprobs=c.logprobs,
+        versions=(c.version,) * n,
+        turn_ids=(0,) * n,
+        end=End.TERMINAL if c.stopped else End.TRUNCATED,
+        eos=c.stopped,
+        rewards=(reward,),
+        status=status,
+        routes=c.routes,
+        kept=c.kept,
+    )
 
 
 @dataclass
@@ -144,13 +154,23 @@ class _Running:
 
     def finish(self, end: End, eos: bool) -> Episode:
         status = RewardStatus.INFRA_ERROR if end == End.ABORTED else self.status
-        return Episode(prompt_ids=self.prompt, response_ids=tuple(self.tokens),
-                       action=tuple(self.action), logprobs=tuple(self.logprobs),
-                       versions=tuple(self.versions), turn_ids=tuple(self.turn_ids), end=end,
-                       eos=eos, rewards=tuple(self.rewards), status=status,
-                       tool_calls=self.tool_calls, tool_errors=self.tool_errors,
-                       tool_results=tuple(self.tool_results), routes=self.routes,
-                       kept=stacked_kept(self.kept) if self.kept else None)  # fmt: skip
+        return Episode(
+            prompt_ids=self.prompt,
+            response_ids=tuple(self.tokens),
+            action=tuple(self.action),
+            logprobs=tuple(self.logprobs),
+            versions=tuple(self.versions),
+            turn_ids=tuple(self.turn_ids),
+            end=end,
+            eos=eos,
+            rewards=tuple(self.rewards),
+            status=status,
+            tool_calls=self.tool_calls,
+            tool_errors=self.tool_errors,
+            tool_results=tuple(self.tool_results),
+            routes=self.routes,
+            kept=stacked_kept(self.kept) if self.kept else None,
+        )
 
 
 def stacked_kept(parts: Sequence[torch.Tensor]) -> torch.Tensor:
@@ -221,17 +241,24 @@ def run_episodes(
     asked = {"kept_sets": kept_sets} if kept_sets else {}  # engines without sets need not know
     while running:
         if limit is not None:  # no room for another whole turn: truncated, as by the budget
-            for i in [i for i, r in running.items()
-                      if r.turns and len(r.context) + max_new_tokens > limit]:  # fmt: skip
+            for i in [
+                i for i, r in running.items() if r.turns and len(r.context) + max_new_tokens > limit
+            ]:
                 done[i] = running.pop(i).finish(End.TRUNCATED, eos=True)
             if not running:
                 break
         if before_turn is not None:
             before_turn()
-        batch = engine.generate([r.context for r in running.values()], n=1,
-                                max_new_tokens=max_new_tokens, temperature=temperature,
-                                top_p=top_p, stop_token_ids=stops,
-                                stop_strings=strings, **asked)  # fmt: skip
+        batch = engine.generate(
+            [r.context for r in running.values()],
+            n=1,
+            max_new_tokens=max_new_tokens,
+            temperature=temperature,
+            top_p=top_p,
+            stop_token_ids=stops,
+            stop_strings=strings,
+            **asked,
+        )
         items = list(running.items())
         for (_, r), (c,) in zip(items, batch, strict=True):
             r.add_turn(c)
@@ -267,8 +294,9 @@ def aborted(exc: Exception) -> None:
     """Say why an episode is aborted: a RuntimeWarning, which Python shows once per reason
     (the run goes on; ``*/aborted_frac`` counts them)."""
     why = f"{type(exc).__name__}: {first_line(exc)}"
-    warnings.warn(f"an episode was aborted as an infrastructure failure: {why}", RuntimeWarning,
-                  stacklevel=2)  # fmt: skip
+    warnings.warn(
+        f"an episode was aborted as an infrastructure failure: {why}", RuntimeWarning, stacklevel=2
+    )
 
 
 STEP_THREADS = 32

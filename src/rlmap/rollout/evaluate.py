@@ -68,9 +68,14 @@ def evaluate(
     on = model_device(model) if isinstance(model, torch.nn.Module) else torch.device("cpu")
     with torch.random.fork_rng(devices=cuda_indices(on)):
         torch.manual_seed(seed)
-        episodes = run_episodes(engine, envs, max_new_tokens=max_new_tokens,
-                                temperature=temperature, top_p=top_p,
-                                max_turns=max_turns)  # fmt: skip
+        episodes = run_episodes(
+            engine,
+            envs,
+            max_new_tokens=max_new_tokens,
+            temperature=temperature,
+            top_p=top_p,
+            max_turns=max_turns,
+        )
     correct, distinct, loose, classes = [], [], [], []
     for k, example in enumerate(examples):
         group = episodes[k * samples : (k + 1) * samples]
@@ -125,8 +130,9 @@ def per_task(examples: Sequence[Example], correct: Sequence[int], samples: int) 
     return out
 
 
-def sample_row(tokenizer: PreTrainedTokenizerBase, e: Episode, answer: str, example: Example,
-               klass: str) -> dict[str, Any]:  # fmt: skip
+def sample_row(
+    tokenizer: PreTrainedTokenizerBase, e: Episode, answer: str, example: Example, klass: str
+) -> dict[str, Any]:
     """One held-out sample as the run's ``samples/`` file holds it (text, not token ids)."""
     return {
         "prompt": decode_response(tokenizer, e.prompt_ids),
@@ -179,17 +185,31 @@ def evaluate_checkpoint(
         raise InputError(f"{checkpoint}: not a Hugging Face checkpoint directory{hint}")
     check_model_dir(checkpoint, "checkpoint", adapter=True)
     run_config = checkpoint.parent.parent / "config.yaml"
-    cfg = load_config(run_config, overrides) if run_config.exists() else build_config(
-        None, None, overrides)  # fmt: skip
+    cfg = (
+        load_config(run_config, overrides)
+        if run_config.exists()
+        else build_config(None, None, overrides)
+    )
     _, heldout = load_data(cfg)  # a bad data file fails before the model loads
     tokenizer = load_tokenizer(checkpoint)
     model = load_causal_lm(checkpoint, device=device)
-    engine = HFEngine(model, pad_token_id=int(tokenizer.pad_token_id),
-                      eos_token_id=int(tokenizer.eos_token_id))  # fmt: skip
+    engine = HFEngine(
+        model, pad_token_id=int(tokenizer.pad_token_id), eos_token_id=int(tokenizer.eos_token_id)
+    )
     g = cfg.generation
     environment, rescore, items = evaluation_scoring(cfg, tokenizer)
-    return evaluate(engine, environment, tokenizer, heldout,
-                    samples=samples or g.eval_samples, max_new_tokens=g.max_new_tokens,
-                    temperature=g.temperature, top_p=g.top_p, seed=0,
-                    multi_turn=cfg.data.multi_turn, rescore=rescore,
-                    max_turns=cfg.data.turn_budget, rescore_items=items)  # fmt: skip
+    return evaluate(
+        engine,
+        environment,
+        tokenizer,
+        heldout,
+        samples=samples or g.eval_samples,
+        max_new_tokens=g.max_new_tokens,
+        temperature=g.temperature,
+        top_p=g.top_p,
+        seed=0,
+        multi_turn=cfg.data.multi_turn,
+        rescore=rescore,
+        max_turns=cfg.data.turn_budget,
+        rescore_items=items,
+    )

@@ -77,9 +77,14 @@ def shaping_reward(cfg: RecipeConfig) -> Reward | None:
     """Σ of the configured shaping terms (:func:`rlmap.feedback.reward.compose` without a
     verifier), or None when there is none."""
     f = cfg.feedback
-    return compose(None, format_pattern=f.format_pattern, format_weight=f.format_weight,
-                   overlong_cache=f.overlong_cache, length_target=f.length_target,
-                   length_weight=f.length_weight)  # fmt: skip
+    return compose(
+        None,
+        format_pattern=f.format_pattern,
+        format_weight=f.format_weight,
+        overlong_cache=f.overlong_cache,
+        length_target=f.length_target,
+        length_weight=f.length_weight,
+    )
 
 
 Decode = Callable[[tuple[int, ...]], str]

@@ -371,8 +371,7 @@ def profile_from_run(run_dir: Path) -> RunProfile:
     layout, system = async_layout(run_dir), run_system(run_dir)
     if layout is not None and batch:
         workers, size = layout
-        return RunProfile(duration, learner, max(1, batch // size), source, workers, size,
-                          *system)  # fmt: skip
+        return RunProfile(duration, learner, max(1, batch // size), source, workers, size, *system)
     return RunProfile(duration, learner, batch, source, None, 1, *system)
 
 

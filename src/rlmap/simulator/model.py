@@ -113,8 +113,11 @@ class SimConfig:
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ConfigError(f"--mode: unknown mode {self.mode!r} (known: {', '.join(MODES)})")
-        for flag, value in (("--workers", self.workers), ("--batch", self.batch),
-                            ("--steps", self.steps)):  # fmt: skip
+        for flag, value in (
+            ("--workers", self.workers),
+            ("--batch", self.batch),
+            ("--steps", self.steps),
+        ):
             if value < 1:
                 raise ConfigError(f"{flag}: must be an integer >= 1, got {value}")
         if self.eta < 0:
@@ -348,8 +351,11 @@ class _Async:
         t = self.tally
         t.queue.set(now, len(self.queue))
         in_flight = [tid for _, kind, tid, _ in self.events if kind == FINISHED]
-        t.worker_busy += sum(now - (done - t.duration_T[tid])
-                             for done, kind, tid, _ in self.events if kind == FINISHED)  # fmt: skip
+        t.worker_busy += sum(
+            now - (done - t.duration_T[tid])
+            for done, kind, tid, _ in self.events
+            if kind == FINISHED
+        )
         t.end, t.queued_at_end, t.in_flight_at_end = now, len(self.queue), len(in_flight)
         return t
 
@@ -444,18 +450,25 @@ def _summarise(cfg: SimConfig, t: _Tally) -> SimResult:
     )
     dropped = len(t.dropped_durations)
     return SimResult(
-        mode=cfg.mode, workers=cfg.workers, batch=cfg.batch,
+        mode=cfg.mode,
+        workers=cfg.workers,
+        batch=cfg.batch,
         eta=cfg.eta if cfg.mode == "async" else None,
         budget_s=cfg.budget_s if cfg.mode == "partial" else None,
-        duration=cfg.duration.spec, learner_step=cfg.learner_step.spec, steps=cfg.steps,
+        duration=cfg.duration.spec,
+        learner_step=cfg.learner_step.spec,
+        steps=cfg.steps,
         sim_time_s=t.end,
         trajectories_per_s=n / t.end,
         learner_steps_per_s=cfg.steps / t.end,
         learner_util=t.learner_busy / t.end,
         worker_util=t.worker_busy / (cfg.workers * t.end),
         group_idle_frac=max(0.0, 1 - t.worker_busy / t.rollout_window) if t.rollout_window else 0.0,
-        started=len(t.duration_T), consumed=n, dropped=dropped,
-        queued_at_end=t.queued_at_end, in_flight_at_end=t.in_flight_at_end,
+        started=len(t.duration_T),
+        consumed=n,
+        dropped=dropped,
+        queued_at_end=t.queued_at_end,
+        in_flight_at_end=t.in_flight_at_end,
         dropped_frac=dropped / (n + dropped),
         wasted_work_frac=sum(t.dropped_durations) / t.worker_busy,
         staleness_hist=tuple(hist),
@@ -468,7 +481,7 @@ def _summarise(cfg: SimConfig, t: _Tally) -> SimResult:
         generated_mean_duration=_mean(t.duration_T),
         consumed_mean_duration=_mean([d for d, _, _ in t.consumed]),
         segments_mean=_mean([g for _, _, g in t.consumed]),
-    )  # fmt: skip
+    )
 
 
 def _mean(values: list[float] | list[int]) -> float:

@@ -83,16 +83,26 @@ def build_config(a: SimulateArgs) -> tuple[SimConfig, str | None]:
             workers = batch  # one batched generate call: B trajectories in parallel
         if profile.workers is not None:  # an asynchronous run: one round = one trajectory
             workers = profile.workers if a.workers is None else workers
-            source = (f"{source}; each simulated trajectory is one worker round of "
-                      f"{profile.round_size} trajectories: multiply throughput by "
-                      f"{profile.round_size}")  # fmt: skip
+            source = (
+                f"{source}; each simulated trajectory is one worker round of "
+                f"{profile.round_size} trajectories: multiply throughput by "
+                f"{profile.round_size}"
+            )
         mode, eta, said = _run_system(a, profile)
         source = f"{source}; {said}"
     else:
         mode, eta = a.mode or "sync", 1 if a.eta is None else a.eta
-    config = SimConfig(mode=mode, workers=workers, batch=batch, duration=duration,
-                       learner_step=learner, steps=a.steps, eta=eta, budget_s=a.budget_s,
-                       seed=a.seed)  # fmt: skip
+    config = SimConfig(
+        mode=mode,
+        workers=workers,
+        batch=batch,
+        duration=duration,
+        learner_step=learner,
+        steps=a.steps,
+        eta=eta,
+        budget_s=a.budget_s,
+        seed=a.seed,
+    )
     return config, source
 
 
@@ -108,8 +118,10 @@ def _run_system(a: SimulateArgs, profile: RunProfile) -> tuple[str, int, str]:
     if a.eta is not None and run_eta is not None and a.eta != run_eta:
         said.append(f"--eta {a.eta} overrides the run's η = {run_eta}")
     if profile.partial_rollout:
-        said.append("the run used partial rollout, simulated as async (new weights between "
-                    "turns change no duration)")  # fmt: skip
+        said.append(
+            "the run used partial rollout, simulated as async (new weights between "
+            "turns change no duration)"
+        )
     return mode, eta, "; ".join(said)
 
 
@@ -264,17 +276,33 @@ def plot_sweep(results: Sequence[SimResult], out_dir: Path, prefix: str = "") ->
     }
     title = f"{results[0].duration}, B={results[0].batch}, learner {results[0].learner_step}"
     panels = (
-        ("throughput", "consumed trajectories / s", "log",
-         (("", lambda r: r.trajectories_per_s),)),
-        ("idle", "fraction of worker time idle", "linear",
-         (("", lambda r: 1 - r.worker_util), (" (barrier)", lambda r: r.group_idle_frac))),
-        ("staleness", "staleness (versions)", "symlog",
-         ((" mean", lambda r: r.staleness_mean), (" p95", lambda r: r.staleness_p95),
-          (" max", lambda r: r.staleness_max))),
-        ("cost", "fraction", "linear",
-         ((" wasted work", lambda r: r.wasted_work_frac),
-          (" |selection bias|", lambda r: abs(r.selection_bias)))),
-    )  # fmt: skip
+        ("throughput", "consumed trajectories / s", "log", (("", lambda r: r.trajectories_per_s),)),
+        (
+            "idle",
+            "fraction of worker time idle",
+            "linear",
+            (("", lambda r: 1 - r.worker_util), (" (barrier)", lambda r: r.group_idle_frac)),
+        ),
+        (
+            "staleness",
+            "staleness (versions)",
+            "symlog",
+            (
+                (" mean", lambda r: r.staleness_mean),
+                (" p95", lambda r: r.staleness_p95),
+                (" max", lambda r: r.staleness_max),
+            ),
+        ),
+        (
+            "cost",
+            "fraction",
+            "linear",
+            (
+                (" wasted work", lambda r: r.wasted_work_frac),
+                (" |selection bias|", lambda r: abs(r.selection_bias)),
+            ),
+        ),
+    )
     written = []
     for name, ylabel, yscale, curves in panels:
         fig = Figure(figsize=(5.0, 3.2), layout="constrained")
@@ -282,8 +310,14 @@ def plot_sweep(results: Sequence[SimResult], out_dir: Path, prefix: str = "") ->
         for mode in modes:
             for (label, value), style in zip(curves, ("-o", "--s", ":^"), strict=False):
                 xs = [r.workers for r in series[mode]]
-                ax.plot(xs, [value(r) for r in series[mode]], style, ms=3, label=mode + label,
-                        color=_COLOURS[mode])  # fmt: skip
+                ax.plot(
+                    xs,
+                    [value(r) for r in series[mode]],
+                    style,
+                    ms=3,
+                    label=mode + label,
+                    color=_COLOURS[mode],
+                )
         ax.set_xscale("log", base=2)
         ax.set_yscale(yscale)
         for axis in (ax.xaxis, ax.yaxis) if yscale != "linear" else (ax.xaxis,):

@@ -199,8 +199,11 @@ class Finished:
 
     def to_record(self) -> dict[str, Any]:
         """Plain values (a checkpoint loads with ``weights_only=True``)."""
-        return {"scored": scored_record(self.scored), "duration_s": self.duration_s,
-                "index": self.index}  # fmt: skip
+        return {
+            "scored": scored_record(self.scored),
+            "duration_s": self.duration_s,
+            "index": self.index,
+        }
 
     @staticmethod
     def from_record(r: dict[str, Any]) -> Finished:
@@ -214,8 +217,7 @@ def scored_record(x: Scored) -> dict[str, Any]:
     episode |= {"end": int(e.end), "status": int(e.status)}
     episode = {k: list(v) if isinstance(v, tuple) else v for k, v in episode.items()}
     top = {f.name: getattr(x, f.name) for f in fields(x) if f.name != "episode"}
-    top |= {"status": int(x.status),
-            "per_turn": None if x.per_turn is None else list(x.per_turn)}  # fmt: skip
+    top |= {"status": int(x.status), "per_turn": None if x.per_turn is None else list(x.per_turn)}
     return top | {"episode": episode}
 
 
@@ -225,17 +227,31 @@ def scored_from_record(r: dict[str, Any]) -> Scored:
     e = {k: tuple(v) if isinstance(v, list) else v for k, v in e.items()}
     e |= {"end": End(e["end"]), "status": RewardStatus(e["status"])}
     top = {k: v for k, v in r.items() if k != "episode"}
-    top |= {"status": RewardStatus(top["status"]),
-            "per_turn": None if top["per_turn"] is None else tuple(top["per_turn"])}  # fmt: skip
+    top |= {
+        "status": RewardStatus(top["status"]),
+        "per_turn": None if top["per_turn"] is None else tuple(top["per_turn"]),
+    }
     return Scored(episode=Episode(**e), **top)
 
 
 SNAPSHOT_SHAPE: dict[str, Any] = {
-    "queue": list, "redo": list, "lost": int, "started": int, "dropped": int, "cursor": int,
-    "finished": int, "finished_tokens": int, "aborted_rounds": int, "consumed": int,
-    "stale_dropped": int, "rejected": int, "restarted": int, "empty_steps": int,
-    "taken": list, "rounds": int,
-}  # fmt: skip
+    "queue": list,
+    "redo": list,
+    "lost": int,
+    "started": int,
+    "dropped": int,
+    "cursor": int,
+    "finished": int,
+    "finished_tokens": int,
+    "aborted_rounds": int,
+    "consumed": int,
+    "stale_dropped": int,
+    "rejected": int,
+    "restarted": int,
+    "empty_steps": int,
+    "taken": list,
+    "rounds": int,
+}
 """Every field of an :meth:`AsyncRunner.snapshot` and its type
 (:func:`rlmap.experiments.checkpoint.shape_problem`): a checkpoint whose snapshot lacks one
 is damaged."""
@@ -253,8 +269,11 @@ def snapshot_problem(r: dict[str, Any], where: str = "") -> str | None:
             return f"{where}queue[{k}]: not a finished trajectory ({type(exc).__name__}: {exc})"
     for name in ("redo", "taken"):
         for k, pair in enumerate(r[name]):
-            if not (isinstance(pair, (list, tuple)) and len(pair) == 2
-                    and all(isinstance(x, int) for x in pair)):  # fmt: skip
+            if not (
+                isinstance(pair, (list, tuple))
+                and len(pair) == 2
+                and all(isinstance(x, int) for x in pair)
+            ):
                 return f"{where}{name}[{k}]: expected a pair of ints, got {pair!r:.60}"
     return None
 
@@ -302,8 +321,12 @@ class AsyncRunner:
         workers = p.cfg.system.workers
         self.prompts = p.cfg.system.worker_prompts or max(1, s.prompts_per_step // workers)
         self.queue: queue.Queue[Finished] = queue.Queue()
-        self.board = Board(state.step, {}, dtype=DTYPES[p.cfg.system.rollout_dtype],
-                           host=p.cfg.system.backend == "ray")  # fmt: skip
+        self.board = Board(
+            state.step,
+            {},
+            dtype=DTYPES[p.cfg.system.rollout_dtype],
+            host=p.cfg.system.backend == "ray",
+        )
         self.board.publish(p.policy, state.step)
         self.admission = Admission(self.batch, p.cfg.behaviour.max_staleness, version=state.step)
         self.lock = self.admission.cond
@@ -327,10 +350,14 @@ class AsyncRunner:
         self.errors: list[BaseException] = []
         self.workers = workers_of(self)
         self.deterministic = p.cfg.system.deterministic
-        self.threads = [] if self.deterministic else [
-            threading.Thread(target=self._work, args=(k,), name=f"rollout-{k}", daemon=True)
-            for k in range(len(self.workers))
-        ]  # fmt: skip
+        self.threads = (
+            []
+            if self.deterministic
+            else [
+                threading.Thread(target=self._work, args=(k,), name=f"rollout-{k}", daemon=True)
+                for k in range(len(self.workers))
+            ]
+        )
         for t in self.threads:
             t.start()
 
@@ -393,8 +420,7 @@ class AsyncRunner:
     def _work(self, k: int) -> None:
         failed = [0]  # rounds in a row this worker lost
         try:
-            while (claimed := self.admission.admit(self._size, self.stop,
-                                                   self._claim)) is not None:  # fmt: skip
+            while (claimed := self.admission.admit(self._size, self.stop, self._claim)) is not None:
                 self._run(k, *claimed, failed)
         except BaseException as exc:  # surfaced by the learner, never swallowed
             self.errors.append(exc)
@@ -420,9 +446,11 @@ class AsyncRunner:
                 self.admission.release(n * group)  # its slots are free again
             failed[0] += 1
             if failed[0] >= FAILED_IN_A_ROW:  # not a passing fault: stop, saying which
-                raise TrainingError(f"rollout: {failed[0]} rounds in a row failed in a "
-                                    f"worker, the last with {type(exc).__name__}: "
-                                    f"{exc}") from exc  # fmt: skip
+                raise TrainingError(
+                    f"rollout: {failed[0]} rounds in a row failed in a "
+                    f"worker, the last with {type(exc).__name__}: "
+                    f"{exc}"
+                ) from exc
             return
         failed[0] = 0
         took = time.perf_counter() - started
@@ -462,11 +490,12 @@ class AsyncRunner:
             if self.deterministic and self.queue.empty():
                 self._produce()
                 if self.queue.empty():  # no thread will ever fill it
-                    raise RuntimeError("deterministic mode: the staleness bound admits no "
-                                       "round and the queue is empty")  # fmt: skip
+                    raise RuntimeError(
+                        "deterministic mode: the staleness bound admits no "
+                        "round and the queue is empty"
+                    )
             if not self.deterministic and not self.threads and self.queue.empty():
-                raise RuntimeError("no rollout worker: the queue is empty and nothing will "
-                                   "fill it")  # fmt: skip
+                raise RuntimeError("no rollout worker: the queue is empty and nothing will fill it")
             if self.errors:
                 if isinstance(self.errors[0], TrainingError):  # one line at the CLI
                     raise TrainingError(str(self.errors[0]))
@@ -534,8 +563,9 @@ class AsyncRunner:
             "system/weight_sync_s": sync_s
         }
 
-    def _metrics(self, items: list[Finished], kept: list[Scored], lags: list[int],
-                 takes: int, queued: int) -> dict[str, float]:  # fmt: skip
+    def _metrics(
+        self, items: list[Finished], kept: list[Scored], lags: list[int], takes: int, queued: int
+    ) -> dict[str, float]:
         scored = [x.scored for x in items]
         tokens = [x.episode.action_tokens for x in scored]
         kept_tokens = sum(x.episode.action_tokens for x in kept)
@@ -576,13 +606,19 @@ class AsyncRunner:
             if close is not None:
                 close()
         with self.counts.lock:
-            return {"finished": self.counts.finished, "consumed": self.consumed,
-                    "stale_dropped": self.stale_dropped, "rejected": self.rejected,
-                    "queued_at_end": self.queue.qsize(),
-                    "aborted_rounds": self.counts.aborted_rounds,
-                    "aborted": self.counts.aborted_rounds * self.prompts
-                    * self.p.cfg.sampling.group_size,
-                    "restarted": self.restarted, "empty_steps": self.empty_steps}  # fmt: skip
+            return {
+                "finished": self.counts.finished,
+                "consumed": self.consumed,
+                "stale_dropped": self.stale_dropped,
+                "rejected": self.rejected,
+                "queued_at_end": self.queue.qsize(),
+                "aborted_rounds": self.counts.aborted_rounds,
+                "aborted": self.counts.aborted_rounds
+                * self.prompts
+                * self.p.cfg.sampling.group_size,
+                "restarted": self.restarted,
+                "empty_steps": self.empty_steps,
+            }
 
 
 class Worker(Protocol):
@@ -606,9 +642,12 @@ class ThreadWorker:
             self.engine = PinnedView(p.engine.engine, *self.board.latest())
         else:
             self.engine = HFEngine(
-                p.policy, pad_token_id=int(p.tokenizer.pad_token_id),
+                p.policy,
+                pad_token_id=int(p.tokenizer.pad_token_id),
                 eos_token_id=int(p.tokenizer.eos_token_id),
-                dtype=DTYPES[p.cfg.system.rollout_dtype], own_copy=True)  # fmt: skip
+                dtype=DTYPES[p.cfg.system.rollout_dtype],
+                own_copy=True,
+            )
 
     def refresh(self) -> None:
         version, state = self.board.latest()

@@ -66,10 +66,14 @@ def rollout_config(cfg: RecipeConfig, device: str = "cpu") -> RecipeConfig:
     model, no LoRA adapters (the published weights of a LoRA policy are merged: a plain
     model's), and one process (``inprocess``: the actor is no Ray driver)."""
     system = replace(cfg.system, device=device, backend="inprocess")
-    return cfg.model_copy(update={"critic": replace(cfg.critic, enabled=False),
-                                  "kl": replace(cfg.kl, placement="none"),
-                                  "model": replace(cfg.model, lora_rank=0),
-                                  "system": system})  # fmt: skip
+    return cfg.model_copy(
+        update={
+            "critic": replace(cfg.critic, enabled=False),
+            "kl": replace(cfg.kl, placement="none"),
+            "model": replace(cfg.model, lora_rank=0),
+            "system": system,
+        }
+    )
 
 
 def actor_device(gpu_ids: list[Any]) -> str:
@@ -112,8 +116,15 @@ def colocated_options(gpus: float, group: Any, workers: int) -> list[dict[str, A
     that dies and restarts takes its own bundle back."""
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-    return [actor_options(gpus) | {"scheduling_strategy": PlacementGroupSchedulingStrategy(
-                group, placement_group_bundle_index=i)} for i in range(workers)]  # fmt: skip
+    return [
+        actor_options(gpus)
+        | {
+            "scheduling_strategy": PlacementGroupSchedulingStrategy(
+                group, placement_group_bundle_index=i
+            )
+        }
+        for i in range(workers)
+    ]
 
 
 def visible_gpus() -> list[str]:
@@ -156,30 +167,40 @@ def check_gpus(cfg: RecipeConfig, learner: torch.device) -> None:
     and it cannot give (``learner``: the learner's device, resolved)."""
     s = cfg.system
     if s.actor_placement == "colocate" and learner.type != "cuda":
-        raise ConfigError(f"system.actor_placement: colocate shares the learner's GPU, and "
-                          f"the learner is on the CPU (system.device={s.device})")  # fmt: skip
+        raise ConfigError(
+            f"system.actor_placement: colocate shares the learner's GPU, and "
+            f"the learner is on the CPU (system.device={s.device})"
+        )
     gpus = actor_gpus(s, learner)
     if gpus == 0:
         if s.engine == "vllm" and torch.cuda.is_available():
-            raise ConfigError("system.actor_gpus: 0, and vLLM's CUDA build needs a GPU in each "
-                              "rollout actor; set system.actor_gpus > 0")  # fmt: skip
+            raise ConfigError(
+                "system.actor_gpus: 0, and vLLM's CUDA build needs a GPU in each "
+                "rollout actor; set system.actor_gpus > 0"
+            )
         return
     if not torch.cuda.is_available():
-        raise ConfigError(f"system.actor_gpus: {gpus:g} GPU per rollout actor, and this torch "
-                          f"sees no CUDA (torch {torch.__version__}); use 0")  # fmt: skip
+        raise ConfigError(
+            f"system.actor_gpus: {gpus:g} GPU per rollout actor, and this torch "
+            f"sees no CUDA (torch {torch.__version__}); use 0"
+        )
     if os.environ.get("RAY_ADDRESS"):  # a cluster of the user's: its GPUs are not this machine's
         if s.actor_placement == "colocate":
-            raise ConfigError("system.actor_placement: colocate needs the run's own Ray (it "
-                              "gives Ray the learner's GPU alone); unset RAY_ADDRESS or use "
-                              "separate")  # fmt: skip
+            raise ConfigError(
+                "system.actor_placement: colocate needs the run's own Ray (it "
+                "gives Ray the learner's GPU alone); unset RAY_ADDRESS or use "
+                "separate"
+            )
         return
     have = len(ray_gpus(s.actor_placement, learner, visible_gpus()))
     need = math.ceil(s.workers / per_gpu(gpus))
     if need > have:
         mine = " (the learner's own)" if s.actor_placement == "colocate" else ""
-        raise ConfigError(f"system.actor_gpus: {s.workers} rollout actors at {gpus:g} GPU "
-                          f"each need {need} GPU(s), and Ray gets {have}{mine}; lower "
-                          "system.workers or system.actor_gpus")  # fmt: skip
+        raise ConfigError(
+            f"system.actor_gpus: {s.workers} rollout actors at {gpus:g} GPU "
+            f"each need {need} GPU(s), and Ray gets {have}{mine}; lower "
+            "system.workers or system.actor_gpus"
+        )
     if s.engine == "vllm":
         _check_engine_memory(s, gpus)
 
@@ -195,9 +216,11 @@ def _check_engine_memory(s: SystemParams, gpus: float) -> None:
     if total > 1 or (colocated and total >= 1):
         whose = f" ({sharing} actors' and the learner's)" if colocated else " (actors')"
         beside = " beside the learner" if colocated else ""
-        raise ConfigError(f"system.engine_memory: {engines} vLLM engines on one GPU{whose} at "
-                          f"{s.engine_memory:g} each take {total:g} of its memory{beside}; "
-                          "lower system.engine_memory")  # fmt: skip
+        raise ConfigError(
+            f"system.engine_memory: {engines} vLLM engines on one GPU{whose} at "
+            f"{s.engine_memory:g} each take {total:g} of its memory{beside}; "
+            "lower system.engine_memory"
+        )
 
 
 class RolloutActor:
@@ -361,8 +384,13 @@ class RayPool:
             return
         devices = ray_gpus(s.actor_placement, learner, visible_gpus()) if gpus > 0 else []
         with cuda_visible(devices) if devices else nullcontext():
-            ray.init(num_cpus=s.workers + 1, num_gpus=len(devices), include_dashboard=False,
-                     log_to_driver=False, _node_ip_address="127.0.0.1")  # fmt: skip
+            ray.init(
+                num_cpus=s.workers + 1,
+                num_gpus=len(devices),
+                include_dashboard=False,
+                log_to_driver=False,
+                _node_ip_address="127.0.0.1",
+            )
         self.started = True
 
     def _colocate(self, ray: Any, workers: int, gpus: float) -> list[dict[str, Any]]:
@@ -374,9 +402,11 @@ class RayPool:
         try:
             ray.get(self.group.ready(), timeout=PLACE_TIMEOUT_S)
         except ray.exceptions.GetTimeoutError:
-            raise ConfigError(f"system.actor_placement: Ray could not place {workers} actors "
-                              f"at {gpus:g} GPU each on one GPU in {PLACE_TIMEOUT_S:g} s "
-                              "(is another job on it?)") from None  # fmt: skip
+            raise ConfigError(
+                f"system.actor_placement: Ray could not place {workers} actors "
+                f"at {gpus:g} GPU each on one GPU in {PLACE_TIMEOUT_S:g} s "
+                "(is another job on it?)"
+            ) from None
         return colocated_options(gpus, self.group, workers)
 
     def shutdown(self) -> None:

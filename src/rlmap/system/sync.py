@@ -88,8 +88,9 @@ class LoopState:
         climb = fields.get("climb")
         climb = None if climb is None else Climb(int(climb["level"]), tuple(climb["recent"]))
         v = fields.get("visits") or {}
-        visits = Visits(tuple((str(t), int(n)) for t, n in v.get("uniform", ())),
-                        tuple(v.get("revisit", ())))  # fmt: skip
+        visits = Visits(
+            tuple((str(t), int(n)) for t, n in v.get("uniform", ())), tuple(v.get("revisit", ()))
+        )
         return cls(**(fields | {"climb": climb, "visits": visits}))
 
 
@@ -161,10 +162,16 @@ def rollout_round(
     envs = [p.environment(e) for e in examples for _ in range(group_size)]
     b = p.cfg.behaviour
     kept_sets = b.sampling_set_cap if b.replay_sampling_set else 0  # top-p replay
-    episodes = run_episodes(p.engine if engine is None else engine, envs,
-                            max_new_tokens=g.max_new_tokens, temperature=g.temperature,
-                            top_p=g.top_p, before_turn=before_turn,
-                            max_turns=p.cfg.data.turn_budget, kept_sets=kept_sets)  # fmt: skip
+    episodes = run_episodes(
+        p.engine if engine is None else engine,
+        envs,
+        max_new_tokens=g.max_new_tokens,
+        temperature=g.temperature,
+        top_p=g.top_p,
+        before_turn=before_turn,
+        max_turns=p.cfg.data.turn_budget,
+        kept_sets=kept_sets,
+    )
     learned, rm_failed = None, False
     if p.reward_model is not None:
         try:
@@ -174,12 +181,15 @@ def rollout_round(
     limit = g.max_new_tokens * p.cfg.data.turn_budget  # the episode's length limit, all turns
     references = [examples[k // group_size].answer for k in range(len(episodes))]
     comparing = p.cfg.feedback.source == "comparison"  # the scores are compared, not summed
-    rewards = None if learned is None or comparing else [
-        (*[0.0] * (len(e.rewards) - 1), r) for e, r in zip(episodes, learned, strict=True)
-    ]  # fmt: skip
+    rewards = (
+        None
+        if learned is None or comparing
+        else [(*[0.0] * (len(e.rewards) - 1), r) for e, r in zip(episodes, learned, strict=True)]
+    )
     groups = [first_group + k // group_size for k in range(len(episodes))]
-    seen = trajectories(p.tokenizer, episodes, references, limit, rewards, groups,
-                        learned if comparing else None)  # fmt: skip
+    seen = trajectories(
+        p.tokenizer, episodes, references, limit, rewards, groups, learned if comparing else None
+    )
     verdicts = score_episodes(p.base_reward, p.shaping, seen)
     if rm_failed:
         verdicts = [replace(v, status=RewardStatus.INFRA_ERROR) for v in verdicts]
@@ -212,8 +222,11 @@ def learned_rewards(p: Parts, episodes: list[Episode]) -> list[float]:
     if not rows:
         return [0.0] * len(episodes)
     with autocast_to(p.reward_model, p.settings.train_dtype):
-        scores = iter(score_batch(p.reward_model, rows, int(p.tokenizer.pad_token_id),
-                                  p.cfg.optim.micro_batch_size).tolist())  # fmt: skip
+        scores = iter(
+            score_batch(
+                p.reward_model, rows, int(p.tokenizer.pad_token_id), p.cfg.optim.micro_batch_size
+            ).tolist()
+        )
     return [next(scores) if e.prompt_ids else 0.0 for e in episodes]
 
 
@@ -240,9 +253,11 @@ def collect(p: Parts, state: LoopState) -> tuple[list[Scored], LoopState, dict[s
         generated += shared_round(p, examples, first_group=first)  # without rebalancing)
         prompts |= {first + k: e.prompt for k, e in enumerate(examples)}
         drawn, rounds = drawn + len(examples), rounds + 1
-        keep = keep_fn(torch.tensor([x.outcome for x in generated]),
-                       torch.tensor([x.group for x in generated]),
-                       torch.tensor([_valid(x) for x in generated]))  # fmt: skip
+        keep = keep_fn(
+            torch.tensor([x.outcome for x in generated]),
+            torch.tensor([x.group for x in generated]),
+            torch.tensor([_valid(x) for x in generated]),
+        )
     group_id = torch.tensor([x.group for x in generated])
     keep = first_groups(group_id, keep, s.prompts_per_step)
     kept = [x for x, k in zip(generated, keep.tolist(), strict=True) if k]
@@ -253,8 +268,11 @@ def collect(p: Parts, state: LoopState) -> tuple[list[Scored], LoopState, dict[s
     if s.rebalance:
         visits = visited(visits, _group_outcomes(generated, prompts), rare=s.rebalance_rare)
         stale = sum(n >= s.rebalance_after for _, n in visits.uniform)
-        stats |= {"sampling/skipped": float(skipped), "sampling/revisits": float(revisits),
-                  "sampling/stale_prompts": float(stale)}  # fmt: skip
+        stats |= {
+            "sampling/skipped": float(skipped),
+            "sampling/revisits": float(revisits),
+            "sampling/stale_prompts": float(stale),
+        }
     state = replace(state, cursor=cursor, visits=visits)
     state, levels = climbed(p, state, climb, generated)
     return kept, state, stats | levels | rollout_metrics(generated, p)
@@ -325,8 +343,14 @@ def climbed(
         return state, {}
     s = p.cfg.sampling
     outcomes = [x.outcome for x in generated if _valid(x)]
-    after = climb_curriculum(climb, outcomes, up=s.curriculum_up, down=s.curriculum_down,
-                             window=s.curriculum_window, top=p.levels.top)  # fmt: skip
+    after = climb_curriculum(
+        climb,
+        outcomes,
+        up=s.curriculum_up,
+        down=s.curriculum_down,
+        window=s.curriculum_window,
+        top=p.levels.top,
+    )
     rate = pass_rate((climb.recent + tuple(outcomes))[-s.curriculum_window :])
     metrics = {
         "curriculum/level": float(climb.level),
@@ -335,8 +359,11 @@ def climbed(
     if not math.isnan(rate):
         metrics["curriculum/pass_rate"] = rate
     settings = p.levels.settings(climb.level)  # the numbers among them (some are lists)
-    metrics |= {f"curriculum/{name}": float(settings[name]) for name in p.levels.fields
-                if isinstance(settings[name], int | float)}  # fmt: skip
+    metrics |= {
+        f"curriculum/{name}": float(settings[name])
+        for name in p.levels.fields
+        if isinstance(settings[name], int | float)
+    }
     return replace(state, climb=after), metrics
 
 
@@ -409,10 +436,19 @@ def rollout_errors(scored: list[Scored], p: Parts) -> dict[str, float]:
     learned reward model is trained on), as for the held-out samples."""
     pattern = p.cfg.feedback.format_pattern
     classes = [
-        error_class(Judged(x.episode.outcome, x.status, x.episode.end, x.episode.eos,
-                           x.episode.tool_errors, final_answer(p.tokenizer, x.episode)), pattern)
+        error_class(
+            Judged(
+                x.episode.outcome,
+                x.status,
+                x.episode.end,
+                x.episode.eos,
+                x.episode.tool_errors,
+                final_answer(p.tokenizer, x.episode),
+            ),
+            pattern,
+        )
         for x in scored
-    ]  # fmt: skip
+    ]
     return {k.removeprefix("eval/"): v for k, v in class_fractions(classes).items()}
 
 
@@ -470,9 +506,15 @@ def update(
     # trainer's (decoupled mode), not the engine's μ, or a train/rollout mismatch leaks in.
     kl_reward = p.cfg.kl.placement == "reward" and p.cfg.behaviour.mode == "decoupled"
     needs_pi = estimator.needs_policy_logprobs or kl_reward
-    batch, timings = prepare_batch(batch, p.trained, p.reference, settings,
-                                   policy_logprobs=needs_pi, world=p.world,
-                                   owner=owner)  # fmt: skip
+    batch, timings = prepare_batch(
+        batch,
+        p.trained,
+        p.reference,
+        settings,
+        policy_logprobs=needs_pi,
+        world=p.world,
+        owner=owner,
+    )
     metrics: dict[str, float] = dict(timings)
     if p.cfg.kl.placement != "none":
         metrics["kl/beta"] = beta
@@ -481,8 +523,7 @@ def update(
         old = batch.old_logprobs
         bypass = old is None or p.cfg.behaviour.mode == "bypass"  # π_old := μ
         current = batch.behavior_logprobs if bypass or old is None else old
-        penalised = kl_in_reward(batch.step_rewards, current, ref, batch.action_mask,
-                                 beta)  # fmt: skip
+        penalised = kl_in_reward(batch.step_rewards, current, ref, batch.action_mask, beta)
         batch = batch.replace(token_rewards=penalised)
         k1 = (current - ref).float()  # the penalty's KL estimate, per token
         metrics["kl/mean"] = float(masked_mean(k1, batch.action_mask))
@@ -491,8 +532,9 @@ def update(
         started = time.perf_counter()
         critic = p.trained_critic
         assert critic is not None
-        values, bootstrap = compute_values(critic, batch, p.settings.micro_batch_size,
-                                           p.settings.train_dtype)  # fmt: skip
+        values, bootstrap = compute_values(
+            critic, batch, p.settings.micro_batch_size, p.settings.train_dtype
+        )
         batch = batch.replace(values=values, bootstrap_values=bootstrap)
         metrics["system/critic_values_s"] = elapsed(started, p.device)
     if p.cfg.sampling.group_scope == "turn":  # GiGPO's anchor states (docs/formulas.md §2.4)
@@ -536,10 +578,17 @@ def _learn_critic(
     if credit.returns is None:
         raise ValueError(f"estimator '{p.cfg.credit.estimator}' returned no critic targets")
     started = time.perf_counter()
-    metrics = update_critic(critic, p.critic_optimizer, p.critic_scheduler, batch,
-                            credit.returns, critic_settings(p.cfg),
-                            generator=torch.Generator().manual_seed(seed), world=p.world,
-                            owner=owner)  # fmt: skip
+    metrics = update_critic(
+        critic,
+        p.critic_optimizer,
+        p.critic_scheduler,
+        batch,
+        credit.returns,
+        critic_settings(p.cfg),
+        generator=torch.Generator().manual_seed(seed),
+        world=p.world,
+        owner=owner,
+    )
     return metrics | {"system/critic_update_s": elapsed(started, p.device)}
 
 
@@ -555,10 +604,18 @@ def _learn_policy(
     """The policy's optimiser steps on ``credit.advantages`` (this rank's rows: ``owner``),
     timed with the device's queue drained; ``system/mfu`` where the device's peak is known."""
     started = time.perf_counter()
-    metrics = update_policy(p.trained, p.optimizer, p.scheduler, batch, credit.advantages,
-                            s, learner_version=state.step,
-                            generator=torch.Generator().manual_seed(seed),
-                            world=p.world, owner=owner)  # fmt: skip
+    metrics = update_policy(
+        p.trained,
+        p.optimizer,
+        p.scheduler,
+        batch,
+        credit.advantages,
+        s,
+        learner_version=state.step,
+        generator=torch.Generator().manual_seed(seed),
+        world=p.world,
+        owner=owner,
+    )
     seconds = elapsed(started, p.device)
     attention = attention_of(batch)  # the tokens this rank's forward and backward passes saw
     tokens = int((attention if owner is None else attention[owner == p.world.rank]).sum())

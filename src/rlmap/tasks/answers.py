@@ -40,8 +40,10 @@ def _gsm8k(text: str) -> str:
     are integers, written ``1,000`` in a few hundred rows)."""
     _, mark, tail = text.rpartition(GSM8K_MARK)
     if not mark:
-        raise ValueError(f"no {GSM8K_MARK!r} (data.answer_format=gsm8k reads the answer after "
-                         f"the last one) in {_shown(text)}")  # fmt: skip
+        raise ValueError(
+            f"no {GSM8K_MARK!r} (data.answer_format=gsm8k reads the answer after "
+            f"the last one) in {_shown(text)}"
+        )
     answer = tail.strip().replace(",", "")
     if not answer:
         raise ValueError(f"nothing after the last {GSM8K_MARK!r} in {_shown(text)}")
@@ -53,8 +55,10 @@ def _last_boxed(text: str) -> str:
     (``\\frac{1}{2}``) stay inside; an escaped brace (``\\{``) is text, not a group."""
     start = text.rfind(BOXED)
     if start < 0:
-        raise ValueError(f"no \\boxed{{...}} (data.answer_format=math reads the answer in the "
-                         f"last one) in {_shown(text)}")  # fmt: skip
+        raise ValueError(
+            f"no \\boxed{{...}} (data.answer_format=math reads the answer in the "
+            f"last one) in {_shown(text)}"
+        )
     depth, i = 1, start + len(BOXED)
     while i < len(text):
         char = text[i]
@@ -68,8 +72,9 @@ def _last_boxed(text: str) -> str:
                 raise ValueError(f"the last \\boxed{{}} is empty in {_shown(text)}")
             return answer
         i += 1
-    raise ValueError(f"the last \\boxed{{ (character {start + 1}) is never closed in "
-                     f"{_shown(text)}")  # fmt: skip
+    raise ValueError(
+        f"the last \\boxed{{ (character {start + 1}) is never closed in {_shown(text)}"
+    )
 
 
 def _shown(text: str, width: int = 40) -> str:

@@ -207,9 +207,13 @@ class CalculatorEnv:
             start = len(body) - body[::-1].index(self.ids[CALL]) if opened else len(body)
             expression = decode_response(self.tokenizer, body[start:])
             observation, result = tool_result(self.tokenizer, expression)
-            return EnvStep(observation=tuple(observation), truncated=self.turns >= self.max_turns,
-                           tool_call=True, tool_error=result is None,
-                           tool_result=result)  # fmt: skip
+            return EnvStep(
+                observation=tuple(observation),
+                truncated=self.turns >= self.max_turns,
+                tool_call=True,
+                tool_error=result is None,
+                tool_result=result,
+            )
         return answer_step(self.tokenizer, self.verify, self.example, ids)
 
 

@@ -21,8 +21,11 @@ def listing() -> str:
     try:
         names = reasoning_gym.names()
     except ConfigError:
-        lines += ["", "reasoning-gym: not installed (pip install reasoning-gym==0.1.25) — its "
-                  "106 procedural tasks then run as data.task=reasoning_gym:NAME"]  # fmt: skip
+        lines += [
+            "",
+            "reasoning-gym: not installed (pip install reasoning-gym==0.1.25) — its "
+            "106 procedural tasks then run as data.task=reasoning_gym:NAME",
+        ]
         return "\n".join(lines) + "\n"
     from reasoning_gym.factory import DATASETS
 
@@ -30,11 +33,18 @@ def listing() -> str:
     for name in names:
         module = DATASETS[name][0].__module__.split(".")
         by_category.setdefault(module[1] if len(module) > 2 else "other", []).append(name)
-    lines += ["", f"reasoning-gym, {len(names)} tasks (data.task=reasoning_gym:NAME, a mixture "
-              "NAME*W+NAME2; rlmap tasks NAME shows one):"]  # fmt: skip
+    lines += [
+        "",
+        f"reasoning-gym, {len(names)} tasks (data.task=reasoning_gym:NAME, a mixture "
+        "NAME*W+NAME2; rlmap tasks NAME shows one):",
+    ]
     for category, members in sorted(by_category.items()):
-        lines += textwrap.wrap(", ".join(members), width=96, initial_indent=f"  {category}: ",
-                               subsequent_indent=" " * (len(category) + 4))  # fmt: skip
+        lines += textwrap.wrap(
+            ", ".join(members),
+            width=96,
+            initial_indent=f"  {category}: ",
+            subsequent_indent=" " * (len(category) + 4),
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -51,8 +61,12 @@ def describe(name: str) -> str:
     item = dataset(name, "{}", 0, 1)[0]
     lines = [f"reasoning_gym:{name}", "settings (data.task_args), with their defaults:"]
     lines += [f"  {k}: {json.dumps(v, default=str)}" for k, v in settings.items()]
-    lines += ["example (seed 0):", *textwrap.wrap(f"question: {item['question']}", width=96,
-              initial_indent="  ", subsequent_indent="    ")]  # fmt: skip
+    lines += [
+        "example (seed 0):",
+        *textwrap.wrap(
+            f"question: {item['question']}", width=96, initial_indent="  ", subsequent_indent="    "
+        ),
+    ]
     lines += [f"  answer: {item['answer']}"]
     return "\n".join(lines + _levels(name)) + "\n"
 

@@ -53,9 +53,11 @@ def is_data_file(task: str) -> bool:
     return Path(task).suffix.lower() in SUFFIXES
 
 
-def row_converter(prompt_field: str = "prompt", answer_field: str = "answer",
-                  answer_format: AnswerFormat = "plain"
-                  ) -> Callable[[dict[str, Any]], Example]:  # fmt: skip
+def row_converter(
+    prompt_field: str = "prompt",
+    answer_field: str = "answer",
+    answer_format: AnswerFormat = "plain",
+) -> Callable[[dict[str, Any]], Example]:
     """A row (a mapping) → an Example, its answer the reference ``answer_format`` reads out
     of the answer (a chat row's too); ValueError saying what is wrong (no location)."""
 
@@ -88,8 +90,9 @@ def _chat_row(row: dict[str, Any], answer_field: str) -> Example:
         if role not in ROLES:
             raise ValueError(f"messages[{i}].role must be one of {', '.join(ROLES)}, got {role!r}")
         if not isinstance(content, str):
-            raise ValueError(f"messages[{i}].content must be a string, got "
-                             f"{type(content).__name__}")  # fmt: skip
+            raise ValueError(
+                f"messages[{i}].content must be a string, got {type(content).__name__}"
+            )
         turns.append((role, check_text(content, f"messages[{i}].content")))
     if turns[-1][0] == "assistant":
         *prompt, (_, answer) = turns
@@ -123,9 +126,11 @@ def load_labelled_examples(
     elif suffix == ".parquet":
         rows = _parquet_rows(path)
     else:
-        raise ConfigError(f"data.task: {str(path)!r} is neither a built-in task (arithmetic, "
-                          "calculator), reasoning_gym:NAME, hf:NAME, nor a data file (.jsonl, "
-                          ".json, .parquet); rlmap tasks lists the tasks")  # fmt: skip
+        raise ConfigError(
+            f"data.task: {str(path)!r} is neither a built-in task (arithmetic, "
+            "calculator), reasoning_gym:NAME, hf:NAME, nor a data file (.jsonl, "
+            ".json, .parquet); rlmap tasks lists the tasks"
+        )
     return _convert_rows(path, rows, convert, "the file")
 
 
@@ -176,8 +181,9 @@ def _json_rows(path: Path) -> list[Any]:
         raise InputError(f"{path}: not UTF-8 (byte {err.start})") from None
     except json.JSONDecodeError as err:
         hint = "; one object per line is a .jsonl file" if "Extra data" in err.msg else ""
-        raise InputError(f"{path}:{err.lineno}: invalid JSON ({err.msg} at column "
-                         f"{err.colno}){hint}") from None  # fmt: skip
+        raise InputError(
+            f"{path}:{err.lineno}: invalid JSON ({err.msg} at column {err.colno}){hint}"
+        ) from None
     except RecursionError:
         raise InputError(f"{path}: invalid JSON (nested too deeply)") from None
     if not isinstance(data, list):
@@ -189,14 +195,17 @@ def _parquet_rows(path: Path) -> list[Any]:
     try:
         import pyarrow.parquet as pq
     except ImportError:
-        raise ConfigError("data.task: Parquet files need pyarrow (pip install pyarrow, or "
-                          "datasets, which brings it)") from None  # fmt: skip
+        raise ConfigError(
+            "data.task: Parquet files need pyarrow (pip install pyarrow, or "
+            "datasets, which brings it)"
+        ) from None
     try:
         table = pq.read_table(path)
         return list(table.to_pylist())
     except OSError as err:
-        raise InputError(f"{path}: cannot read the file of examples "
-                         f"({err.strerror or err})") from None  # fmt: skip
+        raise InputError(
+            f"{path}: cannot read the file of examples ({err.strerror or err})"
+        ) from None
     except UnicodeDecodeError:  # Arrow checks UTF-8 when it writes, not when it reads
         raise InputError(_not_utf8(path, table)) from None
     except Exception as err:  # pyarrow's ArrowInvalid for a damaged or foreign file
@@ -219,6 +228,8 @@ def _not_utf8(path: Path, table: Any) -> str:
                 table.column(name)[i].as_py()
             except UnicodeDecodeError as err:
                 byte = err.object[err.start : err.start + 1].hex()
-                return (f"{path} row {i}: field {name!r} is not UTF-8 (byte 0x{byte} at "
-                        f"column {err.start + 1} of its text)")  # fmt: skip
+                return (
+                    f"{path} row {i}: field {name!r} is not UTF-8 (byte 0x{byte} at "
+                    f"column {err.start + 1} of its text)"
+                )
     return f"{path}: a string is not UTF-8"

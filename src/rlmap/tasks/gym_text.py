@@ -60,8 +60,9 @@ def require() -> Any:
     try:
         import gymnasium
     except ImportError:
-        raise ConfigError("data.task: gym tasks need gymnasium (pip install "
-                          "gymnasium==1.4.0)") from None  # fmt: skip
+        raise ConfigError(
+            "data.task: gym tasks need gymnasium (pip install gymnasium==1.4.0)"
+        ) from None
     return gymnasium
 
 
@@ -75,16 +76,18 @@ def make(task: str, task_args: Mapping[str, Any] | None) -> Any:
     try:
         spec = gym.spec(env_id)
     except Exception as exc:  # gymnasium's own error classes for unknown and deprecated ids
-        raise ConfigError(f"data.task: gymnasium has no environment {env_id!r} "
-                          f"({first_line(exc)})") from None  # fmt: skip
+        raise ConfigError(
+            f"data.task: gymnasium has no environment {env_id!r} ({first_line(exc)})"
+        ) from None
     modes = (spec.kwargs.get("render_modes") or _render_modes(spec)) if spec else ()
     if "ansi" in modes and "render_mode" not in args:
         args["render_mode"] = "ansi"
     try:
         return gym.make(env_id, **args)
     except Exception as exc:  # the environment's constructor: anything it raises
-        raise ConfigError(f"data.task_args: gymnasium's {env_id} refuses them "
-                          f"({first_line(exc)})") from None  # fmt: skip
+        raise ConfigError(
+            f"data.task_args: gymnasium's {env_id} refuses them ({first_line(exc)})"
+        ) from None
 
 
 def _render_modes(spec: Any) -> tuple[str, ...]:
@@ -104,8 +107,10 @@ def check(task: str, task_args: Mapping[str, Any] | None) -> None:
     try:
         obs, _ = env.reset(seed=0)
         if not isinstance(obs, str) and _choices(env) is None:
-            raise ConfigError(f"data.task: {task} has neither text observations nor a "
-                              "discrete action space; rlmap cannot put it into words")  # fmt: skip
+            raise ConfigError(
+                f"data.task: {task} has neither text observations nor a "
+                "discrete action space; rlmap cannot put it into words"
+            )
     finally:
         env.close()
 
@@ -131,8 +136,9 @@ def observation_text(env: Any, obs: Any) -> str:
     return text + "\n"
 
 
-def splits(task: str, split_seed: int, train_size: int, eval_size: int
-           ) -> tuple[list[Example], list[Example]]:  # fmt: skip
+def splits(
+    task: str, split_seed: int, train_size: int, eval_size: int
+) -> tuple[list[Example], list[Example]]:
     """(train, held-out) episodes: each an Example whose ``reference`` is its reset seed
     and whose ``prompt`` names the task (the text the model sees comes from the
     environment)."""
@@ -167,8 +173,14 @@ class GymTextEnv:
     stop_token_ids: tuple[int, ...] = ()
     waits = False  # toy-text environments step in microseconds; a service would say True
 
-    def __init__(self, tokenizer: PreTrainedTokenizerBase, example: Example,
-                 make_env: Callable[[], Any], *, max_turns: int) -> None:  # fmt: skip
+    def __init__(
+        self,
+        tokenizer: PreTrainedTokenizerBase,
+        example: Example,
+        make_env: Callable[[], Any],
+        *,
+        max_turns: int,
+    ) -> None:
         self.tokenizer, self.example, self.make_env = tokenizer, example, make_env
         self.max_turns = max_turns
         self.turns = 0
@@ -186,14 +198,21 @@ class GymTextEnv:
         if action is None:
             choices = _choices(self.env)
             hint = "" if choices is None else f" {choices.start}-{choices.stop - 1}"
-            return EnvStep(observation=tuple(self._encode(f"invalid action; answer{hint}\n")),
-                           truncated=out_of_turns, tool_call=True, tool_error=True)  # fmt: skip
+            return EnvStep(
+                observation=tuple(self._encode(f"invalid action; answer{hint}\n")),
+                truncated=out_of_turns,
+                tool_call=True,
+                tool_error=True,
+            )
         obs, reward, terminated, truncated, _ = self.env.step(action)
         if terminated or truncated or out_of_turns:
             self.env.close()
-        return EnvStep(observation=tuple(self._encode(observation_text(self.env, obs))),
-                       reward=float(reward), terminated=bool(terminated),
-                       truncated=bool(truncated) or (out_of_turns and not terminated))  # fmt: skip
+        return EnvStep(
+            observation=tuple(self._encode(observation_text(self.env, obs))),
+            reward=float(reward),
+            terminated=bool(terminated),
+            truncated=bool(truncated) or (out_of_turns and not terminated),
+        )
 
     def _action(self, text: str) -> Any:
         choices = _choices(self.env)
@@ -209,8 +228,12 @@ class GymTextEnv:
         return [int(i) for i in ids]
 
 
-def factory(tokenizer: PreTrainedTokenizerBase, task: str, task_args: Mapping[str, Any] | None,
-            max_turns: int) -> Callable[[Example], GymTextEnv]:  # fmt: skip
+def factory(
+    tokenizer: PreTrainedTokenizerBase,
+    task: str,
+    task_args: Mapping[str, Any] | None,
+    max_turns: int,
+) -> Callable[[Example], GymTextEnv]:
     """The environment maker of a gym task."""
     args = json.dumps(dict(task_args or {}), sort_keys=True)
     make_env = functools.partial(make, task, json.loads(args))

@@ -54,8 +54,11 @@ def parse(task: str) -> HFSource:
     body = task.removeprefix(PREFIX)
     name, at, split = body.rpartition("@") if "@" in body else (body, "", "")
     path, colon, config = name.rpartition(":") if ":" in name else (name, "", "")
-    for part, given, what in ((path, True, "dataset"), (config, colon, "config"),
-                              (split, at, "split")):  # fmt: skip
+    for part, given, what in (
+        (path, True, "dataset"),
+        (config, colon, "config"),
+        (split, at, "split"),
+    ):
         if given and not part:
             raise InputError(f"{task}: the {what} is empty; the form is {SHAPE}")
     return HFSource(path, config or None, split or None)
@@ -71,8 +74,9 @@ def load_rows(task: str, prompt_field: str, answer_field: str) -> list[dict[str,
     if "messages" not in columns:
         for field, name in ((prompt_field, "prompt_field"), (answer_field, "answer_field")):
             if field not in columns:
-                raise InputError(f"{task}: no column {field!r} (data.{name}); its columns: "
-                                 f"{_listed(columns)}")  # fmt: skip
+                raise InputError(
+                    f"{task}: no column {field!r} (data.{name}); its columns: {_listed(columns)}"
+                )
     rows: list[dict[str, Any]] = dataset.to_list()
     return rows
 
@@ -83,8 +87,9 @@ def _load(task: str, source: HFSource) -> Any:
     path = Path(source.path).expanduser()
     if any((path / marker).is_file() for marker in SAVED_MARKERS):
         if source.config is not None:
-            raise InputError(f"{task}: a dataset saved with save_to_disk has no configs; drop "
-                             f"':{source.config}'")  # fmt: skip
+            raise InputError(
+                f"{task}: a dataset saved with save_to_disk has no configs; drop ':{source.config}'"
+            )
         try:
             return datasets.load_from_disk(str(path))
         except (OSError, ValueError) as err:  # a damaged or partly copied directory
@@ -103,15 +108,18 @@ def _pick_split(task: str, loaded: Any, split: str | None) -> Any:
     single Dataset (``Dataset.save_to_disk``) and no split is named."""
     if not hasattr(loaded, "keys"):  # a Dataset: one split, no name of its own to check
         if split is not None:
-            raise InputError(f"{task}: the saved dataset is a single split (Dataset."
-                             f"save_to_disk), no split {split!r}; drop '@{split}'")  # fmt: skip
+            raise InputError(
+                f"{task}: the saved dataset is a single split (Dataset."
+                f"save_to_disk), no split {split!r}; drop '@{split}'"
+            )
         return loaded
     names = list(loaded.keys())
     if split is None and len(names) == 1:
         return loaded[names[0]]
     if split is None:
-        raise InputError(f"{task}: it has the splits {_listed(names)}; name one, as in "
-                         f"{task}@{names[0]}")  # fmt: skip
+        raise InputError(
+            f"{task}: it has the splits {_listed(names)}; name one, as in {task}@{names[0]}"
+        )
     if split not in names:
         raise InputError(f"{task}: no split {split!r}; it has {_listed(names)}")
     return loaded[split]
@@ -128,6 +136,7 @@ def _require() -> Any:
     try:
         import datasets  # type: ignore[import-untyped]
     except ImportError:
-        raise ConfigError(f"data.task: {SHAPE} needs the datasets package (pip install "
-                          "'rlmap[hf]')") from None  # fmt: skip
+        raise ConfigError(
+            f"data.task: {SHAPE} needs the datasets package (pip install 'rlmap[hf]')"
+        ) from None
     return datasets

@@ -35,8 +35,10 @@ def check_row_size(size: int) -> None:
     size guard of every data format, called before the row is tokenised (and, for a JSONL
     line, before it is parsed)."""
     if size > MAX_ROW_BYTES:
-        raise ValueError(f"row longer than {MAX_ROW_BYTES} bytes (1 MiB), the limit of one "
-                         "row; it is refused before tokenising")  # fmt: skip
+        raise ValueError(
+            f"row longer than {MAX_ROW_BYTES} bytes (1 MiB), the limit of one "
+            "row; it is refused before tokenising"
+        )
 
 
 def check_text(value: str, field: str) -> str:

@@ -32,8 +32,11 @@ def encode_prompt(
     contents, one per line. ``tools`` go to the template, which shows them as it was
     written to (Qwen's, in the system turn; one that ignores them, not at all)."""
     if getattr(tokenizer, "chat_template", None):
-        messages = [{"role": "user", "content": text}] if isinstance(text, str) else [
-            {"role": role, "content": content} for role, content in text]  # fmt: skip
+        messages = (
+            [{"role": "user", "content": text}]
+            if isinstance(text, str)
+            else [{"role": role, "content": content} for role, content in text]
+        )
         out: Any = tokenizer.apply_chat_template(
             messages, tools=list(tools) or None, add_generation_prompt=True, tokenize=True
         )

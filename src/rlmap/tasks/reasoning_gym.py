@@ -37,8 +37,16 @@ from rlmap.tasks.arithmetic import Example
 PREFIX = "reasoning_gym:"
 SPLIT_STRIDE = 10**9
 """Distance between the seed bases of the train and held-out items (larger than any size)."""
-UNREPEATABLE = frozenset({"isomorphic_strings", "knight_swap", "list_functions",
-                          "polynomial_multiplication", "ransom_note", "word_ladder"})  # fmt: skip
+UNREPEATABLE = frozenset(
+    {
+        "isomorphic_strings",
+        "knight_swap",
+        "list_functions",
+        "polynomial_multiplication",
+        "ransom_note",
+        "word_ladder",
+    }
+)
 """Tasks whose items differ between processes (measured under two ``PYTHONHASHSEED``
 values; ``list_functions`` even within one): a resume, a second learner rank, a rollout
 actor or a later ``rlmap eval`` would each see other items, so rlmap refuses them."""
@@ -81,27 +89,35 @@ def parse(task: str, task_args: Mapping[str, Any] | None) -> list[Part]:
         name, weight = match.group(1), float(match.group(2) or 1)
         if name not in known:
             close = sorted(known, key=lambda k: _distance(k, name))[:3]
-            raise ConfigError(f"data.task: reasoning-gym has no task {name!r} (closest: "
-                              f"{', '.join(close)}; rlmap tasks lists them)")  # fmt: skip
+            raise ConfigError(
+                f"data.task: reasoning-gym has no task {name!r} (closest: "
+                f"{', '.join(close)}; rlmap tasks lists them)"
+            )
         if weight <= 0:
             raise ConfigError(f"data.task: weight of {name!r} must be > 0, got {weight:g}")
         if name in UNREPEATABLE:
-            raise ConfigError(f"data.task: reasoning-gym's {name} does not generate the same "
-                              "items in every process (they depend on Python's hash seed), so "
-                              "a resume or a second process would see other items")  # fmt: skip
+            raise ConfigError(
+                f"data.task: reasoning-gym's {name} does not generate the same "
+                "items in every process (they depend on Python's hash seed), so "
+                "a resume or a second process would see other items"
+            )
         parts.append(Part(name, weight, {}))
     if len({p.name for p in parts}) < len(parts):
         raise ConfigError(f"data.task: a task appears twice in {task!r}")
     if len(parts) > 1:
         unknown = set(args) - {p.name for p in parts}
         if unknown:
-            raise ConfigError(f"data.task_args: a mixture's settings are keyed by task name; "
-                              f"{sorted(unknown)[0]!r} is not one of its tasks")  # fmt: skip
+            raise ConfigError(
+                f"data.task_args: a mixture's settings are keyed by task name; "
+                f"{sorted(unknown)[0]!r} is not one of its tasks"
+            )
         for name, value in args.items():
             if not isinstance(value, Mapping):
                 kind = type(value).__name__
-                raise ConfigError(f"data.task_args.{name}: a task's settings are a mapping "
-                                  f"of its config's fields, got {kind}")  # fmt: skip
+                raise ConfigError(
+                    f"data.task_args.{name}: a task's settings are a mapping "
+                    f"of its config's fields, got {kind}"
+                )
         parts = [Part(p.name, p.weight, dict(args.get(p.name) or {})) for p in parts]
     else:
         parts = [Part(parts[0].name, parts[0].weight, args)]
@@ -138,23 +154,38 @@ def _items(part: Part, seed: int, size: int) -> list[Example]:
     for index in range(size):
         item = items[index]
         key = item_key(part.name, args, seed, size, index)
-        out.append(Example(prompt=str(item["question"]), answer=str(item["answer"]),
-                           reference=key, task=part.name))  # fmt: skip
+        out.append(
+            Example(
+                prompt=str(item["question"]),
+                answer=str(item["answer"]),
+                reference=key,
+                task=part.name,
+            )
+        )
     return out
 
 
 @functools.lru_cache(maxsize=8)
-def _splits(task: str, args: str, split_seed: int, train_size: int,
-            eval_size: int) -> tuple[tuple[Example, ...], tuple[Example, ...]]:  # fmt: skip
+def _splits(
+    task: str, args: str, split_seed: int, train_size: int, eval_size: int
+) -> tuple[tuple[Example, ...], tuple[Example, ...]]:
     parts = parse(task, json.loads(args))
-    held, trained = (_shares(parts, eval_size, "data.eval_size", "held out"),
-                     _shares(parts, train_size, "data.train_size", "to train on"))  # fmt: skip
+    held, trained = (
+        _shares(parts, eval_size, "data.eval_size", "held out"),
+        _shares(parts, train_size, "data.train_size", "to train on"),
+    )
     base = 2 * SPLIT_STRIDE * split_seed
     taken: set[str] = set()  # every held-out question first, then the training ones
-    heldout = [e for part, n in zip(parts, held, strict=True)
-               for e in _distinct(_items(part, base + SPLIT_STRIDE, n), taken)]  # fmt: skip
-    train = [e for part, n in zip(parts, trained, strict=True)
-             for e in _distinct(_items(part, base, n), taken)]  # fmt: skip
+    heldout = [
+        e
+        for part, n in zip(parts, held, strict=True)
+        for e in _distinct(_items(part, base + SPLIT_STRIDE, n), taken)
+    ]
+    train = [
+        e
+        for part, n in zip(parts, trained, strict=True)
+        for e in _distinct(_items(part, base, n), taken)
+    ]
     return tuple(train), tuple(heldout)
 
 
@@ -164,14 +195,17 @@ def _shares(parts: list[Part], size: int, field: str, what: str) -> list[int]:
     whose share rounds to 0 (reasoning-gym would refuse a dataset of size 0, an error that
     reads as a fault of ``data.task_args``)."""
     if size < len(parts):
-        raise ConfigError(f"{field}: {size} {what} for {len(parts)} tasks; each task needs "
-                          "one at least")  # fmt: skip
+        raise ConfigError(
+            f"{field}: {size} {what} for {len(parts)} tasks; each task needs one at least"
+        )
     counts, total = _counts(parts, size), sum(p.weight for p in parts)
     for part, n in zip(parts, counts, strict=True):
         if n == 0:
-            raise ConfigError(f"data.task: weight {part.weight:g} of {part.name!r} (of "
-                              f"{total:g} in all) leaves it none of the {size} items {what} "
-                              f"({field}); raise its weight or {field}")  # fmt: skip
+            raise ConfigError(
+                f"data.task: weight {part.weight:g} of {part.name!r} (of "
+                f"{total:g} in all) leaves it none of the {size} items {what} "
+                f"({field}); raise its weight or {field}"
+            )
     return counts
 
 
@@ -195,8 +229,10 @@ def _curriculum(name: str) -> Any:
     from reasoning_gym.factory import create_curriculum, has_curriculum
 
     if not has_curriculum(name):
-        raise ConfigError(f"sampling.curriculum: reasoning-gym's {name} has no curriculum "
-                          "(rlmap tasks lists the tasks; most have one)")  # fmt: skip
+        raise ConfigError(
+            f"sampling.curriculum: reasoning-gym's {name} has no curriculum "
+            "(rlmap tasks lists the tasks; most have one)"
+        )
     return create_curriculum(name)
 
 
@@ -260,28 +296,36 @@ class LevelPools:
 
 @functools.lru_cache(maxsize=32)
 def _level_pool(pools: LevelPools, level: int) -> tuple[Example, ...]:
-    _, heldout = _splits(pools.task, pools.args, pools.split_seed, pools.train_size,
-                         pools.eval_size)  # fmt: skip
+    _, heldout = _splits(
+        pools.task, pools.args, pools.split_seed, pools.train_size, pools.eval_size
+    )
     taken = {e.prompt for e in heldout}
     part = Part(pools.name, 1.0, pools.settings(level))
     base = 2 * SPLIT_STRIDE * pools.split_seed  # as _splits: the training seeds
     train = _distinct(_items(part, base, pools.train_size), taken)
     if not train:
-        raise ConfigError(f"sampling.curriculum: level {level} of {pools.task} has no training "
-                          "question that is not held out; raise data.train_size")  # fmt: skip
+        raise ConfigError(
+            f"sampling.curriculum: level {level} of {pools.task} has no training "
+            "question that is not held out; raise data.train_size"
+        )
     return tuple(train)
 
 
 def make_splits(
-    task: str, task_args: Mapping[str, Any] | None, split_seed: int, train_size: int,
+    task: str,
+    task_args: Mapping[str, Any] | None,
+    split_seed: int,
+    train_size: int,
     eval_size: int,
-) -> tuple[list[Example], list[Example]]:  # fmt: skip
+) -> tuple[list[Example], list[Example]]:
     """(train, held-out) examples of a reasoning-gym task or mixture: disjoint questions
     (module docstring); each example's ``task`` is its reasoning-gym task. A ConfigError
     when the task's questions run out before one training prompt is left."""
     args = json.dumps(dict(task_args or {}), sort_keys=True)
     train, heldout = _splits(task, args, split_seed, train_size, eval_size)
     if not train:
-        raise ConfigError(f"data.task: {task} has no training question left that is not "
-                          "held out; lower data.eval_size or widen data.task_args")  # fmt: skip
+        raise ConfigError(
+            f"data.task: {task} has no training question left that is not "
+            "held out; lower data.eval_size or widen data.task_args"
+        )
     return list(train), list(heldout)

@@ -140,14 +140,19 @@ def _frames(tokenizer: PreTrainedTokenizerBase, roles: Sequence[str]) -> list[st
     the text before the first content, between each two, and after the last. Rendered
     with all the messages at once, so a template that groups consecutive tool messages
     (Qwen's, into one user turn) is followed."""
-    messages = [{"role": "user", "content": "?"}, {"role": "assistant", "content": _SENTINEL},
-                *({"role": role, "content": _SENTINEL} for role in roles)]  # fmt: skip
+    messages = [
+        {"role": "user", "content": "?"},
+        {"role": "assistant", "content": _SENTINEL},
+        *({"role": role, "content": _SENTINEL} for role in roles),
+    ]
     text = str(tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True))
     parts = text.split(_SENTINEL)
     if len(parts) != len(roles) + 2:
         shown = ", ".join(roles)
-        raise ValueError(f"the chat template does not render {shown} message(s) after an "
-                         "assistant message's content, each content once")  # fmt: skip
+        raise ValueError(
+            f"the chat template does not render {shown} message(s) after an "
+            "assistant message's content, each content once"
+        )
     return parts[1:]
 
 
@@ -234,7 +239,11 @@ class ToolEnv:
         if CLOSE in text:  # the turn was cut at the token completing it (a token may go on)
             shown, failed = run_tool(self.tools, text)
             observation = observation_ids(self.tokenizer, shown)
-            return EnvStep(observation=tuple(observation), truncated=self.turns >= self.max_turns,
-                           tool_call=True, tool_error=failed,
-                           tool_result=None if failed else shown)  # fmt: skip
+            return EnvStep(
+                observation=tuple(observation),
+                truncated=self.turns >= self.max_turns,
+                tool_call=True,
+                tool_error=failed,
+                tool_result=None if failed else shown,
+            )
         return answer_step(self.tokenizer, self.verify, self.example, action_ids)

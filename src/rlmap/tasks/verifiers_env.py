@@ -84,8 +84,9 @@ PREFIX = "verifiers:"
 TURN_TIMEOUT_S = 600.0
 """Seconds the environment may take to answer a turn (its tools, its rubric) before the
 episode is aborted as an infrastructure failure."""
-TRUNCATING_STOPS = frozenset({"max_turns_reached", "max_total_completion_tokens_reached",
-                              "prompt_too_long"})  # fmt: skip
+TRUNCATING_STOPS = frozenset(
+    {"max_turns_reached", "max_total_completion_tokens_reached", "prompt_too_long"}
+)
 """verifiers' stop conditions that stop an episode from outside (a budget): truncated. They are
 checked after the environment's own ones (:func:`_budgets_last`), so that an answer on the last
 turn the budget allows ends the episode, not the budget."""
@@ -108,8 +109,9 @@ def require() -> Any:
     try:
         import verifiers as vf
     except ImportError:
-        raise ConfigError("data.task: verifiers environments need verifiers (pip install "
-                          "verifiers==0.3.1)") from None  # fmt: skip
+        raise ConfigError(
+            "data.task: verifiers environments need verifiers (pip install verifiers==0.3.1)"
+        ) from None
     return vf
 
 
@@ -131,23 +133,30 @@ def _load(task: str, args_json: str) -> Any:
             importlib.import_module(name.replace("-", "_").split("/")[-1])  # missing one
             made = functools.partial(vf.load_environment, name)
     except (ImportError, AttributeError) as exc:
-        raise ConfigError(f"data.task: no verifiers environment {name!r} "
-                          f"({first_line(exc)})") from None  # fmt: skip
+        raise ConfigError(
+            f"data.task: no verifiers environment {name!r} ({first_line(exc)})"
+        ) from None
     try:
         with _quiet_datasets():
             env = made(**args)
     except Exception as exc:  # the environment's own constructor: anything it raises
-        raise ConfigError(f"data.task_args: verifiers environment {name!r} refuses them "
-                          f"({first_line(exc)})") from None  # fmt: skip
+        raise ConfigError(
+            f"data.task_args: verifiers environment {name!r} refuses them ({first_line(exc)})"
+        ) from None
     if not isinstance(env, vf.Environment):
-        raise ConfigError(f"data.task: {name!r} made a {type(env).__name__}, not a verifiers "
-                          "Environment")  # fmt: skip
+        raise ConfigError(
+            f"data.task: {name!r} made a {type(env).__name__}, not a verifiers Environment"
+        )
     if isinstance(env, vf.EnvGroup):
-        raise ConfigError(f"data.task: {name!r} is an EnvGroup; name one of its environments "
-                          "(or a mixture of tasks another way)")  # fmt: skip
+        raise ConfigError(
+            f"data.task: {name!r} is an EnvGroup; name one of its environments "
+            "(or a mixture of tasks another way)"
+        )
     if env.rubric.has_group_rewards:
-        raise ConfigError(f"data.task: {name!r} has a rubric that scores groups of rollouts "
-                          "together; rlmap scores each episode on its own")  # fmt: skip
+        raise ConfigError(
+            f"data.task: {name!r} has a rubric that scores groups of rollouts "
+            "together; rlmap scores each episode on its own"
+        )
     _guard_rewards(env.rubric)
     _budgets_last(env)
     return env
@@ -178,10 +187,12 @@ def fit_turn_budget(env: Any, task: str, max_turns: int) -> None:
         env.max_turns = max_turns
         setattr(env, BUDGET_GIVEN, True)
     elif isinstance(own, int) and own > max_turns:
-        raise ConfigError(f"data.max_turns: {max_turns} is below the turn budget of verifiers "
-                          f"environment {task.removeprefix(PREFIX)!r} (max_turns={own}); rlmap "
-                          f"would cut its episodes before its rubric scores them: set "
-                          f"data.max_turns={own}")  # fmt: skip
+        raise ConfigError(
+            f"data.max_turns: {max_turns} is below the turn budget of verifiers "
+            f"environment {task.removeprefix(PREFIX)!r} (max_turns={own}); rlmap "
+            f"would cut its episodes before its rubric scores them: set "
+            f"data.max_turns={own}"
+        )
 
 
 @contextlib.contextmanager
@@ -234,23 +245,28 @@ def _guarded(func: Callable[..., Any]) -> Callable[..., Any]:
     return run
 
 
-def splits(task: str, task_args: Mapping[str, Any] | None, train_size: int, eval_size: int
-           ) -> tuple[list[Example], list[Example]]:  # fmt: skip
+def splits(
+    task: str, task_args: Mapping[str, Any] | None, train_size: int, eval_size: int
+) -> tuple[list[Example], list[Example]]:
     """(train, held-out) examples of the environment's datasets (module docstring); each
     example's ``reference`` is ``train:<row>`` or ``eval:<row>``, its row in :func:`rows`."""
     train, heldout = rows(task, task_args)
     if heldout is None:
         if len(train) <= eval_size:
-            raise ConfigError(f"data.eval_size: {eval_size} held out of the environment's "
-                              f"{len(train)} rows leaves no training prompts")  # fmt: skip
+            raise ConfigError(
+                f"data.eval_size: {eval_size} held out of the environment's "
+                f"{len(train)} rows leaves no training prompts"
+            )
         kept = [("train", i) for i in range(eval_size, min(len(train), eval_size + train_size))]
         held = [("train", i) for i in range(eval_size)]
     else:
         kept = [("train", i) for i in range(min(len(train), train_size))]
         held = [("eval", i) for i in range(min(len(heldout), eval_size))]
     table = {"train": train, "eval": heldout or []}
-    return ([example(table[s][i], f"{s}:{i}") for s, i in kept],
-            [example(table[s][i], f"{s}:{i}") for s, i in held])  # fmt: skip
+    return (
+        [example(table[s][i], f"{s}:{i}") for s, i in kept],
+        [example(table[s][i], f"{s}:{i}") for s, i in held],
+    )
 
 
 def rows(task: str, task_args: Mapping[str, Any] | None) -> tuple[list[dict], list[dict] | None]:
@@ -267,8 +283,12 @@ def example(row: Mapping[str, Any], reference: str) -> Example:
     """An rlmap example of a verifiers row: its prompt messages, its answer."""
     messages = tuple((str(m["role"]), content_text(m.get("content"))) for m in row["prompt"])
     users = [content for role, content in messages if role == "user"]
-    return Example(prompt=users[-1] if users else "", answer=str(row.get("answer") or ""),
-                   reference=reference, messages=messages)  # fmt: skip
+    return Example(
+        prompt=users[-1] if users else "",
+        answer=str(row.get("answer") or ""),
+        reference=reference,
+        messages=messages,
+    )
 
 
 def content_text(content: Any) -> str:
@@ -277,16 +297,21 @@ def content_text(content: Any) -> str:
         return ""
     if isinstance(content, str):
         return content
-    parts = [p.get("text", "") if isinstance(p, Mapping) else getattr(p, "text", "")
-             for p in content]  # fmt: skip
+    parts = [
+        p.get("text", "") if isinstance(p, Mapping) else getattr(p, "text", "") for p in content
+    ]
     return "".join(str(p or "") for p in parts)
 
 
 def tool_schemas(tools: Sequence[Any] | None) -> ToolSchemas:
     """verifiers' tool definitions as the chat template's ``tools=`` (OpenAI function form)."""
-    return tuple({"type": "function", "function": {"name": t.name, "description": t.description,
-                                                   "parameters": t.parameters}}
-                 for t in tools or ())  # fmt: skip
+    return tuple(
+        {
+            "type": "function",
+            "function": {"name": t.name, "description": t.description, "parameters": t.parameters},
+        }
+        for t in tools or ()
+    )
 
 
 def environment_tools(task: str, task_args: Mapping[str, Any] | None) -> ToolSchemas:
@@ -299,8 +324,7 @@ class Loop:
 
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
-        thread = threading.Thread(target=self.loop.run_forever, name="rlmap-verifiers",
-                                  daemon=True)  # fmt: skip
+        thread = threading.Thread(target=self.loop.run_forever, name="rlmap-verifiers", daemon=True)
         thread.start()
 
     def submit(self, coro: Coroutine[Any, Any, None]) -> concurrent.futures.Future[None]:
@@ -350,8 +374,9 @@ def _turns_class(vf: Any) -> Any:
         async def to_native_prompt(self, messages: Any) -> tuple[Any, dict]:
             return messages, {}
 
-        async def get_native_response(self, prompt: Any, model: str, sampling_args: Any,
-                                      tools: Any = None, **_: Any) -> Any:  # fmt: skip
+        async def get_native_response(
+            self, prompt: Any, model: str, sampling_args: Any, tools: Any = None, **_: Any
+        ) -> Any:
             reply = asyncio.get_running_loop().create_future()
             self.events.put(Request(list(prompt), tools, reply))
             return await reply
@@ -368,8 +393,9 @@ def _turns_class(vf: Any) -> Any:
     return Turns
 
 
-async def _rollout(env: Any, row: Mapping[str, Any], client: Any,
-                   events: queue.Queue[Request | Finished]) -> None:  # fmt: skip
+async def _rollout(
+    env: Any, row: Mapping[str, Any], client: Any, events: queue.Queue[Request | Finished]
+) -> None:
     failed: list[str] = []
     _FAILED.set(failed)  # this task's own context: its reward functions record here
     try:
@@ -387,8 +413,9 @@ class VerifiersEnv:
 
     waits = True  # the rollout runs on another thread: stepping waits on it
 
-    def __init__(self, tokenizer: PreTrainedTokenizerBase, env: Any, row: Mapping[str, Any],
-                 loop: Loop) -> None:  # fmt: skip
+    def __init__(
+        self, tokenizer: PreTrainedTokenizerBase, env: Any, row: Mapping[str, Any], loop: Loop
+    ) -> None:
         self.tokenizer, self.env, self.row, self.loop = tokenizer, env, row, loop
         self.stop_token_ids: tuple[int, ...] = ()
         self.stop_strings = StopStrings((CLOSE,), decoder(tokenizer))
@@ -418,8 +445,9 @@ class VerifiersEnv:
         event = self._next()
         if isinstance(event, Request):
             self.pending = event
-            return EnvStep(observation=tuple(self._tail(event.messages)), tool_call=call,
-                           tool_error=malformed)  # fmt: skip
+            return EnvStep(
+                observation=tuple(self._tail(event.messages)), tool_call=call, tool_error=malformed
+            )
         self.pending = None
         if event.error is not None or event.output is None:
             raise RuntimeError(f"the verifiers environment failed: {_why(event)}")
@@ -427,23 +455,35 @@ class VerifiersEnv:
         if output.get("error"):
             raise RuntimeError(f"the verifiers environment failed: {_error_text(output['error'])}")
         if output.get("stop_condition") == TIMED_OUT:  # whatever the rubric made of the rest
-            return EnvStep(truncated=True, tool_call=call, tool_error=malformed,
-                           status=RewardStatus.TIMEOUT)  # fmt: skip
+            return EnvStep(
+                truncated=True, tool_call=call, tool_error=malformed, status=RewardStatus.TIMEOUT
+            )
         # a budget stopped it, except the one turn that is a SingleTurnEnv's whole episode
         single = isinstance(self.env, require().SingleTurnEnv)
         truncated = output.get("stop_condition") in TRUNCATING_STOPS and not single
         if event.failed_rewards:
-            return EnvStep(terminated=not truncated, truncated=truncated, tool_call=call,
-                           tool_error=malformed, status=RewardStatus.INFRA_ERROR)  # fmt: skip
-        return EnvStep(reward=float(output.get("reward") or 0.0), terminated=not truncated,
-                       truncated=truncated, tool_call=call, tool_error=malformed)  # fmt: skip
+            return EnvStep(
+                terminated=not truncated,
+                truncated=truncated,
+                tool_call=call,
+                tool_error=malformed,
+                status=RewardStatus.INFRA_ERROR,
+            )
+        return EnvStep(
+            reward=float(output.get("reward") or 0.0),
+            terminated=not truncated,
+            truncated=truncated,
+            tool_call=call,
+            tool_error=malformed,
+        )
 
     def _next(self) -> Request | Finished:
         try:
             return self.events.get(timeout=TURN_TIMEOUT_S)
         except queue.Empty:
-            raise TimeoutError(f"the verifiers environment did not answer a turn in "
-                               f"{TURN_TIMEOUT_S:.0f} s") from None  # fmt: skip
+            raise TimeoutError(
+                f"the verifiers environment did not answer a turn in {TURN_TIMEOUT_S:.0f} s"
+            ) from None
 
     def _response(self, action_ids: Sequence[int]) -> tuple[Any, bool, bool]:
         """(verifiers Response of the turn, whether it calls a tool, whether the call is
@@ -460,13 +500,15 @@ class VerifiersEnv:
                 arguments_text = json.dumps(arguments)
             except ToolCallError:
                 name, arguments_text, malformed = "", rest.split(CLOSE)[0], True
-            calls = [vf.ToolCall(id=f"call_{uuid.uuid4().hex[:12]}", name=name,
-                                 arguments=arguments_text)]  # fmt: skip
+            calls = [
+                vf.ToolCall(id=f"call_{uuid.uuid4().hex[:12]}", name=name, arguments=arguments_text)
+            ]
             text, finish = content, "tool_calls"
         elif not ids or ids[-1] != self.tokenizer.eos_token_id:
             finish = "length"
-        message = vf.ResponseMessage(content=text, tool_calls=calls, finish_reason=finish,
-                                     is_truncated=finish == "length")  # fmt: skip
+        message = vf.ResponseMessage(
+            content=text, tool_calls=calls, finish_reason=finish, is_truncated=finish == "length"
+        )
         response = vf.Response(id=uuid.uuid4().hex, created=0, model=MODEL, message=message)
         return response, calls is not None, malformed
 
@@ -482,8 +524,10 @@ class VerifiersEnv:
             or texts[n][0] != "assistant"
             or any(role == "assistant" for role, _ in added)
         ):
-            raise RuntimeError("the verifiers environment rewrote the conversation; rlmap trains "
-                               "on one token sequence per episode")  # fmt: skip
+            raise RuntimeError(
+                "the verifiers environment rewrote the conversation; rlmap trains "
+                "on one token sequence per episode"
+            )
         self.shown = texts
         ids = tail_ids(self.tokenizer, added)
         return ids[1:] if self.ended is not None and ids[:1] == [self.ended] else ids
@@ -521,14 +565,20 @@ def _error_text(error: Any) -> str:
     return (str(error).strip().splitlines() or ["an error"])[0]
 
 
-def factory(tokenizer: PreTrainedTokenizerBase, task: str, task_args: Mapping[str, Any] | None,
-            max_turns: int) -> Callable[[Example], VerifiersEnv]:  # fmt: skip
+def factory(
+    tokenizer: PreTrainedTokenizerBase,
+    task: str,
+    task_args: Mapping[str, Any] | None,
+    max_turns: int,
+) -> Callable[[Example], VerifiersEnv]:
     """The environment maker of a verifiers task, ``max_turns`` turns at most
     (:func:`fit_turn_budget`): one rollout loop shared by its episodes."""
     if not getattr(tokenizer, "chat_template", None):
-        raise ConfigError("model.path: verifiers environments speak in chat messages; the model "
-                          "needs a chat template (the embedded chat model: "
-                          "model.path=embedded:tiny-chat)")  # fmt: skip
+        raise ConfigError(
+            "model.path: verifiers environments speak in chat messages; the model "
+            "needs a chat template (the embedded chat model: "
+            "model.path=embedded:tiny-chat)"
+        )
     env = load(task, task_args)
     fit_turn_budget(env, task, max_turns)
     train, heldout = rows(task, task_args)

@@ -111,8 +111,13 @@ READY = FRAMEWORKS
 def _module(source: str) -> Any:
     from rlmap.recipes.translate import openrlhf, prime_rl, skyrl, trl, verl
 
-    modules: dict[str, Any] = {"verl": verl, "trl": trl, "prime-rl": prime_rl, "skyrl": skyrl,
-                               "openrlhf": openrlhf}  # fmt: skip
+    modules: dict[str, Any] = {
+        "verl": verl,
+        "trl": trl,
+        "prime-rl": prime_rl,
+        "skyrl": skyrl,
+        "openrlhf": openrlhf,
+    }
     if source not in modules:
         raise ConfigError(f"--from {source}: not translated yet (ready: {', '.join(READY)})")
     return modules[source]
@@ -195,8 +200,10 @@ def resolve(flat: dict[str, Any], path: Path) -> dict[str, Any]:
         match = _INTERPOLATION.match(value.strip())
         target = None if match is None else match.group(1)
         if match is None or (target not in flat and match.group(2) is None):
-            raise InputError(f"{path}: {key}: cannot resolve {value!r}; translate the resolved "
-                             "config (verl writes it to the run's .hydra/config.yaml)")  # fmt: skip
+            raise InputError(
+                f"{path}: {key}: cannot resolve {value!r}; translate the resolved "
+                "config (verl writes it to the run's .hydra/config.yaml)"
+            )
         out[key] = flat[target] if target in flat else _scalar(str(match.group(2)))
     return out
 
@@ -232,8 +239,11 @@ def run_table(table: tuple[Mapping, ...], flat: dict[str, Any]) -> tuple[dict[st
         note = mapped.note if given else f"{mapped.note} [default: {m.cite}]".strip()
         rows.append(Row(m.key, flat.get(m.key, m.default), given, mapped.kind, mapped.fields, note))
     known = set(defaults)
-    rows += [Row(k, v, True, "not read", {}, "no row reads this key")
-             for k, v in flat.items() if k not in known]  # fmt: skip
+    rows += [
+        Row(k, v, True, "not read", {}, "no row reads this key")
+        for k, v in flat.items()
+        if k not in known
+    ]
     return fields, rows
 
 
@@ -281,9 +291,16 @@ def nest(fields: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-EMBEDDED_SIZES = ("model.path", "generation.max_new_tokens",
-                  "sampling.prompts_per_step", "optim.lr", "optim.critic_lr",
-                  "optim.micro_batch_size", "optim.steps", "optim.warmup_steps")  # fmt: skip
+EMBEDDED_SIZES = (
+    "model.path",
+    "generation.max_new_tokens",
+    "sampling.prompts_per_step",
+    "optim.lr",
+    "optim.critic_lr",
+    "optim.micro_batch_size",
+    "optim.steps",
+    "optim.warmup_steps",
+)
 """Fields that size a run for the source's model and cluster; ``--embedded`` takes the
 preset's values for them (as ``rlmap explain``'s "scaled for the embedded default"). The
 group size is the algorithm's (it shows in the composition) and is kept."""
@@ -334,12 +351,15 @@ def detect(path: str | Path) -> str:
         return "skyrl"
     if data.get("trainer") in ("grpo", "rloo") or any(k in data for k in TRL_KEYS):
         return "trl"
-    raise InputError(f"{p}: --from auto: no key says which framework wrote it; give --from "
-                     f"{'|'.join(FRAMEWORKS)}")  # fmt: skip
+    raise InputError(
+        f"{p}: --from auto: no key says which framework wrote it; give --from "
+        f"{'|'.join(FRAMEWORKS)}"
+    )
 
 
-def translate(path: str | Path, source: str, *, to_embedded: bool = False,
-              world_size: int = 1) -> Translation:  # fmt: skip
+def translate(
+    path: str | Path, source: str, *, to_embedded: bool = False, world_size: int = 1
+) -> Translation:
     """The rlmap config for ``path`` written by ``source`` ('auto': detected), and the report.
 
     ``world_size``: the number of training processes, which TRL's batch sizes count per

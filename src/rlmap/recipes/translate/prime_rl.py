@@ -47,8 +47,9 @@ def _algo(value: Any, get: Lookup) -> Mapped:
             f"{ORCH}algo.type: {value!r} is not a prime-rl value (one of {', '.join(ALGOS)})"
         )
     if value == "grpo":
-        return Mapped({"credit.estimator": "dr_grpo"},
-                      note="trap: prime-rl's grpo is R − group mean, no std")  # fmt: skip
+        return Mapped(
+            {"credit.estimator": "dr_grpo"}, note="trap: prime-rl's grpo is R − group mean, no std"
+        )
     return Mapped({}, "none", f"rlmap has no {value} algorithm; the closest preset's is kept")
 
 
@@ -68,27 +69,38 @@ def _batch(value: Any, get: Lookup) -> Mapped:
 def _filter_zero(value: Any, get: Lookup) -> Mapped:
     if not value:
         return Mapped({})
-    why = ("drops zero-advantage tokens (their policy gradient is 0) from the loss's token "
-           "count and its kl_tau term; rlmap keeps them, and refuses a group filter in async "
-           "mode")  # fmt: skip
+    why = (
+        "drops zero-advantage tokens (their policy gradient is 0) from the loss's token "
+        "count and its kl_tau term; rlmap keeps them, and refuses a group filter in async "
+        "mode"
+    )
     return Mapped({}, "none", why)
 
 
 def _staleness(value: Any, get: Lookup) -> Mapped:
-    return Mapped({"system.mode": "async", "behaviour.max_staleness": value,
-                   "behaviour.corrections": ["staleness"]})  # fmt: skip
+    return Mapped(
+        {
+            "system.mode": "async",
+            "behaviour.max_staleness": value,
+            "behaviour.corrections": ["staleness"],
+        }
+    )
 
 
 def _loss(value: Any, get: Lookup) -> Mapped:
     if value != "default":
         return Mapped({}, "none", f"trainer.loss.type={value}: no rlmap equivalent")
-    return Mapped({"behaviour.objective": "dppo_tv",
-                   "behaviour.dppo_tv_low": get(LOSS + "dppo_mask_low"),
-                   "behaviour.dppo_tv_high": get(LOSS + "dppo_mask_high"),
-                   "behaviour.dppo_tau": get(LOSS + "kl_tau")},
-                  note="DPPO binary-TV against μ, raw ratio, + kl_tau·(log π_θ/μ)² "
-                  "(default_loss_fn); at Â = 0 prime-rl applies the low test, which drops no "
-                  "gradient")  # fmt: skip
+    return Mapped(
+        {
+            "behaviour.objective": "dppo_tv",
+            "behaviour.dppo_tv_low": get(LOSS + "dppo_mask_low"),
+            "behaviour.dppo_tv_high": get(LOSS + "dppo_mask_high"),
+            "behaviour.dppo_tau": get(LOSS + "kl_tau"),
+        },
+        note="DPPO binary-TV against μ, raw ratio, + kl_tau·(log π_θ/μ)² "
+        "(default_loss_fn); at Â = 0 prime-rl applies the low test, which drops no "
+        "gradient",
+    )
 
 
 def _adv_tau(value: Any, get: Lookup) -> Mapped:
@@ -114,11 +126,16 @@ def _schedule(value: Any, get: Lookup) -> Mapped:
     if value == "linear":
         decay, steps = get(SCHED + "decay_steps"), get("max_steps")
         if steps is None or warm + decay != steps:
-            return Mapped({}, "none", "a linear decay over the last decay_steps only; rlmap's "
-                          "linear decays from the end of warm-up")  # fmt: skip
+            return Mapped(
+                {},
+                "none",
+                "a linear decay over the last decay_steps only; rlmap's "
+                "linear decays from the end of warm-up",
+            )
     if value not in ("cosine", "linear"):
-        raise ConfigError(f"{SCHED}type: {value!r} is not a prime-rl value (constant, linear, "
-                          "cosine)")  # fmt: skip
+        raise ConfigError(
+            f"{SCHED}type: {value!r} is not a prime-rl value (constant, linear, cosine)"
+        )
     if warm:
         notes.append("prime-rl warms up as s/W (LinearLR from ~0), rlmap as (s+1)/W")
     return Mapped(fields, "approximate" if notes else "exact", "; ".join(notes))
@@ -131,52 +148,84 @@ def _lora(value: Any, get: Lookup) -> Mapped:
     if value is None and not table:
         return Mapped({"model.lora_rank": 0}, note="no [trainer.model.lora]: full fine-tuning")
     alpha = get(LORA + "alpha")
-    return Mapped({"model.lora_rank": value or 16, "model.lora_alpha": 32.0 if alpha is None
-                   else alpha})  # fmt: skip
+    return Mapped(
+        {"model.lora_rank": value or 16, "model.lora_alpha": 32.0 if alpha is None else alpha}
+    )
 
 
-IMPLIED_FIELDS = {"feedback.source": "verifier",
-                  "behaviour.mode": "bypass", "kl.placement": "none", "kl.beta": 0.0,
-                  "reduction.name": "token_mean", "reduction.max_len": None,
-                  "generation.top_p": 1.0, "sampling.filter": "none", "critic.enabled": False,
-                  "feedback.overlong_cache": None, "behaviour.positive_nll": 0.0}  # fmt: skip
+IMPLIED_FIELDS = {
+    "feedback.source": "verifier",
+    "behaviour.mode": "bypass",
+    "kl.placement": "none",
+    "kl.beta": 0.0,
+    "reduction.name": "token_mean",
+    "reduction.max_len": None,
+    "generation.top_p": 1.0,
+    "sampling.filter": "none",
+    "critic.enabled": False,
+    "feedback.overlong_cache": None,
+    "behaviour.positive_nll": 0.0,
+}
 
 
 TABLE: tuple[Mapping, ...] = (
-    Mapping(IMPLIED + "prime-rl trainer",
-            implied(IMPLIED_FIELDS, "π_old = inference log-probs (bypass), no reference KL, "
-                    "global token mean, top_p fixed at 1 (orchestrator.py to_sampling_args)"),
-            "bypass", "prime-rl src/prime_rl/trainer/rl/loss.py"),
+    Mapping(
+        IMPLIED + "prime-rl trainer",
+        implied(
+            IMPLIED_FIELDS,
+            "π_old = inference log-probs (bypass), no reference KL, "
+            "global token mean, top_p fixed at 1 (orchestrator.py to_sampling_args)",
+        ),
+        "bypass",
+        "prime-rl src/prime_rl/trainer/rl/loss.py",
+    ),
     Mapping(ORCH + "algo.type", _algo, "grpo", f"{P}/orchestrator.py:448"),
-    Mapping(ORCH + "group_size", field("sampling.group_size", "trap: 1 by default"), 1,
-            f"{P}/orchestrator.py:517"),
-    Mapping(ORCH + "token_batch_size", read_with(ORCH + "batch_size"), None,
-            f"{P}/orchestrator.py:511"),
-    Mapping(ORCH + "batch_size", _batch, 128,
-            f"{P}/orchestrator.py:508 (None → 128 without token_batch_size, :627)"),
+    Mapping(
+        ORCH + "group_size",
+        field("sampling.group_size", "trap: 1 by default"),
+        1,
+        f"{P}/orchestrator.py:517",
+    ),
+    Mapping(
+        ORCH + "token_batch_size", read_with(ORCH + "batch_size"), None, f"{P}/orchestrator.py:511"
+    ),
+    Mapping(
+        ORCH + "batch_size",
+        _batch,
+        128,
+        f"{P}/orchestrator.py:508 (None → 128 without token_batch_size, :627)",
+    ),
     Mapping(ORCH + "max_off_policy_steps", _staleness, 8, f"{P}/orchestrator.py:532"),
-    Mapping(ORCH + "train.filter_zero_advantages", _filter_zero, True,
-            f"{P}/orchestrator.py:270"),
-    Mapping(ORCH + "train.sampling.temperature", field("generation.temperature"), 1.0,
-            f"{P}/orchestrator.py:47"),
-    Mapping(ORCH + "train.sampling.max_completion_tokens",
-            field("generation.max_new_tokens", "per turn in prime-rl", "approximate"), None,
-            f"{P}/orchestrator.py:50"),
+    Mapping(ORCH + "train.filter_zero_advantages", _filter_zero, True, f"{P}/orchestrator.py:270"),
+    Mapping(
+        ORCH + "train.sampling.temperature",
+        field("generation.temperature"),
+        1.0,
+        f"{P}/orchestrator.py:47",
+    ),
+    Mapping(
+        ORCH + "train.sampling.max_completion_tokens",
+        field("generation.max_new_tokens", "per turn in prime-rl", "approximate"),
+        None,
+        f"{P}/orchestrator.py:50",
+    ),
     Mapping("seq_len", off("a context limit, not a run setting", ()), None, f"{P}/rl.py:287"),
-    Mapping(ORCH + "seq_len", off("a context limit, not a run setting", ()), None,
-            f"{P}/orchestrator.py:520"),
+    Mapping(
+        ORCH + "seq_len",
+        off("a context limit, not a run setting", ()),
+        None,
+        f"{P}/orchestrator.py:520",
+    ),
     Mapping(LOSS + "dppo_mask_low", read_with(LOSS + "type"), 0.2, f"{P}/trainer.py:497"),
     Mapping(LOSS + "dppo_mask_high", read_with(LOSS + "type"), 0.2, f"{P}/trainer.py:500"),
     Mapping(LOSS + "kl_tau", read_with(LOSS + "type"), 1e-3, f"{P}/trainer.py:506"),
     Mapping(LOSS + "type", _loss, "default", f"{P}/trainer.py:495"),
     Mapping(LOSS + "adv_tau", _adv_tau, 1.0, f"{P}/trainer.py:503"),
     Mapping("trainer.optim.lr", field("optim.lr"), 1e-6, f"{P}/trainer.py:416"),
-    Mapping("trainer.optim.weight_decay", field("optim.weight_decay"), 0.01,
-            f"{P}/trainer.py:419"),
+    Mapping("trainer.optim.weight_decay", field("optim.weight_decay"), 0.01, f"{P}/trainer.py:419"),
     Mapping("trainer.optim.max_norm", field("optim.max_grad_norm"), 1.0, f"{P}/trainer.py:422"),
     Mapping("trainer.optim.betas1", read_with("trainer.optim.type"), 0.9, f"{P}/trainer.py:439"),
-    Mapping("trainer.optim.betas2", read_with("trainer.optim.type"), 0.999,
-            f"{P}/trainer.py:442"),
+    Mapping("trainer.optim.betas2", read_with("trainer.optim.type"), 0.999, f"{P}/trainer.py:442"),
     Mapping("trainer.optim.type", _optimizer, "adamw", f"{P}/trainer.py:437"),
     Mapping(SCHED + "warmup_steps", read_with(SCHED + "type"), 10, f"{P}/trainer.py:381"),
     Mapping(SCHED + "decay_steps", read_with(SCHED + "type"), 10, f"{P}/trainer.py:371"),
@@ -185,9 +234,10 @@ TABLE: tuple[Mapping, ...] = (
     Mapping(LORA + "alpha", read_with(LORA + "rank"), None, f"{P}/trainer.py:107"),
     Mapping(LORA + "rank", _lora, NULL, f"{P}/trainer.py:104 (the table: :256)"),
     Mapping("max_steps", field("optim.steps"), None, f"{P}/rl.py:284"),
-    Mapping("model.name", field("model.path", "the source's model"), "Qwen/Qwen3-0.6B",
-            f"{P}/rl.py:124"),
-)  # fmt: skip
+    Mapping(
+        "model.name", field("model.path", "the source's model"), "Qwen/Qwen3-0.6B", f"{P}/rl.py:124"
+    ),
+)
 """The rows, in the order they apply (a later row's fields win)."""
 
 
@@ -212,16 +262,24 @@ def differences(cfg: RecipeConfig) -> list[str]:
     """What prime-rl's settings cannot reproduce of ``cfg``, one line each."""
     b, s, o = cfg.behaviour, cfg.sampling, cfg.optim
     checks = [
-        (cfg.credit.estimator != "dr_grpo",
-         f"credit.estimator={cfg.credit.estimator}: prime-rl's grpo is mean-only (dr_grpo)"),
-        (b.objective != "dppo_tv", f"behaviour.objective={b.objective}: prime-rl's loss is "
-         "DPPO binary-TV (dppo_tv)"),
+        (
+            cfg.credit.estimator != "dr_grpo",
+            f"credit.estimator={cfg.credit.estimator}: prime-rl's grpo is mean-only (dr_grpo)",
+        ),
+        (
+            b.objective != "dppo_tv",
+            f"behaviour.objective={b.objective}: prime-rl's loss is DPPO binary-TV (dppo_tv)",
+        ),
         (b.mode != "bypass", "behaviour.mode: prime-rl always uses the inference log-probs"),
-        (cfg.system.mode != "async" or tuple(b.corrections) != ("staleness",),
-         "system.mode / corrections: prime-rl is always asynchronous, staleness only"),
+        (
+            cfg.system.mode != "async" or tuple(b.corrections) != ("staleness",),
+            "system.mode / corrections: prime-rl is always asynchronous, staleness only",
+        ),
         (cfg.kl.placement != "none", "kl: prime-rl has no reference-policy KL"),
-        (cfg.reduction.name != "token_mean", f"reduction.name={cfg.reduction.name}: token mean "
-         "only"),
+        (
+            cfg.reduction.name != "token_mean",
+            f"reduction.name={cfg.reduction.name}: token mean only",
+        ),
         (s.filter != "none", "sampling.filter: prime-rl drops zero-advantage tokens instead"),
         (cfg.generation.top_p != 1.0, "generation.top_p: prime-rl samples at top_p 1"),
         (cfg.feedback.overlong_cache is not None, "feedback.overlong_cache: not in prime-rl"),
@@ -229,7 +287,7 @@ def differences(cfg: RecipeConfig) -> list[str]:
         (o.epochs_per_batch * o.minibatches_per_epoch != 1, "optim: one update per step"),
         (o.warmup_steps > 0, "optim.warmup_steps: prime-rl warms up as s/W"),
         (o.schedule == "linear", "optim.schedule=linear: prime-rl decays over decay_steps"),
-    ]  # fmt: skip
+    ]
     return [text for failed, text in checks if failed]
 
 

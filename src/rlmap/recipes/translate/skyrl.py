@@ -38,10 +38,25 @@ OPC = AL + "off_policy_correction."
 GEN = "generator.sampling_params."
 OPT = "trainer.policy.optimizer_config."
 ESTIMATORS = {"grpo": "grpo", "rloo": "rloo", "reinforce++": "reinforce_pp", "gae": "gae"}
-LOSSES = ("regular", "dual_clip", "gspo", "cispo", "sapo", "rollout_is", "dppo", "clip_cov",
-          "kl_cov", "cross_entropy", "importance_sampling")  # fmt: skip
-REDUCTIONS = {"token_mean": "token_mean", "sequence_mean": "response_mean",
-              "seq_mean_token_sum_norm": "fixed_budget", "prompt_mean": "prompt_mean"}  # fmt: skip
+LOSSES = (
+    "regular",
+    "dual_clip",
+    "gspo",
+    "cispo",
+    "sapo",
+    "rollout_is",
+    "dppo",
+    "clip_cov",
+    "kl_cov",
+    "cross_entropy",
+    "importance_sampling",
+)
+REDUCTIONS = {
+    "token_mean": "token_mean",
+    "sequence_mean": "response_mean",
+    "seq_mean_token_sum_norm": "fixed_budget",
+    "prompt_mean": "prompt_mean",
+}
 KL_ESTIMATORS = ("k1", "k2", "k3")
 
 
@@ -57,12 +72,18 @@ def _estimator(value: Any, get: Lookup) -> Mapped:
     if name == "grpo" and not get(AL + "grpo_norm_by_std"):
         name = "dr_grpo"
     if name == "gae":
-        return Mapped({"credit.estimator": "gae", "critic.enabled": True}, "approximate",
-                      "SkyRL whitens GAE advantages (ppo_utils.py "
-                      "compute_gae_advantage_return: masked_whiten); rlmap does not")  # fmt: skip
+        return Mapped(
+            {"credit.estimator": "gae", "critic.enabled": True},
+            "approximate",
+            "SkyRL whitens GAE advantages (ppo_utils.py "
+            "compute_gae_advantage_return: masked_whiten); rlmap does not",
+        )
     kind = "approximate" if name == "reinforce_pp" else "exact"
-    return Mapped({"credit.estimator": name, "critic.enabled": False}, kind,
-                  "whitening constants differ" if kind == "approximate" else "")  # fmt: skip
+    return Mapped(
+        {"credit.estimator": name, "critic.enabled": False},
+        kind,
+        "whitening constants differ" if kind == "approximate" else "",
+    )
 
 
 def _loss(value: Any, get: Lookup) -> Mapped:
@@ -74,12 +95,17 @@ def _loss(value: Any, get: Lookup) -> Mapped:
         dual = get(AL + "clip_ratio_c") if value == "dual_clip" else None
         return Mapped({"behaviour.objective": "ppo_clip", "behaviour.dual_clip": dual})
     if value == "gspo":
-        return Mapped({"behaviour.objective": "gspo", "behaviour.gspo_token": True},
-                      note="GSPO-token")  # fmt: skip
+        return Mapped(
+            {"behaviour.objective": "gspo", "behaviour.gspo_token": True}, note="GSPO-token"
+        )
     if value == "sapo":
-        return Mapped({"behaviour.objective": "sapo",
-                       "behaviour.sapo_tau_pos": get(AL + "sapo.tau_pos"),
-                       "behaviour.sapo_tau_neg": get(AL + "sapo.tau_neg")})  # fmt: skip
+        return Mapped(
+            {
+                "behaviour.objective": "sapo",
+                "behaviour.sapo_tau_pos": get(AL + "sapo.tau_pos"),
+                "behaviour.sapo_tau_neg": get(AL + "sapo.tau_neg"),
+            }
+        )
     if value == "cispo":
         return _cispo(get)
     if value == "dppo":
@@ -88,12 +114,17 @@ def _loss(value: Any, get: Lookup) -> Mapped:
 
 
 def _cispo(get: Lookup) -> Mapped:
-    fields = {"behaviour.objective": "cispo",
-              "behaviour.clip_low": get(AL + "cispo.cispo_eps_clip_low"),
-              "behaviour.clip_high": get(AL + "cispo.cispo_eps_clip_high")}  # fmt: skip
+    fields = {
+        "behaviour.objective": "cispo",
+        "behaviour.clip_low": get(AL + "cispo.cispo_eps_clip_low"),
+        "behaviour.clip_high": get(AL + "cispo.cispo_eps_clip_high"),
+    }
     if get(AL + "cispo.cispo_anchor") == "rollout":
-        return Mapped({**fields, "behaviour.mode": "bypass"}, "approximate",
-                      "cispo_anchor=rollout: the ratio against μ (bypass)")  # fmt: skip
+        return Mapped(
+            {**fields, "behaviour.mode": "bypass"},
+            "approximate",
+            "cispo_anchor=rollout: the ratio against μ (bypass)",
+        )
     return Mapped(fields, note="SkyRL's default bounds are 1−1.0 and 1+4.0 (ScaleRL)")
 
 
@@ -104,11 +135,16 @@ def _dppo(get: Lookup) -> Mapped:
             f"{AL}dppo.dppo_type: {kind!r} is not a SkyRL value (binary_tv, binary_kl)"
         )
     name = "dppo_tv" if kind == "binary_tv" else "dppo_kl"
-    return Mapped({"behaviour.objective": name, "behaviour.mode": "bypass",
-                   f"behaviour.{name}_low": get(AL + "dppo.delta_low"),
-                   f"behaviour.{name}_high": get(AL + "dppo.delta_high"),
-                   "behaviour.dppo_tau": 0.0},
-                  note="ratio and mask against the rollout μ (bypass), no τ term")  # fmt: skip
+    return Mapped(
+        {
+            "behaviour.objective": name,
+            "behaviour.mode": "bypass",
+            f"behaviour.{name}_low": get(AL + "dppo.delta_low"),
+            f"behaviour.{name}_high": get(AL + "dppo.delta_high"),
+            "behaviour.dppo_tau": 0.0,
+        },
+        note="ratio and mask against the rollout μ (bypass), no τ term",
+    )
 
 
 def _clip(name: str) -> Any:
@@ -142,13 +178,21 @@ def _kl_loss(value: Any, get: Lookup) -> Mapped:
     est = get(AL + "kl_estimator_type")
     if est not in KL_ESTIMATORS:
         return Mapped({}, "none", f"kl_estimator_type={est}: rlmap has k1, k2, k3")
-    fields = {"kl.placement": "loss", "kl.beta": get(AL + "kl_loss_coef"), "kl.estimator": est,
-              "kl.target": None}  # fmt: skip
+    fields = {
+        "kl.placement": "loss",
+        "kl.beta": get(AL + "kl_loss_coef"),
+        "kl.estimator": est,
+        "kl.target": None,
+    }
     if get(AL + "loss_reduction") == "sequence_mean":
         return Mapped(fields, note="trap: on by default")
-    return Mapped(fields, "approximate", "trap: on by default; SkyRL reduces the KL per sequence "
-                  "(worker.py: masked_mean over tokens, mean over sequences), rlmap with the "
-                  "policy's reduction")  # fmt: skip
+    return Mapped(
+        fields,
+        "approximate",
+        "trap: on by default; SkyRL reduces the KL per sequence "
+        "(worker.py: masked_mean over tokens, mean over sequences), rlmap with the "
+        "policy's reduction",
+    )
 
 
 def _kl_reward(value: Any, get: Lookup) -> Mapped:
@@ -159,12 +203,17 @@ def _kl_reward(value: Any, get: Lookup) -> Mapped:
         return Mapped({}, "none", f"a {est} KL in the reward: rlmap's in-reward KL is k1")
     fields = {"kl.placement": "reward", "kl.estimator": "k1", "kl.beta": get(AL + "kl_loss_coef")}
     if get(AL + "kl_ctrl.type") == "adaptive":
-        fields |= {"kl.target": get(AL + "kl_ctrl.kl_target"),
-                   "kl.horizon": get(AL + "kl_ctrl.horizon")}  # fmt: skip
+        fields |= {
+            "kl.target": get(AL + "kl_ctrl.kl_target"),
+            "kl.horizon": get(AL + "kl_ctrl.horizon"),
+        }
     else:
         fields["kl.target"] = None
-    return Mapped(fields, note="−β·k1 per token (trainer.py apply_reward_kl_penalty; β is "
-                  "kl_loss_coef); GRPO sums the token rewards, as rlmap's R")  # fmt: skip
+    return Mapped(
+        fields,
+        note="−β·k1 per token (trainer.py apply_reward_kl_penalty; β is "
+        "kl_loss_coef); GRPO sums the token rewards, as rlmap's R",
+    )
 
 
 def _dynamic(value: Any, get: Lookup) -> Mapped:
@@ -176,17 +225,24 @@ def _dynamic(value: Any, get: Lookup) -> Mapped:
             "sampling.filter": "mixed",
             **({"sampling.max_rounds": rounds} if rounds > 0 else {}),
         }
-        return Mapped(fields, "approximate", "rlmap drops single-trajectory groups too; "
-                      "max_sample_batches -1 (for ever) keeps rlmap's finite cap")  # fmt: skip
+        return Mapped(
+            fields,
+            "approximate",
+            "rlmap drops single-trajectory groups too; "
+            "max_sample_batches -1 (for ever) keeps rlmap's finite cap",
+        )
     return Mapped({}, "none", f"{value} (POLARIS replacement): no rlmap equivalent")
 
 
 def _zero_variance(value: Any, get: Lookup) -> Mapped:
     if not value:
         return Mapped({}, note="off")
-    return Mapped({"sampling.filter": "mixed", "sampling.max_rounds": 1}, "approximate",
-                  "SkyRL loss-masks zero-variance groups in place; rlmap drops them after one "
-                  "round (their advantage is 0 either way; the token counts differ)")  # fmt: skip
+    return Mapped(
+        {"sampling.filter": "mixed", "sampling.max_rounds": 1},
+        "approximate",
+        "SkyRL loss-masks zero-variance groups in place; rlmap drops them after one "
+        "round (their advantage is 0 either way; the token counts differ)",
+    )
 
 
 def _minibatches(value: Any, get: Lookup) -> Mapped:
@@ -195,42 +251,60 @@ def _minibatches(value: Any, get: Lookup) -> Mapped:
         raise ConfigError(
             f"trainer.policy_mini_batch_size: {value} does not divide train_batch_size {batch}"
         )
-    return Mapped({"optim.minibatches_per_epoch": batch // value},
-                  note=f"trap: {batch}/{value} = {batch // value} updates a batch")  # fmt: skip
+    return Mapped(
+        {"optim.minibatches_per_epoch": batch // value},
+        note=f"trap: {batch}/{value} = {batch // value} updates a batch",
+    )
 
 
 def _async(value: Any, get: Lookup) -> Mapped:
     if not value:
         return Mapped({"system.mode": "sync"})
     staleness = get("trainer.fully_async.max_staleness_steps")
-    return Mapped({"system.mode": "async", "behaviour.max_staleness": staleness,
-                   "behaviour.corrections": [*_opc_corrections(get), "staleness"]})  # fmt: skip
+    return Mapped(
+        {
+            "system.mode": "async",
+            "behaviour.max_staleness": staleness,
+            "behaviour.corrections": [*_opc_corrections(get), "staleness"],
+        }
+    )
 
 
 def _scheduler(value: Any, get: Lookup) -> Mapped:
     """transformers' get_scheduler (fsdp_strategy.py); warm-up in optimiser steps."""
-    known = {"constant_with_warmup": "constant", "constant": "constant", "cosine": "cosine",
-             "linear": "linear"}  # fmt: skip
+    known = {
+        "constant_with_warmup": "constant",
+        "constant": "constant",
+        "cosine": "cosine",
+        "linear": "linear",
+    }
     if value not in known:
         return Mapped({}, "none", f"{value}: rlmap offers constant, cosine or linear")
     if value == "constant" and get(OPT + "num_warmup_steps"):
-        return Mapped({"optim.schedule": "constant", "optim.warmup_steps": 0}, "approximate",
-                      "transformers' constant schedule ignores num_warmup_steps")  # fmt: skip
+        return Mapped(
+            {"optim.schedule": "constant", "optim.warmup_steps": 0},
+            "approximate",
+            "transformers' constant schedule ignores num_warmup_steps",
+        )
     return Mapped({"optim.schedule": known[value]})
 
 
 def _warmup(value: Any, get: Lookup) -> Mapped:
     if not value:
         return Mapped({"optim.warmup_steps": 0})
-    return Mapped({"optim.warmup_steps": value}, "approximate",
-                  "transformers warms up as s/W (0 at first), rlmap as (s+1)/W")  # fmt: skip
+    return Mapped(
+        {"optim.warmup_steps": value},
+        "approximate",
+        "transformers warms up as s/W (0 at first), rlmap as (s+1)/W",
+    )
 
 
 def _lora(value: Any, get: Lookup) -> Mapped:
     if not value:
         return Mapped({"model.lora_rank": 0}, note="rank 0: full fine-tuning")
-    return Mapped({"model.lora_rank": value,
-                   "model.lora_alpha": get("trainer.policy.model.lora.alpha")})  # fmt: skip
+    return Mapped(
+        {"model.lora_rank": value, "model.lora_alpha": get("trainer.policy.model.lora.alpha")}
+    )
 
 
 def _opc_corrections(get: Lookup) -> list[str]:
@@ -245,41 +319,65 @@ def _tis(value: Any, get: Lookup) -> Mapped:
     if value not in ("token", "sequence"):
         raise ConfigError(f"{OPC}tis_ratio_type: {value!r} is not a SkyRL value (token, sequence)")
     cap = get(OPC + f"{value}_tis_ratio_clip_high")
-    return Mapped({"behaviour.corrections": _opc_corrections(get), "behaviour.tis_level": value,
-                   "behaviour.tis_cap": cap}, note="w = min(κ, C), κ = π_old/μ")  # fmt: skip
+    return Mapped(
+        {
+            "behaviour.corrections": _opc_corrections(get),
+            "behaviour.tis_level": value,
+            "behaviour.tis_cap": cap,
+        },
+        note="w = min(κ, C), κ = π_old/μ",
+    )
 
 
 def _mask(value: Any, get: Lookup) -> Mapped:
     if value is None:
         return Mapped({}, note="off")
     if value != "geometric":
-        return Mapped({}, "none", f"{value}: a mask on the product of κ; rlmap's masked_is "
-                      "reads the geometric mean")  # fmt: skip
-    return Mapped({"behaviour.corrections": _opc_corrections(get),
-                   "behaviour.masked_is_low": get(OPC + "geo_mask_low"),
-                   "behaviour.masked_is_high": get(OPC + "geo_mask_high")},
-                  note="drops a sequence whose geometric-mean κ leaves [low, high]; the "
-                  "denominators were fixed before (scaled advantages), as rlmap's")  # fmt: skip
+        return Mapped(
+            {},
+            "none",
+            f"{value}: a mask on the product of κ; rlmap's masked_is reads the geometric mean",
+        )
+    return Mapped(
+        {
+            "behaviour.corrections": _opc_corrections(get),
+            "behaviour.masked_is_low": get(OPC + "geo_mask_low"),
+            "behaviour.masked_is_high": get(OPC + "geo_mask_high"),
+        },
+        note="drops a sequence whose geometric-mean κ leaves [low, high]; the "
+        "denominators were fixed before (scaled advantages), as rlmap's",
+    )
 
 
-IMPLIED_FIELDS = {"feedback.source": "verifier",
-                  "behaviour.corrections": [], "behaviour.positive_nll": 0.0,
-                  "behaviour.mode": "decoupled", "feedback.overlong_cache": None}  # fmt: skip
+IMPLIED_FIELDS = {
+    "feedback.source": "verifier",
+    "behaviour.corrections": [],
+    "behaviour.positive_nll": 0.0,
+    "behaviour.mode": "decoupled",
+    "feedback.overlong_cache": None,
+}
 
 
 TABLE: tuple[Mapping, ...] = (
-    Mapping(IMPLIED + "SkyRL trainer",
-            implied(IMPLIED_FIELDS, "π_old recomputed, no overlong shaping"), "none", f"{S}:794"),
+    Mapping(
+        IMPLIED + "SkyRL trainer",
+        implied(IMPLIED_FIELDS, "π_old recomputed, no overlong shaping"),
+        "none",
+        f"{S}:794",
+    ),
     Mapping(AL + "grpo_norm_by_std", read_with(AL + "advantage_estimator"), True, f"{S}:892"),
     Mapping(AL + "advantage_estimator", _estimator, "grpo", f"{S}:823"),
     Mapping(AL + "gamma", field("credit.gamma"), 1.0, f"{S}:904"),
     Mapping(AL + "lambd", field("credit.lam", "trap: rlmap's default is 0.95"), 1.0, f"{S}:902"),
-    Mapping(AL + "value_clip", field("critic.value_clip", "trap: rlmap's default is 0.5"), 0.2,
-            f"{S}:921"),
+    Mapping(
+        AL + "value_clip",
+        field("critic.value_clip", "trap: rlmap's default is 0.5"),
+        0.2,
+        f"{S}:921",
+    ),
     Mapping(AL + "clip_ratio_c", read_with(AL + "policy_loss_type"), 3.0, f"{S}:910"),
     Mapping(AL + "cispo.cispo_eps_clip_low", read_with(AL + "policy_loss_type"), 1.0, f"{S}:751"),
-    Mapping(AL + "cispo.cispo_eps_clip_high", read_with(AL + "policy_loss_type"), 4.0,
-            f"{S}:756"),
+    Mapping(AL + "cispo.cispo_eps_clip_high", read_with(AL + "policy_loss_type"), 4.0, f"{S}:756"),
     Mapping(AL + "cispo.cispo_anchor", read_with(AL + "policy_loss_type"), "old", f"{S}:761"),
     Mapping(AL + "sapo.tau_pos", read_with(AL + "policy_loss_type"), 1.0, f"{S}:705"),
     Mapping(AL + "sapo.tau_neg", read_with(AL + "policy_loss_type"), 1.05, f"{S}:707"),
@@ -298,54 +396,95 @@ TABLE: tuple[Mapping, ...] = (
     Mapping(AL + "kl_ctrl.horizon", read_with(AL + "use_kl_in_reward"), 10000, f"{S}:697"),
     Mapping(AL + "use_kl_loss", _kl_loss, True, f"{S}:833"),
     Mapping(AL + "use_kl_in_reward", _kl_reward, False, f"{S}:830"),
-    Mapping(AL + "use_entropy_loss", off("rlmap has no entropy bonus", (False,)), False,
-            f"{S}:838"),
-    Mapping(AL + "temperature",
-            off("a loss temperature other than the sampling one: rlmap scores at the sampling "
-                "temperature", (None,)), NULL, f"{S}:843"),
-    Mapping(AL + "advantage_batch_normalize",
-            off("rlmap has no batch normalisation of advantages", (False,)), False, f"{S}:849"),
-    Mapping(AL + "dynamic_sampling.max_sample_batches",
-            read_with(AL + "dynamic_sampling.type"), 30, f"{S}:720"),
+    Mapping(
+        AL + "use_entropy_loss", off("rlmap has no entropy bonus", (False,)), False, f"{S}:838"
+    ),
+    Mapping(
+        AL + "temperature",
+        off(
+            "a loss temperature other than the sampling one: rlmap scores at the sampling "
+            "temperature",
+            (None,),
+        ),
+        NULL,
+        f"{S}:843",
+    ),
+    Mapping(
+        AL + "advantage_batch_normalize",
+        off("rlmap has no batch normalisation of advantages", (False,)),
+        False,
+        f"{S}:849",
+    ),
+    Mapping(
+        AL + "dynamic_sampling.max_sample_batches",
+        read_with(AL + "dynamic_sampling.type"),
+        30,
+        f"{S}:720",
+    ),
     Mapping(AL + "dynamic_sampling.type", _dynamic, NULL, f"{S}:716"),
     Mapping(AL + "zero_variance_filter", _zero_variance, False, f"{S}:895"),
-    Mapping(OPC + "token_tis_ratio_clip_high", read_with(OPC + "tis_ratio_type"), 2.0,
-            f"{S}:797"),
-    Mapping(OPC + "sequence_tis_ratio_clip_high", read_with(OPC + "tis_ratio_type"), 5.0,
-            f"{S}:799"),
+    Mapping(OPC + "token_tis_ratio_clip_high", read_with(OPC + "tis_ratio_type"), 2.0, f"{S}:797"),
+    Mapping(
+        OPC + "sequence_tis_ratio_clip_high", read_with(OPC + "tis_ratio_type"), 5.0, f"{S}:799"
+    ),
     Mapping(OPC + "tis_ratio_type", _tis, NULL, f"{S}:794"),
     Mapping(OPC + "geo_mask_low", read_with(OPC + "sequence_mask_metric"), 0.99, f"{S}:805"),
     Mapping(OPC + "geo_mask_high", read_with(OPC + "sequence_mask_metric"), 1.01, f"{S}:803"),
     Mapping(OPC + "sequence_mask_metric", _mask, NULL, f"{S}:801"),
-    Mapping(OPC + "outlier_token_is_threshold_low",
-            off("drops a sequence with any κ below it: no rlmap mask", (None,)), NULL, f"{S}:811"),
-    Mapping(OPC + "outlier_token_is_threshold_high",
-            off("drops a sequence with any κ above it: no rlmap mask", (None,)), NULL, f"{S}:813"),
-    Mapping(OPC + "token_mask_is_threshold_low",
-            off("masks a token outside the band without reweighting it: no rlmap mask", (None,)),
-            NULL, f"{S}:815"),
-    Mapping(OPC + "token_mask_is_threshold_high", read_with(OPC + "token_mask_is_threshold_low"),
-            NULL, f"{S}:817"),
+    Mapping(
+        OPC + "outlier_token_is_threshold_low",
+        off("drops a sequence with any κ below it: no rlmap mask", (None,)),
+        NULL,
+        f"{S}:811",
+    ),
+    Mapping(
+        OPC + "outlier_token_is_threshold_high",
+        off("drops a sequence with any κ above it: no rlmap mask", (None,)),
+        NULL,
+        f"{S}:813",
+    ),
+    Mapping(
+        OPC + "token_mask_is_threshold_low",
+        off("masks a token outside the band without reweighting it: no rlmap mask", (None,)),
+        NULL,
+        f"{S}:815",
+    ),
+    Mapping(
+        OPC + "token_mask_is_threshold_high",
+        read_with(OPC + "token_mask_is_threshold_low"),
+        NULL,
+        f"{S}:817",
+    ),
     Mapping("generator.n_samples_per_prompt", field("sampling.group_size"), 5, f"{S}:1225"),
-    Mapping("generator.apply_overlong_filtering",
-            off("masks truncated responses out of the loss: no rlmap equivalent", (False,)), False,
-            f"{S}:1264"),
-    Mapping("generator.zero_reward_on_non_stop",
-            off("zeroes the reward of a response that did not stop: no rlmap equivalent",
-                (False,)), False, f"{S}:1255"),
+    Mapping(
+        "generator.apply_overlong_filtering",
+        off("masks truncated responses out of the loss: no rlmap equivalent", (False,)),
+        False,
+        f"{S}:1264",
+    ),
+    Mapping(
+        "generator.zero_reward_on_non_stop",
+        off("zeroes the reward of a response that did not stop: no rlmap equivalent", (False,)),
+        False,
+        f"{S}:1255",
+    ),
     Mapping("trainer.train_batch_size", field("sampling.prompts_per_step"), 1024, f"{S}:1390"),
     Mapping("trainer.policy_mini_batch_size", _minibatches, 256, f"{S}:1396"),
     Mapping("trainer.update_epochs_per_batch", field("optim.epochs_per_batch"), 1, f"{S}:1387"),
-    Mapping("trainer.micro_train_batch_size_per_gpu", field("optim.micro_batch_size"), 1,
-            f"{S}:1406"),
+    Mapping(
+        "trainer.micro_train_batch_size_per_gpu", field("optim.micro_batch_size"), 1, f"{S}:1406"
+    ),
     Mapping(GEN + "max_generate_length", field("generation.max_new_tokens"), 1024, f"{S}:999"),
     Mapping(GEN + "temperature", field("generation.temperature"), 1.0, f"{S}:1004"),
     Mapping(GEN + "top_p", field("generation.top_p"), 1.0, f"{S}:1007"),
-    Mapping(GEN + "top_k", off("rlmap has no top_k (docs/translate.md)", (-1, 0)), -1,
-            f"{S}:1011"),
+    Mapping(GEN + "top_k", off("rlmap has no top_k (docs/translate.md)", (-1, 0)), -1, f"{S}:1011"),
     Mapping(GEN + "min_p", off("rlmap has no min_p", (0, 0.0)), 0.0, f"{S}:1009"),
-    Mapping("trainer.fully_async.max_staleness_steps",
-            read_with("trainer.fully_async.enabled"), 4, f"{S}:951"),
+    Mapping(
+        "trainer.fully_async.max_staleness_steps",
+        read_with("trainer.fully_async.enabled"),
+        4,
+        f"{S}:951",
+    ),
     Mapping("trainer.fully_async.enabled", _async, False, f"{S}:949"),
     Mapping(OPT + "lr", field("optim.lr"), 1e-6, f"{S}:190"),
     Mapping(OPT + "weight_decay", field("optim.weight_decay"), 1e-2, f"{S}:194"),
@@ -354,12 +493,20 @@ TABLE: tuple[Mapping, ...] = (
     Mapping(OPT + "num_warmup_steps", _warmup, 0, f"{S}:204"),
     Mapping(OPT + "scheduler", _scheduler, "constant_with_warmup", f"{S}:206"),
     Mapping("trainer.critic.optimizer_config.lr", field("optim.critic_lr"), None, f"{S}:650"),
-    Mapping("trainer.policy.model.lora.alpha", read_with("trainer.policy.model.lora.rank"), 16,
-            f"{S}:103"),
+    Mapping(
+        "trainer.policy.model.lora.alpha",
+        read_with("trainer.policy.model.lora.rank"),
+        16,
+        f"{S}:103",
+    ),
     Mapping("trainer.policy.model.lora.rank", _lora, 0, f"{S}:100"),
-    Mapping("trainer.policy.model.path", field("model.path", "the source's model"),
-            "Qwen/Qwen2.5-1.5B-Instruct", f"{S}:608"),
-)  # fmt: skip
+    Mapping(
+        "trainer.policy.model.path",
+        field("model.path", "the source's model"),
+        "Qwen/Qwen2.5-1.5B-Instruct",
+        f"{S}:608",
+    ),
+)
 """The rows, in the order they apply (a later row's fields win: fully_async after the
 correction rows, because it adds the staleness correction to theirs)."""
 
@@ -376,8 +523,14 @@ def read(path: Path) -> dict[str, Any]:
 def _loss_type(cfg: RecipeConfig) -> str | None:
     b = cfg.behaviour
     regular = "dual_clip" if b.dual_clip else "regular"
-    return {"ppo_clip": regular, "gspo": "gspo", "sapo": "sapo", "cispo": "cispo",
-            "dppo_tv": "dppo", "dppo_kl": "dppo"}.get(b.objective)  # fmt: skip
+    return {
+        "ppo_clip": regular,
+        "gspo": "gspo",
+        "sapo": "sapo",
+        "cispo": "cispo",
+        "dppo_tv": "dppo",
+        "dppo_kl": "dppo",
+    }.get(b.objective)
 
 
 def differences(cfg: RecipeConfig) -> list[str]:
@@ -385,32 +538,44 @@ def differences(cfg: RecipeConfig) -> list[str]:
     b, k, r, s, c = cfg.behaviour, cfg.kl, cfg.reduction, cfg.sampling, cfg.credit
     dppo = b.objective in ("dppo_tv", "dppo_kl")
     checks = [
-        (c.estimator == "grpo" and c.std_eps != 1e-6,
-         f"credit.std_eps: SkyRL adds 1e-6 to the std, rlmap {c.std_eps:g}"),
-        (c.estimator not in {*ESTIMATORS.values(), "dr_grpo"},
-         f"credit.estimator={c.estimator}: no SkyRL estimator"),
+        (
+            c.estimator == "grpo" and c.std_eps != 1e-6,
+            f"credit.std_eps: SkyRL adds 1e-6 to the std, rlmap {c.std_eps:g}",
+        ),
+        (
+            c.estimator not in {*ESTIMATORS.values(), "dr_grpo"},
+            f"credit.estimator={c.estimator}: no SkyRL estimator",
+        ),
         (c.estimator == "gae", "gae: SkyRL whitens the advantages (masked_whiten)"),
         (c.estimator == "reinforce_pp", "reinforce_pp: SkyRL whitens with another std"),
         (_loss_type(cfg) is None, f"behaviour.objective={b.objective}: no SkyRL policy_loss_type"),
         (b.objective == "gspo" and not b.gspo_token, "gspo: SkyRL's is token-level"),
-        (dppo and (b.mode != "bypass" or b.dppo_tau != 0),
-         "dppo: SkyRL's is against μ (bypass) with no τ term"),
+        (
+            dppo and (b.mode != "bypass" or b.dppo_tau != 0),
+            "dppo: SkyRL's is against μ (bypass) with no τ term",
+        ),
         (not dppo and b.mode != "decoupled", "behaviour.mode=bypass: only SkyRL's dppo"),
         (r.name not in REDUCTIONS.values(), f"reduction.name={r.name}: no SkyRL loss_reduction"),
-        (k.placement == "loss" and r.name != "response_mean",
-         "kl: SkyRL reduces the KL per sequence"),
-        (k.placement == "loss" and k.estimator not in KL_ESTIMATORS,
-         f"kl.estimator={k.estimator}: no SkyRL kl_estimator_type"),
+        (
+            k.placement == "loss" and r.name != "response_mean",
+            "kl: SkyRL reduces the KL per sequence",
+        ),
+        (
+            k.placement == "loss" and k.estimator not in KL_ESTIMATORS,
+            f"kl.estimator={k.estimator}: no SkyRL kl_estimator_type",
+        ),
         (k.placement == "reward" and k.estimator != "k1", "kl: rlmap's in-reward KL is k1"),
         (k.placement == "loss" and k.target is not None, "kl.target: SkyRL adapts the reward KL"),
-        (not set(b.corrections) <= {"tis", "masked_is", "staleness"}
-         or ("staleness" in b.corrections) != (cfg.system.mode == "async"),
-         f"behaviour.corrections={list(b.corrections)}: not in SkyRL"),
+        (
+            not set(b.corrections) <= {"tis", "masked_is", "staleness"}
+            or ("staleness" in b.corrections) != (cfg.system.mode == "async"),
+            f"behaviour.corrections={list(b.corrections)}: not in SkyRL",
+        ),
         (s.filter not in ("none", "mixed"), f"sampling.filter={s.filter}: mixed only"),
         (cfg.feedback.overlong_cache is not None, "feedback.overlong_cache: not in SkyRL"),
         (c.lam_critic is not None or c.adaptive_alpha is not None, "credit: SkyRL has one λ"),
         (cfg.optim.warmup_steps > 0, "optim.warmup_steps: transformers warms up as s/W"),
-    ]  # fmt: skip
+    ]
     return [text for failed, text in checks if failed]
 
 
@@ -419,31 +584,47 @@ def _algorithm(cfg: RecipeConfig) -> dict[str, Any]:
     names = {v: key for key, v in ESTIMATORS.items()}
     algorithm: dict[str, Any] = {
         "advantage_estimator": names.get(c.estimator, "grpo"),
-        "grpo_norm_by_std": c.estimator != "dr_grpo", "gamma": c.gamma, "lambd": c.lam,
-        "value_clip": cfg.critic.value_clip, "policy_loss_type": _loss_type(cfg) or "regular",
-        "eps_clip_low": b.clip_low, "eps_clip_high": b.clip_high,
+        "grpo_norm_by_std": c.estimator != "dr_grpo",
+        "gamma": c.gamma,
+        "lambd": c.lam,
+        "value_clip": cfg.critic.value_clip,
+        "policy_loss_type": _loss_type(cfg) or "regular",
+        "eps_clip_low": b.clip_low,
+        "eps_clip_high": b.clip_high,
         "clip_ratio_c": b.dual_clip or 3.0,
         "sapo": {"tau_pos": b.sapo_tau_pos, "tau_neg": b.sapo_tau_neg},
         "loss_reduction": {v: key for key, v in REDUCTIONS.items()}.get(r.name, "token_mean"),
-        "max_seq_len": r.max_len, "use_kl_loss": k.placement == "loss", "kl_loss_coef": k.beta,
-        "kl_estimator_type": k.estimator, "use_kl_in_reward": k.placement == "reward",
-        "kl_ctrl": {"type": "fixed" if k.target is None else "adaptive",
-                    "kl_target": k.target or 0.1, "horizon": k.horizon},
-        "dynamic_sampling": {"type": "filter" if s.filter == "mixed" else None,
-                             "max_sample_batches": s.max_rounds},
+        "max_seq_len": r.max_len,
+        "use_kl_loss": k.placement == "loss",
+        "kl_loss_coef": k.beta,
+        "kl_estimator_type": k.estimator,
+        "use_kl_in_reward": k.placement == "reward",
+        "kl_ctrl": {
+            "type": "fixed" if k.target is None else "adaptive",
+            "kl_target": k.target or 0.1,
+            "horizon": k.horizon,
+        },
+        "dynamic_sampling": {
+            "type": "filter" if s.filter == "mixed" else None,
+            "max_sample_batches": s.max_rounds,
+        },
         "off_policy_correction": {
             "tis_ratio_type": b.tis_level if "tis" in b.corrections else None,
             f"{b.tis_level}_tis_ratio_clip_high": b.tis_cap,
             "sequence_mask_metric": "geometric" if "masked_is" in b.corrections else None,
-            "geo_mask_low": b.masked_is_low, "geo_mask_high": b.masked_is_high},
-    }  # fmt: skip
+            "geo_mask_low": b.masked_is_low,
+            "geo_mask_high": b.masked_is_high,
+        },
+    }
     if b.objective == "cispo":
         algorithm["cispo"] = {"cispo_eps_clip_low": b.clip_low, "cispo_eps_clip_high": b.clip_high}
     if b.objective in ("dppo_tv", "dppo_kl"):
         kind = b.objective.removeprefix("dppo_")
-        algorithm["dppo"] = {"dppo_type": f"binary_{kind}",
-                             "delta_low": getattr(b, f"{b.objective}_low"),
-                             "delta_high": getattr(b, f"{b.objective}_high")}  # fmt: skip
+        algorithm["dppo"] = {
+            "dppo_type": f"binary_{kind}",
+            "delta_low": getattr(b, f"{b.objective}_low"),
+            "delta_high": getattr(b, f"{b.objective}_high"),
+        }
     return algorithm
 
 
@@ -454,22 +635,36 @@ def inverse(cfg: RecipeConfig) -> tuple[str, list[str]]:
     alpha = 2 * m.lora_rank if m.lora_alpha is None else m.lora_alpha  # rlmap's None: 2·r
     data = {
         "trainer": {
-            "algorithm": _algorithm(cfg), "train_batch_size": s.prompts_per_step,
+            "algorithm": _algorithm(cfg),
+            "train_batch_size": s.prompts_per_step,
             "policy_mini_batch_size": s.prompts_per_step // o.minibatches_per_epoch,
             "update_epochs_per_batch": o.epochs_per_batch,
             "micro_train_batch_size_per_gpu": o.micro_batch_size,
-            "fully_async": {"enabled": cfg.system.mode == "async",
-                            "max_staleness_steps": cfg.behaviour.max_staleness},
-            "policy": {"model": {"path": m.path, "lora": {"rank": m.lora_rank, "alpha": alpha}},
-                       "optimizer_config": {
-                "lr": o.lr, "weight_decay": o.weight_decay, "max_grad_norm": o.max_grad_norm,
-                "adam_betas": list(o.adam_betas), "scheduler": schedule,
-                "num_warmup_steps": o.warmup_steps}},
+            "fully_async": {
+                "enabled": cfg.system.mode == "async",
+                "max_staleness_steps": cfg.behaviour.max_staleness,
+            },
+            "policy": {
+                "model": {"path": m.path, "lora": {"rank": m.lora_rank, "alpha": alpha}},
+                "optimizer_config": {
+                    "lr": o.lr,
+                    "weight_decay": o.weight_decay,
+                    "max_grad_norm": o.max_grad_norm,
+                    "adam_betas": list(o.adam_betas),
+                    "scheduler": schedule,
+                    "num_warmup_steps": o.warmup_steps,
+                },
+            },
         },
-        "generator": {"n_samples_per_prompt": s.group_size, "sampling_params": {
-            "max_generate_length": g.max_new_tokens, "temperature": g.temperature,
-            "top_p": g.top_p}},
-    }  # fmt: skip
+        "generator": {
+            "n_samples_per_prompt": s.group_size,
+            "sampling_params": {
+                "max_generate_length": g.max_new_tokens,
+                "temperature": g.temperature,
+                "top_p": g.top_p,
+            },
+        },
+    }
     if cfg.critic.enabled:
         data["trainer"]["critic"] = {"optimizer_config": {"lr": o.critic_lr}}
     return yaml.safe_dump(data, sort_keys=False), differences(cfg)

@@ -42,9 +42,15 @@ T = "trl 1.16.0 trl/trainer/grpo_config.py"
 HF = "transformers 5.19 transformers/training_args.py"
 LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo")
 RLOO_ONLY = ("normalize_advantages", "reward_clip_range")
-GRPO_ONLY = ("loss_type", "scale_rewards", "delta", "importance_sampling_level",
-             "vllm_importance_sampling_mode", "use_bias_correction_kl",
-             "off_policy_mask_threshold")  # fmt: skip
+GRPO_ONLY = (
+    "loss_type",
+    "scale_rewards",
+    "delta",
+    "importance_sampling_level",
+    "vllm_importance_sampling_mode",
+    "use_bias_correction_kl",
+    "off_policy_mask_threshold",
+)
 
 
 def trainer_of(flat: dict[str, Any]) -> str:
@@ -56,8 +62,10 @@ def trainer_of(flat: dict[str, Any]) -> str:
     rloo_keys = [k for k in RLOO_ONLY if k in flat]
     grpo_keys = [k for k in GRPO_ONLY if k in flat]
     if named is None and rloo_keys and grpo_keys:
-        raise ConfigError(f"{grpo_keys[0]}: a GRPOConfig field in a file with RLOOConfig's "
-                          f"{rloo_keys[0]}; say which with trainer: grpo|rloo")  # fmt: skip
+        raise ConfigError(
+            f"{grpo_keys[0]}: a GRPOConfig field in a file with RLOOConfig's "
+            f"{rloo_keys[0]}; say which with trainer: grpo|rloo"
+        )
     kind = named or ("rloo" if rloo_keys else "grpo")
     clash = grpo_keys if kind == "rloo" else rloo_keys
     if clash:
@@ -72,19 +80,25 @@ def _loss_type(value: Any, get: Lookup) -> Mapped:
         )
     none = {"reduction.max_len": None}
     if value == "dapo":
-        return Mapped({"reduction.name": "token_mean", **none},
-                      note="trap: TRL's default loss_type is dapo (global token mean)")  # fmt: skip
+        return Mapped(
+            {"reduction.name": "token_mean", **none},
+            note="trap: TRL's default loss_type is dapo (global token mean)",
+        )
     if value in ("grpo", "sapo"):
         objective = {"behaviour.objective": "sapo"} if value == "sapo" else {}
         return Mapped({"reduction.name": "response_mean", **none, **objective})
     if value == "bnpo":
-        return Mapped({"reduction.name": "token_mean", **none}, "approximate",
-                      "the denominator is the local micro-batch's token count")  # fmt: skip
+        return Mapped(
+            {"reduction.name": "token_mean", **none},
+            "approximate",
+            "the denominator is the local micro-batch's token count",
+        )
     if value == "dr_grpo":
         budget = get("max_completion_length")
-        return Mapped({"reduction.name": "fixed_budget", "reduction.max_len": budget},
-                      note="reduction only: the advantage still divides by the std unless "
-                      "scale_rewards=none")  # fmt: skip
+        return Mapped(
+            {"reduction.name": "fixed_budget", "reduction.max_len": budget},
+            note="reduction only: the advantage still divides by the std unless scale_rewards=none",
+        )
     if value == "cispo":
         return _cispo(get)
     return Mapped({}, "none", f"rlmap has no {value} loss; the closest preset's is kept")
@@ -93,19 +107,28 @@ def _loss_type(value: Any, get: Lookup) -> Mapped:
 def _cispo(get: Lookup) -> Mapped:
     cap = get("epsilon_high") or get("epsilon")
     if cap < 1:
-        raise ConfigError(f"epsilon_high: {cap} caps the CISPO ratio below 1 (TRL caps at "
-                          "epsilon_high itself); rlmap cannot express it")  # fmt: skip
-    return Mapped({"behaviour.objective": "cispo", "behaviour.clip_low": 1.0,
-                   "behaviour.clip_high": cap - 1, "reduction.name": "token_mean",
-                   "reduction.max_len": None},
-                  note="TRL's cap is epsilon_high, not 1+ε")  # fmt: skip
+        raise ConfigError(
+            f"epsilon_high: {cap} caps the CISPO ratio below 1 (TRL caps at "
+            "epsilon_high itself); rlmap cannot express it"
+        )
+    return Mapped(
+        {
+            "behaviour.objective": "cispo",
+            "behaviour.clip_low": 1.0,
+            "behaviour.clip_high": cap - 1,
+            "reduction.name": "token_mean",
+            "reduction.max_len": None,
+        },
+        note="TRL's cap is epsilon_high, not 1+ε",
+    )
 
 
 def _epsilon_high(value: Any, get: Lookup) -> Mapped:
     if get("loss_type") == "cispo":
         return Mapped({}, note="read with loss_type=cispo")
-    return Mapped({"behaviour.clip_high": get("epsilon") if value is None else value},
-                  note="None: epsilon")  # fmt: skip
+    return Mapped(
+        {"behaviour.clip_high": get("epsilon") if value is None else value}, note="None: epsilon"
+    )
 
 
 def _epsilon(value: Any, get: Lookup) -> Mapped:
@@ -127,23 +150,33 @@ def _delta(value: Any, get: Lookup) -> Mapped:
 
 def _beta(value: Any, get: Lookup) -> Mapped:
     if not value:
-        return Mapped({"kl.placement": "none", "kl.beta": 0.0},
-                      note="trap: TRL's default is no KL and no reference model")  # fmt: skip
+        return Mapped(
+            {"kl.placement": "none", "kl.beta": 0.0},
+            note="trap: TRL's default is no KL and no reference model",
+        )
     fields = {"kl.placement": "loss", "kl.beta": value, "kl.target": None}
     if not get("use_bias_correction_kl"):
         return Mapped({**fields, "kl.estimator": "k3"}, note="TRL's k3 has no ±10 clamp")
     if get("importance_sampling_level") == "sequence":
-        return Mapped({}, "none", "use_bias_correction_kl with importance_sampling_level="
-                      "sequence weights k3 by the sequence ratio: no rlmap estimator")  # fmt: skip
-    return Mapped({**fields, "kl.estimator": "k3_iw"},
-                  note="use_bias_correction_kl: k3 × π_θ/π_old, not detached")  # fmt: skip
+        return Mapped(
+            {},
+            "none",
+            "use_bias_correction_kl with importance_sampling_level="
+            "sequence weights k3 by the sequence ratio: no rlmap estimator",
+        )
+    return Mapped(
+        {**fields, "kl.estimator": "k3_iw"},
+        note="use_bias_correction_kl: k3 × π_θ/π_old, not detached",
+    )
 
 
 def _scale(value: Any, get: Lookup) -> Mapped:
     value = {True: "group", False: "none"}.get(value, value)
     if value == "group":
-        return Mapped({"credit.estimator": "grpo", "credit.std_eps": 1e-4},
-                      note="ε=1e-4 (grpo_trainer.py: std_rewards + 1e-4)")  # fmt: skip
+        return Mapped(
+            {"credit.estimator": "grpo", "credit.std_eps": 1e-4},
+            note="ε=1e-4 (grpo_trainer.py: std_rewards + 1e-4)",
+        )
     if value == "none":
         return Mapped({"credit.estimator": "dr_grpo"})
     if value == "batch":
@@ -155,8 +188,10 @@ def _level(value: Any, get: Lookup) -> Mapped:
     if value == "token":
         return Mapped({"behaviour.objective": "ppo_clip"})
     if value == "sequence":
-        return Mapped({"behaviour.objective": "gspo", "behaviour.gspo_token": False},
-                      note="the geometric-mean ratio; reduction from loss_type")  # fmt: skip
+        return Mapped(
+            {"behaviour.objective": "gspo", "behaviour.gspo_token": False},
+            note="the geometric-mean ratio; reduction from loss_type",
+        )
     raise ConfigError(f"importance_sampling_level: {value!r} is not a TRL value (token, sequence)")
 
 
@@ -189,9 +224,13 @@ def prompts(world_size: int) -> Any:
                 f"generation_batch_size: {batch} is not a multiple of num_generations {group}"
             )
         minibatches = steps // get("gradient_accumulation_steps")
-        return Mapped({"sampling.prompts_per_step": batch // group,
-                       "optim.minibatches_per_epoch": max(1, minibatches)},
-                      note=f"{batch} completions / G={group}, {world_size} procs")  # fmt: skip
+        return Mapped(
+            {
+                "sampling.prompts_per_step": batch // group,
+                "optim.minibatches_per_epoch": max(1, minibatches),
+            },
+            note=f"{batch} completions / G={group}, {world_size} procs",
+        )
 
     return convert
 
@@ -203,26 +242,40 @@ def max_steps(world_size: int) -> Any:
         per_batch = updates_per_batch(get, world_size)
         steps = math.ceil(value / per_batch)
         kind = "exact" if steps * per_batch == value else "approximate"
-        return Mapped({"optim.steps": steps}, kind,
-                      f"TRL counts optimiser steps: {value} / {per_batch} a batch")  # fmt: skip
+        return Mapped(
+            {"optim.steps": steps},
+            kind,
+            f"TRL counts optimiser steps: {value} / {per_batch} a batch",
+        )
 
     return convert
 
 
 def scheduler(value: Any, get: Lookup) -> Mapped:
     """lr_scheduler_type: linear (the default), cosine, constant(_with_warmup)."""
-    known = {"linear": "linear", "cosine": "cosine", "constant": "constant",
-             "constant_with_warmup": "constant"}  # fmt: skip
+    known = {
+        "linear": "linear",
+        "cosine": "cosine",
+        "constant": "constant",
+        "constant_with_warmup": "constant",
+    }
     if value not in known:
         return Mapped({}, "none", f"{value}: rlmap offers constant, cosine or linear")
     fields = {"optim.schedule": known[value]}
     if value == "constant" and get("warmup_steps"):
-        return Mapped({**fields, "optim.warmup_steps": 0}, "approximate",
-                      "transformers' constant schedule ignores warmup_steps")  # fmt: skip
+        return Mapped(
+            {**fields, "optim.warmup_steps": 0},
+            "approximate",
+            "transformers' constant schedule ignores warmup_steps",
+        )
     decays = value in ("linear", "cosine")
     if decays and (get("max_steps") or -1) < 0:
-        return Mapped(fields, "approximate", "with max_steps unset TRL decays over "
-                      "num_train_epochs × the data's batches, rlmap over optim.steps")  # fmt: skip
+        return Mapped(
+            fields,
+            "approximate",
+            "with max_steps unset TRL decays over "
+            "num_train_epochs × the data's batches, rlmap over optim.steps",
+        )
     return Mapped(fields, note="trap: TRL's default is linear decay to 0" if decays else "")
 
 
@@ -236,8 +289,11 @@ def warmup(value: Any, get: Lookup) -> Mapped:
         steps = math.ceil(get("max_steps") * value)
     else:
         return Mapped({}, "none", "a warm-up ratio of a run whose length is set by the dataset")
-    return Mapped({"optim.warmup_steps": steps}, "approximate", "transformers warms up as s/W "
-                  "(0 at the first step), rlmap as (s+1)/W")  # fmt: skip
+    return Mapped(
+        {"optim.warmup_steps": steps},
+        "approximate",
+        "transformers warms up as s/W (0 at the first step), rlmap as (s+1)/W",
+    )
 
 
 def adam_betas(value: Any, get: Lookup) -> Mapped:
@@ -253,19 +309,35 @@ def _vllm_fields(get: Lookup) -> tuple[dict[str, Any], str, str]:
     low, high = get("vllm_importance_sampling_clip_min"), get("vllm_importance_sampling_clip_max")
     high = get("vllm_importance_sampling_cap") or high  # the deprecated name wins, as in TRL
     if mode == "token_mask" and high is not None:
-        return ({"behaviour.corrections": ["icepop"], "behaviour.icepop_low": low or 0.0,
-                 "behaviour.icepop_high": high}, "exact", "w = κ·1[C_min ≤ κ ≤ C_max]")  # fmt: skip
+        return (
+            {
+                "behaviour.corrections": ["icepop"],
+                "behaviour.icepop_low": low or 0.0,
+                "behaviour.icepop_high": high,
+            },
+            "exact",
+            "w = κ·1[C_min ≤ κ ≤ C_max]",
+        )
     if high is None:
         return {}, "none", f"{mode} without an upper bound: no rlmap correction"
     level = "token" if mode.startswith("token") else "sequence"
-    fields = {"behaviour.corrections": ["tis"], "behaviour.tis_level": level,
-              "behaviour.tis_cap": high}  # fmt: skip
+    fields = {
+        "behaviour.corrections": ["tis"],
+        "behaviour.tis_level": level,
+        "behaviour.tis_cap": high,
+    }
     if mode.endswith("_truncate"):
         if low is None:
             return fields, "exact", "w = min(κ, C_max)"
         return fields, "approximate", f"TRL also clamps κ from below at {low}"
-    return fields, "approximate", (f"{mode}: TRL zeroes the weight outside [C_min, C_max] "
-                                   "(the product ratio); TIS truncates at C_max")  # fmt: skip
+    return (
+        fields,
+        "approximate",
+        (
+            f"{mode}: TRL zeroes the weight outside [C_min, C_max] "
+            "(the product ratio); TIS truncates at C_max"
+        ),
+    )
 
 
 def _vllm(value: Any, get: Lookup) -> Mapped:
@@ -278,19 +350,36 @@ def _opsm(value: Any, get: Lookup) -> Mapped:
         return Mapped({}, note="off")
     fields, _, _ = _vllm_fields(get)
     corrections = [*fields.get("behaviour.corrections", []), "opsm"]
-    return Mapped({"behaviour.corrections": corrections, "behaviour.opsm_delta": value},
-                  note="keep Â ≥ 0 or mean log μ − log π_θ ≤ δ (get_off_policy_mask)")  # fmt: skip
+    return Mapped(
+        {"behaviour.corrections": corrections, "behaviour.opsm_delta": value},
+        note="keep Â ≥ 0 or mean log μ − log π_θ ≤ δ (get_off_policy_mask)",
+    )
 
 
-IMPLIED_FIELDS = {"feedback.source": "verifier",
-                  "behaviour.mode": "decoupled", "behaviour.corrections": [],
-                  "behaviour.positive_nll": 0.0, "system.mode": "sync", "sampling.filter": "none",
-                  "feedback.overlong_cache": None, "critic.enabled": False}  # fmt: skip
+IMPLIED_FIELDS = {
+    "feedback.source": "verifier",
+    "behaviour.mode": "decoupled",
+    "behaviour.corrections": [],
+    "behaviour.positive_nll": 0.0,
+    "system.mode": "sync",
+    "sampling.filter": "none",
+    "feedback.overlong_cache": None,
+    "critic.enabled": False,
+}
 
 
-GRPO_LINES = {"generation_batch_size": 522, "steps_per_generation": 529, "num_iterations": 690,
-              "mask_truncated_completions": 837, "temperature": 533, "top_p": 537, "top_k": 544,
-              "min_p": 551, "max_completion_length": 495, "learning_rate": 424}  # fmt: skip
+GRPO_LINES = {
+    "generation_batch_size": 522,
+    "steps_per_generation": 529,
+    "num_iterations": 690,
+    "mask_truncated_completions": 837,
+    "temperature": 533,
+    "top_p": 537,
+    "top_k": 544,
+    "min_p": 551,
+    "max_completion_length": 495,
+    "learning_rate": 424,
+}
 """The line of each shared field's ``default=`` in grpo_config.py."""
 
 
@@ -302,25 +391,44 @@ def shared(world_size: int, src: str, lines: dict[str, int]) -> tuple[Mapping, .
         return f"{src}:{lines[key]}"
 
     return (
-        Mapping("per_device_train_batch_size", field("optim.micro_batch_size", "completions"), 8,
-                f"{HF}:775"),
-        Mapping("gradient_accumulation_steps", read_with("generation_batch_size"), 1,
-                f"{HF}:847"),
-        Mapping("steps_per_generation", read_with("generation_batch_size"), None,
-                at("steps_per_generation")),
-        Mapping("generation_batch_size", prompts(world_size), NULL,
-                f"{at('generation_batch_size')} (None: per_device × world × steps_per_generation)"),
+        Mapping(
+            "per_device_train_batch_size",
+            field("optim.micro_batch_size", "completions"),
+            8,
+            f"{HF}:775",
+        ),
+        Mapping("gradient_accumulation_steps", read_with("generation_batch_size"), 1, f"{HF}:847"),
+        Mapping(
+            "steps_per_generation",
+            read_with("generation_batch_size"),
+            None,
+            at("steps_per_generation"),
+        ),
+        Mapping(
+            "generation_batch_size",
+            prompts(world_size),
+            NULL,
+            f"{at('generation_batch_size')} (None: per_device × world × steps_per_generation)",
+        ),
         Mapping("num_iterations", field("optim.epochs_per_batch"), 1, at("num_iterations")),
-        Mapping("mask_truncated_completions",
-                off("rlmap cannot mask truncated completions", (False,)), False,
-                at("mask_truncated_completions")),
+        Mapping(
+            "mask_truncated_completions",
+            off("rlmap cannot mask truncated completions", (False,)),
+            False,
+            at("mask_truncated_completions"),
+        ),
         Mapping("temperature", field("generation.temperature"), 1.0, at("temperature")),
         Mapping("top_p", field("generation.top_p"), 1.0, at("top_p")),
-        Mapping("top_k", off("rlmap has no top_k (docs/translate.md)", (0, -1, None)), 0,
-                at("top_k")),
+        Mapping(
+            "top_k", off("rlmap has no top_k (docs/translate.md)", (0, -1, None)), 0, at("top_k")
+        ),
         Mapping("min_p", off("rlmap has no min_p", (None, 0, 0.0)), NULL, at("min_p")),
-        Mapping("max_completion_length", field("generation.max_new_tokens"), 512,
-                at("max_completion_length")),
+        Mapping(
+            "max_completion_length",
+            field("generation.max_new_tokens"),
+            512,
+            at("max_completion_length"),
+        ),
         Mapping("learning_rate", field("optim.lr"), 1e-6, at("learning_rate")),
         Mapping("max_steps", max_steps(world_size), -1, f"{HF}:777"),
         Mapping("lr_scheduler_type", scheduler, "linear", f"{HF}:786"),
@@ -329,16 +437,24 @@ def shared(world_size: int, src: str, lines: dict[str, int]) -> tuple[Mapping, .
         Mapping("adam_beta1", read_with("adam_beta2"), 0.9, f"{HF}:826"),
         Mapping("adam_beta2", adam_betas, 0.999, f"{HF}:832"),
         Mapping("max_grad_norm", field("optim.max_grad_norm"), 1.0, f"{HF}:864"),
-        Mapping("model_name_or_path", field("model.path", "the source's model"), None,
-                "TRL ModelConfig"),
-    )  # fmt: skip
+        Mapping(
+            "model_name_or_path", field("model.path", "the source's model"), None, "TRL ModelConfig"
+        ),
+    )
 
 
 def grpo_table(world_size: int) -> tuple[Mapping, ...]:
     """GRPOConfig's rows, in the order they apply (a later row's fields win)."""
     return (
-        Mapping(IMPLIED + "GRPOTrainer", implied(IMPLIED_FIELDS, "π_old recomputed, no group "
-                "filter, no overlong shaping, no critic, synchronous"), "grpo", "trl GRPOTrainer"),
+        Mapping(
+            IMPLIED + "GRPOTrainer",
+            implied(
+                IMPLIED_FIELDS,
+                "π_old recomputed, no group filter, no overlong shaping, no critic, synchronous",
+            ),
+            "grpo",
+            "trl GRPOTrainer",
+        ),
         Mapping("trainer", read_with("--from trl: GRPOConfig"), None, "rlmap (not a TRL field)"),
         Mapping("num_generations", field("sampling.group_size"), 8, f"{T}:481"),
         *shared(world_size, T, GRPO_LINES),
@@ -351,18 +467,27 @@ def grpo_table(world_size: int) -> tuple[Mapping, ...]:
         Mapping("beta", _beta, 0.0, f"{T}:682"),
         Mapping("scale_rewards", _scale, "group", f"{T}:790"),
         Mapping("entropy_coef", off("rlmap has no entropy bonus", (0, 0.0)), 0.0, f"{T}:877"),
-        Mapping("top_entropy_quantile", off("rlmap keeps every token in the loss", (1, 1.0)),
-                1.0, f"{T}:867"),
+        Mapping(
+            "top_entropy_quantile",
+            off("rlmap keeps every token in the loss", (1, 1.0)),
+            1.0,
+            f"{T}:867",
+        ),
         Mapping("vllm_importance_sampling_correction", read_with("use_vllm"), True, f"{T}:926"),
-        Mapping("vllm_importance_sampling_mode", read_with("use_vllm"), "sequence_mask",
-                f"{T}:935"),
+        Mapping(
+            "vllm_importance_sampling_mode", read_with("use_vllm"), "sequence_mask", f"{T}:935"
+        ),
         Mapping("vllm_importance_sampling_clip_min", read_with("use_vllm"), NULL, f"{T}:956"),
         Mapping("vllm_importance_sampling_clip_max", read_with("use_vllm"), 3.0, f"{T}:948"),
-        Mapping("vllm_importance_sampling_cap", read_with("use_vllm"), None,
-                f"{T}:1040 (deprecated: clip_max)"),
+        Mapping(
+            "vllm_importance_sampling_cap",
+            read_with("use_vllm"),
+            None,
+            f"{T}:1040 (deprecated: clip_max)",
+        ),
         Mapping("use_vllm", _vllm, False, f"{T}:588"),
         Mapping("off_policy_mask_threshold", _opsm, NULL, f"{T}:964"),
-    )  # fmt: skip
+    )
 
 
 def table(world_size: int = 1, flat: dict[str, Any] | None = None) -> tuple[Mapping, ...]:
@@ -393,29 +518,48 @@ def _differences(cfg: RecipeConfig, cispo: bool) -> list[str]:
     b, k, r, s, c = cfg.behaviour, cfg.kl, cfg.reduction, cfg.sampling, cfg.credit
     sequence_gspo = b.objective == "gspo" and not b.gspo_token
     checks = [
-        (r.name not in ("token_mean", "response_mean", "fixed_budget"),
-         f"reduction.name={r.name}: no TRL loss_type"),
-        (b.objective not in ("ppo_clip", "sapo") and not cispo and not sequence_gspo,
-         f"behaviour.objective={b.objective}: not written for TRL"),
-        (b.objective == "sapo" and r.name != "response_mean",
-         "sapo: TRL's sapo loss is a per-sequence mean"),
-        (c.estimator not in ("grpo", "dr_grpo"),
-         f"credit.estimator={c.estimator}: GRPOConfig has group-normalised advantages only"),
-        (c.estimator == "grpo" and c.std_eps != 1e-4,
-         f"credit.std_eps: TRL adds 1e-4 to the std, rlmap {c.std_eps:g}"),
-        (k.placement == "reward" or (k.placement == "loss" and k.estimator not in ("k3", "k3_iw"))
-         or (k.estimator == "k3_iw" and sequence_gspo),
-         f"kl: TRL has a k3 KL in the loss only, got {k.estimator} in {k.placement}"),
+        (
+            r.name not in ("token_mean", "response_mean", "fixed_budget"),
+            f"reduction.name={r.name}: no TRL loss_type",
+        ),
+        (
+            b.objective not in ("ppo_clip", "sapo") and not cispo and not sequence_gspo,
+            f"behaviour.objective={b.objective}: not written for TRL",
+        ),
+        (
+            b.objective == "sapo" and r.name != "response_mean",
+            "sapo: TRL's sapo loss is a per-sequence mean",
+        ),
+        (
+            c.estimator not in ("grpo", "dr_grpo"),
+            f"credit.estimator={c.estimator}: GRPOConfig has group-normalised advantages only",
+        ),
+        (
+            c.estimator == "grpo" and c.std_eps != 1e-4,
+            f"credit.std_eps: TRL adds 1e-4 to the std, rlmap {c.std_eps:g}",
+        ),
+        (
+            k.placement == "reward"
+            or (k.placement == "loss" and k.estimator not in ("k3", "k3_iw"))
+            or (k.estimator == "k3_iw" and sequence_gspo),
+            f"kl: TRL has a k3 KL in the loss only, got {k.estimator} in {k.placement}",
+        ),
         (k.target is not None, "kl.target: TRL's β is fixed"),
-        (s.filter != "none" or b.mode != "decoupled" or cfg.feedback.overlong_cache is not None,
-         "dynamic sampling, bypass and overlong shaping: not in GRPOConfig"),
-        (not set(b.corrections) <= {"tis", "icepop", "opsm"}
-         or {"tis", "icepop"} <= set(b.corrections),
-         f"behaviour.corrections={list(b.corrections)}: not in GRPOConfig"),
-        (r.name == "fixed_budget" and r.max_len != cfg.generation.max_new_tokens,
-         "reduction.max_len: TRL's dr_grpo divides by max_completion_length"),
+        (
+            s.filter != "none" or b.mode != "decoupled" or cfg.feedback.overlong_cache is not None,
+            "dynamic sampling, bypass and overlong shaping: not in GRPOConfig",
+        ),
+        (
+            not set(b.corrections) <= {"tis", "icepop", "opsm"}
+            or {"tis", "icepop"} <= set(b.corrections),
+            f"behaviour.corrections={list(b.corrections)}: not in GRPOConfig",
+        ),
+        (
+            r.name == "fixed_budget" and r.max_len != cfg.generation.max_new_tokens,
+            "reduction.max_len: TRL's dr_grpo divides by max_completion_length",
+        ),
         (cfg.optim.warmup_steps > 0, "optim.warmup_steps: transformers warms up as s/W"),
-    ]  # fmt: skip
+    ]
     return [text for failed, text in checks if failed]
 
 
@@ -423,12 +567,16 @@ def _vllm_settings(cfg: RecipeConfig) -> dict[str, Any]:
     b = cfg.behaviour
     out: dict[str, Any] = {"use_vllm": "tis" in b.corrections or "icepop" in b.corrections}
     if "tis" in b.corrections:
-        out |= {"vllm_importance_sampling_mode": f"{b.tis_level}_truncate",
-                "vllm_importance_sampling_clip_max": b.tis_cap}  # fmt: skip
+        out |= {
+            "vllm_importance_sampling_mode": f"{b.tis_level}_truncate",
+            "vllm_importance_sampling_clip_max": b.tis_cap,
+        }
     if "icepop" in b.corrections:
-        out |= {"vllm_importance_sampling_mode": "token_mask",
-                "vllm_importance_sampling_clip_min": b.icepop_low,
-                "vllm_importance_sampling_clip_max": b.icepop_high}  # fmt: skip
+        out |= {
+            "vllm_importance_sampling_mode": "token_mask",
+            "vllm_importance_sampling_clip_min": b.icepop_low,
+            "vllm_importance_sampling_clip_max": b.icepop_high,
+        }
     if "opsm" in b.corrections:
         out["off_policy_mask_threshold"] = b.opsm_delta
     return out
