@@ -34,7 +34,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from rlmap.experiments.compare import curve, interpolate, load_run
+from rlmap.experiments.compare_curves import curve, interpolate
+from rlmap.experiments.compare_runs import load_run
 from rlmap.simulator.inputs import profile_from_run
 from rlmap.simulator.model import simulate
 from rlmap.simulator.report import SimulateArgs, build_config
@@ -48,8 +49,9 @@ SETS = {"heldout": [], "throughput": ["run.eval_every=1000000", "run.checkpoint_
 """The two sets of runs and what each adds to the command."""
 
 
-def train(root: Path, seeds: int, steps: int, extra: Sequence[str] = (),
-          sets: Sequence[str] = tuple(SETS)) -> None:  # fmt: skip
+def train(
+    root: Path, seeds: int, steps: int, extra: Sequence[str] = (), sets: Sequence[str] = tuple(SETS)
+) -> None:
     for group, more in ((g, SETS[g]) for g in sets):
         for name, spec in LATENCIES.items():
             for mode in MODES:
@@ -57,10 +59,25 @@ def train(root: Path, seeds: int, steps: int, extra: Sequence[str] = (),
                 if all((out / f"seed{s}" / "summary.json").exists() for s in range(seeds)):
                     continue
                 shutil.rmtree(out, ignore_errors=True)  # a cell cut short: train it again
-                cmd = [sys.executable, "-m", "rlmap.cli", "train", "--recipe", "sao",
-                       "--seeds", str(seeds), "--out", str(out), "data.task=calculator",
-                       f"data.env_latency={spec}", f"system.mode={mode}",
-                       f"optim.steps={steps}", "run.progress=false", *more, *extra]  # fmt: skip
+                cmd = [
+                    sys.executable,
+                    "-m",
+                    "rlmap.cli",
+                    "train",
+                    "--recipe",
+                    "sao",
+                    "--seeds",
+                    str(seeds),
+                    "--out",
+                    str(out),
+                    "data.task=calculator",
+                    f"data.env_latency={spec}",
+                    f"system.mode={mode}",
+                    f"optim.steps={steps}",
+                    "run.progress=false",
+                    *more,
+                    *extra,
+                ]
                 print("$", " ".join(cmd[2:]), flush=True)
                 subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
 
@@ -111,18 +128,20 @@ def report(root: Path, seeds: int, throughput: str = "throughput") -> str:
         "|---|---|---|---|---|---|",
     ]
     for name in LATENCIES:
-        fast = {m: [root / throughput / f"{name}-{m}" / f"seed{s}" for s in range(seeds)]
-                for m in MODES}  # fmt: skip
-        runs = {m: [root / "heldout" / f"{name}-{m}" / f"seed{s}" for s in range(seeds)]
-                for m in MODES}  # fmt: skip
+        fast = {
+            m: [root / throughput / f"{name}-{m}" / f"seed{s}" for s in range(seeds)] for m in MODES
+        }
+        runs = {
+            m: [root / "heldout" / f"{name}-{m}" / f"seed{s}" for s in range(seeds)] for m in MODES
+        }
         rate = {m: [measured_rate(r) for r in fast[m]] for m in MODES}
         ratio = [a / s for a, s in zip(rate["async"], rate["sync"], strict=True)]
         error = {m: [predicted_rate(r) / measured_rate(r) - 1 for r in fast[m]] for m in MODES}
         # the common budget: the least any of the six runs reached
-        walls = [max(curve(load_run(r), "budget/wall_clock_s")[0]) for m in MODES
-                 for r in runs[m]]  # fmt: skip
-        tokens = [max(curve(load_run(r), "budget/generated_tokens")[0]) for m in MODES
-                  for r in runs[m]]  # fmt: skip
+        walls = [max(curve(load_run(r), "budget/wall_clock_s")[0]) for m in MODES for r in runs[m]]
+        tokens = [
+            max(curve(load_run(r), "budget/generated_tokens")[0]) for m in MODES for r in runs[m]
+        ]
         wall = {m: at_budget(runs[m], "budget/wall_clock_s", min(walls)) for m in MODES}
         toks = {m: at_budget(runs[m], "budget/generated_tokens", min(tokens)) for m in MODES}
         errors = " · ".join(", ".join(f"{e:+.0%}" for e in error[m]) for m in MODES)

@@ -64,9 +64,9 @@ from rlmap.engines.engine import Completion
 from rlmap.engines.hf import left_pad
 from rlmap.learner.logprobs import position_ids
 from rlmap.learner.policy import prepare_batch, update_policy
-from rlmap.recipes.config import build_config
+from rlmap.recipes.build import build_config
 from rlmap.rollout.episodes import to_batch
-from rlmap.system.sync import next_prompts, rollout_round
+from rlmap.system.rounds import next_prompts, rollout_round
 from rlmap.tasks.prompts import encode_prompt
 
 SAMPLING_SEED = 1234
@@ -111,17 +111,29 @@ def report(times: dict[str, list[float]], bare: str) -> None:
 
 
 def bare_generate(
-    model: torch.nn.Module, input_ids: Tensor, attention: Tensor, *, max_new_tokens: int,
-    temperature: float, pad_token_id: int, eos_token_id: int,
-) -> Tensor:  # fmt: skip
+    model: torch.nn.Module,
+    input_ids: Tensor,
+    attention: Tensor,
+    *,
+    max_new_tokens: int,
+    temperature: float,
+    pad_token_id: int,
+    eos_token_id: int,
+) -> Tensor:
     """``model.generate`` with the sampling settings spelled out; (B, P + T) token ids."""
     model.eval()
     with torch.inference_mode():
         return model.generate(  # type: ignore[operator]
-            input_ids=input_ids, attention_mask=attention, do_sample=True,
-            temperature=temperature, top_k=0, top_p=1.0, max_new_tokens=max_new_tokens,
-            pad_token_id=pad_token_id, eos_token_id=eos_token_id,
-        )  # fmt: skip
+            input_ids=input_ids,
+            attention_mask=attention,
+            do_sample=True,
+            temperature=temperature,
+            top_k=0,
+            top_p=1.0,
+            max_new_tokens=max_new_tokens,
+            pad_token_id=pad_token_id,
+            eos_token_id=eos_token_id,
+        )
 
 
 def bench_rollout(p: Parts, repeats: int) -> None:
@@ -137,14 +149,20 @@ def bench_rollout(p: Parts, repeats: int) -> None:
     def bare() -> Tensor:
         torch.manual_seed(SAMPLING_SEED)
         return bare_generate(
-            model, ids, attention, max_new_tokens=g.max_new_tokens,
-            temperature=g.temperature, pad_token_id=pad, eos_token_id=eos,
-        )  # fmt: skip
+            model,
+            ids,
+            attention,
+            max_new_tokens=g.max_new_tokens,
+            temperature=g.temperature,
+            pad_token_id=pad,
+            eos_token_id=eos,
+        )
 
     def engine() -> list[list[Completion]]:
         torch.manual_seed(SAMPLING_SEED)
-        return p.engine.generate(prompts, n=n, max_new_tokens=g.max_new_tokens,
-                                 temperature=g.temperature, top_p=g.top_p)  # fmt: skip
+        return p.engine.generate(
+            prompts, n=n, max_new_tokens=g.max_new_tokens, temperature=g.temperature, top_p=g.top_p
+        )
 
     def rollout() -> object:
         torch.manual_seed(SAMPLING_SEED)
@@ -154,13 +172,17 @@ def bench_rollout(p: Parts, repeats: int) -> None:
     name = f"rlmap {type(p.engine).__name__}.generate"
     if cfg.system.engine != "hf":  # vLLM: its own generate is the bare side
         responses = [c.response_ids for group in engine() for c in group]
-        print(f"\nrollout on {cfg.system.engine}: {len(responses)} sequences, "
-              f"{sum(map(len, responses))} response tokens")  # fmt: skip
+        print(
+            f"\nrollout on {cfg.system.engine}: {len(responses)} sequences, "
+            f"{sum(map(len, responses))} response tokens"
+        )
         times = alternate({name: engine, "rlmap rollout_round (headline)": rollout}, repeats)
         report(times, name)
         own = ratio(times, name, "rlmap rollout_round (headline)")
-        print(f"  rollout_round / {name.removeprefix('rlmap ')}: generate_time / round_time = "
-              f"{own:.3f} (target >= 0.9)")  # fmt: skip
+        print(
+            f"  rollout_round / {name.removeprefix('rlmap ')}: generate_time / round_time = "
+            f"{own:.3f} (target >= 0.9)"
+        )
         return
     sequences = bare()[:, width:]
     responses = [c.response_ids for group in engine() for c in group]
@@ -182,8 +204,10 @@ def bench_rollout(p: Parts, repeats: int) -> None:
     )
     report(times, "bare model.generate")
     own = ratio(times, "rlmap HFEngine.generate", "rlmap rollout_round (headline)")
-    print(f"  rollout_round / HFEngine.generate: generate_time / round_time = {own:.3f} "
-          f"(target >= 0.9)")  # fmt: skip
+    print(
+        f"  rollout_round / HFEngine.generate: generate_time / round_time = {own:.3f} "
+        f"(target >= 0.9)"
+    )
 
 
 def real_batch(p: Parts) -> tuple[Batch, Tensor]:
@@ -209,8 +233,11 @@ def bare_step(
     count = mask.sum()
     for i in range(0, batch.size, micro_batch_size):
         rows = slice(i, i + micro_batch_size)
-        logits = model(input_ids=tokens[rows], attention_mask=attention[rows],
-                       position_ids=position_ids(attention[rows])).logits[:, :-1]  # fmt: skip
+        logits = model(
+            input_ids=tokens[rows],
+            attention_mask=attention[rows],
+            position_ids=position_ids(attention[rows]),
+        ).logits[:, :-1]
         logp = logits.float().log_softmax(-1).gather(-1, tokens[rows, 1:, None]).squeeze(-1)
         loss = (-adv_BT[rows, 1:] * logp)[mask[rows]].sum() / count
         loss.backward()
@@ -220,20 +247,29 @@ def bare_step(
 
 def bench_update(p: Parts, repeats: int) -> None:
     batch, adv_BT = real_batch(p)
-    mbs = p.settings.micro_batch_size
+    mbs = p.settings.schedule.micro_batch_size
     bare_model = copy.deepcopy(p.policy).train()
-    bare_optimizer = torch.optim.AdamW(bare_model.parameters(), lr=p.cfg.optim.lr,
-                                       weight_decay=p.cfg.optim.weight_decay)  # fmt: skip
+    bare_optimizer = torch.optim.AdamW(
+        bare_model.parameters(), lr=p.cfg.optim.lr, weight_decay=p.cfg.optim.weight_decay
+    )
     generator = torch.Generator().manual_seed(0)
 
     def rlmap() -> object:
-        return update_policy(p.policy, p.optimizer, p.scheduler, batch, adv_BT, p.settings,
-                             learner_version=0, generator=generator)  # fmt: skip
+        return update_policy(
+            p.policy,
+            p.optimizer,
+            p.scheduler,
+            batch,
+            adv_BT,
+            p.settings,
+            learner_version=0,
+            generator=generator,
+        )
 
     print(
         f"\nupdate: {batch.size} rows × {batch.tokens.shape[1]} tokens, "
         f"{int(batch.action_mask.sum())} response tokens, one optimiser step "
-        f"(rlmap: {p.settings.optimizer_steps} step, micro-batches of {mbs}, "
+        f"(rlmap: {p.settings.schedule.optimizer_steps} step, micro-batches of {mbs}, "
         f"KL {p.cfg.kl.placement}, reduction {p.cfg.reduction.name})"
     )
     times = alternate(
@@ -264,9 +300,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    sizes = {"sampling.prompts_per_step": args.prompts, "sampling.group_size": args.group,
-             "generation.max_new_tokens": args.max_new_tokens,
-             "optim.micro_batch_size": args.micro_batch_size}  # fmt: skip
+    sizes = {
+        "sampling.prompts_per_step": args.prompts,
+        "sampling.group_size": args.group,
+        "generation.max_new_tokens": args.max_new_tokens,
+        "optim.micro_batch_size": args.micro_batch_size,
+    }
     overrides = [f"{k}={v}" for k, v in sizes.items() if v is not None] + args.overrides
     cfg = build_config(args.recipe, None, overrides)
     transformers.utils.logging.disable_progress_bar()

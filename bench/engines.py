@@ -47,8 +47,8 @@ from rlmap.assembly.models import load_causal_lm, load_tokenizer, model_path
 from rlmap.engines.engine import Completion, RolloutEngine
 from rlmap.engines.hf import HFEngine
 from rlmap.engines.vllm import VLLMEngine
-from rlmap.recipes.config import build_config
-from rlmap.system.sync import next_prompts
+from rlmap.recipes.build import build_config
+from rlmap.system.rounds import next_prompts
 from rlmap.tasks.prompts import encode_prompt
 
 SEED = 1234
@@ -57,11 +57,13 @@ SEED = 1234
 def environment() -> str:
     import vllm
 
-    return (f"python {platform.python_version()} · torch {torch.__version__} · transformers "
-            f"{transformers.__version__} · vllm {vllm.__version__} · torch threads "
-            f"{torch.get_num_threads()} · {os.cpu_count()} CPUs · "
-            f"{'GPU ' + torch.cuda.get_device_name() if torch.cuda.is_available() else 'CPU'} · "
-            f"load avg {', '.join(f'{x:.1f}' for x in os.getloadavg())}")  # fmt: skip
+    return (
+        f"python {platform.python_version()} · torch {torch.__version__} · transformers "
+        f"{transformers.__version__} · vllm {vllm.__version__} · torch threads "
+        f"{torch.get_num_threads()} · {os.cpu_count()} CPUs · "
+        f"{'GPU ' + torch.cuda.get_device_name() if torch.cuda.is_available() else 'CPU'} · "
+        f"load avg {', '.join(f'{x:.1f}' for x in os.getloadavg())}"
+    )
 
 
 def device() -> torch.device:
@@ -97,9 +99,11 @@ def report(label: str, times: dict[str, list[tuple[float, int]]]) -> float:
     """Print each side's median tokens/s and return the median of vLLM/HF per repeat."""
     for name, runs in times.items():
         rates = [n / s for s, n in runs]
-        print(f"  {name:<6} {statistics.median(rates):10.1f} tokens/s   median "
-              f"{statistics.median(s for s, _ in runs):.3f} s per call, "
-              f"{statistics.median(n for _, n in runs):.0f} tokens per call")  # fmt: skip
+        print(
+            f"  {name:<6} {statistics.median(rates):10.1f} tokens/s   median "
+            f"{statistics.median(s for s, _ in runs):.3f} s per call, "
+            f"{statistics.median(n for _, n in runs):.0f} tokens per call"
+        )
     pairs = zip(times["vllm"], times["hf"], strict=True)
     ratio = statistics.median((nv / sv) / (nh / sh) for (sv, nv), (sh, nh) in pairs)
     print(f"  {label}: vllm_tokens_per_s / hf_tokens_per_s = {ratio:.2f}")
@@ -107,13 +111,24 @@ def report(label: str, times: dict[str, list[tuple[float, int]]]) -> float:
 
 
 def compare(
-    label: str, engines: dict[str, RolloutEngine], prompts: list[list[int]], *, n: int,
-    max_new_tokens: int, stop_token_ids: Sequence[int], repeats: int,
-) -> float:  # fmt: skip
+    label: str,
+    engines: dict[str, RolloutEngine],
+    prompts: list[list[int]],
+    *,
+    n: int,
+    max_new_tokens: int,
+    stop_token_ids: Sequence[int],
+    repeats: int,
+) -> float:
     def call(engine: RolloutEngine) -> Callable[[], list[list[Completion]]]:
-        return lambda: engine.generate(prompts, n=n, max_new_tokens=max_new_tokens,
-                                       temperature=1.0, top_p=1.0,
-                                       stop_token_ids=stop_token_ids)  # fmt: skip
+        return lambda: engine.generate(
+            prompts,
+            n=n,
+            max_new_tokens=max_new_tokens,
+            temperature=1.0,
+            top_p=1.0,
+            stop_token_ids=stop_token_ids,
+        )
 
     return report(label, alternate({name: call(e) for name, e in engines.items()}, repeats))
 
@@ -155,10 +170,18 @@ def large_model(
     directory: Path, layers: int, hidden: int, vocab: int, dtype: torch.dtype
 ) -> torch.nn.Module:
     """A random Qwen2 saved to ``directory`` (config and weights), in ``dtype``."""
-    config = Qwen2Config(vocab_size=vocab, hidden_size=hidden, intermediate_size=3 * hidden,
-                         num_hidden_layers=layers, num_attention_heads=hidden // 64,
-                         num_key_value_heads=max(1, hidden // 128), max_position_embeddings=1024,
-                         tie_word_embeddings=True, eos_token_id=2, pad_token_id=0)  # fmt: skip
+    config = Qwen2Config(
+        vocab_size=vocab,
+        hidden_size=hidden,
+        intermediate_size=3 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=hidden // 64,
+        num_key_value_heads=max(1, hidden // 128),
+        max_position_embeddings=1024,
+        tie_word_embeddings=True,
+        eos_token_id=2,
+        pad_token_id=0,
+    )
     with torch.random.fork_rng():
         torch.manual_seed(0)
         model = AutoModelForCausalLM.from_config(config)
@@ -177,28 +200,38 @@ def large_case(args: argparse.Namespace, directory: Path) -> float:
     # each step stops with probability ≈ stops / V: lengths about geometric, long-tailed
     stops = list(range(3, 3 + max(1, args.vocab // args.mean_length)))
     engines: dict[str, RolloutEngine] = {
-        "hf": HFEngine(model, pad_token_id=0, eos_token_id=2, dtype=dtype,
-                       max_batch=args.sequences),
-        "vllm": VLLMEngine(directory, model, eos_token_id=2, dtype=dtype,
-                           max_batch=args.sequences),
-    }  # fmt: skip
+        "hf": HFEngine(
+            model, pad_token_id=0, eos_token_id=2, dtype=dtype, max_batch=args.sequences
+        ),
+        "vllm": VLLMEngine(directory, model, eos_token_id=2, dtype=dtype, max_batch=args.sequences),
+    }
     print(
         f"\n(b) large: random Qwen2 in {args.dtype}, {parameters(model) / 1e6:.1f} M parameters "
         f"({args.layers} layers × {args.hidden}, vocabulary {args.vocab}), {args.sequences} "
         f"sequences, prompts of 16-64 tokens, up to {args.new_tokens} new tokens, {len(stops)} "
         f"stop ids (mean length ≈ {args.mean_length} uncapped)"
     )
-    ratio = compare("large", engines, prompts, n=1, max_new_tokens=args.new_tokens,
-                    stop_token_ids=stops, repeats=args.repeats)  # fmt: skip
+    ratio = compare(
+        "large",
+        engines,
+        prompts,
+        n=1,
+        max_new_tokens=args.new_tokens,
+        stop_token_ids=stops,
+        repeats=args.repeats,
+    )
     update_time("large", model, engines["vllm"], args.repeats, dtype)
     close(engines["vllm"])
     return ratio
 
 
 def update_time(
-    label: str, model: torch.nn.Module, vllm: VLLMEngine, repeats: int,
+    label: str,
+    model: torch.nn.Module,
+    vllm: VLLMEngine,
+    repeats: int,
     dtype: torch.dtype = torch.float32,
-) -> None:  # fmt: skip
+) -> None:
     """Median seconds of ``update_weights`` from the policy module: an own-copy HF engine
     (``load_state_dict``) against vLLM's in-place reload, alternated."""
     hf = HFEngine(model, pad_token_id=0, eos_token_id=2, dtype=dtype, own_copy=True)
@@ -209,8 +242,10 @@ def update_time(
             engine.update_weights(model, i + 1)
             times[name].append(time.perf_counter() - started)
     h, v = statistics.median(times["hf"]), statistics.median(times["vllm"])
-    print(f"  weight update, {label}, {parameters(model) / 1e6:.1f} M parameters: hf own copy "
-          f"{h:.4f} s, vllm {v:.4f} s, vllm/hf = {v / h:.2f}")  # fmt: skip
+    print(
+        f"  weight update, {label}, {parameters(model) / 1e6:.1f} M parameters: hf own copy "
+        f"{h:.4f} s, vllm {v:.4f} s, vllm/hf = {v / h:.2f}"
+    )
 
 
 def parameters(model: torch.nn.Module) -> int:
@@ -225,8 +260,9 @@ def close(engine: RolloutEngine) -> None:
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--cases", nargs="+", default=["embedded", "large"],
-                        choices=["embedded", "large"])  # fmt: skip
+    parser.add_argument(
+        "--cases", nargs="+", default=["embedded", "large"], choices=["embedded", "large"]
+    )
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--sequences", type=int, default=64)
     parser.add_argument("--new-tokens", type=int, default=256)
@@ -237,8 +273,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="large case: V / this many token ids each end a sequence",
     )
     parser.add_argument("--vocab", type=int, default=32_000, help="large case: vocabulary")
-    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
-                        help="large case: precision of the model and both engines")  # fmt: skip
+    parser.add_argument(
+        "--dtype",
+        default="float32",
+        choices=["float32", "bfloat16"],
+        help="large case: precision of the model and both engines",
+    )
     parser.add_argument("--layers", type=int, default=8)
     parser.add_argument("--hidden", type=int, default=512)
     parser.add_argument("--threads", type=int, help="torch.set_num_threads (default: torch's)")

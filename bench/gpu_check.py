@@ -54,7 +54,8 @@ from rlmap.assembly.parts import build
 from rlmap.core.device import audit, describe, resolve
 from rlmap.experiments.train import run_training
 from rlmap.recipes import build_config
-from rlmap.system.sync import LoopState, sync_step
+from rlmap.system.loop_state import LoopState
+from rlmap.system.sync import sync_step
 
 QUIET = ["run.progress=false"]
 
@@ -71,9 +72,15 @@ def tiny(out: Path, small: bool) -> dict[str, Any]:
     ledger = json.loads((run / "ledger.json").read_text())
     kappa = [r["ratio/kappa/max_abs_log"] for r in rows(run) if "ratio/kappa/max_abs_log" in r]
     before, after = summary["before"]["eval/pass@1"], summary["after"]["eval/pass@1"]
-    return {"device": ledger["device"], "device_name": ledger["device_name"], "steps": steps,
-            "kappa_max_abs_log": max(kappa), "pass@1_before": before, "pass@1_after": after,
-            "pass@1_up": after > before}  # fmt: skip
+    return {
+        "device": ledger["device"],
+        "device_name": ledger["device_name"],
+        "steps": steps,
+        "kappa_max_abs_log": max(kappa),
+        "pass@1_before": before,
+        "pass@1_after": after,
+        "pass@1_up": after > before,
+    }
 
 
 def audited(small: bool) -> dict[str, Any]:
@@ -82,8 +89,11 @@ def audited(small: bool) -> dict[str, Any]:
     sync_step(parts, LoopState())
     models = {"policy": parts.policy, "reference": parts.reference, "critic": parts.critic}
     found = audit(models, {"optimizer": parts.optimizer, "critic": parts.critic_optimizer})
-    return {"devices": sorted(found), "tensors": sum(len(v) for v in found.values()),
-            "one_device": set(found) == {str(parts.device)}}  # fmt: skip
+    return {
+        "devices": sorted(found),
+        "tensors": sum(len(v) for v in found.values()),
+        "one_device": set(found) == {str(parts.device)},
+    }
 
 
 def large_model(directory: Path, small: bool) -> int:
@@ -94,14 +104,33 @@ def large_model(directory: Path, small: bool) -> int:
     from rlmap.embedded.tokenizer import build_tokenizer
 
     tokenizer = build_tokenizer()
-    shape = (dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                  num_attention_heads=2, num_key_value_heads=1, vocab_size=4096)
-             if small else
-             dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
-                  num_attention_heads=14, num_key_value_heads=2, vocab_size=151_936))  # fmt: skip
-    config = Qwen2Config(**shape, max_position_embeddings=512, tie_word_embeddings=True,
-                         pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id,
-                         eos_token_id=tokenizer.eos_token_id)  # fmt: skip
+    shape = (
+        dict(
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            vocab_size=4096,
+        )
+        if small
+        else dict(
+            hidden_size=896,
+            intermediate_size=4864,
+            num_hidden_layers=24,
+            num_attention_heads=14,
+            num_key_value_heads=2,
+            vocab_size=151_936,
+        )
+    )
+    config = Qwen2Config(
+        **shape,
+        max_position_embeddings=512,
+        tie_word_embeddings=True,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(config)
     model.save_pretrained(directory)
@@ -113,15 +142,33 @@ def large(out: Path, small: bool) -> dict[str, Any]:
     directory = out / "large-model"
     parameters = large_model(directory, small)
     steps = 2 if small else 4
-    shape = (["sampling.prompts_per_step=4", "sampling.group_size=2",
-              "generation.max_new_tokens=8", "optim.micro_batch_size=4"]
-             if small else
-             ["sampling.prompts_per_step=32", "sampling.group_size=8",
-              "generation.max_new_tokens=256", "optim.micro_batch_size=16"])  # fmt: skip
-    overrides = [f"model.path={directory}", f"optim.steps={steps}", *shape, *QUIET,
-                 "system.train_dtype=bfloat16", "system.rollout_dtype=bfloat16",
-                 "data.eval_size=8", "generation.eval_samples=1",
-                 f"run.eval_every={steps}", f"run.checkpoint_every={steps}"]  # fmt: skip
+    shape = (
+        [
+            "sampling.prompts_per_step=4",
+            "sampling.group_size=2",
+            "generation.max_new_tokens=8",
+            "optim.micro_batch_size=4",
+        ]
+        if small
+        else [
+            "sampling.prompts_per_step=32",
+            "sampling.group_size=8",
+            "generation.max_new_tokens=256",
+            "optim.micro_batch_size=16",
+        ]
+    )
+    overrides = [
+        f"model.path={directory}",
+        f"optim.steps={steps}",
+        *shape,
+        *QUIET,
+        "system.train_dtype=bfloat16",
+        "system.rollout_dtype=bfloat16",
+        "data.eval_size=8",
+        "generation.eval_samples=1",
+        f"run.eval_every={steps}",
+        f"run.checkpoint_every={steps}",
+    ]
     run = out / "large"
     run_training(build_config("grpo", None, overrides), run)
     steps_run = [r for r in rows(run) if "loss/total" in r]
@@ -144,8 +191,12 @@ def large(out: Path, small: bool) -> dict[str, Any]:
     peak = ledger.get("peak_gpu_memory_bytes")
     rollout_peak = ledger.get("peak_rollout_gpu_memory_bytes")
     return {
-        "parameters": parameters, "steps": steps, "s_per_step": median("", walls),
-        "rollout_s": rollout, "pi_old_and_ref_s": scoring, "update_s": update,
+        "parameters": parameters,
+        "steps": steps,
+        "s_per_step": median("", walls),
+        "rollout_s": rollout,
+        "pi_old_and_ref_s": scoring,
+        "update_s": update,
         "generated_tokens_per_s": generated / rollout if rollout else None,
         "update_tokens_per_s": median("system/update_tokens_per_s"),
         "mfu": median("system/mfu") if "system/mfu" in timed[0] else None,
@@ -153,7 +204,7 @@ def large(out: Path, small: bool) -> dict[str, Any]:
         "rollout_peak_gib": None if rollout_peak is None else rollout_peak / 2**30,
         "floor_16_bytes_per_param_gib": 16 * parameters / 2**30,
         "device": ledger["device"],
-    }  # fmt: skip
+    }
 
 
 def killed_and_resumed(out: Path, small: bool) -> dict[str, Any]:
@@ -163,15 +214,17 @@ def killed_and_resumed(out: Path, small: bool) -> dict[str, Any]:
     cli = [sys.executable, "-m", "rlmap.cli", "train"]
     whole, cut = out / "whole", out / "cut"
     subprocess.run([*cli, "--out", str(whole), *common], check=True, capture_output=True)
-    process = subprocess.Popen([*cli, "--out", str(cut), *common], stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)  # fmt: skip
+    process = subprocess.Popen(
+        [*cli, "--out", str(cut), *common], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     while not (cut / "checkpoints" / "step_2").is_dir() and process.poll() is None:
         time.sleep(0.05)
     process.send_signal(signal.SIGKILL)
     process.wait()
     subprocess.run([*cli, "--resume", str(cut)], check=True, capture_output=True)
-    a, b = ({r["step"]: r["loss/total"] for r in rows(run) if "loss/total" in r}
-            for run in (whole, cut))  # fmt: skip
+    a, b = (
+        {r["step"]: r["loss/total"] for r in rows(run) if "loss/total" in r} for run in (whole, cut)
+    )
     gaps = [abs(a[s] - b[s]) / max(abs(a[s]), 1e-12) for s in (3, 4)]
     return {"killed_after_step": 2, "resumed_to": max(b), "max_rel_loss_gap": max(gaps)}
 
@@ -179,15 +232,22 @@ def killed_and_resumed(out: Path, small: bool) -> dict[str, Any]:
 def _toy_qwen2() -> torch.nn.Module:
     from transformers import AutoModelForCausalLM, Qwen2Config
 
-    config = Qwen2Config(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=2, num_key_value_heads=1, vocab_size=512,
-                         max_position_embeddings=64)  # fmt: skip
+    config = Qwen2Config(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        vocab_size=512,
+        max_position_embeddings=64,
+    )
     torch.manual_seed(0)
     return AutoModelForCausalLM.from_config(config)
 
 
-def _gradient(model: torch.nn.Module, wrapped: torch.nn.Module, ids: torch.Tensor,
-              bf16: bool = False) -> dict[str, torch.Tensor]:  # fmt: skip
+def _gradient(
+    model: torch.nn.Module, wrapped: torch.nn.Module, ids: torch.Tensor, bf16: bool = False
+) -> dict[str, torch.Tensor]:
     """Every parameter's gradient of one fixed loss through ``wrapped`` (a wrapper of
     ``model``, or ``model`` itself), as full float32 tensors keyed by ``model``'s names."""
     from rlmap.learner.distributed import local
@@ -214,8 +274,13 @@ def data_parallel(out: Path, small: bool) -> dict[str, Any]:
     gpu = device if device.type == "cuda" else None
     if gpu is not None:
         torch.cuda.set_device(gpu)
-    dist.init_process_group(backend(device), init_method=f"tcp://127.0.0.1:{free_port()}",
-                            rank=0, world_size=1, device_id=gpu)  # fmt: skip
+    dist.init_process_group(
+        backend(device),
+        init_method=f"tcp://127.0.0.1:{free_port()}",
+        rank=0,
+        world_size=1,
+        device_id=gpu,
+    )
     try:
         ids = torch.randint(0, 512, (4, 32), generator=torch.Generator().manual_seed(1))
         ids = ids.to(device)
@@ -232,8 +297,9 @@ def data_parallel(out: Path, small: bool) -> dict[str, Any]:
             figures[f"{sharding}_{dtype}_grad_gap"] = gap
     finally:
         dist.destroy_process_group()
-    figures["gradients_equal"] = max(figures["ddp_float32_grad_gap"],
-                                     figures["fsdp2_float32_grad_gap"]) < 1e-6  # fmt: skip
+    figures["gradients_equal"] = (
+        max(figures["ddp_float32_grad_gap"], figures["fsdp2_float32_grad_gap"]) < 1e-6
+    )
     return figures
 
 
@@ -249,8 +315,7 @@ def weight_sync(out: Path, small: bool) -> dict[str, Any]:
         large_model(directory, small)
     device = resolve("auto")
     policy = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32).to(device)
-    engine = HFEngine(policy, pad_token_id=0, eos_token_id=1, dtype=torch.bfloat16,
-                      own_copy=True)  # fmt: skip
+    engine = HFEngine(policy, pad_token_id=0, eos_token_id=1, dtype=torch.bfloat16, own_copy=True)
     seconds = []
     for version in (1, 2, 3):
         with torch.no_grad():
@@ -261,9 +326,11 @@ def weight_sync(out: Path, small: bool) -> dict[str, Any]:
         seconds.append(elapsed(started, device))
     copy = engine.model.state_dict()
     equal = all(torch.equal(copy[k], v.to(copy[k].dtype)) for k, v in policy.state_dict().items())
-    return {"parameters": sum(p.numel() for p in policy.parameters()),
-            "seconds_per_update": sorted(seconds)[1],
-            "copy_equals_policy_in_bf16": equal}  # fmt: skip
+    return {
+        "parameters": sum(p.numel() for p in policy.parameters()),
+        "seconds_per_update": sorted(seconds)[1],
+        "copy_equals_policy_in_bf16": equal,
+    }
 
 
 def vllm_sleep(out: Path, small: bool) -> dict[str, Any]:
@@ -281,12 +348,14 @@ def vllm_sleep(out: Path, small: bool) -> dict[str, Any]:
     if not directory.is_dir():
         large_model(directory, small)
     policy = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32).to("cuda")
-    engine = VLLMEngine(directory, policy, eos_token_id=1, dtype=torch.bfloat16, memory=0.3,
-                        sleep=2)  # fmt: skip
+    engine = VLLMEngine(
+        directory, policy, eos_token_id=1, dtype=torch.bfloat16, memory=0.3, sleep=2
+    )
 
     def greedy() -> list[tuple[int, ...]]:
-        rows = engine.generate([[5, 6, 7], [8, 9]], n=1, max_new_tokens=16, temperature=0.0,
-                               top_p=1.0)  # fmt: skip
+        rows = engine.generate(
+            [[5, 6, 7], [8, 9]], n=1, max_new_tokens=16, temperature=0.0, top_p=1.0
+        )
         return [c.response_ids for group in rows for c in group]
 
     before, freed, same = greedy(), [], []
@@ -312,10 +381,15 @@ def main(argv: list[str] | None = None) -> int:
     figures: dict[str, Any] = {"environment": describe(device) | versions}
     failed = []
     with tempfile.TemporaryDirectory() as tmp:
-        for name, part in (("tiny", tiny), ("audit", lambda o, s: audited(s)),
-                           ("large", large), ("resume", killed_and_resumed),
-                           ("data_parallel", data_parallel), ("weight_sync", weight_sync),
-                           ("vllm_sleep", vllm_sleep)):  # fmt: skip
+        for name, part in (
+            ("tiny", tiny),
+            ("audit", lambda o, s: audited(s)),
+            ("large", large),
+            ("resume", killed_and_resumed),
+            ("data_parallel", data_parallel),
+            ("weight_sync", weight_sync),
+            ("vllm_sleep", vllm_sleep),
+        ):
             started = time.perf_counter()
             try:
                 figures[name] = part(Path(tmp), args.small)

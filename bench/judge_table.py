@@ -19,8 +19,12 @@ from typing import Any
 
 from rlmap.core.metrics import upgrade_row
 
-PROBES = ("judge/position_agreement", "judge/first_preferred_frac", "judge/length_corr",
-          "judge/self_consistency")  # fmt: skip
+PROBES = (
+    "judge/position_agreement",
+    "judge/first_preferred_frac",
+    "judge/length_corr",
+    "judge/self_consistency",
+)
 
 
 def _records(run: Path) -> list[dict[str, Any]]:
@@ -41,18 +45,31 @@ def _fmt(x: float | None, digits: int = 3) -> str:
 def row(run: Path) -> str:
     records = _records(run)
     config = (run / "config.yaml").read_text()
-    source = next((line.split(":", 1)[1].strip() for line in config.splitlines()
-                   if line.strip().startswith("source:")), "?")  # fmt: skip
+    source = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in config.splitlines()
+            if line.strip().startswith("source:")
+        ),
+        "?",
+    )
     evals = [r for r in records if "eval/pass@1" in r]
     steps = records[1:]
     first, last = steps[:10], steps[-10:]
     ledger = json.loads((run / "ledger.json").read_text())
     reward = f"{_fmt(_mean(first, 'reward/mean'))} → {_fmt(_mean(last, 'reward/mean'))}"
-    verifier = (f"{_fmt(_mean(first, 'reward/verifier_mean'))} → "
-                f"{_fmt(_mean(last, 'reward/verifier_mean'))}")  # fmt: skip
+    verifier = (
+        f"{_fmt(_mean(first, 'reward/verifier_mean'))} → "
+        f"{_fmt(_mean(last, 'reward/verifier_mean'))}"
+    )
     probes = " / ".join(_fmt(_mean(steps, k), 2) for k in PROBES)
-    failed = sum(round((r.get("errors/infra_error_frac", 0) + r.get("errors/timeout_frac", 0))
-                       * r.get("sampling/generated", 0)) for r in steps)  # fmt: skip
+    failed = sum(
+        round(
+            (r.get("errors/infra_error_frac", 0) + r.get("errors/timeout_frac", 0))
+            * r.get("sampling/generated", 0)
+        )
+        for r in steps
+    )
     invalid = sum(r.get("judge/invalid", 0) for r in steps)
     return (
         f"| {run.name} | {source} | {evals[0]['eval/pass@1']:.3f} → "

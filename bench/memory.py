@@ -44,9 +44,16 @@ def _model_and_batch(vocab: int, rows: int, tokens: int) -> tuple[Any, Any, Any]
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     torch.manual_seed(0)
-    config = Qwen2Config(vocab_size=vocab, hidden_size=256, intermediate_size=512,
-                         num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2,
-                         max_position_embeddings=tokens, tie_word_embeddings=True)  # fmt: skip
+    config = Qwen2Config(
+        vocab_size=vocab,
+        hidden_size=256,
+        intermediate_size=512,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=tokens,
+        tie_word_embeddings=True,
+    )
     ids = torch.randint(0, vocab, (rows, tokens))
     return Qwen2ForCausalLM(config), ids, torch.ones_like(ids, dtype=torch.bool)
 
@@ -82,8 +89,12 @@ def _times(vocab: int, rows: int, tokens: int, repeats: int, out: Any) -> None:
     out.put({path: statistics.median(v) for path, v in seconds.items()})
 
 
-OPTIONS = {"float32": (False, False), "checkpointing": (True, False),
-           "bf16 autocast": (False, True), "both": (True, True)}  # fmt: skip
+OPTIONS = {
+    "float32": (False, False),
+    "checkpointing": (True, False),
+    "bf16 autocast": (False, True),
+    "both": (True, True),
+}
 """Name -> (activation checkpointing, bf16 autocast)."""
 
 
@@ -92,10 +103,16 @@ def _deep_model(vocab: int, rows: int, tokens: int, layers: int, width: int) -> 
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     torch.manual_seed(0)
-    config = Qwen2Config(vocab_size=vocab, hidden_size=width, intermediate_size=width * 11 // 4,
-                         num_hidden_layers=layers, num_attention_heads=width // 64,
-                         num_key_value_heads=max(1, width // 256), max_position_embeddings=tokens,
-                         tie_word_embeddings=True)  # fmt: skip
+    config = Qwen2Config(
+        vocab_size=vocab,
+        hidden_size=width,
+        intermediate_size=width * 11 // 4,
+        num_hidden_layers=layers,
+        num_attention_heads=width // 64,
+        num_key_value_heads=max(1, width // 256),
+        max_position_embeddings=tokens,
+        tie_word_embeddings=True,
+    )
     ids = torch.randint(0, vocab, (rows, tokens))
     return Qwen2ForCausalLM(config).train(), ids, torch.ones_like(ids, dtype=torch.bool)
 
@@ -155,11 +172,21 @@ def run_options(shape: tuple[int, ...], repeats: int) -> list[dict[str, Any]]:
     for option in OPTIONS:
         memory = peaks[option] / peaks["float32"]
         slower = times[option] / times["float32"]
-        results.append({"option": option, "peak_mb": peaks[option], "seconds": times[option],
-                        "memory_ratio": memory, "time_ratio": slower})  # fmt: skip
-        print(f"options V={vocab} B={rows} T={tokens} layers={layers} width={width} "
-              f"{option:>13}: peak {peaks[option]:8.1f} MB ({memory:.3f}x), "
-              f"{times[option]:.3f} s ({slower:.3f}x) per step", flush=True)  # fmt: skip
+        results.append(
+            {
+                "option": option,
+                "peak_mb": peaks[option],
+                "seconds": times[option],
+                "memory_ratio": memory,
+                "time_ratio": slower,
+            }
+        )
+        print(
+            f"options V={vocab} B={rows} T={tokens} layers={layers} width={width} "
+            f"{option:>13}: peak {peaks[option]:8.1f} MB ({memory:.3f}x), "
+            f"{times[option]:.3f} s ({slower:.3f}x) per step",
+            flush=True,
+        )
     return results
 
 
@@ -179,10 +206,14 @@ def run(vocab: int, rows: int, lengths: list[int], repeats: int) -> list[dict[st
         times = _in_process(_times, vocab, rows, tokens, repeats)
         for path in ("full", "chunked"):
             peak = _in_process(_peak, path, vocab, rows, tokens)
-            results.append({"path": path, "tokens": tokens, "peak_mb": peak,
-                            "seconds": times[path]})  # fmt: skip
-            print(f"V={vocab} B={rows} T={tokens} {path:>7}: peak {peak:8.1f} MB, "
-                  f"{times[path]:.3f} s per forward+backward", flush=True)  # fmt: skip
+            results.append(
+                {"path": path, "tokens": tokens, "peak_mb": peak, "seconds": times[path]}
+            )
+            print(
+                f"V={vocab} B={rows} T={tokens} {path:>7}: peak {peak:8.1f} MB, "
+                f"{times[path]:.3f} s per forward+backward",
+                flush=True,
+            )
     return results
 
 
@@ -192,8 +223,11 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--toy", action="store_true", help="V = 4,096, T = 64, 32: a smoke run")
     parser.add_argument("--json", action="store_true")
-    parser.add_argument("--options", action="store_true",
-                        help="also checkpointing and bf16 autocast on a deeper model")  # fmt: skip
+    parser.add_argument(
+        "--options",
+        action="store_true",
+        help="also checkpointing and bf16 autocast on a deeper model",
+    )
     args = parser.parse_args()
     vocab, lengths = (4096, [64, 32]) if args.toy else (QWEN25_VOCAB, [1024, 512])
     results = run(vocab, args.rows, lengths, args.repeats)
@@ -205,8 +239,10 @@ def main() -> None:
         if args.json:
             print(json.dumps(options))
     full, chunked = results[0], results[1]
-    print(f"memory ratio {chunked['peak_mb'] / full['peak_mb']:.3f}, "
-          f"time ratio {chunked['seconds'] / full['seconds']:.3f}")  # fmt: skip
+    print(
+        f"memory ratio {chunked['peak_mb'] / full['peak_mb']:.3f}, "
+        f"time ratio {chunked['seconds'] / full['seconds']:.3f}"
+    )
 
 
 if __name__ == "__main__":

@@ -21,15 +21,23 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-SETTINGS = (("decoupled", "none"), ("decoupled", "tis"), ("decoupled", "icepop"),
-            ("decoupled", "masked_is"), ("bypass", "none"))  # fmt: skip
+SETTINGS = (
+    ("decoupled", "none"),
+    ("decoupled", "tis"),
+    ("decoupled", "icepop"),
+    ("decoupled", "masked_is"),
+    ("bypass", "none"),
+)
 OWN = {"tis": "capped_frac", "icepop": "masked_frac", "masked_is": "seq_masked_frac"}
 """Each correction's counter, ``ratio/kappa/<name>``."""
 
 
 def seeds(root: Path, tag: str, mode: str, correction: str) -> list[Path]:
-    return sorted(p for p in (root / f"{tag}-{mode}-{correction}").glob("seed*")
-                  if (p / "summary.json").is_file())  # fmt: skip
+    return sorted(
+        p
+        for p in (root / f"{tag}-{mode}-{correction}").glob("seed*")
+        if (p / "summary.json").is_file()
+    )
 
 
 def records(run: Path) -> list[dict[str, Any]]:
@@ -53,8 +61,9 @@ def row(runs: list[Path], mode: str, correction: str) -> str:
     tails = [[series(r, f"ratio/kappa/{k}_abs_log") for r in runs] for k in ("mean", "p99", "max")]
     if all(all(t) for t in tails):  # every seed logged every tail
         largest = max(max(s) for s in tails[2])
-        kappa = " | ".join(f"{mean([mean(s) for s in t]):.{d}f}"
-                           for t, d in zip(tails, (4, 3, 3), strict=True))  # fmt: skip
+        kappa = " | ".join(
+            f"{mean([mean(s) for s in t]):.{d}f}" for t, d in zip(tails, (4, 3, 3), strict=True)
+        )
         kappa += f" | {largest:.3f}"
     else:  # bypass: π_old := μ, κ ≡ 1 is not logged
         kappa = " | ".join(["κ ≡ 1"] * 4)
@@ -64,9 +73,11 @@ def row(runs: list[Path], mode: str, correction: str) -> str:
         counts = [series(r, f"ratio/kappa/{OWN[correction]}") for r in runs]
         own = f"{OWN[correction]} max {max((max(c) for c in counts if c), default=0.0):.4f}"
     length = mean([mean(series(r, "length/mean")) for r in runs])
-    return (f"| {mode} | {correction} | {before:.3f} → {mean(after):.3f} [{min(after):.3f}–"
-            f"{max(after):.3f}] ({len(runs)} seeds) | {tokens:,.0f} | {kappa} | {clipped:.4f} | "
-            f"{own} | {length:.1f} | {actor:.1f} |")  # fmt: skip
+    return (
+        f"| {mode} | {correction} | {before:.3f} → {mean(after):.3f} [{min(after):.3f}–"
+        f"{max(after):.3f}] ({len(runs)} seeds) | {tokens:,.0f} | {kappa} | {clipped:.4f} | "
+        f"{own} | {length:.1f} | {actor:.1f} |"
+    )
 
 
 def plot(root: Path, tag: str, path: Path) -> None:
@@ -85,24 +96,37 @@ def plot(root: Path, tag: str, path: Path) -> None:
         per_step = [series(r, "ratio/kappa/p99_abs_log") for r in runs]
         if all(per_step):
             n = min(len(s) for s in per_step)
-            kappa_ax.plot(range(1, n + 1), [mean([s[i] for s in per_step]) for i in range(n)],
-                          lw=1, label=label)  # fmt: skip
+            kappa_ax.plot(
+                range(1, n + 1),
+                [mean([s[i] for s in per_step]) for i in range(n)],
+                lw=1,
+                label=label,
+            )
         points = [
-            [(r["budget/generated_tokens"], r["eval/pass@1"]) for r in records(run)
-             if "eval/pass@1" in r and "budget/generated_tokens" in r]
+            [
+                (r["budget/generated_tokens"], r["eval/pass@1"])
+                for r in records(run)
+                if "eval/pass@1" in r and "budget/generated_tokens" in r
+            ]
             for run in runs
-        ]  # fmt: skip
+        ]
         n = min(len(p) for p in points)
-        held_ax.plot([mean([p[i][0] for p in points]) for i in range(n)],
-                     [mean([p[i][1] for p in points]) for i in range(n)], "o-", ms=3, lw=1,
-                     label=label)  # fmt: skip
+        held_ax.plot(
+            [mean([p[i][0] for p in points]) for i in range(n)],
+            [mean([p[i][1] for p in points]) for i in range(n)],
+            "o-",
+            ms=3,
+            lw=1,
+            label=label,
+        )
     kappa_ax.set(xlabel="step", ylabel="p99 |log κ| (mean over seeds)")
     held_ax.set(xlabel="generated tokens", ylabel="held-out pass@1 (mean over seeds)")
     for ax in (kappa_ax, held_ax):
         ax.grid(alpha=0.3)
         ax.legend(fontsize=6)
-    fig.suptitle(f"{tag}: κ tails beside the held-out curves (bf16 engine, fp32 learner)",
-                 fontsize=8)  # fmt: skip
+    fig.suptitle(
+        f"{tag}: κ tails beside the held-out curves (bf16 engine, fp32 learner)", fontsize=8
+    )
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=90)
 

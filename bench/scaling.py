@@ -34,19 +34,43 @@ from rlmap.learner.memory import learner_bytes  # the trainer's own check uses t
 # (64, 128, 128); Qwen2 puts biases on q, k, v only. The embedding of 7B and 32B is padded
 # to 152,064 rows, the small models' to 151,936; the tokenizer has 151,665 tokens.
 MODELS: dict[str, dict[str, Any]] = {
-    "0.5B": dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
-                 num_attention_heads=14, num_key_value_heads=2, vocab_size=151_936,
-                 tie_word_embeddings=True),
-    "7B": dict(hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
-               num_attention_heads=28, num_key_value_heads=4, vocab_size=152_064,
-               tie_word_embeddings=False),
-    "32B": dict(hidden_size=5120, intermediate_size=27648, num_hidden_layers=64,
-                num_attention_heads=40, num_key_value_heads=8, vocab_size=152_064,
-                tie_word_embeddings=False),
-}  # fmt: skip
-TINY: dict[str, Any] = dict(hidden_size=64, intermediate_size=160, num_hidden_layers=2,
-                            num_attention_heads=4, num_key_value_heads=2, vocab_size=1000,
-                            tie_word_embeddings=True)  # fmt: skip
+    "0.5B": dict(
+        hidden_size=896,
+        intermediate_size=4864,
+        num_hidden_layers=24,
+        num_attention_heads=14,
+        num_key_value_heads=2,
+        vocab_size=151_936,
+        tie_word_embeddings=True,
+    ),
+    "7B": dict(
+        hidden_size=3584,
+        intermediate_size=18944,
+        num_hidden_layers=28,
+        num_attention_heads=28,
+        num_key_value_heads=4,
+        vocab_size=152_064,
+        tie_word_embeddings=False,
+    ),
+    "32B": dict(
+        hidden_size=5120,
+        intermediate_size=27648,
+        num_hidden_layers=64,
+        num_attention_heads=40,
+        num_key_value_heads=8,
+        vocab_size=152_064,
+        tie_word_embeddings=False,
+    ),
+}
+TINY: dict[str, Any] = dict(
+    hidden_size=64,
+    intermediate_size=160,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    vocab_size=1000,
+    tie_word_embeddings=True,
+)
 
 GIB = 2**30
 RANKS = (1, 8, 16, 32, 64)
@@ -98,20 +122,30 @@ def count(name: str, kwargs: dict[str, Any]) -> Counts:
     with torch.device("meta"):
         policy = AutoModelForCausalLM.from_config(config)
         critic = AutoModelForTokenClassification.from_config(critic_config)
-    lora = {r: sum(r * (m.in_features + m.out_features) for path, m in policy.named_modules()
-                   if isinstance(m, nn.Linear) and path.rsplit(".", 1)[-1] in LORA_TARGETS)
-            for r in LORA_RANKS}  # fmt: skip
+    lora = {
+        r: sum(
+            r * (m.in_features + m.out_features)
+            for path, m in policy.named_modules()
+            if isinstance(m, nn.Linear) and path.rsplit(".", 1)[-1] in LORA_TARGETS
+        )
+        for r in LORA_RANKS
+    }
     head_dim = kwargs["hidden_size"] // kwargs["num_attention_heads"]
     tied = kwargs["tie_word_embeddings"]
     return Counts(
-        name=name, hidden=kwargs["hidden_size"], layers=kwargs["num_hidden_layers"],
-        kv_heads=kwargs["num_key_value_heads"], head_dim=head_dim, vocab=kwargs["vocab_size"],
+        name=name,
+        hidden=kwargs["hidden_size"],
+        layers=kwargs["num_hidden_layers"],
+        kv_heads=kwargs["num_key_value_heads"],
+        head_dim=head_dim,
+        vocab=kwargs["vocab_size"],
         total=sum(p.numel() for p in policy.parameters()),
         embedding=policy.get_input_embeddings().weight.numel(),
         head=0 if tied else policy.get_output_embeddings().weight.numel(),
         layer=sum(p.numel() for p in policy.model.layers[0].parameters()),
-        critic=sum(p.numel() for p in critic.parameters()), lora=lora,
-    )  # fmt: skip
+        critic=sum(p.numel() for p in critic.parameters()),
+        lora=lora,
+    )
 
 
 def gib(n_bytes: float) -> str:
@@ -127,9 +161,13 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     """Plain text, first column left-aligned, the others right-aligned."""
     cells = [[str(c) for c in headers], *[[str(c) for c in row] for row in rows]]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-    lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w)
-                       for i, (c, w) in enumerate(zip(r, widths, strict=True)))
-             for r in cells]  # fmt: skip
+    lines = [
+        "  ".join(
+            c.ljust(w) if i == 0 else c.rjust(w)
+            for i, (c, w) in enumerate(zip(r, widths, strict=True))
+        )
+        for r in cells
+    ]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
 
@@ -184,10 +222,26 @@ def lora_section(c: Counts) -> str:
     rows = []
     for r, n in c.lora.items():
         trained, frozen = 16 * n, 2 * c.total
-        rows.append((f"r = {r}", f"{n:,}", f"{100 * n / c.total:.2f}", gib(trained),
-                     gib(frozen), gib(trained + frozen), "0"))  # fmt: skip
-    headers = ("LoRA on q,k,v,o,gate,up,down", "trainable", "% of all", "adapter+grad+AdamW",
-               "frozen base bf16", "total GiB", "reference extra")  # fmt: skip
+        rows.append(
+            (
+                f"r = {r}",
+                f"{n:,}",
+                f"{100 * n / c.total:.2f}",
+                gib(trained),
+                gib(frozen),
+                gib(trained + frozen),
+                "0",
+            )
+        )
+    headers = (
+        "LoRA on q,k,v,o,gate,up,down",
+        "trainable",
+        "% of all",
+        "adapter+grad+AdamW",
+        "frozen base bf16",
+        "total GiB",
+        "reference extra",
+    )
     return "LoRA (computed; GiB; the reference is the base with adapters disabled)\n" + table(
         headers, rows
     )
@@ -211,10 +265,22 @@ def logprob_section(c: Counts) -> str:
         n = MICRO_BATCH * t
         full, chunked = logprob_bytes(c, n, chunked=False), logprob_bytes(c, n, chunked=True)
         frozen = logprob_bytes(c, n, chunked=True, head_trained=False)
-        rows.append((f"B = {MICRO_BATCH}, T = {t:,}", gib(full), gib(chunked), gib(frozen),
-                     f"{chunked / full:.3f}"))  # fmt: skip
-    headers = ("micro-batch", "full logits+grad", f"chunked ({LOGPROB_CHUNK} tokens)",
-               "chunked, frozen head (LoRA)", "chunked / full")  # fmt: skip
+        rows.append(
+            (
+                f"B = {MICRO_BATCH}, T = {t:,}",
+                gib(full),
+                gib(chunked),
+                gib(frozen),
+                f"{chunked / full:.3f}",
+            )
+        )
+    headers = (
+        "micro-batch",
+        "full logits+grad",
+        f"chunked ({LOGPROB_CHUNK} tokens)",
+        "chunked, frozen head (LoRA)",
+        "chunked / full",
+    )
     return f"log-prob working memory (computed; GiB; V = {c.vocab:,})\n" + table(headers, rows)
 
 
@@ -233,10 +299,14 @@ def activation_section(c: Counts) -> str:
     rows = []
     for t in LENGTHS:
         n = MICRO_BATCH * t
-        rows.append((f"B = {MICRO_BATCH}, T = {t:,}",
-                     gib(activation_bytes(c, n, checkpointing=False)),
-                     gib(activation_bytes(c, n, checkpointing=True)),
-                     gib(activation_bytes(c, n, checkpointing=False, width=4))))  # fmt: skip
+        rows.append(
+            (
+                f"B = {MICRO_BATCH}, T = {t:,}",
+                gib(activation_bytes(c, n, checkpointing=False)),
+                gib(activation_bytes(c, n, checkpointing=True)),
+                gib(activation_bytes(c, n, checkpointing=False, width=4)),
+            )
+        )
     headers = ("micro-batch", "bf16, no checkpointing", "bf16, checkpointing", "fp32, none")
     return (
         "activations (ESTIMATE; GiB): 34·h B/token/layer without recomputation, "
@@ -254,16 +324,20 @@ def engine_section(c: Counts) -> str:
     kv = kv_bytes_per_token(c)
     cache = kv * ENGINE_SEQS * ENGINE_TOKENS
     need = 2 * c.total + cache
-    tp = {gpu: next((n for n in (1, 2, 4, 8) if need / n <= HEADROOM * cap * GIB), "> 8")
-          for gpu, cap in GPUS.items()}  # fmt: skip
+    tp = {
+        gpu: next((n for n in (1, 2, 4, 8) if need / n <= HEADROOM * cap * GIB), "> 8")
+        for gpu, cap in GPUS.items()
+    }
     rows = [
         ("weights bf16", size(2 * c.total)),
         ("KV cache per token (2·layers·kv_heads·head_dim·2 B)", f"{kv:,} B"),
         (f"KV cache, {ENGINE_SEQS} sequences × {ENGINE_TOKENS:,} tokens", size(cache)),
         ("weights + that KV cache", size(need)),
-        *((f"tensor-parallel {gpu} GPUs it needs (90 %, vLLM's default)", str(n))
-          for gpu, n in tp.items()),
-    ]  # fmt: skip
+        *(
+            (f"tensor-parallel {gpu} GPUs it needs (90 %, vLLM's default)", str(n))
+            for gpu, n in tp.items()
+        ),
+    ]
     return "rollout engine, one vLLM replica (computed)\n" + table(("part", "size"), rows)
 
 
@@ -271,12 +345,16 @@ def network_section(c: Counts) -> str:
     traj = STEP_TRAJECTORIES * STEP_TOKENS
     once = [
         ("weights to each rollout engine, bf16 (LoRA: merged, the same)", size(2 * c.total)),
-        *((f"  adapter-only alternative, LoRA r = {r}, bf16", size(2 * n))
-          for r, n in c.lora.items()),
-        (f"trajectories, {STEP_TRAJECTORIES} × {STEP_TOKENS:,} tokens: int64 ids + fp32 log μ",
-         size(traj * (8 + 4))),
+        *(
+            (f"  adapter-only alternative, LoRA r = {r}, bf16", size(2 * n))
+            for r, n in c.lora.items()
+        ),
+        (
+            f"trajectories, {STEP_TRAJECTORIES} × {STEP_TOKENS:,} tokens: int64 ids + fp32 log μ",
+            size(traj * (8 + 4)),
+        ),
         ("  with int32 ids", size(traj * (4 + 4))),
-    ]  # fmt: skip
+    ]
 
     def per_rank(factor: float) -> list[str]:
         return [gib(factor * (n - 1) / n) for n in RANKS]
@@ -287,7 +365,7 @@ def network_section(c: Counts) -> str:
         ("FSDP2, fp32 params: 2 all-gathers + reduce-scatter", *per_rank(3 * 4 * p)),
         ("FSDP2, bf16 all-gathers + fp32 reduce-scatter", *per_rank((2 + 2 + 4) * p)),
         (f"DDP, LoRA r = {LORA_RANKS[-1]}: adapters' grads", *per_rank(2 * 4 * lora)),
-    ]  # fmt: skip
+    ]
     headers = ("GiB sent per rank (computed), N =", *(str(n) for n in RANKS))
     return (
         "network per step (computed)\n" + table(("what", "size"), once) + "\n\n"
@@ -314,29 +392,51 @@ def fit_rows(c: Counts) -> list[tuple[str, list[float]]]:
     rows: list[tuple[str, list[float]]] = [
         ("full FT fp32, DDP", [16 * p, 0, act4, lp, 4 * p]),
         ("full FT bf16 autocast, DDP", [16 * p, 2 * p, act2, lp, 2 * p]),
-        *((f"full FT bf16, FSDP2 N = {n}", [16 * p / n, unsharded, act2, lp, 2 * p / n])
-          for n in RANKS[1:]),
+        *(
+            (f"full FT bf16, FSDP2 N = {n}", [16 * p / n, unsharded, act2, lp, 2 * p / n])
+            for n in RANKS[1:]
+        ),
         (f"LoRA r = {LORA_RANKS[-1]}, bf16 base, DDP", [16 * lora + 2 * p, 0, act2, lp_frozen, 0]),
-        (f"LoRA r = {LORA_RANKS[-1]}, bf16 base, FSDP2 N = 8",
-         [(16 * lora + 2 * p) / 8, 2 * c.root + 2 * 2 * c.layer, act2, lp_frozen, 0]),
-    ]  # fmt: skip
+        (
+            f"LoRA r = {LORA_RANKS[-1]}, bf16 base, FSDP2 N = 8",
+            [(16 * lora + 2 * p) / 8, 2 * c.root + 2 * 2 * c.layer, act2, lp_frozen, 0],
+        ),
+    ]
     return [(name, [v / GIB for v in values]) for name, values in rows]
 
 
 def fits(total: float, reference: float) -> dict[str, str]:
-    return {gpu: "yes" if total + reference <= HEADROOM * cap
-            else "w/o ref" if total <= HEADROOM * cap else "no"
-            for gpu, cap in GPUS.items()}  # fmt: skip
+    return {
+        gpu: "yes"
+        if total + reference <= HEADROOM * cap
+        else "w/o ref"
+        if total <= HEADROOM * cap
+        else "no"
+        for gpu, cap in GPUS.items()
+    }
 
 
 def fit_section(c: Counts) -> str:
     rows = []
     for name, (state, transient, act, lp, ref) in fit_rows(c):
         total = state + transient + act + lp
-        rows.append((name, *(f"{v:.2f}" for v in (state, transient, act, lp, total, ref)),
-                     *fits(total, ref).values()))  # fmt: skip
-    headers = ("per learner rank", "state", "transient*", "activations*", "log-probs",
-               "total", "+ reference", *(f"fits {g}" for g in GPUS))  # fmt: skip
+        rows.append(
+            (
+                name,
+                *(f"{v:.2f}" for v in (state, transient, act, lp, total, ref)),
+                *fits(total, ref).values(),
+            )
+        )
+    headers = (
+        "per learner rank",
+        "state",
+        "transient*",
+        "activations*",
+        "log-probs",
+        "total",
+        "+ reference",
+        *(f"fits {g}" for g in GPUS),
+    )
     return (
         f"what fits (GiB per rank; micro-batch {MICRO_BATCH} × {LENGTHS[0]:,}, gradient "
         f"checkpointing, chunked log-probs; * = estimate)\n"
@@ -348,8 +448,14 @@ def fit_section(c: Counts) -> str:
 
 def summary(c: Counts) -> str:
     lora = c.lora[LORA_RANKS[0]]
-    smallest = next((name for name, (s, t, a, lp, ref) in fit_rows(c)
-                     if fits(s + t + a + lp, ref)["80 GB"] == "yes"), "none listed")  # fmt: skip
+    smallest = next(
+        (
+            name
+            for name, (s, t, a, lp, ref) in fit_rows(c)
+            if fits(s + t + a + lp, ref)["80 GB"] == "yes"
+        ),
+        "none listed",
+    )
     engine = 2 * c.total + kv_bytes_per_token(c) * ENGINE_SEQS * ENGINE_TOKENS
     return (
         f"{c.name}: {c.total / 1e9:.2f} B params; full-FT state {gib(16 * c.total)} GiB "
@@ -367,9 +473,17 @@ def report(c: Counts, kwargs: dict[str, Any]) -> str:
         f"heads / {c.kv_heads} KV heads, head dim {c.head_dim}, MLP "
         f"{kwargs['intermediate_size']}, V = {c.vocab:,}, {tied} embeddings"
     )
-    sections = (parameters_section, state_section, sharding_section, lora_section,
-                logprob_section, activation_section, engine_section, network_section,
-                fit_section)  # fmt: skip
+    sections = (
+        parameters_section,
+        state_section,
+        sharding_section,
+        lora_section,
+        logprob_section,
+        activation_section,
+        engine_section,
+        network_section,
+        fit_section,
+    )
     return "\n\n".join([header, *(section(c) for section in sections)])
 
 

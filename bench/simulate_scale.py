@@ -55,8 +55,16 @@ TOY = Sizes(workers=(8, 16), etas=(0, 1), batch=32, steps=10)
 
 
 def base(duration: LogNormal | Pareto, sizes: Sizes) -> SimConfig:
-    return SimConfig("sync", sizes.workers[0], sizes.batch, duration, Fixed(2.0),
-                     steps=sizes.steps, eta=1, seed=0)  # fmt: skip
+    return SimConfig(
+        "sync",
+        sizes.workers[0],
+        sizes.batch,
+        duration,
+        Fixed(2.0),
+        steps=sizes.steps,
+        eta=1,
+        seed=0,
+    )
 
 
 def eta_rows(cfg: SimConfig, etas: Sequence[int]) -> list[SimResult]:
@@ -92,14 +100,38 @@ def plot_tradeoff(
         studies.items(), ("tab:purple", "tab:orange"), strict=False
     ):
         etas = [r.eta for r in rows]
-        gain_ax.plot(etas, [r.trajectories_per_s / sync.trajectories_per_s for r in rows], "-o",
-                     ms=3, color=colour, label=name)  # fmt: skip
-        cost_ax.plot(etas, [r.staleness_mean for r in rows], "-o", ms=3, color=colour,
-                     label=f"{name}: mean staleness (versions)")  # fmt: skip
-        cost_ax.plot(etas, [r.wasted_work_frac for r in rows], "--s", ms=3, color=colour,
-                     label=f"{name}: wasted worker time")  # fmt: skip
-        cost_ax.plot(etas, [-r.selection_bias for r in rows], ":^", ms=3, color=colour,
-                     label=f"{name}: −selection bias")  # fmt: skip
+        gain_ax.plot(
+            etas,
+            [r.trajectories_per_s / sync.trajectories_per_s for r in rows],
+            "-o",
+            ms=3,
+            color=colour,
+            label=name,
+        )
+        cost_ax.plot(
+            etas,
+            [r.staleness_mean for r in rows],
+            "-o",
+            ms=3,
+            color=colour,
+            label=f"{name}: mean staleness (versions)",
+        )
+        cost_ax.plot(
+            etas,
+            [r.wasted_work_frac for r in rows],
+            "--s",
+            ms=3,
+            color=colour,
+            label=f"{name}: wasted worker time",
+        )
+        cost_ax.plot(
+            etas,
+            [-r.selection_bias for r in rows],
+            ":^",
+            ms=3,
+            color=colour,
+            label=f"{name}: −selection bias",
+        )
     gain_ax.set_ylabel("async / sync throughput")
     gain_ax.set_yscale("log")
     cost_ax.set_ylabel("cost")
@@ -108,8 +140,10 @@ def plot_tradeoff(
         ax.set_xticks(sizes.etas)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=6)
-    fig.suptitle(f"W = {sizes.workers[-1]}, B = {sizes.batch}, learner 2 s: what each η buys "
-                 "and costs", fontsize=8)  # fmt: skip
+    fig.suptitle(
+        f"W = {sizes.workers[-1]}, B = {sizes.batch}, learner 2 s: what each η buys and costs",
+        fontsize=8,
+    )
     fig.savefig(path, dpi=80)
 
 
@@ -119,8 +153,16 @@ def check_run(run_dir: Path) -> None:
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in records if "system/rollout_s" in r]
     assert profile.batch is not None and profile.learner_step is not None
-    predicted = simulate(SimConfig("sync", profile.batch, profile.batch, profile.duration,
-                                   profile.learner_step, steps=len(steps)))  # fmt: skip
+    predicted = simulate(
+        SimConfig(
+            "sync",
+            profile.batch,
+            profile.batch,
+            profile.duration,
+            profile.learner_step,
+            steps=len(steps),
+        )
+    )
     generated = sum(r["sampling/generated"] for r in steps)
     # wall-clock per step: the difference of budget/wall_clock_s; steps that also ran the
     # held-out evaluation (an eval/* key in the record) carry its time too
@@ -136,10 +178,14 @@ def check_run(run_dir: Path) -> None:
     print(
         f"- predicted (sync replay):            {predicted.trajectories_per_s:.1f} trajectories/s"
     )
-    print(f"- measured, steps without evaluation: {plain_rate:.1f} trajectories/s "
-          f"({predicted.trajectories_per_s / plain_rate - 1:+.1%} off)")  # fmt: skip
-    print(f"- measured, whole run incl. evaluation: {generated / total:.1f} trajectories/s "
-          f"({predicted.trajectories_per_s / (generated / total) - 1:+.1%} off)\n")  # fmt: skip
+    print(
+        f"- measured, steps without evaluation: {plain_rate:.1f} trajectories/s "
+        f"({predicted.trajectories_per_s / plain_rate - 1:+.1%} off)"
+    )
+    print(
+        f"- measured, whole run incl. evaluation: {generated / total:.1f} trajectories/s "
+        f"({predicted.trajectories_per_s / (generated / total) - 1:+.1%} off)\n"
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -157,8 +203,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         cfg = base(duration, sizes)
         results = sweep_workers(cfg, sizes.workers)
         mean_d = duration.mean
-        print(f"## {duration.spec} (mean {mean_d:.3g} s), B = {cfg.batch}, learner "
-              f"{cfg.learner_step.spec} s, η = {cfg.eta}, {cfg.steps} steps\n")  # fmt: skip
+        print(
+            f"## {duration.spec} (mean {mean_d:.3g} s), B = {cfg.batch}, learner "
+            f"{cfg.learner_step.spec} s, η = {cfg.eta}, {cfg.steps} steps\n"
+        )
         print(sweep_table(results))
         for path in plot_sweep(results, Path(args.img), prefix=f"simulate_{name}_"):
             print(f"wrote {path}")

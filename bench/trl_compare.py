@@ -98,10 +98,13 @@ from rlmap.assembly.parts import build
 from rlmap.engines.hf import HFEngine
 from rlmap.learner.policy import update_policy
 from rlmap.recipes import composition
-from rlmap.recipes.config import RecipeConfig, build_config
+from rlmap.recipes.build import build_config
+from rlmap.recipes.config import RecipeConfig
 from rlmap.rollout.episodes import to_batch
 from rlmap.rollout.evaluate import evaluate
-from rlmap.system.sync import LoopState, next_prompts, rollout_round, sync_step
+from rlmap.system.loop_state import LoopState
+from rlmap.system.rounds import next_prompts, rollout_round
+from rlmap.system.sync import sync_step
 from rlmap.tasks.prompts import encode_prompt
 
 EVAL_SEED = 12345
@@ -131,10 +134,21 @@ def held_out_pass1(
     engine = HFEngine(model, pad_token_id=int(tok.pad_token_id), eos_token_id=int(tok.eos_token_id))
     g = cfg.generation
     environment, rescore, items = evaluation_scoring(cfg, tok)  # as ``rlmap eval`` does
-    return evaluate(engine, environment, tok, heldout, samples=g.eval_samples,
-                    max_new_tokens=g.max_new_tokens, temperature=g.temperature, top_p=g.top_p,
-                    seed=EVAL_SEED, multi_turn=cfg.data.multi_turn, rescore=rescore,
-                    max_turns=cfg.data.turn_budget, rescore_items=items)  # fmt: skip
+    return evaluate(
+        engine,
+        environment,
+        tok,
+        heldout,
+        samples=g.eval_samples,
+        max_new_tokens=g.max_new_tokens,
+        temperature=g.temperature,
+        top_p=g.top_p,
+        seed=EVAL_SEED,
+        multi_turn=cfg.data.multi_turn,
+        rescore=rescore,
+        max_turns=cfg.data.turn_budget,
+        rescore_items=items,
+    )
 
 
 def run_rlmap(cfg: RecipeConfig, start: Path, budget: int, max_steps: int) -> Run:
@@ -160,28 +174,57 @@ def trl_args(cfg: RecipeConfig, output_dir: str, max_steps: int, vllm: bool = Fa
     s, g, o = cfg.sampling, cfg.generation, cfg.optim
     rollouts = s.prompts_per_step * s.group_size
     # transformers >= 5.20 has activation_checkpointing next to gradient_checkpointing
-    newer = {"activation_checkpointing": False} if "activation_checkpointing" in {
-        f.name for f in dataclasses.fields(GRPOConfig)} else {}  # fmt: skip
+    newer = (
+        {"activation_checkpointing": False}
+        if "activation_checkpointing" in {f.name for f in dataclasses.fields(GRPOConfig)}
+        else {}
+    )
     return GRPOConfig(
-        output_dir=output_dir, use_cpu=not vllm or not torch.cuda.is_available(),
-        use_vllm=vllm, vllm_mode="colocate", vllm_gpu_memory_utilization=0.3,
-        report_to=[], logging_steps=1,
-        save_strategy="no", disable_tqdm=True, seed=cfg.seed, data_seed=cfg.seed,
-        bf16=False, fp16=False, gradient_checkpointing=False, **newer,
+        output_dir=output_dir,
+        use_cpu=not vllm or not torch.cuda.is_available(),
+        use_vllm=vllm,
+        vllm_mode="colocate",
+        vllm_gpu_memory_utilization=0.3,
+        report_to=[],
+        logging_steps=1,
+        save_strategy="no",
+        disable_tqdm=True,
+        seed=cfg.seed,
+        data_seed=cfg.seed,
+        bf16=False,
+        fp16=False,
+        gradient_checkpointing=False,
+        **newer,
         remove_unused_columns=False,
-        dataloader_num_workers=0, max_steps=max_steps,
+        dataloader_num_workers=0,
+        max_steps=max_steps,
         per_device_train_batch_size=o.micro_batch_size,
         gradient_accumulation_steps=rollouts // o.micro_batch_size,
-        generation_batch_size=rollouts, num_generations=s.group_size,
-        max_completion_length=g.max_new_tokens, temperature=g.temperature, top_p=g.top_p,
-        top_k=0, repetition_penalty=1.0,
-        learning_rate=o.lr, lr_scheduler_type="constant", warmup_steps=0,
-        weight_decay=o.weight_decay, max_grad_norm=o.max_grad_norm, optim="adamw_torch",
-        adam_beta1=0.9, adam_beta2=0.999, adam_epsilon=1e-8,
-        num_iterations=o.epochs_per_batch, beta=0.0, epsilon=cfg.behaviour.clip_low,
-        epsilon_high=cfg.behaviour.clip_high, loss_type="grpo", scale_rewards="group",
-        mask_truncated_completions=False, log_completions=False,
-    )  # fmt: skip
+        generation_batch_size=rollouts,
+        num_generations=s.group_size,
+        max_completion_length=g.max_new_tokens,
+        temperature=g.temperature,
+        top_p=g.top_p,
+        top_k=0,
+        repetition_penalty=1.0,
+        learning_rate=o.lr,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        weight_decay=o.weight_decay,
+        max_grad_norm=o.max_grad_norm,
+        optim="adamw_torch",
+        adam_beta1=0.9,
+        adam_beta2=0.999,
+        adam_epsilon=1e-8,
+        num_iterations=o.epochs_per_batch,
+        beta=0.0,
+        epsilon=cfg.behaviour.clip_low,
+        epsilon_high=cfg.behaviour.clip_high,
+        loss_type="grpo",
+        scale_rewards="group",
+        mask_truncated_completions=False,
+        log_completions=False,
+    )
 
 
 def run_trl(cfg: RecipeConfig, start: Path, budget: int, max_steps: int, vllm: bool = False) -> Run:
@@ -196,8 +239,9 @@ def run_trl(cfg: RecipeConfig, start: Path, budget: int, max_steps: int, vllm: b
     verify = feedback.registry.get(cfg.feedback.verifier).fn
     generated = [0]
 
-    def exact_match(completions: list[str], answer: list[str], completion_ids: list[list[int]],
-                    **_: Any) -> list[float | None]:  # fmt: skip
+    def exact_match(
+        completions: list[str], answer: list[str], completion_ids: list[list[int]], **_: Any
+    ) -> list[float | None]:
         generated[0] += sum(len(ids) for ids in completion_ids)
         return [float(verify(c, a)) for c, a in zip(completions, answer, strict=True)]
 
@@ -216,10 +260,14 @@ def run_trl(cfg: RecipeConfig, start: Path, budget: int, max_steps: int, vllm: b
     torch.manual_seed(cfg.seed)
     model = AutoModelForCausalLM.from_pretrained(start, dtype=torch.float32)
     with tempfile.TemporaryDirectory() as out:
-        trainer = GRPOTrainer(model=model, reward_funcs=exact_match, train_dataset=data,
-                              args=trl_args(cfg, out, max_steps, vllm),
-                              processing_class=tokenizer,
-                              callbacks=[Clock()])  # fmt: skip
+        trainer = GRPOTrainer(
+            model=model,
+            reward_funcs=exact_match,
+            train_dataset=data,
+            args=trl_args(cfg, out, max_steps, vllm),
+            processing_class=tokenizer,
+            callbacks=[Clock()],
+        )
         trainer.remove_callback(PrinterCallback)  # logging_steps=1 would print every step
         trainer.train()
     trained = trainer.accelerator.unwrap_model(trainer.model)
@@ -238,8 +286,10 @@ def check_prompt_tokens(cfg: RecipeConfig, start: Path) -> None:
     ours = [encode_prompt(tokenizer, e.prompt) for e in sample]
     if [list(x) for x in trl_ids] != ours:
         raise SystemExit(f"prompt tokens differ: TRL {trl_ids[0]} vs rlmap {ours[0]}")
-    print(f"prompt tokens: TRL's tokenization of the prompt == rlmap's encode_prompt "
-          f"(e.g. {sample[0].prompt!r} → {ours[0]})")  # fmt: skip
+    print(
+        f"prompt tokens: TRL's tokenization of the prompt == rlmap's encode_prompt "
+        f"(e.g. {sample[0].prompt!r} → {ours[0]})"
+    )
 
 
 def no_reward(completions: list[str], **_: Any) -> list[float | None]:
@@ -276,41 +326,82 @@ def check_gradients(cfg: RecipeConfig, start: Path) -> None:
     )
     adv_BT = estimators.registry.get(cfg.credit.estimator).fn(batch, cfg.credit).advantages
     recorder = GradientRecorder(parts.policy.parameters())
-    settings = replace(parts.settings, max_grad_norm=float("inf"))
+    settings = replace(
+        parts.settings, schedule=replace(parts.settings.schedule, max_grad_norm=float("inf"))
+    )
     constant = torch.optim.lr_scheduler.LambdaLR(recorder, lambda _: 1.0)
-    update_policy(parts.policy, recorder, constant, batch, adv_BT, settings,
-                  learner_version=0, generator=torch.Generator().manual_seed(0))  # fmt: skip
+    update_policy(
+        parts.policy,
+        recorder,
+        constant,
+        batch,
+        adv_BT,
+        settings,
+        learner_version=0,
+        generator=torch.Generator().manual_seed(0),
+    )
 
     width = int(batch.action_mask.long().argmax(1).min())  # prompts end where responses start
     attention = batch.attention_mask if batch.attention_mask is not None else batch.action_mask
-    inputs = {"prompt_ids": batch.tokens[:, :width], "prompt_mask": attention[:, :width].long(),
-              "completion_ids": batch.tokens[:, width:],
-              "completion_mask": batch.action_mask[:, width:].long(),
-              "advantages": adv_BT[:, width]}  # fmt: skip
+    inputs = {
+        "prompt_ids": batch.tokens[:, :width],
+        "prompt_mask": attention[:, :width].long(),
+        "completion_ids": batch.tokens[:, width:],
+        "completion_mask": batch.action_mask[:, width:].long(),
+        "advantages": adv_BT[:, width],
+    }
     data = Dataset.from_list([{"prompt": "", "answer": ""}])
     with tempfile.TemporaryDirectory() as out:
-        trainer = GRPOTrainer(model=trl_model, reward_funcs=no_reward,
-                              train_dataset=data, args=trl_args(cfg, out, 1),
-                              processing_class=parts.tokenizer)  # fmt: skip
+        trainer = GRPOTrainer(
+            model=trl_model,
+            reward_funcs=no_reward,
+            train_dataset=data,
+            args=trl_args(cfg, out, 1),
+            processing_class=parts.tokenizer,
+        )
     trl_model.train()
     mbs = cfg.optim.micro_batch_size
     trainer.current_gradient_accumulation_steps = -(-batch.size // mbs)
     for i in range(0, batch.size, mbs):
         trainer._compute_loss(trl_model, {k: v[i : i + mbs] for k, v in inputs.items()}).backward()
-    trl_grads = [torch.zeros_like(a) if p.grad is None else p.grad
-                 for a, p in zip(recorder.grads, trl_model.parameters(), strict=True)]  # fmt: skip
+    trl_grads = [
+        torch.zeros_like(a) if p.grad is None else p.grad
+        for a, p in zip(recorder.grads, trl_model.parameters(), strict=True)
+    ]
     diff = max(float((a - b).abs().max()) for a, b in zip(recorder.grads, trl_grads, strict=True))
     scale = max(float(a.abs().max()) for a in recorder.grads)
-    print(f"gradient check on one batch ({batch.size} rollouts, rewards mean "
-          f"{float(batch.rewards.mean()):.3f}): max |g_rlmap − g_trl| = {diff:.2e}, "
-          f"max |g| = {scale:.2e}")  # fmt: skip
+    print(
+        f"gradient check on one batch ({batch.size} rollouts, rewards mean "
+        f"{float(batch.rewards.mean()):.3f}): max |g_rlmap − g_trl| = {diff:.2e}, "
+        f"max |g| = {scale:.2e}"
+    )
 
 
-TRL_FIELDS = ("per_device_train_batch_size", "gradient_accumulation_steps", "generation_batch_size",
-              "steps_per_generation", "num_generations", "max_completion_length", "temperature",
-              "top_p", "top_k", "learning_rate", "lr_scheduler_type", "optim", "max_grad_norm",
-              "num_iterations", "beta", "epsilon", "epsilon_high", "loss_type", "scale_rewards",
-              "bf16", "gradient_checkpointing", "use_vllm", "use_cpu")  # fmt: skip
+TRL_FIELDS = (
+    "per_device_train_batch_size",
+    "gradient_accumulation_steps",
+    "generation_batch_size",
+    "steps_per_generation",
+    "num_generations",
+    "max_completion_length",
+    "temperature",
+    "top_p",
+    "top_k",
+    "learning_rate",
+    "lr_scheduler_type",
+    "optim",
+    "max_grad_norm",
+    "num_iterations",
+    "beta",
+    "epsilon",
+    "epsilon_high",
+    "loss_type",
+    "scale_rewards",
+    "bf16",
+    "gradient_checkpointing",
+    "use_vllm",
+    "use_cpu",
+)
 
 
 def describe_trl(cfg: RecipeConfig, max_steps: int, vllm: bool = False) -> str:
@@ -344,12 +435,27 @@ def environment() -> str:
     )
 
 
-def trl_command(python: str, seed: int, budget: int, max_steps: int, threads: int | None,
-                vllm: bool, overrides: Sequence[str]) -> list[str]:  # fmt: skip
+def trl_command(
+    python: str,
+    seed: int,
+    budget: int,
+    max_steps: int,
+    threads: int | None,
+    vllm: bool,
+    overrides: Sequence[str],
+) -> list[str]:
     """The command line that runs one TRL run of this script in the interpreter ``python``."""
-    return [python, str(Path(__file__).resolve()), "--trl-only", str(seed), str(budget),
-            str(max_steps), *(["--threads", str(threads)] if threads else []),
-            *(["--trl-vllm"] if vllm else []), *overrides]  # fmt: skip
+    return [
+        python,
+        str(Path(__file__).resolve()),
+        "--trl-only",
+        str(seed),
+        str(budget),
+        str(max_steps),
+        *(["--threads", str(threads)] if threads else []),
+        *(["--trl-vllm"] if vllm else []),
+        *overrides,
+    ]
 
 
 def parse_trl_run(stdout: str) -> tuple[Run, str]:
@@ -367,8 +473,10 @@ def run_trl_elsewhere(python: str, command: list[str]) -> tuple[Run, str]:
     done = subprocess.run(command, stdout=subprocess.PIPE, text=True, check=False)
     if done.returncode != 0:
         sys.stderr.write(done.stdout[-3000:])  # vLLM logs to stdout
-        raise SystemExit(f"rlmap: error: --trl-python {python}: the TRL run exited "
-                         f"{done.returncode} (its stderr is above)")  # fmt: skip
+        raise SystemExit(
+            f"rlmap: error: --trl-python {python}: the TRL run exited "
+            f"{done.returncode} (its stderr is above)"
+        )
     return parse_trl_run(done.stdout)
 
 
@@ -387,22 +495,34 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--warmup", type=int, default=2, help="first steps left out of s/step")
     parser.add_argument("--threads", type=int, help="torch.set_num_threads (default: torch's)")
-    parser.add_argument("--check-gradients", action="store_true",
-                        help="first compare both losses' gradients on one batch")  # fmt: skip
-    parser.add_argument("--trl-vllm", action="store_true",
-                        help="TRL generates with vLLM (use_vllm, colocate); give rlmap "
-                        "system.engine=vllm as an override for the same")  # fmt: skip
+    parser.add_argument(
+        "--check-gradients",
+        action="store_true",
+        help="first compare both losses' gradients on one batch",
+    )
+    parser.add_argument(
+        "--trl-vllm",
+        action="store_true",
+        help="TRL generates with vLLM (use_vllm, colocate); give rlmap "
+        "system.engine=vllm as an override for the same",
+    )
     parser.add_argument(
         "--large",
         action="store_true",
         help="both sides on a random ~25 M-parameter Qwen2 (8 layers × 512) with "
         "the task's tokenizer, built here: a speed comparison (pass@1 stays ~0)",
     )
-    parser.add_argument("--trl-python", metavar="PATH",
-                        help="run TRL's side in this interpreter (make trl-venv)")  # fmt: skip
+    parser.add_argument(
+        "--trl-python", metavar="PATH", help="run TRL's side in this interpreter (make trl-venv)"
+    )
     # what --trl-python runs in the other interpreter, one TRL run
-    parser.add_argument("--trl-only", type=int, nargs=3, metavar=("SEED", "BUDGET", "MAX_STEPS"),
-                        help=argparse.SUPPRESS)  # fmt: skip
+    parser.add_argument(
+        "--trl-only",
+        type=int,
+        nargs=3,
+        metavar=("SEED", "BUDGET", "MAX_STEPS"),
+        help=argparse.SUPPRESS,
+    )
     parser.add_argument("overrides", nargs="*", help="dotted.key=value overrides of the preset")
     args = parser.parse_args(argv)
     if args.threads:
@@ -425,9 +545,14 @@ def large_model(directory: Path) -> Path:
     from rlmap.embedded.tokenizer import build_tokenizer
 
     tokenizer = build_tokenizer()
-    spec = TinySpec(hidden_size=512, intermediate_size=1536, num_hidden_layers=8,
-                    num_attention_heads=8, num_key_value_heads=4,
-                    max_position_embeddings=512)  # fmt: skip
+    spec = TinySpec(
+        hidden_size=512,
+        intermediate_size=1536,
+        num_hidden_layers=8,
+        num_attention_heads=8,
+        num_key_value_heads=4,
+        max_position_embeddings=512,
+    )
     build_tiny_model(tokenizer, spec, seed=0).save_pretrained(directory)
     tokenizer.save_pretrained(directory)
     return directory
@@ -448,8 +573,9 @@ def compare(args: argparse.Namespace, overrides: list[str]) -> None:
             if side == "rlmap":
                 run = run_rlmap(cfg, start, budget, 2 * steps)
             elif args.trl_python:
-                command = trl_command(args.trl_python, seed, budget, 2 * steps, args.threads,
-                                      args.trl_vllm, overrides)  # fmt: skip
+                command = trl_command(
+                    args.trl_python, seed, budget, 2 * steps, args.threads, args.trl_vllm, overrides
+                )
                 run, elsewhere = run_trl_elsewhere(args.trl_python, command)
                 print(f"trl side in {args.trl_python}: {elsewhere}")
             else:
@@ -496,19 +622,25 @@ def print_setup(
 
 
 def summarize(results: dict[str, list[Run]], warmup: int, before: float) -> None:
-    per_seed = [r.seconds_per_step(warmup) / t.seconds_per_step(warmup)
-                for r, t in zip(results["rlmap"], results["trl"], strict=True)]  # fmt: skip
+    per_seed = [
+        r.seconds_per_step(warmup) / t.seconds_per_step(warmup)
+        for r, t in zip(results["rlmap"], results["trl"], strict=True)
+    ]
     print(f"\nmedians over {len(per_seed)} seeds:")
     for side, runs in results.items():
         sps = statistics.median(r.seconds_per_step(warmup) for r in runs)
         p1 = statistics.median(r.pass_at_1 for r in runs)
         tokens = statistics.median(r.generated_tokens for r in runs)
-        print(f"  {side:<5} {sps:7.3f} s/step   held-out pass@1 {p1:.4f} "
-              f"(start {before:.4f})   {tokens:.0f} generated tokens")  # fmt: skip
+        print(
+            f"  {side:<5} {sps:7.3f} s/step   held-out pass@1 {p1:.4f} "
+            f"(start {before:.4f})   {tokens:.0f} generated tokens"
+        )
     for side, runs in results.items():
         print(f"  {side:<5} pass@1 per seed: {', '.join(f'{r.pass_at_1:.4f}' for r in runs)}")
-    print(f"  rlmap_sec_per_step / trl_sec_per_step = {statistics.median(per_seed):.3f} "
-          f"(per seed: {', '.join(f'{x:.3f}' for x in per_seed)})")  # fmt: skip
+    print(
+        f"  rlmap_sec_per_step / trl_sec_per_step = {statistics.median(per_seed):.3f} "
+        f"(per seed: {', '.join(f'{x:.3f}' for x in per_seed)})"
+    )
 
 
 if __name__ == "__main__":

@@ -59,17 +59,24 @@ def grpo_step(
     adv_B = grpo_advantages(batch.rewards, batch.group_id, batch.valid)  # (B,) (R − mean) / std
     adv_BT = adv_B[:, None] * batch.action_mask  # the outcome's advantage on every action token
     logprobs_BT, _ = token_logprobs(policy, batch.tokens, attention_of(batch))  # log π_θ
-    terms = PolicyTerms(logprobs=logprobs_BT, old_logprobs=logprobs_BT.detach(),  # π_old = π_θ
-                        behavior_logprobs=batch.behavior_logprobs,  # log μ, from the engine
-                        advantages=adv_BT, mask=batch.action_mask)  # fmt: skip
+    terms = PolicyTerms(
+        logprobs=logprobs_BT,
+        old_logprobs=logprobs_BT.detach(),  # π_old = π_θ
+        behavior_logprobs=batch.behavior_logprobs,  # log μ, from the engine
+        advantages=adv_BT,
+        mask=batch.action_mask,
+    )
     j_BT, diag = policy_loss(terms, BehaviourParams(objective="ppo_clip"), KLParams())
     loss = reduce(j_BT, token_weights(batch.action_mask, ReductionParams(name="token_mean")))
     optimizer.zero_grad()
     loss.backward()
     torch.nn.utils.clip_grad_norm_(policy.parameters(), 1.0)
     optimizer.step()
-    return {"loss": float(loss.detach()), "reward": float(batch.rewards.mean()),
-            "max|log d|": float(diag["ratio/d/max_abs_log"])}  # fmt: skip
+    return {
+        "loss": float(loss.detach()),
+        "reward": float(batch.rewards.mean()),
+        "max|log d|": float(diag["ratio/d/max_abs_log"]),
+    }
 
 
 def pass_at_1(engine: HFEngine, tokenizer: Tokenizer, heldout: list[Example]) -> float:

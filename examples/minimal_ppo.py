@@ -109,9 +109,12 @@ def ppo_step(
     train_BT = batch.action_mask & batch.valid[:, None]  # every valid state weighs the same
     value_loss = reduce(v_BT, token_weights(train_BT, ReductionParams(name="token_mean")))
     step(critic, critic_optimizer, value_loss)
-    return {"loss": float(loss.detach()), "value_loss": float(value_loss.detach()),
-            "reward": float(batch.rewards.mean()),
-            "mean V": float(old_values_BT[train_BT].mean())}  # fmt: skip
+    return {
+        "loss": float(loss.detach()),
+        "value_loss": float(value_loss.detach()),
+        "reward": float(batch.rewards.mean()),
+        "mean V": float(old_values_BT[train_BT].mean()),
+    }
 
 
 def main(model_dir: Path | None, steps: int, heldout_size: int) -> tuple[float, float]:

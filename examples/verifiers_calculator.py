@@ -50,8 +50,13 @@ def products(n: int, seed: int, max_digits: int) -> list[dict[str, str]]:
     return [{"question": q, "answer": a} for q, a in rows.items()]
 
 
-def load_environment(num_train: int = 2000, num_eval: int = 256, seed: int = 1,
-                     max_digits: int = 2, max_turns: int = 3) -> vf.Environment:  # fmt: skip
+def load_environment(
+    num_train: int = 2000,
+    num_eval: int = 256,
+    seed: int = 1,
+    max_digits: int = 2,
+    max_turns: int = 3,
+) -> vf.Environment:
     rows = products(num_train + num_eval, seed, max_digits)
 
     def correct_answer(completion: vf.Messages, answer: str) -> float:

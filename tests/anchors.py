@@ -31,8 +31,10 @@ def anchor(module: str) -> ModuleType:
         with warnings.catch_warnings():
             return importlib.import_module(module)
     except ImportError as exc:
-        pytest.skip(f"{module} is not installed ({exc}); make test installs it into {ANCHORS}",
-                    allow_module_level=True)  # fmt: skip
+        pytest.skip(
+            f"{module} is not installed ({exc}); make test installs it into {ANCHORS}",
+            allow_module_level=True,
+        )
     finally:
         os.environ.clear()
         os.environ.update(environ)

@@ -24,8 +24,14 @@ from rlmap.tasks.tool_calls import CLOSE, ToolEnv, observation_ids
 QUESTION, EXPRESSION, RESULT = "37*85=", "37*85", "3145"
 CALL = '<tool_call>{"name": "calculator", "arguments": {"expression": "37*85"}}'
 """Turn 0 without its closing tag."""
-SPEC = TinySpec(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
-                num_key_value_heads=1, max_position_embeddings=128)  # fmt: skip
+SPEC = TinySpec(
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    num_key_value_heads=1,
+    max_position_embeddings=128,
+)
 
 
 def chat_tokenizer() -> PreTrainedTokenizerFast:
@@ -43,8 +49,9 @@ def conversation(
 ) -> tuple[list[int], list[list[int]]]:
     """(prompt ids, [turn 0, observation, turn 1]) of the conversation the model learns:
     whatever the question, the call of ``CALL`` and the answer ``RESULT``."""
-    prompt = tokenizer.apply_chat_template([{"role": "user", "content": question}],
-                                           add_generation_prompt=True, tokenize=False)  # fmt: skip
+    prompt = tokenizer.apply_chat_template(
+        [{"role": "user", "content": question}], add_generation_prompt=True, tokenize=False
+    )
     prompt_ids = [int(i) for i in tokenizer.encode(str(prompt), add_special_tokens=False)]
     turn0 = [int(i) for i in tokenizer.encode(CALL, add_special_tokens=False)]
     turn0 += bytewise(tokenizer, CLOSE)
@@ -102,8 +109,13 @@ def check_token_in_token_out(engine: RolloutEngine, env: Environment | None = No
     tokenizer = chat_tokenizer()
     prompt, (turn0, observation, turn1) = conversation(tokenizer)
     if env is None:
-        env = ToolEnv(tokenizer, Example(QUESTION, RESULT), lambda r, a: float(r.strip() == a),
-                      {"calculator": calculator_tool}, max_turns=3)  # fmt: skip
+        env = ToolEnv(
+            tokenizer,
+            Example(QUESTION, RESULT),
+            lambda r, a: float(r.strip() == a),
+            {"calculator": calculator_tool},
+            max_turns=3,
+        )
     recording = Recording(engine)
     (episode,) = run_episodes(recording, [env], max_new_tokens=48, temperature=0.0, top_p=1.0)
     assert list(episode.prompt_ids) == prompt

@@ -125,23 +125,23 @@ def crash_in_step(monkeypatch: pytest.MonkeyPatch) -> Callable[..., None]:
     """``crash_in_step(cfg, run_dir, step)``: train ``cfg`` into ``run_dir`` until a simulated
     crash (KeyboardInterrupt) at the start of ``step``; the real step is back afterwards,
     so a ``run_training(..., resume=True)`` that follows runs normally."""
-    from rlmap.experiments import train as train_module
+    from rlmap.experiments import train_step
     from rlmap.experiments.train import run_training
 
     def crash(cfg: Any, run_dir: Path, step: int) -> None:
-        real = train_module.sync_step
+        real = train_step.sync_step
 
         def crashing(parts, state):  # type: ignore[no-untyped-def]
             if state.step + 1 == step:
                 raise KeyboardInterrupt("simulated crash")
             return real(parts, state)
 
-        monkeypatch.setattr(train_module, "sync_step", crashing)
+        monkeypatch.setattr(train_step, "sync_step", crashing)
         try:
             with pytest.raises(KeyboardInterrupt):
                 run_training(cfg, run_dir)
         finally:
-            monkeypatch.setattr(train_module, "sync_step", real)
+            monkeypatch.setattr(train_step, "sync_step", real)
 
     return crash
 

@@ -27,8 +27,9 @@ Reply = Callable[[str], "str | int"]
 
 
 class JudgeServer:
-    def __init__(self, reply: Reply, delay_s: float = 0.0, port: int = 0,
-                 drip_s: float = 0.0) -> None:  # fmt: skip
+    def __init__(
+        self, reply: Reply, delay_s: float = 0.0, port: int = 0, drip_s: float = 0.0
+    ) -> None:
         self.reply, self.delay_s, self.drip_s = reply, delay_s, drip_s
         self.stopping = threading.Event()  # ends every drip when the server is left
         self.requests = 0
@@ -77,12 +78,25 @@ def _handler(owner: JudgeServer) -> type[BaseHTTPRequestHandler]:
             if isinstance(reply, int):
                 self._send(reply, {"error": "scripted failure"})
                 return
-            self._send(200, {"object": "chat.completion", "model": body["model"],
-                             "choices": [{"index": 0, "finish_reason": "stop",
-                                          "message": {"role": "assistant", "content": reply}}],
-                             "usage": {"prompt_tokens": len(prompt.split()),
-                                       "completion_tokens": 1,
-                                       "total_tokens": len(prompt.split()) + 1}})  # fmt: skip
+            self._send(
+                200,
+                {
+                    "object": "chat.completion",
+                    "model": body["model"],
+                    "choices": [
+                        {
+                            "index": 0,
+                            "finish_reason": "stop",
+                            "message": {"role": "assistant", "content": reply},
+                        }
+                    ],
+                    "usage": {
+                        "prompt_tokens": len(prompt.split()),
+                        "completion_tokens": 1,
+                        "total_tokens": len(prompt.split()) + 1,
+                    },
+                },
+            )
 
         def _send(self, code: int, payload: dict[str, Any]) -> None:
             data = json.dumps(payload).encode()
@@ -100,9 +114,11 @@ def _handler(owner: JudgeServer) -> type[BaseHTTPRequestHandler]:
 
         def _drip(self, code: int, data: bytes) -> None:
             self.close_connection = True
-            head = (f"HTTP/1.1 {code} {self.responses[code][0]}\r\nContent-Type: "
-                    f"application/json\r\nContent-Length: {len(data)}\r\n"
-                    "Connection: close\r\n\r\n")  # fmt: skip
+            head = (
+                f"HTTP/1.1 {code} {self.responses[code][0]}\r\nContent-Type: "
+                f"application/json\r\nContent-Length: {len(data)}\r\n"
+                "Connection: close\r\n\r\n"
+            )
             for byte in head.encode() + data:
                 if owner.stopping.wait(owner.drip_s):
                     return

@@ -6,8 +6,11 @@ from __future__ import annotations
 import verifiers as vf
 from datasets import Dataset
 
-ROWS = [{"question": "37*85=", "answer": "3145"}, {"question": "12*34=", "answer": "408"},
-        {"question": "56*78=", "answer": "4368"}]  # fmt: skip
+ROWS = [
+    {"question": "37*85=", "answer": "3145"},
+    {"question": "12*34=", "answer": "408"},
+    {"question": "56*78=", "answer": "4368"},
+]
 
 
 def calculator(expression: str) -> str:
@@ -30,8 +33,12 @@ def broken_reward(completion: vf.Messages, answer: str) -> float:
 
 def crashing_rubric() -> vf.Environment:
     """The reward function raises (verifiers itself would score 0.0)."""
-    return vf.ToolEnv(dataset=Dataset.from_list(ROWS), tools=[calculator],
-                      rubric=vf.Rubric(funcs=[broken_reward]), max_turns=3)  # fmt: skip
+    return vf.ToolEnv(
+        dataset=Dataset.from_list(ROWS),
+        tools=[calculator],
+        rubric=vf.Rubric(funcs=[broken_reward]),
+        max_turns=3,
+    )
 
 
 class Breaking(vf.ToolEnv):
@@ -41,8 +48,12 @@ class Breaking(vf.ToolEnv):
 
 def breaking_env() -> vf.Environment:
     """``env_response`` raises: the environment itself fails."""
-    return Breaking(dataset=Dataset.from_list(ROWS), tools=[calculator],
-                    rubric=vf.Rubric(funcs=[exact]), max_turns=3)  # fmt: skip
+    return Breaking(
+        dataset=Dataset.from_list(ROWS),
+        tools=[calculator],
+        rubric=vf.Rubric(funcs=[exact]),
+        max_turns=3,
+    )
 
 
 class Rewriting(vf.ToolEnv):
@@ -55,8 +66,12 @@ class Rewriting(vf.ToolEnv):
 
 def rewriting_env() -> vf.Environment:
     """The conversation is rewritten between turns (a context-compacting environment)."""
-    return Rewriting(dataset=Dataset.from_list(ROWS), tools=[calculator],
-                     rubric=vf.Rubric(funcs=[exact]), max_turns=3)  # fmt: skip
+    return Rewriting(
+        dataset=Dataset.from_list(ROWS),
+        tools=[calculator],
+        rubric=vf.Rubric(funcs=[exact]),
+        max_turns=3,
+    )
 
 
 def group_rubric() -> vf.Environment:
@@ -74,8 +89,13 @@ def not_an_environment() -> str:
 
 def tool_env() -> vf.Environment:
     """verifiers' ToolEnv with a calculator, behaving."""
-    return vf.ToolEnv(dataset=Dataset.from_list(ROWS[1:]), eval_dataset=Dataset.from_list(ROWS),
-                      tools=[calculator], rubric=vf.Rubric(funcs=[exact]), max_turns=3)  # fmt: skip
+    return vf.ToolEnv(
+        dataset=Dataset.from_list(ROWS[1:]),
+        eval_dataset=Dataset.from_list(ROWS),
+        tools=[calculator],
+        rubric=vf.Rubric(funcs=[exact]),
+        max_turns=3,
+    )
 
 
 def _last_text(state: vf.State) -> str:
@@ -96,8 +116,7 @@ class Retrying(vf.MultiTurnEnv):
 
 def retrying_env() -> vf.Environment:
     """A plain MultiTurnEnv: no tools, the environment speaks as the user."""
-    return Retrying(dataset=Dataset.from_list(ROWS), rubric=vf.Rubric(funcs=[exact]),
-                    max_turns=3)  # fmt: skip
+    return Retrying(dataset=Dataset.from_list(ROWS), rubric=vf.Rubric(funcs=[exact]), max_turns=3)
 
 
 def unbounded_env() -> vf.Environment:
@@ -115,8 +134,12 @@ class Editing(vf.ToolEnv):
 
 def editing_env() -> vf.Environment:
     """An earlier message's content is rewritten between turns."""
-    return Editing(dataset=Dataset.from_list(ROWS), tools=[calculator],
-                   rubric=vf.Rubric(funcs=[exact]), max_turns=3)  # fmt: skip
+    return Editing(
+        dataset=Dataset.from_list(ROWS),
+        tools=[calculator],
+        rubric=vf.Rubric(funcs=[exact]),
+        max_turns=3,
+    )
 
 
 def stopping_tool_env() -> vf.Environment:
@@ -130,16 +153,24 @@ def stopping_tool_env() -> vf.Environment:
         """
         raise PermissionError("the tool's sandbox refused to start")
 
-    return vf.ToolEnv(dataset=Dataset.from_list(ROWS), tools=[calculator],
-                      rubric=vf.Rubric(funcs=[exact]), max_turns=3,
-                      stop_errors=[PermissionError])  # fmt: skip
+    return vf.ToolEnv(
+        dataset=Dataset.from_list(ROWS),
+        tools=[calculator],
+        rubric=vf.Rubric(funcs=[exact]),
+        max_turns=3,
+        stop_errors=[PermissionError],
+    )
 
 
 def slow_tool_env() -> vf.Environment:
     """A rollout that times out (``timeout_seconds``) while rlmap is generating a turn."""
-    return vf.ToolEnv(dataset=Dataset.from_list(ROWS), tools=[calculator],
-                      rubric=vf.Rubric(funcs=[exact]), max_turns=3,
-                      timeout_seconds=1.0)  # fmt: skip
+    return vf.ToolEnv(
+        dataset=Dataset.from_list(ROWS),
+        tools=[calculator],
+        rubric=vf.Rubric(funcs=[exact]),
+        max_turns=3,
+        timeout_seconds=1.0,
+    )
 
 
 def none_reward(completion: vf.Messages, answer: str) -> float:
@@ -148,8 +179,12 @@ def none_reward(completion: vf.Messages, answer: str) -> float:
 
 def none_rubric() -> vf.Environment:
     """A reward function that returns no number (verifiers' float() would fail, scored 0)."""
-    return vf.ToolEnv(dataset=Dataset.from_list(ROWS), tools=[calculator],
-                      rubric=vf.Rubric(funcs=[none_reward]), max_turns=3)  # fmt: skip
+    return vf.ToolEnv(
+        dataset=Dataset.from_list(ROWS),
+        tools=[calculator],
+        rubric=vf.Rubric(funcs=[none_reward]),
+        max_turns=3,
+    )
 
 
 def env_group() -> vf.Environment:

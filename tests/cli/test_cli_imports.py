@@ -28,8 +28,14 @@ sys.exit(code or 0)
 
 def _heavy_modules(args: list[str], preload: str = "") -> str:
     env = {**os.environ, "PRELOAD": preload}
-    out = subprocess.run([sys.executable, "-c", PROBE, *args], capture_output=True, text=True,
-                         timeout=120, check=True, env=env)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE, *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+        env=env,
+    )
     return out.stdout.rsplit("HEAVY=", 1)[1].strip()
 
 

@@ -110,17 +110,27 @@ def _raise(exc: BaseException):  # type: ignore[no-untyped-def]
 @pytest.mark.parametrize(
     ("exc", "status", "line"),
     [
-        (OSError(errno.ENOSPC, "No space left on device", "out/x.md"), 1,
-         "rlmap: error: out/x.md: No space left on device"),
-        (RuntimeError("boom\nsecond line"), 1,
-         "rlmap: error: internal error (RuntimeError: boom; second line); "
-         "rerun with --debug for the traceback"),
+        (
+            OSError(errno.ENOSPC, "No space left on device", "out/x.md"),
+            1,
+            "rlmap: error: out/x.md: No space left on device",
+        ),
+        (
+            RuntimeError("boom\nsecond line"),
+            1,
+            "rlmap: error: internal error (RuntimeError: boom; second line); "
+            "rerun with --debug for the traceback",
+        ),
     ],
-)  # fmt: skip
+)
 def test_last_resort_errors_are_one_line(
-    exc: BaseException, status: int, line: str, ws: Workspace,
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
-) -> None:  # fmt: skip
+    exc: BaseException,
+    status: int,
+    line: str,
+    ws: Workspace,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     import rlmap.recipes.catalog as catalog
 
     monkeypatch.setattr(catalog, "paper_index_markdown", _raise(exc))
@@ -137,7 +147,7 @@ def test_help_exits_zero_without_an_error(capsys: pytest.CaptureFixture[str]) ->
 def test_a_written_file_never_leaves_a_temporary_behind(
     ws: Workspace, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import rlmap.experiments.rundir as rundir
+    import rlmap.runs.rundir as rundir
 
     def crash(*args: object) -> None:
         raise OSError(errno.EIO, "Input/output error")

@@ -22,13 +22,22 @@ from rlmap.recipes import build_config
 QUIET = ["data.eval_size=4", "run.progress=false"]
 
 
-def run_preflight(capsys: pytest.CaptureFixture[str], ws: Workspace, rows: list[object],
-                  *extra: str) -> tuple[int, str]:  # fmt: skip
+def run_preflight(
+    capsys: pytest.CaptureFixture[str], ws: Workspace, rows: list[object], *extra: str
+) -> tuple[int, str]:
     """``rlmap train --preflight --out run`` on ``rows`` as data.jsonl; asserts nothing was
     written (the workspace's hash, no ``run``); returns (status, stdout)."""
     ws.jsonl("data.jsonl", rows)
-    argv = ["train", "--preflight", "--out", "run", f"model.path={ws.model()}",
-            "data.task=data.jsonl", *QUIET, *extra]  # fmt: skip
+    argv = [
+        "train",
+        "--preflight",
+        "--out",
+        "run",
+        f"model.path={ws.model()}",
+        "data.task=data.jsonl",
+        *QUIET,
+        *extra,
+    ]
     before = tree_hash(ws.root)
     status = main(argv)
     out, err = capsys.readouterr()
@@ -81,8 +90,10 @@ def test_reference_the_verifier_rejects_is_named(
     rows = [*GOOD_ROWS, {"prompt": "36+36=", "answer": "seventy-two"}]
     status, out = run_preflight(capsys, ws, rows, "feedback.verifier=last_number")
     assert status == 1
-    assert no_go_line(out) == ("preflight: no-go: verifier: data.jsonl:31: the reference "
-                               "'seventy-two' scores 0 with last_number")  # fmt: skip
+    assert no_go_line(out) == (
+        "preflight: no-go: verifier: data.jsonl:31: the reference "
+        "'seventy-two' scores 0 with last_number"
+    )
 
 
 @pytest.mark.parametrize("isolated", [[], ["feedback.timeout_s=10"]], ids=["in_process", "worker"])
@@ -91,8 +102,10 @@ def test_verifier_that_crashes_is_named(
 ) -> None:
     # regex's reference is the pattern; "(" does not compile, so every call on line 31 raises
     # (in the run's isolation worker too, with feedback.timeout_s)
-    rows = [*[{"prompt": r["prompt"], "answer": r"\d+"} for r in GOOD_ROWS],
-            {"prompt": "1+1=", "answer": "("}]  # fmt: skip
+    rows = [
+        *[{"prompt": r["prompt"], "answer": r"\d+"} for r in GOOD_ROWS],
+        {"prompt": "1+1=", "answer": "("},
+    ]
     status, out = run_preflight(capsys, ws, rows, "feedback.verifier=regex", *isolated)
     line = no_go_line(out)
     assert status == 1
@@ -119,8 +132,10 @@ def test_step_leaves_the_weights_and_no_gradient(
     from rlmap.assembly.parts import Parts, build
 
     built: list[Parts] = []
-    monkeypatch.setattr("rlmap.experiments.preflight.build",
-                        lambda *a, **k: built.append(build(*a, **k)) or built[-1])  # fmt: skip
+    monkeypatch.setattr(
+        "rlmap.experiments.preflight.build",
+        lambda *a, **k: built.append(build(*a, **k)) or built[-1],
+    )
     status, out = run_preflight(capsys, ws, GOOD_ROWS)
     assert status == 0, out
     policy = built[0].policy
@@ -156,8 +171,14 @@ def memory_parts(free: int, monkeypatch: pytest.MonkeyPatch) -> SimpleNamespace:
     monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: 0)
     cfg = build_config(None, None, [])
     reference = torch.nn.Linear(10, 10).requires_grad_(False)
-    return SimpleNamespace(policy=torch.nn.Linear(10, 10), reference=reference, critic=None,
-                           reward_model=None, device=torch.device("cuda:0"), cfg=cfg)  # fmt: skip
+    return SimpleNamespace(
+        policy=torch.nn.Linear(10, 10),
+        reference=reference,
+        critic=None,
+        reward_model=None,
+        device=torch.device("cuda:0"),
+        cfg=cfg,
+    )
 
 
 @pytest.mark.parametrize(("free", "verdict"), [(2200, "go"), (2199, "no-go")])

@@ -109,8 +109,13 @@ def test_an_old_asynchronous_row_loses_its_rollout_s_and_keeps_its_throughput() 
 
 
 def test_todays_rows_are_left_alone() -> None:
-    today = {"step": 1, "errors/infra_error_frac": 0.5, "system/rollout_s": 2.0,
-             "system/learner_wait_s": 2.0, "system/tokens_per_s": 10.0}  # fmt: skip
+    today = {
+        "step": 1,
+        "errors/infra_error_frac": 0.5,
+        "system/rollout_s": 2.0,
+        "system/learner_wait_s": 2.0,
+        "system/tokens_per_s": 10.0,
+    }
     assert upgrade_row(today) == today
     # a new name already there wins over an old one beside it
     both = {"reward/timeout_frac": 0.9, "errors/timeout_frac": 0.1}

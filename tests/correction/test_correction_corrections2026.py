@@ -64,8 +64,9 @@ def test_m2po_hand_case_f2() -> None:
 def test_m2po_keeps_everything_at_a_second_moment_equal_to_tau() -> None:
     # M2 = 2² = 4 and 0.5² = 0.25, mean (4 + 0.25)/2 = 2.125 = τ (exact in binary): "≤ τ"
     # keeps both (AReaL's "< τ" would drop the 4)
-    keep = m2po_keep(torch.tensor([[2.0, 0.5]]), torch.ones(1, 2, dtype=torch.bool),
-                     threshold=2.125)  # fmt: skip
+    keep = m2po_keep(
+        torch.tensor([[2.0, 0.5]]), torch.ones(1, 2, dtype=torch.bool), threshold=2.125
+    )
     assert keep.tolist() == [[True, True]]
 
 
@@ -149,8 +150,9 @@ def test_m2po_per_micro_batch_selection_would_differ() -> None:
     log_k = torch.randn(8, 6, generator=g) * torch.linspace(0.1, 1.0, 8).unsqueeze(-1)
     mask = torch.ones(8, 6, dtype=torch.bool)
     whole = m2po_keep(log_k, mask, threshold=0.1)
-    pieces = torch.cat([m2po_keep(log_k[i : i + 2], mask[i : i + 2], threshold=0.1)
-                        for i in range(0, 8, 2)])  # fmt: skip
+    pieces = torch.cat(
+        [m2po_keep(log_k[i : i + 2], mask[i : i + 2], threshold=0.1) for i in range(0, 8, 2)]
+    )
     assert not torch.equal(whole, pieces)
 
 
@@ -170,8 +172,9 @@ def test_minibatch_keep_reads_kappa_of_the_batch() -> None:
     log_k = f2_log_kappa()
     mask = torch.ones(2, 3, dtype=torch.bool)
     behaviour = torch.full((2, 3), -1.0)
-    batch = make_batch(mask, torch.ones(2), behavior_logprobs=behaviour,
-                       old_logprobs=behaviour + log_k)  # fmt: skip
+    batch = make_batch(
+        mask, torch.ones(2), behavior_logprobs=behaviour, old_logprobs=behaviour + log_k
+    )
     p = BehaviourParams(corrections=("m2po",), m2po_threshold=0.04)
     assert minibatch_keep(batch, p).tolist() == [[True, False, False], [False, True, False]]
     assert minibatch_keep(batch, BehaviourParams(corrections=("icepop",))).all()
@@ -207,26 +210,32 @@ def test_m2po_comparison_with_areal() -> None:
 # ---------------------------------------------------------------- learner: M2PO per mini-batch
 
 
-def _learner_run(model_dir: Path, micro: int, minibatches: int, corrections_: tuple[str, ...]
-                 ) -> tuple[Tensor, dict[str, float]]:  # fmt: skip
+def _learner_run(
+    model_dir: Path, micro: int, minibatches: int, corrections_: tuple[str, ...]
+) -> tuple[Tensor, dict[str, float]]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from rlmap.core.batch import RewardStatus
     from rlmap.engines.hf import HFEngine
     from rlmap.learner.policy import UpdateSettings, prepare_batch, update_policy
+    from rlmap.learner.update_loop import Schedule
     from rlmap.reduction import ReductionParams
     from rlmap.rollout.episodes import Scored, single_turn, to_batch
     from rlmap.tasks.prompts import encode_prompt
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir)
-    engine = HFEngine(model, pad_token_id=tokenizer.pad_token_id,
-                      eos_token_id=tokenizer.eos_token_id)  # fmt: skip
+    engine = HFEngine(
+        model, pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id
+    )
     prompts = [encode_prompt(tokenizer, p) for p in ("1+2=", "37+85=", "9+9=")]
     torch.manual_seed(0)
     groups = engine.generate(prompts, n=4, max_new_tokens=6, temperature=1.0, top_p=1.0)
-    scored = [Scored(single_turn(c), g, float(i % 2), float(i % 2), RewardStatus.OK)
-              for g, group in enumerate(groups) for i, c in enumerate(group)]  # fmt: skip
+    scored = [
+        Scored(single_turn(c), g, float(i % 2), float(i % 2), RewardStatus.OK)
+        for g, group in enumerate(groups)
+        for i, c in enumerate(group)
+    ]
     batch = to_batch(scored, pad_token_id=tokenizer.pad_token_id)
     noise = torch.randn(batch.tokens.shape, generator=torch.Generator().manual_seed(3))
     stale = batch.replace(behavior_logprobs=batch.behavior_logprobs + 0.4 * noise)  # μ ≠ π_old
@@ -234,16 +243,28 @@ def _learner_run(model_dir: Path, micro: int, minibatches: int, corrections_: tu
     policy = copy.deepcopy(model).double()
     optimizer = torch.optim.SGD(policy.parameters(), lr=1.0)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
-    s = UpdateSettings(behaviour=BehaviourParams(corrections=corrections_, m2po_threshold=0.05),
-                       kl=KLParams(), reduction=ReductionParams(name="token_mean"), epochs=1,
-                       minibatches=minibatches, micro_batch_size=micro, max_grad_norm=1e9,
-                       temperature=1.0)  # fmt: skip
+    s = UpdateSettings(
+        behaviour=BehaviourParams(corrections=corrections_, m2po_threshold=0.05),
+        kl=KLParams(),
+        reduction=ReductionParams(name="token_mean"),
+        schedule=Schedule(
+            epochs=1, minibatches=minibatches, micro_batch_size=micro, max_grad_norm=1e9
+        ),
+        temperature=1.0,
+    )
     prepared, timings = prepare_batch(stale, policy, None, s)
     if corrections_:  # one optimiser step in decoupled mode, yet π_old is recomputed for M2PO
         assert prepared.old_logprobs is not None and "system/old_logprobs_s" in timings
-    metrics = update_policy(policy, optimizer, scheduler, prepared,
-                            advantages.double() * batch.action_mask, s, learner_version=0,
-                            generator=torch.Generator().manual_seed(0))  # fmt: skip
+    metrics = update_policy(
+        policy,
+        optimizer,
+        scheduler,
+        prepared,
+        advantages.double() * batch.action_mask,
+        s,
+        learner_version=0,
+        generator=torch.Generator().manual_seed(0),
+    )
     return torch.cat([p.detach().flatten() for p in policy.parameters()]), metrics
 
 
@@ -270,8 +291,9 @@ def test_a_token_m2po_drops_keeps_its_kl_term() -> None:
     # dropped j = β·k3 = 0.0018731 (before the fix the whole j was multiplied away: 0).
     lp = torch.tensor([[-1.0]])
     one = torch.ones(1, 1)
-    terms = PolicyTerms(logprobs=lp, old_logprobs=lp, behavior_logprobs=lp, advantages=one,
-                        mask=one.bool())  # fmt: skip
+    terms = PolicyTerms(
+        logprobs=lp, old_logprobs=lp, behavior_logprobs=lp, advantages=one, mask=one.bool()
+    )
     p, kl = BehaviourParams(objective="pg"), KLParams(placement="loss", estimator="k3", beta=0.1)
     ref = torch.tensor([[-1.2]])
     k = math.exp(-0.2) - 1 + 0.2
@@ -286,14 +308,18 @@ def test_m2po_selects_over_each_optimiser_mini_batch_not_the_whole_batch() -> No
     # (mean 0.2166 > τ) → drop 0.4805 (0.0846 ≤ τ): keeps (2,2), (2,3). Over both rows: drop
     # 3.2104 (0.2707 > τ), 0.6576 (0.1740 ≤ τ): row 2 would keep all three tokens.
     from rlmap.learner.policy import UpdateSettings, _weights
+    from rlmap.learner.update_loop import Schedule
     from rlmap.reduction import ReductionParams
 
     log_k, mask = f2_log_kappa(), torch.ones(2, 3, dtype=torch.bool)
     batch = make_batch(mask, torch.ones(2), old_logprobs=log_k, behavior_logprobs=torch.zeros(2, 3))
-    s = UpdateSettings(behaviour=BehaviourParams(corrections=("m2po",), m2po_threshold=0.2),
-                       kl=KLParams(), reduction=ReductionParams(name="token_mean"), epochs=1,
-                       minibatches=2, micro_batch_size=1, max_grad_norm=1.0,
-                       temperature=1.0)  # fmt: skip
+    s = UpdateSettings(
+        behaviour=BehaviourParams(corrections=("m2po",), m2po_threshold=0.2),
+        kl=KLParams(),
+        reduction=ReductionParams(name="token_mean"),
+        schedule=Schedule(epochs=1, minibatches=2, micro_batch_size=1, max_grad_norm=1.0),
+        temperature=1.0,
+    )
     for row, expected in ((0, [1.0, 0.0, 0.0]), (1, [0.0, 1.0, 1.0])):
         w = _weights(batch.select(torch.tensor([row])), s)
         torch.testing.assert_close(w[0], torch.full((1, 3), 1 / 3))  # M2PO leaves these alone
@@ -310,8 +336,12 @@ F1_MASK = [[True, True, True], [True, True, False]]
 
 
 def f1_log_d() -> Tensor:
-    return torch.tensor([[LN(a / b) for a, b in zip(ra, rb, strict=True)]
-                         for ra, rb in zip(F1_THETA, F1_MU, strict=True)])  # fmt: skip
+    return torch.tensor(
+        [
+            [LN(a / b) for a, b in zip(ra, rb, strict=True)]
+            for ra, rb in zip(F1_THETA, F1_MU, strict=True)
+        ]
+    )
 
 
 def test_opsm_hand_case_f1() -> None:
@@ -326,8 +356,9 @@ def test_opsm_hand_case_f1() -> None:
     assert opsm_keep(log_d, adv, mask, delta=0.5).tolist() == [[1.0] * 3, [1.0] * 3]
 
 
-def opsm_reference(log_theta: Tensor, log_mu: Tensor, adv: Tensor, mask: Tensor,
-                   delta: float) -> list[list[float]]:  # fmt: skip
+def opsm_reference(
+    log_theta: Tensor, log_mu: Tensor, adv: Tensor, mask: Tensor, delta: float
+) -> list[list[float]]:
     b, t = mask.shape
     out = []
     for i in range(b):
@@ -393,9 +424,12 @@ def test_opsm_comparison_with_trl() -> None:
     mask = torch.rand(10, 6, generator=g) > 0.2
     for delta in (1e-4, 0.05, 0.2):
         theirs = trainer.GRPOTrainer.get_off_policy_mask(
-            advantages=adv, per_token_logps=log_theta, sampling_per_token_logps=log_mu,
-            mask=mask.float(), off_policy_threshold=delta,
-        )  # fmt: skip
+            advantages=adv,
+            per_token_logps=log_theta,
+            sampling_per_token_logps=log_mu,
+            mask=mask.float(),
+            off_policy_threshold=delta,
+        )
         ours = opsm_keep(log_theta - log_mu, adv.expand(10, 6), mask, delta=delta)
         assert torch.equal(ours[:, :1], theirs)
 
@@ -424,8 +458,9 @@ def test_iw_kl_hand_case_off_policy() -> None:
     # π_old = 0.5 (so ρ = 0.62/0.5 = 1.24): value 1.24·0.021563 = 0.026738;
     # gradient ρ·k3 + ρ·(1 − e^x) = 0.026738 + 1.24·(1 − 0.5/0.62) = 0.026738 + 0.24 = 0.266738
     lp = torch.tensor([[LN(0.62)]], requires_grad=True)
-    k = kl_estimators.get("k3_iw").per_token(lp, torch.tensor([[LN(0.5)]]),
-                                             torch.tensor([[LN(0.5)]]))  # fmt: skip
+    k = kl_estimators.get("k3_iw").per_token(
+        lp, torch.tensor([[LN(0.5)]]), torch.tensor([[LN(0.5)]])
+    )
     (grad,) = torch.autograd.grad(k.sum(), lp)
     assert k.item() == pytest.approx(0.026738, abs=1e-6)
     assert grad.item() == pytest.approx(0.266738, abs=1e-6)
@@ -456,8 +491,9 @@ def test_iw_kl_in_the_loss_and_its_properties() -> None:
     behaviour = BehaviourParams(objective="pg")
     runs = {}
     for name in ("k3", "k3_iw"):
-        j, diag = policy_loss(terms, behaviour, KLParams(placement="loss", estimator=name,
-                                                         beta=0.5), ref)  # fmt: skip
+        j, diag = policy_loss(
+            terms, behaviour, KLParams(placement="loss", estimator=name, beta=0.5), ref
+        )
         (grad,) = torch.autograd.grad(j.sum(), lp)
         runs[name] = (j.detach(), grad, diag["kl/mean"])
     torch.testing.assert_close(runs["k3"][0], runs["k3_iw"][0])
@@ -467,8 +503,9 @@ def test_iw_kl_in_the_loss_and_its_properties() -> None:
     assert not torch.allclose(runs["k3"][1], runs["k3_iw"][1])
     # the weight is the same function as ρ·k3 for any π_old
     old = lp.detach() - 0.3
-    torch.testing.assert_close(importance_weighted(k3(lp, ref), lp, old),
-                               math.exp(0.3) * k3(lp, ref))  # fmt: skip
+    torch.testing.assert_close(
+        importance_weighted(k3(lp, ref), lp, old), math.exp(0.3) * k3(lp, ref)
+    )
 
 
 # ---------------------------------------------------------------- validation

@@ -13,7 +13,7 @@ from torch import Tensor
 
 from rlmap.core.errors import UnknownComponentError
 from rlmap.correction import BehaviourParams, PolicyTerms, registry
-from rlmap.correction.objectives import gspo_loss, ppo_clip_loss, sapo_loss
+from rlmap.correction.clip_objectives import gspo_loss, ppo_clip_loss, sapo_loss
 from rlmap.correction.params import RatioMode
 
 NAMES = (

@@ -28,16 +28,9 @@ from torch import Tensor
 
 from rlmap.core.errors import ConfigError
 from rlmap.correction import BehaviourParams, KLParams, PolicyTerms, check_behaviour, registry
-from rlmap.correction.objectives import (
-    binary_kl,
-    dppo_kl_dropped,
-    dppo_loss,
-    dppo_tv_dropped,
-    gmpo_loss,
-    gspo_loss,
-    ppo_clip_loss,
-)
+from rlmap.correction.clip_objectives import gmpo_loss, gspo_loss, ppo_clip_loss
 from rlmap.correction.params import RatioMode
+from rlmap.correction.trust_region import binary_kl, dppo_kl_dropped, dppo_loss, dppo_tv_dropped
 from rlmap.recipes import build_config
 
 P_MU = [[0.50, 0.20, 0.90], [0.50, 0.30, 0.50]]
@@ -199,8 +192,9 @@ def test_dppo_drops_only_in_the_direction_of_the_advantage() -> None:
         assert (high | low).tolist() == [[False, False, True, True]], dropped.__name__
         # Â = 0 has no policy gradient to drop: nothing is dropped (SkyRL; prime-rl and verl
         # apply the low test, which changes only the dropped fraction)
-        high, low = dropped(p_th.log(), p_ref.log(), torch.zeros(1, 4), delta_low=0.2,
-                            delta_high=0.2)  # fmt: skip
+        high, low = dropped(
+            p_th.log(), p_ref.log(), torch.zeros(1, 4), delta_low=0.2, delta_high=0.2
+        )
         assert not (high | low).any(), dropped.__name__
 
 
@@ -253,9 +247,15 @@ def test_dppo_reference_loop(mode: RatioMode, name: str, kind: str, delta: float
             if not terms.mask[i, t]:
                 assert j[i, t].item() == 0.0 and grad[i, t].item() == 0.0
                 continue
-            want_j, want_g = ref_dppo(float(p_th[i, t]), float(p_ref[i, t]),
-                                      float(terms.advantages[i, t]), kind, delta, 1.5 * delta,
-                                      0.01)  # fmt: skip
+            want_j, want_g = ref_dppo(
+                float(p_th[i, t]),
+                float(p_ref[i, t]),
+                float(terms.advantages[i, t]),
+                kind,
+                delta,
+                1.5 * delta,
+                0.01,
+            )
             assert j[i, t].item() == pytest.approx(want_j, rel=1e-5, abs=1e-6)
             assert grad[i, t].item() == pytest.approx(want_g, rel=1e-5, abs=1e-6)
 
@@ -302,14 +302,18 @@ def test_dro_hand_case_f1() -> None:
     terms, lp = f1()
     j, grad, _ = run("dro", terms, lp)
     torch.testing.assert_close(
-        j, torch.tensor([[0.479193, 0.814948, 0.105361], [-1.374283, -1.272847, 0.0]]),
-        atol=2e-6, rtol=0,
-    )  # fmt: skip
+        j,
+        torch.tensor([[0.479193, 0.814948, 0.105361], [-1.374283, -1.272847, 0.0]]),
+        atol=2e-6,
+        rtol=0,
+    )
     assert j.sum().item() == pytest.approx(-1.247628, abs=1e-5)
     torch.testing.assert_close(
-        grad, torch.tensor([[-0.989244, -0.959453, -1.0], [0.965343, 0.996550, 0.0]]),
-        atol=2e-6, rtol=0,
-    )  # fmt: skip
+        grad,
+        torch.tensor([[-0.989244, -0.959453, -1.0], [0.965343, 0.996550, 0.0]]),
+        atol=2e-6,
+        rtol=0,
+    )
 
 
 @pytest.mark.parametrize("mode", ["decoupled", "bypass"])
@@ -360,8 +364,9 @@ def test_gmpo_hand_case_f1() -> None:
     loss = response_mean(j, terms.mask)
     (grad,) = torch.autograd.grad(loss, lp)
     s1, s2 = 1.227571, 0.790969
-    torch.testing.assert_close(j.detach(), torch.tensor([[-s1] * 3, [s2, s2, 0.0]]),
-                               atol=2e-6, rtol=0)  # fmt: skip
+    torch.testing.assert_close(
+        j.detach(), torch.tensor([[-s1] * 3, [s2, s2, 0.0]]), atol=2e-6, rtol=0
+    )
     assert loss.item() == pytest.approx(-0.218301, abs=1e-6)
     want = torch.tensor([[-0.204595, 0.0, -0.204595], [0.0, 0.197742, 0.0]])
     torch.testing.assert_close(grad, want, atol=2e-6, rtol=0)
@@ -422,8 +427,13 @@ def test_gmpo_clips_by_the_sequence_advantage() -> None:
     # One row, Â = (3, −1) → Â_i = 1 > 0, so both tokens take the min branch (ε = 0.4):
     # ℓ = (0.5, −0.5) → ℓ̃ = (0.4, −0.5), mean −0.05, s = e^−0.05 = 0.951229, j = −0.951229.
     # (verl clips by each token's sign: ℓ̃ = (0.4, −0.4), s = 1, j = −1.)
-    j = gmpo_loss(torch.tensor([[0.5, -0.5]]), torch.tensor([[3.0, -1.0]]),
-                  torch.ones(1, 2, dtype=torch.bool), clip_low=0.4, clip_high=0.4)  # fmt: skip
+    j = gmpo_loss(
+        torch.tensor([[0.5, -0.5]]),
+        torch.tensor([[3.0, -1.0]]),
+        torch.ones(1, 2, dtype=torch.bool),
+        clip_low=0.4,
+        clip_high=0.4,
+    )
     torch.testing.assert_close(j, torch.full((1, 2), -0.951229), atol=1e-6, rtol=0)
 
 
@@ -433,10 +443,12 @@ def test_gmpo_empty_row_counts_in_b() -> None:
     terms, _ = f1()
     pad = torch.full((1, 3), -1.0)
     three = PolicyTerms(
-        torch.cat([terms.logprobs, pad]), torch.cat([terms.old_logprobs, pad - 5.0]),
-        torch.cat([terms.behavior_logprobs, pad - 5.0]), torch.cat([terms.advantages, -pad]),
+        torch.cat([terms.logprobs, pad]),
+        torch.cat([terms.old_logprobs, pad - 5.0]),
+        torch.cat([terms.behavior_logprobs, pad - 5.0]),
+        torch.cat([terms.advantages, -pad]),
         torch.cat([terms.mask, torch.zeros(1, 3, dtype=torch.bool)]),
-    )  # fmt: skip
+    )
     j, _ = registry.get("gmpo").fn(three, BehaviourParams(objective="gmpo", mode="bypass"))
     assert j[2].abs().sum().item() == 0.0
     assert response_mean(j, three.mask).item() == pytest.approx(-0.145534, abs=1e-6)
@@ -495,8 +507,13 @@ def verl_config(**fields: Any) -> Any:
     from verl.workers.config import ActorConfig, PolicyLossConfig  # type: ignore[import-not-found]
 
     beta = fields.pop("dro_beta", None)
-    return ActorConfig(strategy="fsdp", rollout_n=1, ppo_micro_batch_size_per_gpu=1,
-                       policy_loss=PolicyLossConfig(dro_beta=beta), **fields)  # fmt: skip
+    return ActorConfig(
+        strategy="fsdp",
+        rollout_n=1,
+        ppo_micro_batch_size_per_gpu=1,
+        policy_loss=PolicyLossConfig(dro_beta=beta),
+        **fields,
+    )
 
 
 def verl_grad(fn: Any, terms: PolicyTerms, config: Any, agg: str) -> tuple[Tensor, Tensor]:
@@ -520,8 +537,9 @@ def test_dppo_gradient_matches_verl(name: str, kind: str) -> None:
     _, g_verl = verl_grad(fn, terms, config, "token-sum")
     torch.testing.assert_close(grad, torch.where(terms.mask, g_verl, 0.0), rtol=1e-5, atol=1e-6)
     lp2 = terms.logprobs.detach().clone().requires_grad_(True)
-    _, metrics = fn(terms.old_logprobs, lp2, terms.advantages, terms.mask.float(), "token-sum",
-                    config)  # fmt: skip
+    _, metrics = fn(
+        terms.old_logprobs, lp2, terms.advantages, terms.mask.float(), "token-sum", config
+    )
     assert metrics["actor/pg_clipfrac"] == pytest.approx(diag["ratio/rho/clipped_frac"].item())
     assert 0 < diag["ratio/rho/clipped_frac"].item() < 1  # the case exercises the mask
 
@@ -564,8 +582,12 @@ def test_gmpo_sequence_loss_and_gradient_match_verl() -> None:
     assert loss.item() == pytest.approx(v_loss.item(), rel=1e-5)
     torch.testing.assert_close(grad, g_verl, rtol=1e-5, atol=1e-7)
     for i in range(4):  # per sequence: verl on one row (B = 1)
-        row = PolicyTerms(lp[i : i + 1].detach(), terms.old_logprobs[i : i + 1],
-                          terms.behavior_logprobs[i : i + 1], terms.advantages[i : i + 1],
-                          mask[i : i + 1])  # fmt: skip
+        row = PolicyTerms(
+            lp[i : i + 1].detach(),
+            terms.old_logprobs[i : i + 1],
+            terms.behavior_logprobs[i : i + 1],
+            terms.advantages[i : i + 1],
+            mask[i : i + 1],
+        )
         v_row, _ = verl_grad(fn, row, config, "token-mean")
         assert j[i, 0].item() == pytest.approx(v_row.item(), rel=1e-5)

@@ -22,8 +22,9 @@ DATA = Path(__file__).parent / "data"
 Curve = Callable[[int], float]
 
 
-def noisy(curve: Curve, sd: float, seed: int = 0, low: float = -math.inf,
-          high: float = math.inf) -> Curve:  # fmt: skip
+def noisy(
+    curve: Curve, sd: float, seed: int = 0, low: float = -math.inf, high: float = math.inf
+) -> Curve:
     """``curve`` plus Gaussian noise of sd ``sd`` (clamped to [low, high]); one draw per call."""
     rng = random.Random(seed)
     return lambda step: min(max(curve(step) + rng.gauss(0.0, sd), low), high)
@@ -81,9 +82,17 @@ def verdict(run: RunData, symptom: str) -> Finding:
 
 
 def test_rules_follow_the_map_in_order() -> None:
-    assert registry.names() == ("reward_up_heldout_down", "entropy_collapse", "zero_group_loss",
-                                "length_drift", "late_collapse", "async_efficiency",
-                                "moe_route_mismatch", "empty_steps", "judge_bias")  # fmt: skip
+    assert registry.names() == (
+        "reward_up_heldout_down",
+        "entropy_collapse",
+        "zero_group_loss",
+        "length_drift",
+        "late_collapse",
+        "async_efficiency",
+        "moe_route_mismatch",
+        "empty_steps",
+        "judge_bias",
+    )
 
 
 def test_a_healthy_synthetic_run_is_quiet() -> None:
@@ -111,7 +120,11 @@ def test_reward_up_heldout_down_detected() -> None:
     assert drop.values["drop"] == pytest.approx(0.2)
     assert rise.metric == "reward/mean" and rise.steps == (50, 100) and rise.values["t"] >= 3
     assert [c.interface for c in finding.checks] == [
-        "verifier coverage", "reward hacking", "reference drift", "contamination"]  # fmt: skip
+        "verifier coverage",
+        "reward hacking",
+        "reference drift",
+        "contamination",
+    ]
     assert "clip" in finding.not_first[0]
 
 
@@ -123,10 +136,13 @@ def test_reward_up_heldout_down_detected() -> None:
         # 15% below a low best, but only 0.03: within evaluation noise
         ("small drop from a low best", lambda s: 0.2 if s < 100 else 0.17, None),
         # held-out falls, but so does the trained reward: that is not this symptom
-        ("reward falls too", lambda s: 0.1 + 0.008 * s if s <= 50 else 0.5 - 0.004 * (s - 50),
-         lambda s: 0.4 + 0.008 * s if s <= 50 else 0.8 - 0.008 * (s - 50)),
+        (
+            "reward falls too",
+            lambda s: 0.1 + 0.008 * s if s <= 50 else 0.5 - 0.004 * (s - 50),
+            lambda s: 0.4 + 0.008 * s if s <= 50 else 0.8 - 0.008 * (s - 50),
+        ),
     ],
-)  # fmt: skip
+)
 def test_reward_up_heldout_down_near_misses(why: str, held: Curve, reward: Curve | None) -> None:
     train = healthy_train()
     if reward is not None:
@@ -143,8 +159,10 @@ def test_a_growing_gap_between_the_training_and_held_out_verifiers_is_reward_hac
     def strict(s: int) -> float:
         return min(0.3 + 0.01 * s, 0.55)
 
-    held = {"eval/pass@1": strict,
-            "eval/train_verifier_pass@1": lambda s: strict(s) + 0.15 * (s >= 40)}  # fmt: skip
+    held = {
+        "eval/pass@1": strict,
+        "eval/train_verifier_pass@1": lambda s: strict(s) + 0.15 * (s >= 40),
+    }
     finding = verdict(make_run(held=held), "reward_up_heldout_down")
     assert finding.status == "detected"
     gap = finding.evidence[-1]
@@ -154,8 +172,10 @@ def test_a_growing_gap_between_the_training_and_held_out_verifiers_is_reward_hac
 
 @pytest.mark.parametrize("gap", [0.0, 0.03])
 def test_a_small_or_constant_verifier_gap_is_quiet(gap: float) -> None:
-    held = {"eval/pass@1": lambda s: 0.1 + 0.007 * s,
-            "eval/train_verifier_pass@1": lambda s: 0.1 + 0.007 * s + gap}  # fmt: skip
+    held = {
+        "eval/pass@1": lambda s: 0.1 + 0.007 * s,
+        "eval/train_verifier_pass@1": lambda s: 0.1 + 0.007 * s + gap,
+    }
     assert verdict(make_run(held=held), "reward_up_heldout_down").status == "quiet"
 
 
@@ -172,14 +192,20 @@ def test_entropy_collapse_detected_with_interface_readings() -> None:
         "entropy": noisy(lambda s: 0.9 * math.exp(-s / 6), 0.005, seed=2, low=0.0),
         "ratio/rho/clipped_high_frac": lambda s: 0.02,
     }
-    finding = verdict(make_run(train, config={"generation": {"temperature": 0.3}}),
-                      "entropy_collapse")  # fmt: skip
+    finding = verdict(
+        make_run(train, config={"generation": {"temperature": 0.3}}), "entropy_collapse"
+    )
     assert finding.status == "detected"
     (evidence,) = finding.evidence
     assert evidence.metric == "entropy" and evidence.values["collapse_step"] <= 25
     checks = {c.interface: c for c in finding.checks}
-    assert list(checks) == ["positive-advantage ratio", "upper clip", "sampling temperature",
-                            "prompt difficulty", "duplicate candidates"]  # fmt: skip
+    assert list(checks) == [
+        "positive-advantage ratio",
+        "upper clip",
+        "sampling temperature",
+        "prompt difficulty",
+        "duplicate candidates",
+    ]
     assert checks["upper clip"].readings[0].metric == "ratio/rho/clipped_high_frac"
     assert checks["upper clip"].readings[0].steps == (1, evidence.values["collapse_step"])
     assert (
@@ -226,8 +252,10 @@ def test_zero_group_loss_detected() -> None:
 def test_zero_group_loss_detected_behind_a_group_filter() -> None:
     # DAPO dynamic sampling keeps only mixed groups: zero-advantage groups never reach the
     # loss, but 70% of what was generated was thrown away for being uniform
-    train = healthy_train() | {"group/zero_adv_frac": lambda s: 0.0,
-                               "sampling/kept_frac": lambda s: 0.3}  # fmt: skip
+    train = healthy_train() | {
+        "group/zero_adv_frac": lambda s: 0.0,
+        "sampling/kept_frac": lambda s: 0.3,
+    }
     finding = verdict(make_run(train), "zero_group_loss")
     assert finding.status == "detected"
     assert finding.evidence[1].metric == "sampling/kept_frac"
@@ -235,8 +263,10 @@ def test_zero_group_loss_detected_behind_a_group_filter() -> None:
 
 
 def test_zero_group_loss_names_a_reward_that_never_comes() -> None:
-    train = healthy_train() | {"group/zero_adv_frac": lambda s: 1.0,
-                               "reward/outcome_mean": lambda s: 0.0}  # fmt: skip
+    train = healthy_train() | {
+        "group/zero_adv_frac": lambda s: 1.0,
+        "reward/outcome_mean": lambda s: 0.0,
+    }
     finding = verdict(make_run(train), "zero_group_loss")
     assert finding.status == "detected" and finding.evidence[-1].metric == "reward/outcome_mean"
 
@@ -323,13 +353,15 @@ def test_late_collapse_detected_with_ratio_tails_read_across_it() -> None:
     ("why", "reward"),
     [
         ("rises, then plateaus", lambda s: min(0.2 + 0.5 * s / 60, 0.7)),
-        ("a dip of a fifth of the gain", lambda s: min(0.2 + 0.5 * s / 60, 0.7)
-         - (0.1 if s > 85 else 0.0)),
+        (
+            "a dip of a fifth of the gain",
+            lambda s: min(0.2 + 0.5 * s / 60, 0.7) - (0.1 if s > 85 else 0.0),
+        ),
         ("falls from the start (never stable)", ramp(0.7, 0.1)),
         # flat: the last steps sit a little low, but within the noise (z ≈ 3)
         ("flat and noisy", lambda s: 0.5 - (0.03 if s > 90 else 0.0)),
     ],
-)  # fmt: skip
+)
 def test_late_collapse_near_misses(why: str, reward: Curve) -> None:
     train = healthy_train() | {"reward/mean": noisy(reward, 0.05, seed=1)}
     assert verdict(make_run(train), "late_collapse").status == "quiet", why
@@ -352,8 +384,9 @@ def async_train(**overrides: Curve) -> dict[str, Curve]:
 
 
 def test_async_efficiency_detected_on_stale_data() -> None:
-    train = async_train(**{"system/checkpoint_age_mean": lambda s: 3.0,
-                           "system/accepted_token_frac": lambda s: 0.7})  # fmt: skip
+    train = async_train(
+        **{"system/checkpoint_age_mean": lambda s: 3.0, "system/accepted_token_frac": lambda s: 0.7}
+    )
     finding = verdict(make_run(train), "async_efficiency")
     assert finding.status == "detected"
     costly = [e.metric for e in finding.evidence if e.values.get("cost")]
@@ -368,7 +401,8 @@ def test_async_efficiency_detected_on_a_queue_that_prefers_short_trajectories() 
     finding = verdict(make_run(async_train(), held), "async_efficiency")
     assert finding.status == "detected"
     assert [e.metric for e in finding.evidence if e.values.get("cost")] == [
-        "length/mean ÷ eval/length"]  # fmt: skip
+        "length/mean ÷ eval/length"
+    ]
 
 
 def test_async_efficiency_quiet_and_not_checked() -> None:
@@ -414,22 +448,27 @@ def test_cli_json_parses(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     assert status["entropy_collapse"] == "detected" and status["async_efficiency"] == "not checked"
     entropy = next(f for f in report["findings"] if f["symptom"] == "entropy_collapse")
     assert entropy["evidence"][0]["metric"] == "entropy"
-    assert [c["interface"] for c in entropy["checks"]][:2] == ["positive-advantage ratio",
-                                                              "upper clip"]  # fmt: skip
+    assert [c["interface"] for c in entropy["checks"]][:2] == [
+        "positive-advantage ratio",
+        "upper clip",
+    ]
 
 
 def test_json_writes_non_finite_numbers_as_null() -> None:
     # a constant trace that jumps gives an infinite t statistic
-    train = healthy_train() | {"length/mean": lambda s: 100.0 if s < 50 else 300.0,
-                               "reward/mean": lambda s: 0.5}  # fmt: skip
+    train = healthy_train() | {
+        "length/mean": lambda s: 100.0 if s < 50 else 300.0,
+        "reward/mean": lambda s: 0.5,
+    }
     text = render_json(diagnose_run(make_run(train)))
     assert "Infinity" not in text and "NaN" not in text
     json.loads(text)
 
 
 @pytest.mark.parametrize("content", [None, ""])
-def test_cli_missing_metrics_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                         content: str | None) -> None:  # fmt: skip
+def test_cli_missing_metrics_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str | None
+) -> None:
     if content is not None:
         (tmp_path / "metrics.jsonl").write_text(content, encoding="utf-8")
     assert main(["diagnose", str(tmp_path)]) == 2
@@ -495,8 +534,10 @@ def test_a_run_without_empty_steps_is_quiet_and_an_old_run_not_checked() -> None
 
 def test_a_judge_that_prefers_the_first_shown_is_flagged() -> None:
     # agreement 0.5 on every step: mean 0.5 < 0.8 (POSITION_AGREEMENT_MIN)
-    run = make_run(healthy_train() | {"judge/position_agreement": lambda s: 0.5,
-                                      "judge/first_preferred_frac": lambda s: 0.75})  # fmt: skip
+    run = make_run(
+        healthy_train()
+        | {"judge/position_agreement": lambda s: 0.5, "judge/first_preferred_frac": lambda s: 0.75}
+    )
     finding = verdict(run, "judge_bias")
     assert finding.status == "detected"
     assert finding.evidence[0].values == {"mean": 0.5}
@@ -504,11 +545,14 @@ def test_a_judge_that_prefers_the_first_shown_is_flagged() -> None:
     assert finding.checks[0].interface == "position bias"
 
 
-@pytest.mark.parametrize(("corr", "status"), [(0.35, "detected"), (-0.4, "detected"),
-                                              (0.1, "quiet")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("corr", "status"), [(0.35, "detected"), (-0.4, "detected"), (0.1, "quiet")]
+)
 def test_a_judge_that_rewards_length_is_flagged(corr: float, status: str) -> None:
-    run = make_run(healthy_train() | {"judge/position_agreement": lambda s: 0.95,
-                                      "judge/length_corr": lambda s: corr})  # fmt: skip
+    run = make_run(
+        healthy_train()
+        | {"judge/position_agreement": lambda s: 0.95, "judge/length_corr": lambda s: corr}
+    )
     assert verdict(run, "judge_bias").status == status
 
 
@@ -520,11 +564,14 @@ def test_a_run_without_a_judge_is_not_checked_for_its_bias() -> None:
 def test_a_detected_symptom_cites_the_samples_of_its_steps(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from rlmap.experiments.samples import write_samples
+    from rlmap.runs.samples import write_samples
 
     run_dir = write_run(tmp_path / "run", entropy_collapsing_run())
-    for step, classes in ((0, ["wrong_answer"] * 3), (50, ["correct", "wrong_answer"]),
-                          (100, ["truncated", "truncated", "correct"])):  # fmt: skip
+    for step, classes in (
+        (0, ["wrong_answer"] * 3),
+        (50, ["correct", "wrong_answer"]),
+        (100, ["truncated", "truncated", "correct"]),
+    ):
         write_samples(run_dir, step, [{"class": c} for c in classes])
     assert main(["diagnose", str(run_dir)]) == 0
     out = capsys.readouterr().out
@@ -542,7 +589,7 @@ def test_a_detected_symptom_cites_the_samples_of_its_steps(
 
 def test_citations_bracket_the_window_or_take_the_newest(tmp_path: Path) -> None:
     from rlmap.diagnostics.report import cite_samples
-    from rlmap.experiments.samples import write_samples
+    from rlmap.runs.samples import write_samples
 
     for step in (0, 10, 20, 30):
         write_samples(tmp_path, step, [{"class": "correct"}])

@@ -58,19 +58,32 @@ def _ranks_of(run: Path) -> list[int]:
 def test_two_learners_resume_exactly_after_kill_9(
     recipe: str, sharding: str, tiny_model_dir: Path, tmp_path: Path, toy: Callable[..., list[str]]
 ) -> None:
-    args = ["--recipe", recipe, *toy(tiny_model_dir, steps=4), "system.learners=2",
-            f"system.learner_sharding={sharding}", "sampling.prompts_per_step=3",
-            "run.checkpoint_every=2", "run.eval_every=2",
-            # a random model never answers right: a length reward gives the groups a spread
-            "feedback.length_target=2", "feedback.length_weight=1.0"]  # fmt: skip
+    args = [
+        "--recipe",
+        recipe,
+        *toy(tiny_model_dir, steps=4),
+        "system.learners=2",
+        f"system.learner_sharding={sharding}",
+        "sampling.prompts_per_step=3",
+        "run.checkpoint_every=2",
+        "run.eval_every=2",
+        # a random model never answers right: a length reward gives the groups a spread
+        "feedback.length_target=2",
+        "feedback.length_weight=1.0",
+    ]
     straight, killed = tmp_path / "straight", tmp_path / "killed"
-    done = subprocess.run([*CLI, "--out", str(straight), *args], capture_output=True,
-                          text=True, env=ENV)  # fmt: skip
+    done = subprocess.run(
+        [*CLI, "--out", str(straight), *args], capture_output=True, text=True, env=ENV
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.count("run directory:") == 1  # rank 0 speaks; rank 1 is silent
 
-    proc = subprocess.Popen([*CLI, "--out", str(killed), *args], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, env=ENV)  # fmt: skip
+    proc = subprocess.Popen(
+        [*CLI, "--out", str(killed), *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=ENV,
+    )
     deadline = time.monotonic() + 300
     while not list((killed / "checkpoints").glob("step_*")):
         assert proc.poll() is None, "the run ended before it could be killed"
@@ -83,8 +96,9 @@ def test_two_learners_resume_exactly_after_kill_9(
         time.sleep(0.1)
     assert _ranks_of(killed) == []  # no rank outlives its launcher
     assert not (killed / "summary.json").exists()
-    resumed = subprocess.run([*CLI, "--resume", str(killed)], capture_output=True, text=True,
-                             env=ENV)  # fmt: skip
+    resumed = subprocess.run(
+        [*CLI, "--resume", str(killed)], capture_output=True, text=True, env=ENV
+    )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert _records(killed) == _records(straight)
     assert len(_records(straight)) == 5  # steps 0..4, each logged once
@@ -118,25 +132,40 @@ def test_what_data_parallel_learners_refuse(extra: list[str], says: str) -> None
 
 
 def test_a_launcher_of_another_size_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    from rlmap.cli import _learner_world
+    from rlmap.cli.train import learner_world
 
-    for name, value in (("RANK", "0"), ("WORLD_SIZE", "3"), ("MASTER_ADDR", "127.0.0.1"),
-                        ("MASTER_PORT", "29500")):  # fmt: skip
+    for name, value in (
+        ("RANK", "0"),
+        ("WORLD_SIZE", "3"),
+        ("MASTER_ADDR", "127.0.0.1"),
+        ("MASTER_PORT", "29500"),
+    ):
         monkeypatch.setenv(name, value)  # a full launcher environment: only its size is wrong
     cfg = build_config("grpo", None, ["system.learners=2"])
     with pytest.raises(ConfigError, match=r"system.learners: 2, but the launcher started 3"):
-        _learner_world(cfg)
+        learner_world(cfg)
 
 
 def test_under_torchrun_the_ranks_join_its_world(
     tiny_model_dir: Path, tmp_path: Path, toy: Callable[..., list[str]]
 ) -> None:
     out = tmp_path / "run"
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-                "--master-port", str(free_port()), "-m", "rlmap.cli", "train"]  # fmt: skip
+    torchrun = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        "2",
+        "--master-port",
+        str(free_port()),
+        "-m",
+        "rlmap.cli",
+        "train",
+    ]
     args = [*toy(tiny_model_dir, steps=2), "system.learners=2", "sampling.prompts_per_step=3"]
-    done = subprocess.run([*torchrun, "--out", str(out), *args], capture_output=True,
-                          text=True, env=ENV)  # fmt: skip
+    done = subprocess.run(
+        [*torchrun, "--out", str(out), *args], capture_output=True, text=True, env=ENV
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.count("run directory:") == 1
     assert [json.loads(line)["step"] for line in (out / "metrics.jsonl").open()] == [0, 1, 2]
@@ -148,10 +177,17 @@ def test_an_error_every_rank_hits_is_said_once(
     tiny_model_dir: Path, tmp_path: Path, toy: Callable[..., list[str]]
 ) -> None:
     # a learning rate that overflows the weights: every rank's guard stops the same step
-    args = [*toy(tiny_model_dir, steps=2), "system.learners=2", "sampling.prompts_per_step=3",
-            "optim.lr=1e30", "feedback.length_target=2", "feedback.length_weight=1.0"]  # fmt: skip
-    done = subprocess.run([*CLI, "--out", str(tmp_path / "run"), *args], capture_output=True,
-                          text=True, env=ENV)  # fmt: skip
+    args = [
+        *toy(tiny_model_dir, steps=2),
+        "system.learners=2",
+        "sampling.prompts_per_step=3",
+        "optim.lr=1e30",
+        "feedback.length_target=2",
+        "feedback.length_weight=1.0",
+    ]
+    done = subprocess.run(
+        [*CLI, "--out", str(tmp_path / "run"), *args], capture_output=True, text=True, env=ENV
+    )
     assert done.returncode == 1, done.stderr[-3000:]
     errors = [line for line in done.stderr.splitlines() if line.startswith("rlmap: error:")]
     assert len(errors) == 1 and "step 1" in errors[0], done.stderr[-3000:]

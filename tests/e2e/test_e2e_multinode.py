@@ -40,24 +40,52 @@ def _records(run: Path) -> list[dict[str, float]]:
 def test_two_torchrun_nodes_train_grpo_as_one_node_does(
     tiny_model_dir: Path, tmp_path: Path, toy: Callable[..., list[str]]
 ) -> None:
-    args = ["--recipe", "grpo", *toy(tiny_model_dir, steps=1), "system.learners=2",
-            "sampling.prompts_per_step=3", "run.checkpoint_every=100",
-            # a random model never answers right: a length reward gives the groups a spread
-            "feedback.length_target=2", "feedback.length_weight=1.0"]  # fmt: skip
+    args = [
+        "--recipe",
+        "grpo",
+        *toy(tiny_model_dir, steps=1),
+        "system.learners=2",
+        "sampling.prompts_per_step=3",
+        "run.checkpoint_every=100",
+        # a random model never answers right: a length reward gives the groups a spread
+        "feedback.length_target=2",
+        "feedback.length_weight=1.0",
+    ]
     one_node, two_nodes = tmp_path / "one_node", tmp_path / "two_nodes"
-    done = subprocess.run([*CLI, "--out", str(one_node), *args], capture_output=True,
-                          text=True, env=ENV, timeout=300)  # fmt: skip
+    done = subprocess.run(
+        [*CLI, "--out", str(one_node), *args], capture_output=True, text=True, env=ENV, timeout=300
+    )
     assert done.returncode == 0, done.stderr[-3000:]
 
     port = str(free_port())
     nodes = [
-        subprocess.Popen([TORCHRUN, "--nnodes", "2", "--node-rank", str(node),
-                          "--nproc-per-node", "1", "--master-addr", "127.0.0.1",
-                          "--master-port", port, "-m", "rlmap.cli", "train",
-                          "--out", str(two_nodes), *args],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+        subprocess.Popen(
+            [
+                TORCHRUN,
+                "--nnodes",
+                "2",
+                "--node-rank",
+                str(node),
+                "--nproc-per-node",
+                "1",
+                "--master-addr",
+                "127.0.0.1",
+                "--master-port",
+                port,
+                "-m",
+                "rlmap.cli",
+                "train",
+                "--out",
+                str(two_nodes),
+                *args,
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=ENV,
+        )
         for node in (0, 1)
-    ]  # fmt: skip
+    ]
     try:
         outputs = [node.communicate(timeout=300) for node in nodes]
     finally:

@@ -21,8 +21,19 @@ from rlmap.recipes import build_config
 from rlmap.tasks.prompts import encode_prompt
 
 Toy = Callable[..., list[str]]
-CRITIC_FREE = ["grpo", "dr-grpo", "rloo", "reinforce", "dapo", "gspo", "cispo", "sapo", "dppo",
-               "dro", "gmpo"]  # fmt: skip
+CRITIC_FREE = [
+    "grpo",
+    "dr-grpo",
+    "rloo",
+    "reinforce",
+    "dapo",
+    "gspo",
+    "cispo",
+    "sapo",
+    "dppo",
+    "dro",
+    "gmpo",
+]
 
 
 @pytest.mark.parametrize("recipe", CRITIC_FREE)
@@ -73,17 +84,25 @@ def _check_compute_share(run: Path, records: list[dict[str, Any]]) -> None:
         assert share["actor"] + share["critic"] + share["reference"] == pytest.approx(1.0)
 
 
-CRITIC_METRICS = ("critic/value_loss", "critic/explained_variance", "critic/value_error_first",
-                  "critic/value_error_last", "critic/grad_norm", "critic/pretraining",
-                  "system/critic_update_s", "system/critic_values_s")  # fmt: skip
+CRITIC_METRICS = (
+    "critic/value_loss",
+    "critic/explained_variance",
+    "critic/value_error_first",
+    "critic/value_error_last",
+    "critic/grad_norm",
+    "critic/pretraining",
+    "system/critic_update_s",
+    "system/critic_values_s",
+)
 
 
 def _records(run: Path) -> list[dict[str, float]]:
     return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
 
 
-def test_ppo_trains_policy_and_critic_every_step(tiny_model_dir: Path, tmp_path: Path,
-                                                 toy: Toy) -> None:  # fmt: skip
+def test_ppo_trains_policy_and_critic_every_step(
+    tiny_model_dir: Path, tmp_path: Path, toy: Toy
+) -> None:
     cfg = build_config("ppo", None, toy(tiny_model_dir))
     summary = run_training(cfg, tmp_path / "run")
     records = _records(tmp_path / "run")
@@ -134,10 +153,21 @@ def test_run_directory_and_plain_transformers_checkpoint(
     run_training(cfg, tmp_path / "run")
     run = tmp_path / "run"
     record = json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])
-    for key in ("reward/mean", "eval/pass@1", "eval/pass@k", "length/mean", "entropy",
-                "ratio/d/max_abs_log", "ratio/rho/p99_abs_log", "ratio/kappa/mean_abs_log",
-                "group/all_correct_frac", "group/all_wrong_frac", "system/tokens_per_s",
-                "budget/generated_tokens", "kl/mean"):  # fmt: skip
+    for key in (
+        "reward/mean",
+        "eval/pass@1",
+        "eval/pass@k",
+        "length/mean",
+        "entropy",
+        "ratio/d/max_abs_log",
+        "ratio/rho/p99_abs_log",
+        "ratio/kappa/mean_abs_log",
+        "group/all_correct_frac",
+        "group/all_wrong_frac",
+        "system/tokens_per_s",
+        "budget/generated_tokens",
+        "kl/mean",
+    ):
         assert key in record, key
     assert {p.name for p in (run / "plots").glob("*.png")} >= {"reward.png", "heldout.png"}
     ckpt = run / "checkpoints" / "step_3"
@@ -152,8 +182,9 @@ def test_run_directory_and_plain_transformers_checkpoint(
         assert expected[0] == tokenizer.bos_token_id
     ids = tokenizer("1+2=", return_tensors="pt")["input_ids"]
     out = model.generate(ids, max_new_tokens=3, do_sample=False)
-    engine = HFEngine(model, pad_token_id=int(tokenizer.pad_token_id),
-                      eos_token_id=int(tokenizer.eos_token_id))  # fmt: skip
+    engine = HFEngine(
+        model, pad_token_id=int(tokenizer.pad_token_id), eos_token_id=int(tokenizer.eos_token_id)
+    )
     ours = engine.generate([ids[0].tolist()], n=1, max_new_tokens=3, temperature=0, top_p=1.0)
     assert out[0, ids.shape[1] :].tolist()[: len(ours[0][0].response_ids)] == list(
         ours[0][0].response_ids
@@ -189,8 +220,11 @@ def test_tensorboard_without_the_package_is_a_clear_error(
     if importlib.util.find_spec("tensorboard") is not None:
         pytest.skip("tensorboard is installed here")
     # refused as the config is built, before a run directory exists
-    with pytest.raises(ConfigError, match=r"^run\.tensorboard: tensorboard needs the "
-                       r"tensorboard package \(pip install 'rlmap\[tensorboard\]'\)$"):  # fmt: skip
+    with pytest.raises(
+        ConfigError,
+        match=r"^run\.tensorboard: tensorboard needs the "
+        r"tensorboard package \(pip install 'rlmap\[tensorboard\]'\)$",
+    ):
         build_config("grpo", None, [*toy(tiny_model_dir), "run.tensorboard=true"])
 
 
@@ -221,21 +255,34 @@ def test_bf16_rollout_engine_makes_the_mismatch_measurable(
 
 @pytest.mark.parametrize(
     ("override", "field"),
-    [(["system.backend=ray"], "system.backend:"),
-     (["system.partial_rollout=true"], "system.partial_rollout:"),
-     (["system.deterministic=true"], "system.deterministic:"),  # the sync loop repeats anyway
-     (["system.mode=async", "system.deterministic=true", "system.partial_rollout=true"],
-      "system.deterministic:"),
-     (["system.mode=async", "system.publish_every=3", "behaviour.max_staleness=1"],
-      "system.publish_every:"),  # before each publication all would be stale: no step ends
-     (["system.engine_sleep=2"], "system.engine_sleep:"),  # only vLLM sleeps
-     (["system.engine=vllm", "model.path=embedded:tiny-moe", "behaviour.routing_replay=true",
-       "behaviour.corrections=[tis]"], "behaviour.routing_replay:"),
-     (["system.engine=vllm", "system.engine_memory=0"], "system.engine_memory:"),
-     (["system.engine_memory=0.3"], "system.engine_memory:"),  # the HF engine takes none
-     (["system.engine=vllm", "generation.temperature=0.005"], "generation.temperature:"),
-     (["system.engine=vllm", "generation.temperature=2.5"], "generation.temperature:")],
-)  # fmt: skip
+    [
+        (["system.backend=ray"], "system.backend:"),
+        (["system.partial_rollout=true"], "system.partial_rollout:"),
+        (["system.deterministic=true"], "system.deterministic:"),  # the sync loop repeats anyway
+        (
+            ["system.mode=async", "system.deterministic=true", "system.partial_rollout=true"],
+            "system.deterministic:",
+        ),
+        (
+            ["system.mode=async", "system.publish_every=3", "behaviour.max_staleness=1"],
+            "system.publish_every:",
+        ),  # before each publication all would be stale: no step ends
+        (["system.engine_sleep=2"], "system.engine_sleep:"),  # only vLLM sleeps
+        (
+            [
+                "system.engine=vllm",
+                "model.path=embedded:tiny-moe",
+                "behaviour.routing_replay=true",
+                "behaviour.corrections=[tis]",
+            ],
+            "behaviour.routing_replay:",
+        ),
+        (["system.engine=vllm", "system.engine_memory=0"], "system.engine_memory:"),
+        (["system.engine_memory=0.3"], "system.engine_memory:"),  # the HF engine takes none
+        (["system.engine=vllm", "generation.temperature=0.005"], "generation.temperature:"),
+        (["system.engine=vllm", "generation.temperature=2.5"], "generation.temperature:"),
+    ],
+)
 def test_system_parts_not_built_yet_are_refused_not_ignored(
     override: list[str], field: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -263,22 +310,32 @@ def _per_turn(batch: Any, advantages: Any) -> list[list[list[float]]]:
     ],
 )
 def test_the_calculator_tool_task_trains_and_records_tool_use(
-    recipe: str, extra: list[str], tiny_calc_model_dir: Path, tmp_path: Path, toy: Toy,
+    recipe: str,
+    extra: list[str],
+    tiny_calc_model_dir: Path,
+    tmp_path: Path,
+    toy: Toy,
     monkeypatch: pytest.MonkeyPatch,
-) -> None:  # fmt: skip
-    from rlmap.system import sync
+) -> None:
+    from rlmap.system import learner_step
 
     seen: list[tuple[Any, Any]] = []  # (batch, advantages) of each policy update
-    real = sync.update_policy
+    real = learner_step.update_policy
 
-    def spy(policy: Any, optimizer: Any, scheduler: Any, batch: Any, adv: Any, *rest: Any,
-            **kw: Any) -> Any:  # fmt: skip
+    def spy(
+        policy: Any, optimizer: Any, scheduler: Any, batch: Any, adv: Any, *rest: Any, **kw: Any
+    ) -> Any:
         seen.append((batch, adv.detach().clone()))
         return real(policy, optimizer, scheduler, batch, adv, *rest, **kw)
 
-    monkeypatch.setattr(sync, "update_policy", spy)
-    overrides = [*toy(tiny_calc_model_dir), "data.task=calculator", "data.max_turns=2",
-                 "generation.max_new_tokens=6", *extra]  # fmt: skip
+    monkeypatch.setattr(learner_step, "update_policy", spy)
+    overrides = [
+        *toy(tiny_calc_model_dir),
+        "data.task=calculator",
+        "data.max_turns=2",
+        "generation.max_new_tokens=6",
+        *extra,
+    ]
     summary = run_training(build_config(recipe, None, overrides), tmp_path / "run")
     records = _records(tmp_path / "run")
     for key in ("env/turns", "env/tool_call_rate", "env/tool_error_frac", "env/turn_budget_frac"):
@@ -314,8 +371,13 @@ def test_the_calculator_task_trains_a_chat_model_calling_the_tool_in_json(
     from chat_model import chat_tokenizer, scripted_model
 
     model_dir = tmp_path / "chat-model"
-    overrides = [*toy(model_dir), "data.task=calculator", "data.max_turns=2",
-                 "generation.max_new_tokens=40", "generation.temperature=0.2"]  # fmt: skip
+    overrides = [
+        *toy(model_dir),
+        "data.task=calculator",
+        "data.max_turns=2",
+        "generation.max_new_tokens=40",
+        "generation.temperature=0.2",
+    ]
     cfg = build_config("ppo", None, overrides)
     scripted_model().save_pretrained(model_dir)
     chat_tokenizer().save_pretrained(model_dir)
@@ -338,8 +400,9 @@ def _reward_model_dir(model_dir: Path, out: Path) -> Path:
     """A (randomly initialised) reward model on the tiny model's trunk, saved."""
     from rlmap.learned.reward_model import new_reward_model, save_reward_model
 
-    save_reward_model(out, new_reward_model(model_dir), AutoTokenizer.from_pretrained(model_dir),
-                      {"test": True})  # fmt: skip
+    save_reward_model(
+        out, new_reward_model(model_dir), AutoTokenizer.from_pretrained(model_dir), {"test": True}
+    )
     return out
 
 
@@ -361,9 +424,16 @@ def test_comparisons_by_the_learned_reward_model_train(
     tiny_model_dir: Path, tmp_path: Path, toy: Toy
 ) -> None:
     rm = _reward_model_dir(tiny_model_dir, tmp_path / "rm")
-    cfg = build_config("grpo", None, [*toy(tiny_model_dir), f"model.reward_path={rm}",
-                                      "feedback.source=comparison",
-                                      "feedback.comparison_model=reward_model"])  # fmt: skip
+    cfg = build_config(
+        "grpo",
+        None,
+        [
+            *toy(tiny_model_dir),
+            f"model.reward_path={rm}",
+            "feedback.source=comparison",
+            "feedback.comparison_model=reward_model",
+        ],
+    )
     check_inputs(cfg)
     run_training(cfg, tmp_path / "run")
     records = _records(tmp_path / "run")[1:]
@@ -371,9 +441,17 @@ def test_comparisons_by_the_learned_reward_model_train(
         assert r["judge/pairs"] == 12 and r["judge/calls"] == 0 and "reward/verifier_mean" in r
         assert r["reward/mean"] == pytest.approx(0.5) and r["sampling/rejected"] == 0
     with pytest.raises(ConfigError, match=r"^feedback\.judge_url: only an AI judge uses it"):
-        build_config("grpo", None, [*toy(tiny_model_dir), f"model.reward_path={rm}",
-                                    "feedback.source=comparison", "feedback.judge_url=http://x/v1",
-                                    "feedback.comparison_model=reward_model"])  # fmt: skip
+        build_config(
+            "grpo",
+            None,
+            [
+                *toy(tiny_model_dir),
+                f"model.reward_path={rm}",
+                "feedback.source=comparison",
+                "feedback.judge_url=http://x/v1",
+                "feedback.comparison_model=reward_model",
+            ],
+        )
 
 
 def test_a_learned_reward_needs_a_model_with_the_policys_tokenizer(
@@ -406,12 +484,12 @@ def test_an_engine_cache_is_forgotten_after_every_step_and_every_evaluation(
     """Where a resumed run's engine starts empty (vLLM's prefix cache), a straight run's must
     be emptied too, or the two runs sample from different cache states."""
     from rlmap.engines import engine
-    from rlmap.experiments import train as train_module
+    from rlmap.experiments import train_step
     from rlmap.system import sync
 
     calls: list[str] = []
     monkeypatch.setattr(sync, "forget_cache", lambda e: calls.append("step"))
-    monkeypatch.setattr(train_module, "forget_cache", lambda e: calls.append("evaluation"))
+    monkeypatch.setattr(train_step, "forget_cache", lambda e: calls.append("evaluation"))
     run_training(build_config("grpo", None, toy(tiny_model_dir, steps=2)), tmp_path / "run")
     # the start's evaluation, then each step followed by its evaluation (run.eval_every=1)
     assert calls == ["evaluation", "step", "evaluation", "step", "evaluation"]

@@ -41,9 +41,13 @@ def untimed(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def train(out: Path, recipe: str, overrides: list[str]) -> list[dict[str, Any]]:
     """``rlmap train`` in a fresh process; the step records (record 0, the initial
     evaluation, left out)."""
-    done = subprocess.run([*CLI, "--recipe", recipe, "--out", str(out), "system.engine=vllm",
-                           *overrides], env=ENV, capture_output=True, text=True,
-                          timeout=900)  # fmt: skip
+    done = subprocess.run(
+        [*CLI, "--recipe", recipe, "--out", str(out), "system.engine=vllm", *overrides],
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return records(out)[1:]
 
@@ -64,8 +68,7 @@ def test_grpo_on_vllm_has_kappa_one_in_float32_and_resumes_exactly_after_kill_9(
     # killed after its first checkpoint, then resumed: what the straight run logged
     killed = tmp_path / "b"
     command = [*CLI, "--recipe", "grpo", "--out", str(killed), "system.engine=vllm", *overrides]
-    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            env=ENV)  # fmt: skip
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV)
     deadline = time.monotonic() + 600
     while not list((killed / "checkpoints").glob("step_*")):
         assert proc.poll() is None, "the run ended before it could be killed"
@@ -73,8 +76,9 @@ def test_grpo_on_vllm_has_kappa_one_in_float32_and_resumes_exactly_after_kill_9(
         time.sleep(0.01)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
-    resumed = subprocess.run([*CLI, "--resume", str(killed)], capture_output=True, text=True,
-                             env=ENV, timeout=900)  # fmt: skip
+    resumed = subprocess.run(
+        [*CLI, "--resume", str(killed)], capture_output=True, text=True, env=ENV, timeout=900
+    )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert untimed(records(killed)) == untimed(records(tmp_path / "a"))
     # the same run with bfloat16 rollouts: κ ≠ 1 is real, far above the float32 run's
@@ -93,12 +97,21 @@ def test_sao_on_the_calculator_task_runs_asynchronously(
     the observation appended as ids)."""
     if backend == "ray":
         pytest.importorskip("ray")
-    records = train(tmp_path / "run", "sao",
-                    [*toy(vllm_calc_model_dir, steps=3), "data.task=calculator",
-                     "data.max_turns=2", "generation.max_new_tokens=6",
-                     "sampling.group_size=8",  # 48 episodes: some call the tool (CI saw 24 none)
-                     "critic.warmup_steps=1", f"system.backend={backend}",
-                     "system.workers=2", f"system.partial_rollout={partial}"])  # fmt: skip
+    records = train(
+        tmp_path / "run",
+        "sao",
+        [
+            *toy(vllm_calc_model_dir, steps=3),
+            "data.task=calculator",
+            "data.max_turns=2",
+            "generation.max_new_tokens=6",
+            "sampling.group_size=8",  # 48 episodes: some call the tool (CI saw 24 none)
+            "critic.warmup_steps=1",
+            f"system.backend={backend}",
+            "system.workers=2",
+            f"system.partial_rollout={partial}",
+        ],
+    )
     assert [r["step"] for r in records] == [1, 2, 3]
     assert all(r["sampling/generated"] > 0 for r in records)
     assert sum(r["env/tool_calls"] for r in records) > 0  # episodes went on after a tool call

@@ -337,17 +337,32 @@ def test_without_a_generator_of_its_own_the_draws_are_generates_own(
     eng = HFEngine(model, pad_token_id=PAD, eos_token_id=EOS)
     prompts = [[1, 5, 6], [1, 7]]
     torch.manual_seed(3)
-    ours = [c for g in eng.generate(prompts, n=3, max_new_tokens=6, temperature=temperature,
-                                    top_p=top_p) for c in g]  # fmt: skip
-    config = GenerationConfig(do_sample=True, temperature=temperature, top_p=top_p, top_k=0,
-                              max_new_tokens=6, min_new_tokens=0, pad_token_id=PAD,
-                              eos_token_id=[EOS], output_scores=True,
-                              return_dict_in_generate=True)  # fmt: skip
+    ours = [
+        c
+        for g in eng.generate(prompts, n=3, max_new_tokens=6, temperature=temperature, top_p=top_p)
+        for c in g
+    ]
+    config = GenerationConfig(
+        do_sample=True,
+        temperature=temperature,
+        top_p=top_p,
+        top_k=0,
+        max_new_tokens=6,
+        min_new_tokens=0,
+        pad_token_id=PAD,
+        eos_token_id=[EOS],
+        output_scores=True,
+        return_dict_in_generate=True,
+    )
     ids, mask = left_pad([p for p in prompts for _ in range(3)], PAD, torch.device("cpu"))
     torch.manual_seed(3)
     with rollout_mode(model):
-        out = model.generate(input_ids=ids, attention_mask=mask, generation_config=config,
-                             logits_processor=[FiniteScores()])  # fmt: skip
+        out = model.generate(
+            input_ids=ids,
+            attention_mask=mask,
+            generation_config=config,
+            logits_processor=[FiniteScores()],
+        )
     theirs = out.sequences[:, ids.shape[1] :]
     scores = torch.stack(out.scores, dim=1).float()  # (B, T, V): what generate drew from
     mu = scores.gather(-1, theirs.unsqueeze(-1)).squeeze(-1) - scores.logsumexp(-1)

@@ -32,6 +32,7 @@ from rlmap.learner.policy import (
     sampling_set_metrics,
     update_policy,
 )
+from rlmap.learner.update_loop import Schedule
 from rlmap.recipes import build_config
 from rlmap.reduction import ReductionParams
 from rlmap.rollout.episodes import Episode, Scored, _Running, single_turn, to_batch
@@ -41,9 +42,17 @@ MU = (0.5, 0.25, 0.15, 0.07, 0.03)
 PI = (0.55, 0.20, 0.15, 0.06, 0.04)
 
 
-def _chunked(h: Tensor, w: Tensor, b: Tensor | None, y: Tensor, kept: Tensor | None, *,
-             inv_t: float = 1.0, chunk: int = 4,
-             entropy: bool = False) -> tuple[Tensor, Tensor]:  # fmt: skip
+def _chunked(
+    h: Tensor,
+    w: Tensor,
+    b: Tensor | None,
+    y: Tensor,
+    kept: Tensor | None,
+    *,
+    inv_t: float = 1.0,
+    chunk: int = 4,
+    entropy: bool = False,
+) -> tuple[Tensor, Tensor]:
     out: tuple[Tensor, Tensor] = ChunkedLogprobs.apply(h, w, b, y, inv_t, chunk, entropy, kept)
     return out
 
@@ -121,8 +130,9 @@ def test_the_gradients_equal_autograd_through_masked_full_logits_and_pass_gradch
     z = (h @ w.T + b) / 0.7
     plain = torch.log_softmax(z.masked_fill(~keep, -math.inf), -1)[torch.arange(6), y]
     want = torch.autograd.grad((plain * g).sum(), (h, w, b))
-    got = torch.autograd.grad((_chunked(h, w, b, y, kept, inv_t=1 / 0.7, chunk=4)[0] * g).sum(),
-                              (h, w, b))  # fmt: skip
+    got = torch.autograd.grad(
+        (_chunked(h, w, b, y, kept, inv_t=1 / 0.7, chunk=4)[0] * g).sum(), (h, w, b)
+    )
     for a, e in zip(got, want, strict=True):
         torch.testing.assert_close(a, e, rtol=1e-12, atol=1e-12)
     assert torch.autograd.gradcheck(
@@ -135,11 +145,24 @@ def test_the_full_logits_path_masks_the_same_way(tiny_model_dir: Path) -> None:
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
     tokens = torch.randint(4, 40, (2, 6), generator=torch.Generator().manual_seed(5))
     attention = torch.ones_like(tokens, dtype=torch.bool)
-    sets = [[], [], [7, 9], [int(tokens[0, 3])], list(range(20)), [],
-            [], [1, 2, 3], [], [5], [int(tokens[1, 5]), 8], [11]]  # fmt: skip
+    sets = [
+        [],
+        [],
+        [7, 9],
+        [int(tokens[0, 3])],
+        list(range(20)),
+        [],
+        [],
+        [1, 2, 3],
+        [],
+        [5],
+        [int(tokens[1, 5]), 8],
+        [11],
+    ]
     kept = kept_rows(sets, cap=64).view(2, 6, -1)
-    chunked, ent = token_logprobs(model, tokens, attention, with_entropy=True, chunk=3,
-                                  kept_BTK=kept)  # fmt: skip
+    chunked, ent = token_logprobs(
+        model, tokens, attention, with_entropy=True, chunk=3, kept_BTK=kept
+    )
     full, full_ent = _full_logprobs(model, tokens, attention, 1.0, True, kept)
     torch.testing.assert_close(chunked, full, rtol=1e-6, atol=1e-6)
     assert ent is not None and full_ent is not None
@@ -186,15 +209,19 @@ def test_a_set_larger_than_the_cap_is_not_recorded() -> None:
 def _tiny(model_dir: Path) -> tuple[torch.nn.Module, HFEngine, list[list[int]], int]:
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir)
-    engine = HFEngine(model, pad_token_id=tokenizer.pad_token_id,
-                      eos_token_id=tokenizer.eos_token_id)  # fmt: skip
+    engine = HFEngine(
+        model, pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id
+    )
     prompts = [encode_prompt(tokenizer, p) for p in ("1+2=", "37+85=", "9+9=")]
     return model, engine, prompts, tokenizer.pad_token_id
 
 
 def _scored(groups: list[list[Completion]]) -> list[Scored]:
-    return [Scored(single_turn(c), g, float(k % 2), float(k % 2), RewardStatus.OK)
-            for g, group in enumerate(groups) for k, c in enumerate(group)]  # fmt: skip
+    return [
+        Scored(single_turn(c), g, float(k % 2), float(k % 2), RewardStatus.OK)
+        for g, group in enumerate(groups)
+        for k, c in enumerate(group)
+    ]
 
 
 def test_the_hf_engine_records_sets_holding_the_sampled_token_and_draws_the_same(
@@ -204,8 +231,11 @@ def test_the_hf_engine_records_sets_holding_the_sampled_token_and_draws_the_same
     runs = []
     for sets in (0, 64):
         torch.manual_seed(0)
-        runs.append(engine.generate(prompts, n=4, max_new_tokens=6, temperature=1.0, top_p=0.6,
-                                    kept_sets=sets))  # fmt: skip
+        runs.append(
+            engine.generate(
+                prompts, n=4, max_new_tokens=6, temperature=1.0, top_p=0.6, kept_sets=sets
+            )
+        )
     plain, recorded = ([c for g in run for c in g] for run in runs)
     sizes = []
     for a, c in zip(plain, recorded, strict=True):
@@ -226,14 +256,16 @@ def test_the_learner_over_the_recorded_sets_reproduces_the_engine_log_mu(
     # lower by log S(K) ∈ [log 0.6, 0] — the bias replay removes.
     model, engine, prompts, pad = _tiny(tiny_model_dir)
     torch.manual_seed(1)
-    groups = engine.generate(prompts, n=4, max_new_tokens=6, temperature=0.8, top_p=0.6,
-                             kept_sets=64)  # fmt: skip
+    groups = engine.generate(
+        prompts, n=4, max_new_tokens=6, temperature=0.8, top_p=0.6, kept_sets=64
+    )
     batch = to_batch(_scored(groups), pad_token_id=pad)
     assert batch.sampling_set is not None and batch.attention_mask is not None
     mask = batch.action_mask
     with torch.no_grad():
-        replayed, _ = token_logprobs(model, batch.tokens, batch.attention_mask,
-                                     temperature=0.8, kept_BTK=batch.sampling_set)  # fmt: skip
+        replayed, _ = token_logprobs(
+            model, batch.tokens, batch.attention_mask, temperature=0.8, kept_BTK=batch.sampling_set
+        )
         full, _ = token_logprobs(model, batch.tokens, batch.attention_mask, temperature=0.8)
     assert float((replayed - batch.behavior_logprobs)[mask].abs().max()) < 1e-4
     log_s = (full - batch.behavior_logprobs)[mask]
@@ -246,15 +278,17 @@ def test_at_top_p_1_the_recorded_sets_are_the_vocabulary_and_change_nothing(
 ) -> None:
     model, engine, prompts, pad = _tiny(tiny_model_dir)
     torch.manual_seed(2)
-    groups = engine.generate(prompts, n=2, max_new_tokens=4, temperature=1.0, top_p=1.0,
-                             kept_sets=64)  # fmt: skip
+    groups = engine.generate(
+        prompts, n=2, max_new_tokens=4, temperature=1.0, top_p=1.0, kept_sets=64
+    )
     batch = to_batch(_scored(groups), pad_token_id=pad)
     assert batch.sampling_set is not None and batch.attention_mask is not None
     sizes = (batch.sampling_set >= 0).sum(-1)[batch.action_mask]
     assert bool((sizes == 51).all())  # every id of V = 51
     with torch.no_grad():
-        replayed, _ = token_logprobs(model, batch.tokens, batch.attention_mask,
-                                     kept_BTK=batch.sampling_set)  # fmt: skip
+        replayed, _ = token_logprobs(
+            model, batch.tokens, batch.attention_mask, kept_BTK=batch.sampling_set
+        )
         full, _ = token_logprobs(model, batch.tokens, batch.attention_mask)
     torch.testing.assert_close(replayed, full, rtol=0, atol=1e-6)
 
@@ -270,8 +304,14 @@ def test_own_draw_keeps_no_set_over_its_cap() -> None:
 
 
 def _completion(ids: tuple[int, ...], kept: list[list[int]]) -> Completion:
-    return Completion(prompt_ids=(1, 2), response_ids=ids, logprobs=(-0.5,) * len(ids),
-                      stopped=True, version=0, kept=kept_rows(kept, cap=8))  # fmt: skip
+    return Completion(
+        prompt_ids=(1, 2),
+        response_ids=ids,
+        logprobs=(-0.5,) * len(ids),
+        stopped=True,
+        version=0,
+        kept=kept_rows(kept, cap=8),
+    )
 
 
 def test_a_stop_string_cut_cuts_the_sets_too() -> None:
@@ -289,20 +329,41 @@ def test_turns_and_observations_line_up_in_the_episode_and_the_batch() -> None:
     r.add_turn(_completion((7,), [[7, 3]]))
     episode = r.finish(End.TERMINAL, eos=True)
     assert episode.kept is not None
-    assert episode.kept.tolist() == [[5, 8, 9], [6, -1, -1], [-1] * 3, [-1] * 3, [-1] * 3,
-                                     [7, 3, -1]]  # fmt: skip
-    plain = Episode(prompt_ids=(4,), response_ids=(9,), action=(True,), logprobs=(0.0,),
-                    versions=(0,), turn_ids=(0,), end=End.TERMINAL, eos=True, rewards=(1.0,),
-                    status=RewardStatus.OK)  # fmt: skip
-    batch = to_batch([Scored(episode, 0, 1.0, 1.0, RewardStatus.OK),
-                      Scored(plain, 1, 1.0, 1.0, RewardStatus.OK)], pad_token_id=0)  # fmt: skip
+    assert episode.kept.tolist() == [
+        [5, 8, 9],
+        [6, -1, -1],
+        [-1] * 3,
+        [-1] * 3,
+        [-1] * 3,
+        [7, 3, -1],
+    ]
+    plain = Episode(
+        prompt_ids=(4,),
+        response_ids=(9,),
+        action=(True,),
+        logprobs=(0.0,),
+        versions=(0,),
+        turn_ids=(0,),
+        end=End.TERMINAL,
+        eos=True,
+        rewards=(1.0,),
+        status=RewardStatus.OK,
+    )
+    batch = to_batch(
+        [
+            Scored(episode, 0, 1.0, 1.0, RewardStatus.OK),
+            Scored(plain, 1, 1.0, 1.0, RewardStatus.OK),
+        ],
+        pad_token_id=0,
+    )
     # prompts end at column 2 (the longer one); each response's sets sit under its tokens
     assert batch.sampling_set is not None and tuple(batch.sampling_set.shape) == (2, 8, 3)
     assert batch.sampling_set[0, 2:].tolist() == episode.kept.tolist()
     assert bool((batch.sampling_set[0, :2] == -1).all() and (batch.sampling_set[1] == -1).all())
     picked = batch.select(torch.tensor([0])).to("cpu")
-    assert picked.sampling_set is not None and torch.equal(picked.sampling_set,
-                                                           batch.sampling_set[:1])  # fmt: skip
+    assert picked.sampling_set is not None and torch.equal(
+        picked.sampling_set, batch.sampling_set[:1]
+    )
 
 
 def test_the_batch_names_a_malformed_set_field() -> None:
@@ -316,18 +377,21 @@ def test_the_batch_names_a_malformed_set_field() -> None:
 
 
 def _settings(epochs: int = 2, **behaviour: object) -> UpdateSettings:
-    return UpdateSettings(behaviour=BehaviourParams(**behaviour),  # type: ignore[arg-type]
-                          kl=KLParams(placement="loss", beta=0.1),
-                          reduction=ReductionParams(name="token_mean"), epochs=epochs,
-                          minibatches=1, micro_batch_size=5, max_grad_norm=1e9,
-                          temperature=1.0)  # fmt: skip
+    return UpdateSettings(
+        behaviour=BehaviourParams(**behaviour),  # type: ignore[arg-type]
+        kl=KLParams(placement="loss", beta=0.1),
+        reduction=ReductionParams(name="token_mean"),
+        schedule=Schedule(epochs=epochs, minibatches=1, micro_batch_size=5, max_grad_norm=1e9),
+        temperature=1.0,
+    )
 
 
 def _replay_batch(model_dir: Path) -> tuple[torch.nn.Module, Batch]:
     model, engine, prompts, pad = _tiny(model_dir)
     torch.manual_seed(3)
-    groups = engine.generate(prompts, n=4, max_new_tokens=6, temperature=1.0, top_p=0.7,
-                             kept_sets=64)  # fmt: skip
+    groups = engine.generate(
+        prompts, n=4, max_new_tokens=6, temperature=1.0, top_p=0.7, kept_sets=64
+    )
     return model, to_batch(_scored(groups), pad_token_id=pad)
 
 
@@ -342,8 +406,9 @@ def test_pi_old_and_pi_ref_are_scored_over_the_sets(tiny_model_dir: Path) -> Non
     assert off.old_logprobs is not None and off.ref_logprobs is not None
     assert float((off.old_logprobs - batch.behavior_logprobs)[mask].min()) < -0.01
     with pytest.raises(TrainingError) as info:  # replay asked, nothing recorded
-        prepare_batch(batch.replace(sampling_set=None), model, None,
-                      _settings(replay_sampling_set=True))  # fmt: skip
+        prepare_batch(
+            batch.replace(sampling_set=None), model, None, _settings(replay_sampling_set=True)
+        )
     assert "\n" not in str(info.value) and "behaviour.replay_sampling_set" in str(info.value)
 
 
@@ -369,10 +434,20 @@ def test_a_rank_scores_its_own_rows_over_their_own_sets(
 
     monkeypatch.setattr(learner, "gather", gather)
     for rank in (1, 0):
-        two = learner._shared_logprobs(model, batch, attention, s, World(rank=rank, size=2),
-                                       owner, None, sharded=False, kept=kept)  # fmt: skip
-    one = learner._shared_logprobs(model, batch, attention, s, World(), None, None,
-                                   sharded=False, kept=kept)  # fmt: skip
+        two = learner._shared_logprobs(
+            model,
+            batch,
+            attention,
+            s,
+            World(rank=rank, size=2),
+            owner,
+            None,
+            sharded=False,
+            kept=kept,
+        )
+    one = learner._shared_logprobs(
+        model, batch, attention, s, World(), None, None, sharded=False, kept=kept
+    )
     mask = batch.action_mask
     assert torch.allclose(two[mask], one[mask], atol=1e-6)
     assert float((one - batch.behavior_logprobs)[mask].abs().max()) < 1e-4  # over the sets
@@ -389,9 +464,16 @@ def test_kappa_tails_vanish_with_replay_and_the_set_metrics_are_logged(
         policy = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
         opt = torch.optim.SGD(policy.parameters(), lr=0.0)  # κ is π_old/μ: no step needed
         prepared, _ = prepare_batch(batch, policy, policy, s)
-        figures[replay] = update_policy(policy, opt, torch.optim.lr_scheduler.LambdaLR(
-            opt, lambda _: 1.0), prepared, advantages * batch.action_mask, s, learner_version=0,
-            generator=torch.Generator().manual_seed(0))  # fmt: skip
+        figures[replay] = update_policy(
+            policy,
+            opt,
+            torch.optim.lr_scheduler.LambdaLR(opt, lambda _: 1.0),
+            prepared,
+            advantages * batch.action_mask,
+            s,
+            learner_version=0,
+            generator=torch.Generator().manual_seed(0),
+        )
     assert figures[True]["ratio/kappa/max_abs_log"] < 1e-4
     assert figures[False]["ratio/kappa/max_abs_log"] > 0.01  # the log S of truncated sets
     assert figures[True]["ratio/rho/max_abs_log"] < 1e-5  # π_θ over the sets too (lr = 0)
@@ -409,8 +491,10 @@ def test_the_set_metrics_by_hand() -> None:
     sets = torch.tensor([[[-1, -1], [4, 5], [6, -1]], [[-1, -1], [1, 2], [-1, -1]]])
     mask = torch.tensor([[False, True, True], [True, False, False]])
     # mean size over recorded action tokens: (2 + 1) / 2 = 1.5; overflow: 1 of 3 tokens
-    assert sampling_set_metrics(sets, mask) == {"sampling_set/mean_size": 1.5,
-                                                "sampling_set/overflow_frac": 1 / 3}  # fmt: skip
+    assert sampling_set_metrics(sets, mask) == {
+        "sampling_set/mean_size": 1.5,
+        "sampling_set/overflow_frac": 1 / 3,
+    }
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
@@ -424,8 +508,10 @@ def test_a_training_run_records_the_sets_and_its_kappa_loses_the_top_p_bias(
     for replay in ("false", "true"):
         cfg = build_config("grpo", None, [*base, f"behaviour.replay_sampling_set={replay}"])
         run_training(cfg, tmp_path / replay)
-        records = [json.loads(x) for x in (tmp_path / replay / "metrics.jsonl").read_text()
-                   .splitlines()[1:]]  # fmt: skip
+        records = [
+            json.loads(x)
+            for x in (tmp_path / replay / "metrics.jsonl").read_text().splitlines()[1:]
+        ]
         kappa[replay] = max(r["ratio/kappa/max_abs_log"] for r in records)
         assert ("sampling_set/mean_size" in records[0]) == (replay == "true")
     assert kappa["true"] < 1e-4 < 0.01 < kappa["false"] <= -math.log(0.7) + 1e-4
@@ -440,8 +526,9 @@ def test_replay_with_top_p_below_1_on_the_hf_engine_is_accepted() -> None:
 
 
 def test_vllm_sets_come_from_its_sampling_mask_and_a_missing_one_is_refused() -> None:
-    sample = SimpleNamespace(token_ids=[4, 2], sampling_mask=SimpleNamespace(
-        token_ids=[[4, 7, 9], [2]]))  # fmt: skip
+    sample = SimpleNamespace(
+        token_ids=[4, 2], sampling_mask=SimpleNamespace(token_ids=[[4, 7, 9], [2]])
+    )
     assert sampled_sets(sample, cap=8).tolist() == [[4, 7, 9], [2, -1, -1]]
     assert sampled_sets(sample, cap=2).tolist() == [[-1], [2]]  # 3 ids over a cap of 2
     for mask in (None, SimpleNamespace(token_ids=[[4]])):  # none, or one set for two tokens
@@ -450,5 +537,4 @@ def test_vllm_sets_come_from_its_sampling_mask_and_a_missing_one_is_refused() ->
     engine = VLLMEngine.__new__(VLLMEngine)  # one built without return_sampling_mask
     engine.sampling_masks = False
     with pytest.raises(ConfigError, match=r"behaviour\.replay_sampling_set: this vLLM engine"):
-        engine.generate([[1, 2]], n=1, max_new_tokens=2, temperature=1.0, top_p=0.9,
-                        kept_sets=8)  # fmt: skip
+        engine.generate([[1, 2]], n=1, max_new_tokens=2, temperature=1.0, top_p=0.9, kept_sets=8)

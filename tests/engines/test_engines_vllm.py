@@ -56,9 +56,13 @@ def test_the_cpu_kv_cache_holds_a_batch_of_full_sequences_capped_but_never_below
     from rlmap.engines.vllm_settings import CPU_BLOCK, CPU_KV_CACHE_MAX, cpu_kv_cache_bytes
 
     def model(layers: int, kv_heads: int, head_dim: int) -> torch.nn.Module:
-        shape = SimpleNamespace(num_hidden_layers=layers, num_key_value_heads=kv_heads,
-                                head_dim=head_dim, num_attention_heads=8,
-                                hidden_size=512)  # fmt: skip
+        shape = SimpleNamespace(
+            num_hidden_layers=layers,
+            num_key_value_heads=kv_heads,
+            head_dim=head_dim,
+            num_attention_heads=8,
+            hidden_size=512,
+        )
         return SimpleNamespace(config=shape)  # type: ignore[return-value]
 
     # 2 (K, V) × 2 layers × 1 head × 32 dims × 4 bytes = 512 bytes a token
@@ -90,8 +94,13 @@ def model_dir(vllm_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) ->
     first = answer[0][0].response_ids[0]
     assert first != EOS
     config = json.loads((path / "generation_config.json").read_text())
-    config |= {"eos_token_id": [EOS, first], "top_k": 2, "repetition_penalty": 1.5,
-               "temperature": 0.3, "do_sample": True}  # fmt: skip
+    config |= {
+        "eos_token_id": [EOS, first],
+        "top_k": 2,
+        "repetition_penalty": 1.5,
+        "temperature": 0.3,
+        "do_sample": True,
+    }
     (path / "generation_config.json").write_text(json.dumps(config))
     return path
 
@@ -118,8 +127,11 @@ def built(model_dir: Path, policy: torch.nn.Module) -> Iterator[tuple[VLLMEngine
     seed()
     threads = torch.get_num_threads()
     eng = VLLMEngine(model_dir, policy, eos_token_id=EOS, max_batch=256)
-    effects = {"random": draws(), "expected": expected,
-               "threads": (threads, torch.get_num_threads())}  # fmt: skip
+    effects = {
+        "random": draws(),
+        "expected": expected,
+        "threads": (threads, torch.get_num_threads()),
+    }
     torch.set_num_threads(threads)
     yield eng, effects
     eng.close()
@@ -212,10 +224,12 @@ def test_the_rollout_engine_methods_no_other_test_here_calls_do_what_they_say(
     view.update_weights(other, 9)
     assert view.version == 9
     got = flat(sample(view, 0, n=1, temperature=0.0))
-    hf_other = flat(sample(HFEngine(other, pad_token_id=PAD, eos_token_id=EOS), 0, n=1,
-                           temperature=0.0))  # fmt: skip
-    hf_policy = flat(sample(HFEngine(policy, pad_token_id=PAD, eos_token_id=EOS), 0, n=1,
-                            temperature=0.0))  # fmt: skip
+    hf_other = flat(
+        sample(HFEngine(other, pad_token_id=PAD, eos_token_id=EOS), 0, n=1, temperature=0.0)
+    )
+    hf_policy = flat(
+        sample(HFEngine(policy, pad_token_id=PAD, eos_token_id=EOS), 0, n=1, temperature=0.0)
+    )
     assert [c.response_ids for c in hf_other] != [c.response_ids for c in hf_policy]
     assert [c.response_ids for c in got] == [c.response_ids for c in hf_other]
     assert {c.version for c in got} == {9} and engine.version == 9
@@ -303,12 +317,16 @@ def test_a_seed_repeats_the_samples_and_another_seed_does_not(engine: VLLMEngine
     # in a row draw different samples, and restoring it repeats them
     torch.manual_seed(4)
     state = torch.random.get_rng_state()
-    first = [c.response_ids for c in flat(engine.generate(PROMPTS, n=4, max_new_tokens=8,
-                                                          temperature=1.5, top_p=1.0))]  # fmt: skip
+    first = [
+        c.response_ids
+        for c in flat(engine.generate(PROMPTS, n=4, max_new_tokens=8, temperature=1.5, top_p=1.0))
+    ]
     assert not torch.equal(torch.random.get_rng_state(), state)
     torch.random.set_rng_state(state)
-    again = [c.response_ids for c in flat(engine.generate(PROMPTS, n=4, max_new_tokens=8,
-                                                          temperature=1.5, top_p=1.0))]  # fmt: skip
+    again = [
+        c.response_ids
+        for c in flat(engine.generate(PROMPTS, n=4, max_new_tokens=8, temperature=1.5, top_p=1.0))
+    ]
     assert first == again
 
 
@@ -346,13 +364,18 @@ def test_pinned_views_each_sample_from_their_own_weights(
         live.load_state_dict(other.state_dict())  # trained after pinning: the view reads it now
 
     def greedy(model: torch.nn.Module) -> list[Completion]:
-        return flat(sample(HFEngine(model, pad_token_id=PAD, eos_token_id=EOS), 0, n=1,
-                           temperature=0.0))  # fmt: skip
+        return flat(
+            sample(HFEngine(model, pad_token_id=PAD, eos_token_id=EOS), 0, n=1, temperature=0.0)
+        )
 
     expected_old, expected_new = greedy(policy), greedy(other)
     assert [c.response_ids for c in expected_old] != [c.response_ids for c in expected_new]
-    cases = [(old, expected_old, 0), (new, expected_new, 1), (old, expected_old, 0),
-             (learner, expected_new, 2)]  # fmt: skip
+    cases = [
+        (old, expected_old, 0),
+        (new, expected_new, 1),
+        (old, expected_old, 0),
+        (learner, expected_new, 2),
+    ]
     for view, expected, version in cases:
         got = flat(sample(view, 0, n=1, temperature=0.0))
         assert [c.response_ids for c in got] == [c.response_ids for c in expected]
@@ -382,8 +405,10 @@ def test_a_stream_that_misses_or_adds_a_weight_is_refused_as_it_passes(
     # wrong name is caught as it passes, a missing one when the stream ends — by then part
     # is loaded, so the engine holds no version (-1) and a view pinned to 0 reloads its own
     pairs = list(policy.state_dict().items())
-    changes = [([*pairs, ("model.extra.weight", torch.zeros(1))], "unexpected ['model.extra"),
-               (pairs[:-1], f"missing ['{pairs[-1][0]}']")]  # fmt: skip
+    changes = [
+        ([*pairs, ("model.extra.weight", torch.zeros(1))], "unexpected ['model.extra"),
+        (pairs[:-1], f"missing ['{pairs[-1][0]}']"),
+    ]
     for stream, says in changes:
         with pytest.raises(ValueError, match=r"^set_weights: ") as info:
             engine.set_weights(iter(stream), 3)
@@ -403,18 +428,19 @@ def test_a_lora_policy_samples_from_its_merged_weights(
     pytest.importorskip("peft")
     from rlmap.models.lora import attach, merged_copy
 
-    adapted = attach(copy.deepcopy(policy), rank=4, alpha=8.0, targets=("q_proj", "v_proj"),
-                     seed=0)  # fmt: skip
+    adapted = attach(copy.deepcopy(policy), rank=4, alpha=8.0, targets=("q_proj", "v_proj"), seed=0)
     with torch.no_grad():
         for name, param in adapted.named_parameters():
             if "lora_B" in name:
                 param.normal_(0.0, 0.3)  # B = 0 at the start would merge to the base itself
     engine.update_weights(adapted, 4)
     merged = merged_copy(adapted).eval()
-    expected = flat(sample(HFEngine(merged, pad_token_id=PAD, eos_token_id=EOS), 0, n=1,
-                           temperature=0.0))  # fmt: skip
-    base = flat(sample(HFEngine(policy, pad_token_id=PAD, eos_token_id=EOS), 0, n=1,
-                       temperature=0.0))  # fmt: skip
+    expected = flat(
+        sample(HFEngine(merged, pad_token_id=PAD, eos_token_id=EOS), 0, n=1, temperature=0.0)
+    )
+    base = flat(
+        sample(HFEngine(policy, pad_token_id=PAD, eos_token_id=EOS), 0, n=1, temperature=0.0)
+    )
     got = flat(sample(engine, 0, n=1, temperature=0.0))
     assert [c.logprobs for c in expected] != [c.logprobs for c in base]  # the adapters count
     assert [c.response_ids for c in got] == [c.response_ids for c in expected]
@@ -425,8 +451,10 @@ def test_a_lora_policy_samples_from_its_merged_weights(
 def test_nan_weights_stop_the_rollout_in_one_line(
     engine: VLLMEngine, policy: torch.nn.Module
 ) -> None:
-    broken = {k: torch.full_like(v, float("nan")) if "layers.0.mlp" in k else v
-              for k, v in policy.state_dict().items()}  # fmt: skip
+    broken = {
+        k: torch.full_like(v, float("nan")) if "layers.0.mlp" in k else v
+        for k, v in policy.state_dict().items()
+    }
     engine.set_weights(broken, 6)
     with pytest.raises(TrainingError, match="NaN or infinite"):
         sample(engine, 0, n=2, temperature=1.0)
@@ -457,8 +485,16 @@ def test_ray_with_vllm_on_a_gpu_is_refused_in_one_line(
     from rlmap.assembly.available import refuse_unavailable
     from rlmap.recipes import build_config
 
-    cfg = build_config("sao", None, [f"model.path={vllm_model_dir}", "system.engine=vllm",
-                                     "system.backend=ray", "system.device=cpu"])  # fmt: skip
+    cfg = build_config(
+        "sao",
+        None,
+        [
+            f"model.path={vllm_model_dir}",
+            "system.engine=vllm",
+            "system.backend=ray",
+            "system.device=cpu",
+        ],
+    )
     refuse_unavailable(cfg)  # on a CPU it runs
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # actors with no GPU share:
     with pytest.raises(ConfigError, match=r"^system.actor_gpus: 0, and vLLM's CUDA build"):

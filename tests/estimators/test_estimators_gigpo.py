@@ -57,8 +57,9 @@ ONE_GROUP, BOTH_VALID = torch.tensor([0, 0]), torch.tensor([True, True])
 
 def _example(baseline: Baseline, rewards: Tensor = REWARDS, anchors: Tensor = ANCHORS) -> Any:
     mask = torch.ones_like(anchors, dtype=torch.bool)
-    return gigpo_advantages(rewards, mask, ONE_GROUP, BOTH_VALID, anchors, baseline=baseline,
-                            omega=1.0, gamma=0.95)  # fmt: skip
+    return gigpo_advantages(
+        rewards, mask, ONE_GROUP, BOTH_VALID, anchors, baseline=baseline, omega=1.0, gamma=0.95
+    )
 
 
 def test_the_worked_example_mean_only() -> None:
@@ -69,8 +70,9 @@ def test_the_worked_example_mean_only() -> None:
     torch.testing.assert_close(out.episode, torch.tensor([0.5, -0.5]))
     # s0: G = {0.9025, 0}, mean 0.45125 → ±0.45125; s1: {0.95, 0}, mean 0.475 → ±0.475;
     # s2 and s3 hold one turn each → 0
-    torch.testing.assert_close(out.step, torch.tensor([[0.45125, 0.475, 0.0],
-                                                       [-0.45125, -0.475, 0.0]]))  # fmt: skip
+    torch.testing.assert_close(
+        out.step, torch.tensor([[0.45125, 0.475, 0.0], [-0.45125, -0.475, 0.0]])
+    )
     # A = A^E + 1·A^S: (0.5 + 0.45125, 0.5 + 0.475, 0.5 + 0) = (0.95125, 0.975, 0.5)
     want = torch.tensor([[0.95125, 0.975, 0.5], [-0.95125, -0.975, -0.5]])
     torch.testing.assert_close(out.advantages, want)
@@ -84,8 +86,9 @@ def test_the_worked_example_mean_std() -> None:
     half = 1 / math.sqrt(2)
     torch.testing.assert_close(out.episode, torch.tensor([half, -half]), atol=1e-5, rtol=0)
     # a two-member step group {x, 0}: centred ±x/2 over std x/√2 → ±1/√2 = ±0.70711
-    torch.testing.assert_close(out.step, torch.tensor([[half, half, 0.0], [-half, -half, 0.0]]),
-                               atol=1e-5, rtol=0)  # fmt: skip
+    torch.testing.assert_close(
+        out.step, torch.tensor([[half, half, 0.0], [-half, -half, 0.0]]), atol=1e-5, rtol=0
+    )
     # A_1 = (0.70711 + 0.70711, 0.70711 + 0.70711, 0.70711) = (1.41421, 1.41421, 0.70711)
     root2 = math.sqrt(2)
     want = torch.tensor([[root2, root2, half], [-root2, -root2, -half]])
@@ -107,8 +110,16 @@ def test_each_trajectory_weighs_one_in_the_episode_baseline() -> None:
     rewards = torch.tensor([[0.0, 0.0, 1.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0]])
     anchors = torch.tensor([[0, 1, 2, -1, -1], [0, 1, 3, 4, 5]])
     mask = torch.tensor([[True] * 3 + [False] * 2, [True] * 5])
-    out = gigpo_advantages(rewards, mask, ONE_GROUP, BOTH_VALID, anchors,
-                           baseline=dr_grpo_advantages, omega=1.0, gamma=0.95)  # fmt: skip
+    out = gigpo_advantages(
+        rewards,
+        mask,
+        ONE_GROUP,
+        BOTH_VALID,
+        anchors,
+        baseline=dr_grpo_advantages,
+        omega=1.0,
+        gamma=0.95,
+    )
     torch.testing.assert_close(out.episode, torch.tensor([0.5, -0.5]))
     # the step level is as before for s0, s1; s3, s4, s5 are singletons: A = A^E = −0.5
     want = torch.tensor([[0.95125, 0.975, 0.5, 0.0, 0.0], [-0.95125, -0.975, -0.5, -0.5, -0.5]])
@@ -169,8 +180,10 @@ def reference(rows: Sequence[Row], kind: str, *, omega: float, gamma: float) -> 
     for members in steps.values():
         centred = _centre([returns[i][k] for i, k in members], kind)
         a_s.update(zip(members, centred, strict=True))
-    return [[a_e[i] + omega * a_s[(i, k)] if row.valid else 0.0 for k in range(len(row.keys))]
-            for i, row in enumerate(rows)]  # fmt: skip
+    return [
+        [a_e[i] + omega * a_s[(i, k)] if row.valid else 0.0 for k in range(len(row.keys))]
+        for i, row in enumerate(rows)
+    ]
 
 
 def _random_rows(seed: int) -> list[Row]:
@@ -209,13 +222,15 @@ def test_the_vectorised_function_equals_the_reference_loop(kind: str, seed: int)
     rows = _random_rows(seed)
     rows[0].valid = seed % 2 == 0  # and an invalid row with NaN rewards on odd seeds
     rewards, mask, group, valid, anchors = _tensors(rows)
-    out = gigpo_advantages(rewards, mask, group, valid, anchors, baseline=BASELINES[kind],
-                           omega=0.7, gamma=0.9)  # fmt: skip
+    out = gigpo_advantages(
+        rewards, mask, group, valid, anchors, baseline=BASELINES[kind], omega=0.7, gamma=0.9
+    )
     want = reference(rows, kind, omega=0.7, gamma=0.9)
     for i, row in enumerate(rows):
         n = len(row.keys)
-        torch.testing.assert_close(out.advantages[i, :n], torch.tensor(want[i]), atol=1e-4,
-                                   rtol=1e-4, msg=f"row {i}")  # fmt: skip
+        torch.testing.assert_close(
+            out.advantages[i, :n], torch.tensor(want[i]), atol=1e-4, rtol=1e-4, msg=f"row {i}"
+        )
         assert torch.all(out.advantages[i, n:] == 0)
     assert torch.isfinite(out.advantages).all()
 
@@ -234,8 +249,9 @@ def test_a_singleton_step_group_and_equal_returns_give_no_step_advantage() -> No
     # one shared state per group, every return the same (r = 0.25 on the last turn, γ = 1)
     last = mask & ~torch.cat([mask[:, 1:], torch.zeros_like(mask[:, :1])], 1)
     equal = torch.where(last, 0.25, 0.0)
-    out = gigpo_advantages(equal, mask, group, valid, torch.zeros_like(anchors),
-                           baseline=BASELINES["grpo"])  # fmt: skip
+    out = gigpo_advantages(
+        equal, mask, group, valid, torch.zeros_like(anchors), baseline=BASELINES["grpo"]
+    )
     assert torch.all(out.step == 0) and torch.all(out.advantages == 0)
     d = anchor_diagnostics(out.returns, mask, group, torch.zeros_like(anchors))
     assert d["group/anchor_groups"] == 4  # one per group
@@ -245,9 +261,14 @@ def test_a_singleton_step_group_and_equal_returns_give_no_step_advantage() -> No
 def test_an_anchor_never_joins_two_prompts() -> None:
     # the same anchor id in two groups of two: group 0 returns (1, 0), group 1 (0, 0)
     rewards = torch.tensor([[1.0], [0.0], [0.0], [0.0]])
-    out = gigpo_advantages(rewards, torch.ones(4, 1, dtype=torch.bool), torch.tensor([0, 0, 1, 1]),
-                           torch.ones(4, dtype=torch.bool), torch.zeros(4, 1, dtype=torch.long),
-                           baseline=dr_grpo_advantages)  # fmt: skip
+    out = gigpo_advantages(
+        rewards,
+        torch.ones(4, 1, dtype=torch.bool),
+        torch.tensor([0, 0, 1, 1]),
+        torch.ones(4, dtype=torch.bool),
+        torch.zeros(4, 1, dtype=torch.long),
+        baseline=dr_grpo_advantages,
+    )
     # within group 0: ±0.5 (not 1 − 0.25 = 0.75 as one pooled group of four would give)
     torch.testing.assert_close(out.step[:, 0], torch.tensor([0.5, -0.5, 0.0, 0.0]))
 
@@ -267,9 +288,14 @@ def _multi_turn_batch(seed: int) -> Batch:
     action = runs & (pos < cut)
     turn_id = torch.where(action, (pos - 2) // 6, -1)
     token_rewards = torch.where(action, torch.randn(b, t, generator=gen), 0.0)
-    batch = make_batch(action, token_rewards.sum(-1), group_id=torch.arange(b) // 3,
-                       turn_id=turn_id, token_rewards=token_rewards,
-                       attention_mask=pos >= start - 1)  # fmt: skip
+    batch = make_batch(
+        action,
+        token_rewards.sum(-1),
+        group_id=torch.arange(b) // 3,
+        turn_id=turn_id,
+        token_rewards=token_rewards,
+        attention_mask=pos >= start - 1,
+    )
     return batch.replace(tokens=tokens)
 
 
@@ -292,8 +318,11 @@ def test_omega_zero_is_the_prompt_scope_estimator(name: str) -> None:
 def test_one_turn_episodes_get_twice_the_episode_advantage() -> None:
     # Every episode one turn: its state is the prompt, shared by its group, and with γ = 1
     # G_{i,0} = R_i, so A^S = A^E and A = A^E + 1·A^E = 2·A^E.
-    batch = make_batch(torch.ones(6, 3, dtype=torch.bool), torch.tensor([1.0, 0, 0, 1, 1, 0]),
-                       group_id=torch.tensor([0, 0, 0, 1, 1, 1]))  # fmt: skip
+    batch = make_batch(
+        torch.ones(6, 3, dtype=torch.bool),
+        torch.tensor([1.0, 0, 0, 1, 1, 0]),
+        group_id=torch.tensor([0, 0, 0, 1, 1, 1]),
+    )
     scoped = batch.replace(turn_group=turn_groups(batch))
     got = registry.get("grpo").fn(scoped, CreditParams())
     want = registry.get("grpo").fn(batch, CreditParams())
@@ -330,13 +359,37 @@ def test_equal_observation_histories_share_an_id_within_a_prompt_only() -> None:
     # row 3:     P  a  a  o  a  0  0     row 0's tokens exactly, in another group
     # row 4:     0  P  a  a  o  a  0     row 0 left-padded by one, in row 0's group
     P, a, b, o, q = 7, 1, 2, 3, 4
-    tokens = torch.tensor([[P, a, a, o, a, 0, 0], [P, b, o, b, b, 0, 0], [P, a, a, q, a, 0, 0],
-                           [P, a, a, o, a, 0, 0], [0, P, a, a, o, a, 0]])  # fmt: skip
-    action = torch.tensor([[0, 1, 1, 0, 1, 0, 0], [0, 1, 0, 1, 1, 0, 0], [0, 1, 1, 0, 1, 0, 0],
-                           [0, 1, 1, 0, 1, 0, 0], [0, 0, 1, 1, 0, 1, 0]]).bool()  # fmt: skip
-    turns = torch.where(action, torch.tensor([[-1, 0, 0, -1, 1, -1, -1], [-1, 0, -1, 1, 1, -1, -1],
-                        [-1, 0, 0, -1, 1, -1, -1], [-1, 0, 0, -1, 1, -1, -1],
-                        [-1, -1, 0, 0, -1, 1, -1]]), -1)  # fmt: skip
+    tokens = torch.tensor(
+        [
+            [P, a, a, o, a, 0, 0],
+            [P, b, o, b, b, 0, 0],
+            [P, a, a, q, a, 0, 0],
+            [P, a, a, o, a, 0, 0],
+            [0, P, a, a, o, a, 0],
+        ]
+    )
+    action = torch.tensor(
+        [
+            [0, 1, 1, 0, 1, 0, 0],
+            [0, 1, 0, 1, 1, 0, 0],
+            [0, 1, 1, 0, 1, 0, 0],
+            [0, 1, 1, 0, 1, 0, 0],
+            [0, 0, 1, 1, 0, 1, 0],
+        ]
+    ).bool()
+    turns = torch.where(
+        action,
+        torch.tensor(
+            [
+                [-1, 0, 0, -1, 1, -1, -1],
+                [-1, 0, -1, 1, 1, -1, -1],
+                [-1, 0, 0, -1, 1, -1, -1],
+                [-1, 0, 0, -1, 1, -1, -1],
+                [-1, -1, 0, 0, -1, 1, -1],
+            ]
+        ),
+        -1,
+    )
     real = tokens != 0
     group = torch.tensor([0, 0, 0, 1, 0])
     index = TurnIndex.build(turns, action)
@@ -350,8 +403,9 @@ def test_equal_observation_histories_share_an_id_within_a_prompt_only() -> None:
     assert len({int(second[0]), int(second[2]), int(second[3]), int(first[0]), int(first[3])}) == 5
     assert torch.all(ids[:, 2:] == -1)  # no third turn
     # the batch-level wrapper puts the ids on the turns' action tokens, −1 elsewhere
-    batch = make_batch(action, torch.zeros(5), group_id=group, turn_id=turns,
-                       attention_mask=real).replace(tokens=tokens)  # fmt: skip
+    batch = make_batch(
+        action, torch.zeros(5), group_id=group, turn_id=turns, attention_mask=real
+    ).replace(tokens=tokens)
     per_token = turn_groups(batch)
     assert torch.equal(per_token[action], ids.gather(1, index.slot_BT)[action])
     assert torch.all(per_token[~action] == -1)
@@ -363,8 +417,11 @@ CALC = ["data.task=calculator", "sampling.group_scope=turn"]
 
 
 def test_the_scope_is_accepted_where_it_means_something_and_shown() -> None:
-    cfg = build_config("grpo", None, [*CALC, "credit.gamma=0.95", "credit.time_unit=turn",
-                                      "credit.step_advantage_weight=0.5"])  # fmt: skip
+    cfg = build_config(
+        "grpo",
+        None,
+        [*CALC, "credit.gamma=0.95", "credit.time_unit=turn", "credit.step_advantage_weight=0.5"],
+    )
     assert (cfg.sampling.group_scope, cfg.credit.step_advantage_weight) == ("turn", 0.5)
     line = composition(cfg)
     assert "turn groups" in line and "A_episode + 0.5·A_step (γ=0.95 per turn)" in line
@@ -381,16 +438,21 @@ def test_the_scope_is_accepted_where_it_means_something_and_shown() -> None:
         ([*CALC, "sampling.group_size=1"], r"^sampling\.group_size: .*G >= 2"),
         (["sampling.group_scope=turn"], r"^sampling\.group_scope: turn groups .*'arithmetic'"),
         ([*CALC, "data.max_turns=1"], r"^sampling\.group_scope: .*data\.max_turns=1"),
-        ([*CALC, "credit.estimator=reinforce_pp_baseline"],
-         r"^sampling\.group_scope: .*'reinforce_pp_baseline' has none \(use rloo, grpo, dr_grpo\)"),
+        (
+            [*CALC, "credit.estimator=reinforce_pp_baseline"],
+            r"^sampling\.group_scope: .*'reinforce_pp_baseline' has none "
+            r"\(use rloo, grpo, dr_grpo\)",
+        ),
         ([*CALC, "credit.estimator=reinforce"], r"^sampling\.group_scope: .*'reinforce'"),
-        (["credit.step_advantage_weight=0.5"],
-         r"^credit\.step_advantage_weight: only sampling\.group_scope=turn"),
+        (
+            ["credit.step_advantage_weight=0.5"],
+            r"^credit\.step_advantage_weight: only sampling\.group_scope=turn",
+        ),
         ([*CALC, "credit.step_advantage_weight=-1"], r"^credit\.step_advantage_weight: must be >="),
         ([*CALC, "credit.gamma=0.9"], r"^credit\.time_unit: .*per turn"),
         (["sampling.group_scope=episode"], r"^sampling\.group_scope: "),
     ],
-)  # fmt: skip
+)
 def test_a_scope_that_cannot_work_is_refused_in_one_line(
     overrides: list[str], message: str
 ) -> None:
@@ -417,8 +479,13 @@ def _rows_of(batch: Batch) -> tuple[list[Row], list[list[list[int]]]]:
         rewards: list[float] = []
         for k in sorted(turns):
             first = turns[k][0]
-            keys.append(tuple(int(batch.tokens[i, t]) for t in range(first)
-                              if attention[i, t] and not batch.action_mask[i, t]))  # fmt: skip
+            keys.append(
+                tuple(
+                    int(batch.tokens[i, t])
+                    for t in range(first)
+                    if attention[i, t] and not batch.action_mask[i, t]
+                )
+            )
             rewards.append(float(sum(batch.step_rewards[i, t] for t in turns[k])))
         rows.append(Row(int(batch.group_id[i]), bool(batch.valid[i]), rewards, keys))
         places.append([turns[k] for k in sorted(turns)])
@@ -447,24 +514,33 @@ def _anchor_counts(batch: Batch) -> tuple[int, float]:
 
 
 def test_a_calculator_run_trains_on_the_turn_scope_advantages(
-    tiny_calc_model_dir: Path, tmp_path: Path, toy: Callable[..., list[str]],
+    tiny_calc_model_dir: Path,
+    tmp_path: Path,
+    toy: Callable[..., list[str]],
     monkeypatch: pytest.MonkeyPatch,
-) -> None:  # fmt: skip
+) -> None:
     from rlmap.experiments.train import run_training
-    from rlmap.system import sync
+    from rlmap.system import learner_step, rounds
 
     seen: list[tuple[Batch, Tensor]] = []
-    real = sync.update_policy
+    real = learner_step.update_policy
 
-    def spy(model: Any, optimizer: Any, scheduler: Any, batch: Batch, advantages: Tensor,
-            *args: Any, **kwargs: Any) -> Any:  # fmt: skip
+    def spy(
+        model: Any,
+        optimizer: Any,
+        scheduler: Any,
+        batch: Batch,
+        advantages: Tensor,
+        *args: Any,
+        **kwargs: Any,
+    ) -> Any:
         seen.append((batch, advantages.detach().cpu()))
         return real(model, optimizer, scheduler, batch, advantages, *args, **kwargs)
 
-    monkeypatch.setattr(sync, "update_policy", spy)
+    monkeypatch.setattr(learner_step, "update_policy", spy)
     # The random model never answers right; a reward of the first turn's length parity gives
     # the groups rewards that differ, so the advantages are not all 0.
-    score = sync.score_episodes
+    score = rounds.score_episodes
 
     def parity(base: Any, shaping: Any, trajectories: Sequence[Any]) -> list[Any]:
         return [
@@ -472,9 +548,13 @@ def test_a_calculator_run_trains_on_the_turn_scope_advantages(
             for t, v in zip(trajectories, score(base, shaping, trajectories), strict=True)
         ]
 
-    monkeypatch.setattr(sync, "score_episodes", parity)
-    overrides = [*toy(tiny_calc_model_dir), *CALC, "data.max_turns=2",
-                 "generation.max_new_tokens=6"]  # fmt: skip
+    monkeypatch.setattr(rounds, "score_episodes", parity)
+    overrides = [
+        *toy(tiny_calc_model_dir),
+        *CALC,
+        "data.max_turns=2",
+        "generation.max_new_tokens=6",
+    ]
     run_training(build_config("grpo", None, overrides), tmp_path / "run")
     assert seen, "no policy update ran"
     for batch, advantages in seen:

@@ -63,8 +63,7 @@ def test_every_outcome_estimator_sees_the_penalised_return(name: str) -> None:
     k1_sums = torch.rand(8, generator=gen).tolist()
     group = torch.arange(8) // 4
     plain, kl = _penalised(rewards, k1_sums, 0.7, group_id=group)
-    expected = make_batch(plain.action_mask, rewards - 0.7 * torch.tensor(k1_sums),
-                          group_id=group)  # fmt: skip
+    expected = make_batch(plain.action_mask, rewards - 0.7 * torch.tensor(k1_sums), group_id=group)
     assert torch.allclose(_adv(name, kl), _adv(name, expected), atol=1e-5)
     assert not torch.allclose(_adv(name, kl), _adv(name, plain), atol=1e-3)
 

@@ -17,6 +17,7 @@ from rlmap.engines.hf import HFEngine
 from rlmap.estimators import CreditParams
 from rlmap.estimators import registry as estimators
 from rlmap.learner.policy import UpdateSettings, update_policy
+from rlmap.learner.update_loop import Schedule
 from rlmap.reduction import ReductionParams
 from rlmap.rollout.episodes import to_batch
 from rlmap.tasks.arithmetic import make_splits
@@ -57,8 +58,9 @@ def test_it_runs_a_few_steps(
 def test_its_step_is_the_full_trainers_update(minimal: ModuleType, tiny_model_dir: Path) -> None:
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).double()
-    engine = HFEngine(model, pad_token_id=tokenizer.pad_token_id,
-                      eos_token_id=tokenizer.eos_token_id)  # fmt: skip
+    engine = HFEngine(
+        model, pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id
+    )
     torch.manual_seed(0)
     scored = minimal.sample(engine, tokenizer, make_splits(0, 40, 4)[0][:3], 4)
     for k in range(0, len(scored), 3):  # mixed rewards, so the advantages are not all 0
@@ -67,12 +69,24 @@ def test_its_step_is_the_full_trainers_update(minimal: ModuleType, tiny_model_di
     ours, theirs = copy.deepcopy(model), copy.deepcopy(model)
     minimal.grpo_step(ours, torch.optim.SGD(ours.parameters(), lr=0.5), batch)
     adv = estimators.get("grpo").fn(batch, CreditParams(estimator="grpo")).advantages
-    s = UpdateSettings(behaviour=BehaviourParams(objective="ppo_clip"), kl=KLParams(),
-                       reduction=ReductionParams(name="token_mean"), epochs=1, minibatches=1,
-                       micro_batch_size=5, max_grad_norm=1.0, temperature=1.0)  # fmt: skip
+    s = UpdateSettings(
+        behaviour=BehaviourParams(objective="ppo_clip"),
+        kl=KLParams(),
+        reduction=ReductionParams(name="token_mean"),
+        schedule=Schedule(epochs=1, minibatches=1, micro_batch_size=5, max_grad_norm=1.0),
+        temperature=1.0,
+    )
     sgd = torch.optim.SGD(theirs.parameters(), lr=0.5)
-    update_policy(theirs, sgd, torch.optim.lr_scheduler.LambdaLR(sgd, lambda _: 1.0), batch,
-                  adv, s, learner_version=0, generator=torch.Generator())  # fmt: skip
+    update_policy(
+        theirs,
+        sgd,
+        torch.optim.lr_scheduler.LambdaLR(sgd, lambda _: 1.0),
+        batch,
+        adv,
+        s,
+        learner_version=0,
+        generator=torch.Generator(),
+    )
     moved = [
         not torch.equal(a, b) for a, b in zip(ours.parameters(), model.parameters(), strict=True)
     ]

@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 import importlib.util
 import sys
-from dataclasses import replace
 from pathlib import Path
 from types import ModuleType
 
@@ -45,14 +44,19 @@ def test_its_constants_are_the_ppo_presets(minimal: ModuleType) -> None:
     cfg = build_config("ppo")
     assert (cfg.sampling.group_size, cfg.sampling.prompts_per_step) == (1, minimal.PROMPTS)
     assert (cfg.optim.lr, cfg.optim.critic_lr) == (minimal.LR, minimal.CRITIC_LR)
-    assert (cfg.credit.estimator, cfg.credit.gamma, cfg.credit.lam) == ("gae", minimal.GAMMA,
-                                                                        minimal.LAM)  # fmt: skip
+    assert (cfg.credit.estimator, cfg.credit.gamma, cfg.credit.lam) == (
+        "gae",
+        minimal.GAMMA,
+        minimal.LAM,
+    )
     assert cfg.behaviour.clip_low == cfg.behaviour.clip_high == minimal.CLIP
     assert (cfg.critic.enabled, cfg.critic.value_clip) == (True, minimal.VALUE_CLIP)
     assert cfg.reduction.name == "token_mean" and cfg.kl.placement == "none"
     assert (cfg.optim.epochs_per_batch, cfg.optim.minibatches_per_epoch) == (1, 1)
-    assert (cfg.optim.max_grad_norm, cfg.optim.weight_decay) == (minimal.MAX_GRAD_NORM,
-                                                                minimal.WEIGHT_DECAY)  # fmt: skip
+    assert (cfg.optim.max_grad_norm, cfg.optim.weight_decay) == (
+        minimal.MAX_GRAD_NORM,
+        minimal.WEIGHT_DECAY,
+    )
 
 
 def test_gae_by_hand(minimal: ModuleType) -> None:
@@ -91,8 +95,9 @@ def test_it_runs_a_few_steps(
     heldout = make_splits(0, 6000, 256)[1][:4]
     passes = {heldout[0].answer, heldout[2].answer}
     assert len({e.answer for e in heldout}) == 4
-    monkeypatch.setattr(sys.modules["minimal_grpo"], "exact_match",
-                        lambda text, answer: float(answer in passes))  # fmt: skip
+    monkeypatch.setattr(
+        sys.modules["minimal_grpo"], "exact_match", lambda text, answer: float(answer in passes)
+    )
     monkeypatch.setattr(minimal, "PROMPTS", 6)  # 6 prompts a step keep the test short
     before, after = minimal.main(tiny_model_dir, steps=2, heldout_size=4)
     out = capsys.readouterr().out
@@ -105,8 +110,9 @@ def test_its_step_is_the_full_trainers_update(minimal: ModuleType, tiny_model_di
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).double()
     critic = load_critic(tiny_model_dir, dtype=torch.float64, seed=3)
-    engine = HFEngine(model, pad_token_id=tokenizer.pad_token_id,
-                      eos_token_id=tokenizer.eos_token_id)  # fmt: skip
+    engine = HFEngine(
+        model, pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id
+    )
     torch.manual_seed(0)
     scored = minimal.sample(engine, tokenizer, make_splits(0, 40, 4)[0][:6], 1)
     for k in range(0, len(scored), 3):  # mixed rewards
@@ -116,30 +122,45 @@ def test_its_step_is_the_full_trainers_update(minimal: ModuleType, tiny_model_di
     status = torch.tensor([RewardStatus.OK] * 5 + [RewardStatus.INFRA_ERROR])  # one excluded
     # float64 rewards: the trainer's GAE takes its λ in the rewards' dtype (float32 λ is not 0.95)
     batch = batch.replace(end=ends, reward_status=status, rewards=batch.rewards.double())
-    cfg = build_config("ppo")
+    cfg = build_config("ppo", overrides=["optim.micro_batch_size=4"])
 
     ours, theirs = copy.deepcopy(model), copy.deepcopy(model)
     our_critic, their_critic = copy.deepcopy(critic), copy.deepcopy(critic)
-    sgd, critic_sgd = torch.optim.SGD(ours.parameters(), lr=0.5), torch.optim.SGD(
-        our_critic.parameters(), lr=0.5)  # fmt: skip
+    sgd, critic_sgd = (
+        torch.optim.SGD(ours.parameters(), lr=0.5),
+        torch.optim.SGD(our_critic.parameters(), lr=0.5),
+    )
     stats = minimal.ppo_step(ours, our_critic, sgd, critic_sgd, batch)
 
     values, bootstrap = compute_values(their_critic, batch, 4, torch.float64)  # the trainer's
     batch = batch.replace(values=values, bootstrap_values=bootstrap)
     credit = estimators.get("gae").fn(batch, cfg.credit)
     assert credit.returns is not None
-    torch.testing.assert_close(minimal.gae(batch, values, bootstrap)[0], credit.advantages,
-                               rtol=1e-12, atol=1e-12)  # fmt: skip
+    torch.testing.assert_close(
+        minimal.gae(batch, values, bootstrap)[0], credit.advantages, rtol=1e-12, atol=1e-12
+    )
     assert float(credit.advantages.abs().sum()) > 0 and bool((batch.end == End.TRUNCATED).any())
     c_sgd = torch.optim.SGD(their_critic.parameters(), lr=0.5)
-    critic_out = update_critic(their_critic, c_sgd, torch.optim.lr_scheduler.LambdaLR(
-        c_sgd, lambda _: 1.0), batch, credit.returns,
-        replace(critic_settings(cfg), micro_batch_size=4), generator=torch.Generator())  # fmt: skip
+    critic_out = update_critic(
+        their_critic,
+        c_sgd,
+        torch.optim.lr_scheduler.LambdaLR(c_sgd, lambda _: 1.0),
+        batch,
+        credit.returns,
+        critic_settings(cfg),
+        generator=torch.Generator(),
+    )
     p_sgd = torch.optim.SGD(theirs.parameters(), lr=0.5)
-    policy_out = update_policy(theirs, p_sgd, torch.optim.lr_scheduler.LambdaLR(
-        p_sgd, lambda _: 1.0), batch, credit.advantages,
-        replace(update_settings(cfg), micro_batch_size=4), learner_version=0,
-        generator=torch.Generator())  # fmt: skip
+    policy_out = update_policy(
+        theirs,
+        p_sgd,
+        torch.optim.lr_scheduler.LambdaLR(p_sgd, lambda _: 1.0),
+        batch,
+        credit.advantages,
+        update_settings(cfg),
+        learner_version=0,
+        generator=torch.Generator(),
+    )
 
     assert stats["value_loss"] == pytest.approx(critic_out["critic/value_loss"], rel=1e-9)
     assert stats["loss"] == pytest.approx(policy_out["loss/total"], rel=1e-9, abs=1e-12)

@@ -28,17 +28,19 @@ from rlmap.core.errors import InputError
 from rlmap.embedded.tokenizer import build_tokenizer
 from rlmap.experiments import checkpoint
 from rlmap.experiments.checkpoint import (
-    RNG_SHAPE,
-    Each,
     capture_rng,
-    dataclass_shape,
     latest_checkpoint,
     list_checkpoints,
+    save_checkpoint,
+)
+from rlmap.experiments.checkpoint_load import (
+    RNG_SHAPE,
+    Each,
+    dataclass_shape,
     load_trainer_state,
     restore_optimizers,
     restore_rng,
     resume_point,
-    save_checkpoint,
     shape_problem,
 )
 
@@ -84,9 +86,15 @@ def train_step(model: torch.nn.Module, opt: torch.optim.Optimizer, sched: Any) -
 
 def save(run: Path, step: int, model: Any, tok: Any, opt: Any, sched: Any, **kw: Any) -> Path:
     return save_checkpoint(
-        run, step, model=model, tokenizer=tok, optimizers={"policy": opt},
-        schedulers={"policy": sched}, extra={"ledger": {"generated_tokens": step}}, **kw,
-    )  # fmt: skip
+        run,
+        step,
+        model=model,
+        tokenizer=tok,
+        optimizers={"policy": opt},
+        schedulers={"policy": sched},
+        extra={"ledger": {"generated_tokens": step}},
+        **kw,
+    )
 
 
 def tree_digest(path: Path) -> dict[str, str]:
@@ -259,8 +267,10 @@ def test_shape_problem_names_the_dotted_field_and_the_list_item() -> None:
     ok = {"extra": {"ranks": [{"torch": torch.zeros(1)}]}, "opt": (), "more": 1}
     assert shape_problem(ok, shape) is None  # fields beyond the shape are allowed
     assert shape_problem({"opt": []}, shape) == "extra: missing"
-    assert shape_problem(ok | {"extra": {"ranks": [{"torch": torch.zeros(1)}, {}]}},
-                         shape) == "extra.ranks[1].torch: missing"  # fmt: skip
+    assert (
+        shape_problem(ok | {"extra": {"ranks": [{"torch": torch.zeros(1)}, {}]}}, shape)
+        == "extra.ranks[1].torch: missing"
+    )
     assert shape_problem(ok | {"opt": {}}, shape) == "opt: expected list or tuple, got dict"
     assert shape_problem(ok | {"extra": []}, shape) == "extra: expected a dict, got list"
 
@@ -277,8 +287,9 @@ def test_resume_point_skips_a_state_lacking_a_field_for_the_newest_intact_one(
     needs = {"extra": {"ledger": {"generated_tokens": int}}}
     ckpt, saved, damaged = resume_point(tmp_path, (), lambda s: shape_problem(s, needs))
     assert ckpt == first and saved is not None and saved["step"] == 1
-    assert damaged == [(second, f"{second}/trainer_state.pt: extra.ledger.generated_tokens: "
-                                "missing")]  # fmt: skip
+    assert damaged == [
+        (second, f"{second}/trainer_state.pt: extra.ledger.generated_tokens: missing")
+    ]
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["step_1", "step_2"]
     with pytest.raises(InputError, match=r"step_2/trainer_state.pt: nowhere: missing; no intact"):
         resume_point(tmp_path, (), lambda s: shape_problem(s, {"nowhere": int}))  # none intact
@@ -298,8 +309,9 @@ def _full_disk_in(where: str) -> Callable[..., None]:
                 raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
             except OSError:  # chained implicitly (__context__), as torch's is
                 raise RuntimeError("[enforce fail at inline_container.cc:672] unexpected pos")  # noqa: B904
-        raise RuntimeError("Error while serializing: I/O error: No space left on device "
-                           f"(os error {errno.ENOSPC})")  # fmt: skip
+        raise RuntimeError(
+            f"Error while serializing: I/O error: No space left on device (os error {errno.ENOSPC})"
+        )
 
     return fail
 

@@ -13,20 +13,10 @@ import pytest
 from rlmap.cli import main
 from rlmap.core.errors import InputError
 from rlmap.experiments import train as train_module
-from rlmap.experiments.compare import (
-    LINES,
-    NOT_COMPARED,
-    at_equal_budget,
-    band,
-    compare,
-    find_runs,
-    flags,
-    group_runs,
-    interpolate,
-    load_run,
-    summarize,
-    table,
-)
+from rlmap.experiments.compare import compare
+from rlmap.experiments.compare_curves import at_equal_budget, band, interpolate
+from rlmap.experiments.compare_runs import find_runs, group_runs, load_run
+from rlmap.experiments.compare_table import LINES, NOT_COMPARED, flags, summarize, table
 from rlmap.recipes import build_config
 from rlmap.recipes.config import RecipeConfig
 
@@ -53,16 +43,30 @@ def fake_run(
 ) -> Path:
     """A run directory by hand: evals are (generated tokens, wall-clock s, pass@1)."""
     path.mkdir(parents=True)
-    cfg = {"recipe": recipe, "seed": seed, "generation": {"temperature": 1.0, "top_p": 1.0,
-           "max_new_tokens": 16, "eval_samples": 8}, "data": {"task": "arithmetic"},
-           "run": {"progress": seed % 2 == 0}} | (config or {})  # fmt: skip
+    cfg = {
+        "recipe": recipe,
+        "seed": seed,
+        "generation": {"temperature": 1.0, "top_p": 1.0, "max_new_tokens": 16, "eval_samples": 8},
+        "data": {"task": "arithmetic"},
+        "run": {"progress": seed % 2 == 0},
+    } | (config or {})
     import yaml
 
     (path / "config.yaml").write_text(f"# {recipe}: composition\n" + yaml.safe_dump(cfg))
     tokens, wall, _ = evals[-1]
-    full = SETUP | {"generated_tokens": tokens, "wall_clock_s": wall, "actor_s": 1.0,
-                    "critic_s": 0.0, "reference_s": 1.0, "prompts": 100,
-                    "learner_steps": 10} | (ledger or {})  # fmt: skip
+    full = (
+        SETUP
+        | {
+            "generated_tokens": tokens,
+            "wall_clock_s": wall,
+            "actor_s": 1.0,
+            "critic_s": 0.0,
+            "reference_s": 1.0,
+            "prompts": 100,
+            "learner_steps": 10,
+        }
+        | (ledger or {})
+    )
     (path / "ledger.json").write_text(json.dumps(full))
     records = [
         {"step": k, "budget/generated_tokens": t, "budget/wall_clock_s": w, "eval/pass@1": p}
@@ -99,8 +103,13 @@ def test_groups_of_one_recipe_are_named_by_their_sweep_directory(tmp_path: Path)
     evals = [(0, 0, 0.4), (1000, 10, 0.6)]
     for arm, g in (("curriculum", 8), ("direct", 4)):
         for seed in (0, 1):
-            fake_run(tmp_path / arm / f"seed{seed}", "grpo", seed, evals,
-                     config={"sampling": {"group_size": g}})  # fmt: skip
+            fake_run(
+                tmp_path / arm / f"seed{seed}",
+                "grpo",
+                seed,
+                evals,
+                config={"sampling": {"group_size": g}},
+            )
     fake_run(tmp_path / "loose" / "a", "grpo", 0, evals, config={"sampling": {"group_size": 2}})
     fake_run(tmp_path / "loose" / "b", "grpo", 0, evals, config={"sampling": {"group_size": 3}})
     runs = [
@@ -379,8 +388,13 @@ def test_seeds_then_compare_from_the_command_line(
     out = tmp_path / "report"
     assert main(["compare", str(tmp_path / "grpo"), str(tmp_path / "dapo"), "--out", str(out)]) == 0
     report = (out / "report.md").read_text()
-    tokens = {r: [json.loads((tmp_path / r / s / "ledger.json").read_text())["generated_tokens"]
-                  for s in ("seed0", "seed1")] for r in ("grpo", "dapo")}  # fmt: skip
+    tokens = {
+        r: [
+            json.loads((tmp_path / r / s / "ledger.json").read_text())["generated_tokens"]
+            for s in ("seed0", "seed1")
+        ]
+        for r in ("grpo", "dapo")
+    }
     ratio = max(sum(v) for v in tokens.values()) / min(sum(v) for v in tokens.values())
     assert ("UNFAIR budget: generated tokens" in report) == (ratio > 1.1)
     assert "seeds | 0 / 1 | 0 / 1" in report

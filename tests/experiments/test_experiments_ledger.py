@@ -61,9 +61,18 @@ def test_from_dict_rejects_unknown_fields() -> None:
 
 
 def test_budget_metrics() -> None:
-    ledger = Ledger().add(generated_tokens=10, prompts=2, learner_steps=1, critic_steps=4,
-                          wall_clock_s=3, empty_steps=1, judge_calls=6, judge_tokens=70,
-                          comparison_pairs=5, skipped_prompts=9)  # fmt: skip
+    ledger = Ledger().add(
+        generated_tokens=10,
+        prompts=2,
+        learner_steps=1,
+        critic_steps=4,
+        wall_clock_s=3,
+        empty_steps=1,
+        judge_calls=6,
+        judge_tokens=70,
+        comparison_pairs=5,
+        skipped_prompts=9,
+    )
     assert ledger.metrics() == {
         "budget/generated_tokens": 10.0,
         "budget/prompts": 2.0,
@@ -168,10 +177,13 @@ def test_a_ledger_written_before_compute_seconds_existed_reads_with_zeros() -> N
 def test_filtered_rollouts_are_counted_not_rounded(
     generated: int, kept: int, rejected: int, filtered: int
 ) -> None:
-    from rlmap.experiments.train import filtered_rollouts
+    from rlmap.experiments.train_step import filtered_rollouts
 
-    metrics = {"sampling/generated": float(generated), "sampling/kept": float(kept),
-               "sampling/rejected": float(rejected)}  # fmt: skip
+    metrics = {
+        "sampling/generated": float(generated),
+        "sampling/kept": float(kept),
+        "sampling/rejected": float(rejected),
+    }
     n = filtered_rollouts(metrics)
     assert n == filtered
     Ledger().add(filtered_rollouts=n, rejected_rollouts=rejected)  # accepted

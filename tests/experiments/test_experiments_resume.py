@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from rlmap.experiments.resume import config_changes
-from rlmap.recipes.config import build_config
+from rlmap.recipes.build import build_config
 
 
 def _saved_without(fields: list[tuple[str, str]]) -> dict:

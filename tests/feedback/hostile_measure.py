@@ -59,8 +59,9 @@ class Checkout:
         if src is not None:
             env["PYTHONPATH"] = src
         cmd = [sys.executable, __file__, "--serve"]
-        self.process = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                        text=True, env=env)  # fmt: skip
+        self.process = subprocess.Popen(
+            cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env
+        )
 
     def ask(self, line: str) -> dict[str, object]:
         assert self.process.stdin and self.process.stdout
@@ -103,9 +104,11 @@ def main() -> None:
     hacks = sum(p.kind == "reward_hack" for p in suite.PROGRAMS)
     for label in checkouts:
         won = passed[label]
-        print(f"{label}: {len(won)} of {len(suite.PROGRAMS)} programs passed "
-              f"({sum(w.startswith('reward_hack/') for w in won)} of {hacks} reward hacks): "
-              f"{', '.join(won) or 'none'}")  # fmt: skip
+        print(
+            f"{label}: {len(won)} of {len(suite.PROGRAMS)} programs passed "
+            f"({sum(w.startswith('reward_hack/') for w in won)} of {hacks} reward hacks): "
+            f"{', '.join(won) or 'none'}"
+        )
         print(f"{label}: median {statistics.median(seconds[label]) * 1e3:.1f} ms per verification")
     if "before" in seconds:
         ratio = statistics.median(seconds["after"]) / statistics.median(seconds["before"])

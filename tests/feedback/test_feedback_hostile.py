@@ -297,10 +297,13 @@ def test_without_namespaces_a_killed_verifier_leaves_nothing(
     """Root without namespaces: no PID namespace to take the code down, so the death
     signals and the sweep by uid must; the worker inherits the patched host (fork)."""
     python = next(
-        (os.path.realpath(p) for p in (sandbox._host().python, "/usr/bin/python3")
-         if os.path.exists(p) and sandbox._others_can_use(p)),
+        (
+            os.path.realpath(p)
+            for p in (sandbox._host().python, "/usr/bin/python3")
+            if os.path.exists(p) and sandbox._others_can_use(p)
+        ),
         None,
-    )  # fmt: skip
+    )
     if python is None:
         pytest.skip("no interpreter an unprivileged uid can run")
     host = dataclasses.replace(sandbox._host(), python=python, namespaces=False)

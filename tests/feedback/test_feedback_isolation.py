@@ -119,8 +119,13 @@ def test_the_worker_exits_when_the_trainer_is_killed(tmp_path: Path) -> None:
         "os._exit(0)  # no clean-up at all, as after SIGKILL\n"
     )
     # no pipes: a surviving worker holding one would make run() wait instead of failing
-    subprocess.run([sys.executable, "-c", script], stdout=subprocess.DEVNULL,
-                   stderr=subprocess.DEVNULL, check=True, timeout=60)  # fmt: skip
+    subprocess.run(
+        [sys.executable, "-c", script],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        check=True,
+        timeout=60,
+    )
     pid = int(pid_file.read_text())
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and _alive(pid):

@@ -39,8 +39,14 @@ from rlmap.feedback.reward import Trajectory, score_batch
 
 
 def _t(prompt: str, response: str, group: int = 0, outcome: float = 0.0) -> Trajectory:
-    return Trajectory(prompt=prompt, turns=(response,), reference="", length=len(response) + 1,
-                      max_length=16, metadata={"group": group, "rewards": (outcome,)})  # fmt: skip
+    return Trajectory(
+        prompt=prompt,
+        turns=(response,),
+        reference="",
+        length=len(response) + 1,
+        max_length=16,
+        metadata={"group": group, "rewards": (outcome,)},
+    )
 
 
 def _client(url: str, **kw: object) -> JudgeClient:
@@ -106,8 +112,10 @@ def test_requests_run_concurrently_within_the_bound_over_every_caller() -> None:
     assert 1 < server.max_in_flight <= 3
     with JudgeServer(lambda p: "1", delay_s=0.3) as server:  # three workers, one client
         client = _client(server.url, concurrency=2)
-        callers = [threading.Thread(target=client.ask, args=([f"{w}-{k}" for k in range(4)],))
-                   for w in range(3)]  # fmt: skip
+        callers = [
+            threading.Thread(target=client.ask, args=([f"{w}-{k}" for k in range(4)],))
+            for w in range(3)
+        ]
         for t in callers:
             t.start()
         for t in callers:
@@ -216,8 +224,9 @@ def test_templates_are_checked_for_their_placeholders(tmp_path: Path) -> None:
     ):
         load_template(str(bad), "pointwise")
     with pytest.raises(ConfigError, match=r"missing \['second'\]"):
-        load_template(str(good.with_name("p.txt")) if False else _write(tmp_path, "{first}"),
-                            "pairwise")  # fmt: skip
+        load_template(
+            str(good.with_name("p.txt")) if False else _write(tmp_path, "{first}"), "pairwise"
+        )
     with pytest.raises(ConfigError, match=r"^feedback\.judge_template: cannot read"):
         load_template(str(tmp_path / "missing.txt"), "pairwise")
 
@@ -360,8 +369,7 @@ def test_a_fair_judge_is_not_flagged_and_identical_responses_tie_unasked() -> No
     # judge calls a tie when both or neither is correct, so every pair agrees both ways
     batch = _group("2+3=", ["5", "4", "5", "7"]) + _group("1+1=", ["2", "3", "9"], group=1)
     with JudgeServer(correct_first) as server:
-        reward = ComparisonReward(_client(server.url), PAIRWISE_TEMPLATE,
-                                  position_check=1.0)  # fmt: skip
+        reward = ComparisonReward(_client(server.url), PAIRWISE_TEMPLATE, position_check=1.0)
         scores = score_batch(reward, batch)
     stats = reward.client.stats.drain()
     assert stats["judge/position_agreement"] == 1.0
@@ -376,8 +384,7 @@ def test_a_fair_judge_is_not_flagged_and_identical_responses_tie_unasked() -> No
 def test_a_judge_that_always_prefers_the_first_has_no_position_agreement() -> None:
     batch = _group("2+3=", ["5", "4", "6", "1"])
     with JudgeServer(always_first) as server:
-        reward = ComparisonReward(_client(server.url), PAIRWISE_TEMPLATE,
-                                  position_check=1.0)  # fmt: skip
+        reward = ComparisonReward(_client(server.url), PAIRWISE_TEMPLATE, position_check=1.0)
         scores = score_batch(reward, batch)
     stats = reward.client.stats.drain()
     assert stats["judge/position_agreement"] == 0.0 and stats["judge/first_preferred_frac"] == 1.0
@@ -405,8 +412,9 @@ def test_comparison_pairs_bound_the_requests_and_failures_are_statuses() -> None
     with JudgeServer(lambda p: "neither") as server:
         scores = score_batch(ComparisonReward(_client(server.url), PAIRWISE_TEMPLATE), batch)
     assert {s.status for s in scores} == {RewardStatus.INVALID}
-    alone = score_batch(ComparisonReward(_client("http://127.0.0.1:9/v1"), PAIRWISE_TEMPLATE),
-                        [_t("1+1=", "2")])  # fmt: skip
+    alone = score_batch(
+        ComparisonReward(_client("http://127.0.0.1:9/v1"), PAIRWISE_TEMPLATE), [_t("1+1=", "2")]
+    )
     assert alone[0].status == RewardStatus.INFRA_ERROR
 
 
@@ -462,8 +470,14 @@ def test_learned_comparisons_by_hand() -> None:
     # 0: (1/3 + 1/2) / 2 = 5/12, 1: (2/3 + 2/3) / 2 = 2/3, 2: (1/2 + 1/3) / 2 = 5/12
     def t(score: float | None, group: int = 0) -> Trajectory:
         extra = {} if score is None else {"learned": score}
-        return Trajectory(prompt="1+1=", turns=("2",), reference="2", length=1, max_length=4,
-                          metadata={"group": group, "rewards": (1.0,), **extra})  # fmt: skip
+        return Trajectory(
+            prompt="1+1=",
+            turns=("2",),
+            reference="2",
+            length=1,
+            max_length=4,
+            metadata={"group": group, "rewards": (1.0,), **extra},
+        )
 
     reward = LearnedComparison()
     scores = score_batch(reward, [t(0.0), t(math.log(2)), t(0.0), t(None, group=1)])

@@ -14,21 +14,23 @@ from hypothesis import strategies as st
 from rlmap.core.batch import RewardStatus
 from rlmap.feedback.isolation import IsolatedVerifier
 from rlmap.feedback.reward import (
-    AsyncReward,
-    FormatReward,
     InvalidOutput,
-    LengthReward,
-    OverlongPunishment,
-    ProcessReward,
     Reward,
     Score,
     Trajectory,
-    VerifierReward,
-    Weighted,
     ascore_batch,
-    compose,
     score_batch,
     worst,
+)
+from rlmap.feedback.reward_terms import (
+    AsyncReward,
+    FormatReward,
+    LengthReward,
+    OverlongPunishment,
+    ProcessReward,
+    VerifierReward,
+    Weighted,
+    compose,
 )
 from rlmap.feedback.verifiers import exact_match
 

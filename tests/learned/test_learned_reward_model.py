@@ -40,15 +40,18 @@ def test_bradley_terry_hand_case() -> None:
     assert float(loss) == pytest.approx((0.126928 + 1.313262) / 2, abs=1e-6)
 
 
-@given(st.lists(st.tuples(st.floats(-30, 30), st.floats(-30, 30)), min_size=1, max_size=20),
-       st.floats(-100, 100))  # fmt: skip
+@given(
+    st.lists(st.tuples(st.floats(-30, 30), st.floats(-30, 30)), min_size=1, max_size=20),
+    st.floats(-100, 100),
+)
 def test_bradley_terry_matches_a_reference_loop_and_ignores_a_shared_shift(
     pairs: list[tuple[float, float]], shift: float
 ) -> None:
     c = torch.tensor([p[0] for p in pairs], dtype=torch.float64)
     r = torch.tensor([p[1] for p in pairs], dtype=torch.float64)
-    reference = sum(math.log1p(math.exp(-(a - b))) if a - b > -30 else -(a - b)
-                    for a, b in pairs) / len(pairs)  # fmt: skip
+    reference = sum(
+        math.log1p(math.exp(-(a - b))) if a - b > -30 else -(a - b) for a, b in pairs
+    ) / len(pairs)
     assert float(bradley_terry_loss(c, r)) == pytest.approx(reference, rel=1e-6, abs=1e-9)
     shifted = bradley_terry_loss(c + shift, r + shift)  # only the margin matters
     assert float(shifted) == pytest.approx(float(bradley_terry_loss(c, r)), rel=1e-6, abs=1e-9)
@@ -77,8 +80,9 @@ def test_pairs_round_trip_and_a_bad_line_is_named(tmp_path: Path) -> None:
     pairs = [Pair("1+1=", "2", "3"), Pair("2+2=", "4", "5")]
     write_pairs(tmp_path / "p.jsonl", pairs)
     assert load_pairs(tmp_path / "p.jsonl") == pairs
-    (tmp_path / "bad.jsonl").write_text('{"prompt": "1+1=", "chosen": "2", "rejected": "3"}\n'
-                                        '{"prompt": "1+1=", "chosen": "2"}\n')  # fmt: skip
+    (tmp_path / "bad.jsonl").write_text(
+        '{"prompt": "1+1=", "chosen": "2", "rejected": "3"}\n{"prompt": "1+1=", "chosen": "2"}\n'
+    )
     with pytest.raises(InputError, match=r"bad\.jsonl:2: missing field 'rejected'"):
         load_pairs(tmp_path / "bad.jsonl")
 
@@ -96,10 +100,21 @@ def test_scores_do_not_depend_on_padding(tiny_model_dir: Path) -> None:
 
 
 SMALL_WARM_START = WarmStartSpec(
-    max_digits=1, train_size=80, eval_size=20, steps=300, blur_steps=0, batch_size=64,
-    model=TinySpec(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                   num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=32),
-)  # fmt: skip
+    max_digits=1,
+    train_size=80,
+    eval_size=20,
+    steps=300,
+    blur_steps=0,
+    batch_size=64,
+    model=TinySpec(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=32,
+    ),
+)
 
 
 def test_bradley_terry_reaches_high_heldout_accuracy_on_noise_free_embedded_pairs(
@@ -115,8 +130,9 @@ def test_bradley_terry_reaches_high_heldout_accuracy_on_noise_free_embedded_pair
         make_pairs(train, 2000, 0.0, rng),
         make_pairs(heldout, 200, 0.0, rng),
     )
-    _, _, metrics = train_reward_model(base, train_pairs, heldout_pairs,
-                                       RewardModelSpec(steps=200, lr=1e-3))  # fmt: skip
+    _, _, metrics = train_reward_model(
+        base, train_pairs, heldout_pairs, RewardModelSpec(steps=200, lr=1e-3)
+    )
     assert metrics["rm/heldout_accuracy_before"] < 0.7  # a new head knows nothing
     assert metrics["rm/heldout_accuracy"] >= 0.85
 
@@ -125,8 +141,23 @@ def test_reward_model_cli_writes_a_plain_transformers_model(
     tiny_model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     pairs = tmp_path / "pairs.jsonl"
-    assert main(["reward-model", "pairs", "--out", str(pairs), "--n", "64", "--heldout", "16",
-                 "data.train_size=100", "data.eval_size=20"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "reward-model",
+                "pairs",
+                "--out",
+                str(pairs),
+                "--n",
+                "64",
+                "--heldout",
+                "16",
+                "data.train_size=100",
+                "data.eval_size=20",
+            ]
+        )
+        == 0
+    )
     heldout = tmp_path / "pairs.heldout.jsonl"
     assert len(load_pairs(pairs)) == 64 and len(load_pairs(heldout)) == 16
     out = tmp_path / "rm"

@@ -57,8 +57,10 @@ def _plant(case: dict[str, Any], world: World) -> None:
     def planted(model: Any, mb: Any, rows: Any, weights: Any, owner_rows: Any, *rest: Any) -> Any:
         if case["bug"] == "per_rank":  # this rank's rows only: a per-rank denominator
             mine = (owner_rows == world.rank)[:, None]
-            weights = (token_weights(mb.action_mask & mine, reduction,
-                                     group_id=mb.group_id), *weights[1:])  # fmt: skip
+            weights = (
+                token_weights(mb.action_mask & mine, reduction, group_id=mb.group_id),
+                *weights[1:],
+            )
         elif case["bug"] == "averaged":  # divided by the world size once more
             weights = tuple(w / world.size for w in weights)
         return original(model, mb, rows, weights, owner_rows, *rest)
@@ -67,8 +69,12 @@ def _plant(case: dict[str, Any], world: World) -> None:
 
 
 def _rank(rank: int, cases: list[dict[str, Any]], out: str, port: int) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
-                      WORLD_SIZE=str(cases[0]["world"]))  # fmt: skip
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        RANK=str(rank),
+        WORLD_SIZE=str(cases[0]["world"]),
+    )
     torch.set_num_threads(1)
     results = [_update(case) for case in cases]
     if rank == 0:
@@ -84,15 +90,28 @@ def critic_update(case: dict[str, Any], world: World = distributed.SINGLE) -> di
     trained = distributed.parallel(critic, world) if world.parallel else critic
     optimizer = Recording(trained.parameters(), lr=1e-3)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
-    s = CriticSettings(value_clip=0.2, updates=1, epochs=1, minibatches=2, micro_batch_size=2,
-                       max_grad_norm=1e9)  # fmt: skip
+    s = CriticSettings(
+        value_clip=0.2,
+        updates=1,
+        schedule=update_loop.Schedule(
+            epochs=1, minibatches=2, micro_batch_size=2, max_grad_norm=1e9
+        ),
+    )
     batch = case["batch"]
-    values, bootstrap = compute_values(trained, batch, s.micro_batch_size)
+    values, bootstrap = compute_values(trained, batch, s.schedule.micro_batch_size)
     batch = batch.replace(values=values, bootstrap_values=bootstrap)
     owner = case["owner"] if world.parallel else None
-    metrics = update_critic(trained, optimizer, scheduler, batch, case["advantages"], s,
-                            generator=torch.Generator().manual_seed(0), world=world,
-                            owner=owner)  # fmt: skip
+    metrics = update_critic(
+        trained,
+        optimizer,
+        scheduler,
+        batch,
+        case["advantages"],
+        s,
+        generator=torch.Generator().manual_seed(0),
+        world=world,
+        owner=owner,
+    )
     params = distributed.full_state_dict(trained, world, prefix="")
     return {"grads": optimizer.seen, "params": params, "metrics": metrics}
 
@@ -103,8 +122,11 @@ def streams(policy: torch.nn.Module, world: World) -> list[dict[str, Any]]:
     parameters that were shards; in rank order, on every rank. Every rank runs through both
     streams whole: each gather is a collective."""
     sharded = [name for name, p in policy.named_parameters() if hasattr(p, "full_tensor")]
-    mine = {"full": list(rollout_stream(policy)), "sharded": sharded,
-            "bf16": list(rollout_stream(policy, dtype=torch.bfloat16))}  # fmt: skip
+    mine = {
+        "full": list(rollout_stream(policy)),
+        "sharded": sharded,
+        "bf16": list(rollout_stream(policy, dtype=torch.bfloat16)),
+    }
     return distributed.gather(world, mine)
 
 
@@ -126,11 +148,21 @@ def _update(case: dict[str, Any]) -> dict[str, Any]:
     reference = None
     if case.get("reference"):
         reference = AutoModelForCausalLM.from_pretrained(case["model_dir"]).double().eval()
-    batch, _ = learner.prepare_batch(case["batch"], wrapped, reference, s, world=world,
-                                     owner=case["owner"])  # fmt: skip
-    metrics = learner.update_policy(wrapped, optimizer, scheduler, batch, case["advantages"], s,
-                          learner_version=0, generator=torch.Generator().manual_seed(0),
-                          world=world, owner=case["owner"])  # fmt: skip
+    batch, _ = learner.prepare_batch(
+        case["batch"], wrapped, reference, s, world=world, owner=case["owner"]
+    )
+    metrics = learner.update_policy(
+        wrapped,
+        optimizer,
+        scheduler,
+        batch,
+        case["advantages"],
+        s,
+        learner_version=0,
+        generator=torch.Generator().manual_seed(0),
+        world=world,
+        owner=case["owner"],
+    )
     params = distributed.full_state_dict(wrapped, world)
     result = {"grads": optimizer.seen, "params": params, "metrics": metrics}
     return result | ({"streams": streams(policy, world)} if case.get("stream") else {})
@@ -144,5 +176,9 @@ def _free_port() -> int:
 
 if __name__ == "__main__":
     cases = torch.load(sys.argv[1], weights_only=False)
-    mp.start_processes(_rank, args=(cases, sys.argv[2], _free_port()), nprocs=cases[0]["world"],
-                       start_method="spawn")  # fmt: skip
+    mp.start_processes(
+        _rank,
+        args=(cases, sys.argv[2], _free_port()),
+        nprocs=cases[0]["world"],
+        start_method="spawn",
+    )

@@ -32,14 +32,25 @@ def main(model_dir: str) -> None:
         learner = parallel(Scorer(policy), world, blocks_of=policy)
         seen: list[str] = []
         policy.model.layers[0].register_forward_pre_hook(  # after FSDP2's all-gather
-            lambda module, args: seen.append(str(next(module.parameters()).dtype)))  # fmt: skip
+            lambda module, args: seen.append(str(next(module.parameters()).dtype))
+        )
         with autocast_to(learner, torch.bfloat16):
             got, _ = learner(tokens, attention)
         got.sum().backward()
-        shards = [(str(p.dtype), None if p.grad is None else str(p.grad.dtype))
-                  for p in learner.parameters()]  # fmt: skip
-        print(json.dumps({"seen": seen, "shards": shards, "out": str(got.dtype),
-                          "gap": (got - expected).abs().max().item()}))  # fmt: skip
+        shards = [
+            (str(p.dtype), None if p.grad is None else str(p.grad.dtype))
+            for p in learner.parameters()
+        ]
+        print(
+            json.dumps(
+                {
+                    "seen": seen,
+                    "shards": shards,
+                    "out": str(got.dtype),
+                    "gap": (got - expected).abs().max().item(),
+                }
+            )
+        )
     finally:
         dist.destroy_process_group()
 

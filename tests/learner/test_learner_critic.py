@@ -24,8 +24,9 @@ from rlmap.learner.critic import (
     update_critic,
     value_weights,
 )
+from rlmap.learner.update_loop import Schedule
 from rlmap.rollout.episodes import Scored, single_turn, to_batch
-from rlmap.system.sync import LoopState, warmup_progress
+from rlmap.system.loop_state import LoopState, warmup_progress
 from rlmap.tasks.prompts import encode_prompt
 
 
@@ -123,11 +124,17 @@ def test_prompt_observation_and_padding_positions_get_no_value_gradient() -> Non
     gen = torch.Generator().manual_seed(0)
     outputs = torch.randn(action.shape, generator=gen, requires_grad=True)
     old, _ = align_values(outputs.detach() + 0.1, action, attention)
-    batch = Batch(tokens=torch.zeros(action.shape, dtype=torch.long), action_mask=action,
-                  behavior_logprobs=torch.zeros(action.shape), rewards=torch.ones(2),
-                  group_id=torch.arange(2), end=torch.zeros(2, dtype=torch.long),
-                  reward_status=torch.tensor([RewardStatus.OK, RewardStatus.INFRA_ERROR]),
-                  attention_mask=attention, values=old)  # fmt: skip
+    batch = Batch(
+        tokens=torch.zeros(action.shape, dtype=torch.long),
+        action_mask=action,
+        behavior_logprobs=torch.zeros(action.shape),
+        rewards=torch.ones(2),
+        group_id=torch.arange(2),
+        end=torch.zeros(2, dtype=torch.long),
+        reward_status=torch.tensor([RewardStatus.OK, RewardStatus.INFRA_ERROR]),
+        attention_mask=attention,
+        values=old,
+    )
     returns = torch.randn(action.shape, generator=gen) * action
     weights = value_weights(batch)
     critic_loss(outputs, batch, returns, weights, value_clip=0.5).backward()
@@ -141,8 +148,9 @@ def test_prompt_observation_and_padding_positions_get_no_value_gradient() -> Non
 def _rollout_batch(model_dir: Path) -> Batch:
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     policy = AutoModelForCausalLM.from_pretrained(model_dir)
-    engine = HFEngine(policy, pad_token_id=tokenizer.pad_token_id,
-                      eos_token_id=tokenizer.eos_token_id)  # fmt: skip
+    engine = HFEngine(
+        policy, pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id
+    )
     prompts = [encode_prompt(tokenizer, p) for p in ("1+2=", "37+85=", "9+9=")]  # uneven
     torch.manual_seed(0)
     groups = engine.generate(prompts, n=4, max_new_tokens=6, temperature=1.0, top_p=1.0)
@@ -170,10 +178,19 @@ def test_critic_update_does_not_depend_on_micro_batch_size(
         critic = copy.deepcopy(start)
         optimizer = torch.optim.SGD(critic.parameters(), lr=0.05)
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
-        s = CriticSettings(value_clip=0.5, updates=2, epochs=1, minibatches=minibatches,
-                           micro_batch_size=micro, max_grad_norm=1e9)  # fmt: skip
-        metrics = update_critic(critic, optimizer, scheduler, batch, returns, s,
-                                generator=torch.Generator().manual_seed(0))  # fmt: skip
+        schedule = Schedule(
+            epochs=1, minibatches=minibatches, micro_batch_size=micro, max_grad_norm=1e9
+        )
+        s = CriticSettings(value_clip=0.5, updates=2, schedule=schedule)
+        metrics = update_critic(
+            critic,
+            optimizer,
+            scheduler,
+            batch,
+            returns,
+            s,
+            generator=torch.Generator().manual_seed(0),
+        )
         assert metrics["optim/critic_steps"] == 2 * minibatches
         results.append(torch.cat([p.detach().flatten() for p in critic.parameters()]))
     assert all(torch.isfinite(r).all() for r in results)
@@ -189,14 +206,24 @@ def test_critic_update_lowers_the_value_loss(tiny_model_dir: Path) -> None:
     optimizer = torch.optim.AdamW(critic.parameters(), lr=1e-2)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
     returns = batch.rewards.unsqueeze(-1) * batch.action_mask  # Monte-Carlo return, γ = 1
-    s = CriticSettings(value_clip=10.0, updates=1, epochs=1, minibatches=1,
-                       micro_batch_size=4, max_grad_norm=1.0)  # fmt: skip
+    s = CriticSettings(
+        value_clip=10.0,
+        updates=1,
+        schedule=Schedule(epochs=1, minibatches=1, micro_batch_size=4, max_grad_norm=1.0),
+    )
     losses = []
     for _ in range(8):
         values, bootstrap = compute_values(critic, batch, micro_batch_size=4)
         step = batch.replace(values=values, bootstrap_values=bootstrap)
-        metrics = update_critic(critic, optimizer, scheduler, step, returns, s,
-                                generator=torch.Generator().manual_seed(0))  # fmt: skip
+        metrics = update_critic(
+            critic,
+            optimizer,
+            scheduler,
+            step,
+            returns,
+            s,
+            generator=torch.Generator().manual_seed(0),
+        )
         losses.append(metrics["critic/value_loss"])
     assert losses[-1] < 0.5 * losses[0]
 
@@ -209,8 +236,10 @@ def test_load_critic_is_seeded_and_refuses_a_trunk_that_did_not_load(
     b = load_critic(tiny_model_dir, dtype=torch.float32, seed=3)
     assert torch.equal(a.get_submodule("score").weight, b.get_submodule("score").weight)
     policy = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
-    torch.testing.assert_close(a.get_submodule("model.embed_tokens").weight,
-                               policy.get_submodule("model.embed_tokens").weight)  # fmt: skip
+    torch.testing.assert_close(
+        a.get_submodule("model.embed_tokens").weight,
+        policy.get_submodule("model.embed_tokens").weight,
+    )
     trunkless = copy.deepcopy(policy)
     del trunkless.model.norm
     trunkless.model.norm = torch.nn.Identity()

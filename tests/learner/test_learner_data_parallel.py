@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 from dp_worker import Recording, critic_update
-from test_learner_policy import _rollouts, _settings
+from test_learner_policy import _rollouts, _settings, rescheduled
 from transformers import AutoModelForCausalLM
 
 from rlmap.correction import KLParams
@@ -37,9 +37,14 @@ def _case(model_dir: Path, reduction: str) -> dict[str, object]:
     batch = to_batch(scored, pad_token_id=pad)
     advantages = torch.randn(batch.tokens.shape, generator=torch.Generator().manual_seed(2))
     owner = torch.tensor([0] * 6 + [1] * 3)  # rank 0: groups 0-1, rank 1: group 2
-    return {"model_dir": str(model_dir), "batch": batch,
-            "advantages": (advantages * batch.action_mask).double(), "owner": owner,
-            "settings": _settings(reduction, 2), "world": 2}  # fmt: skip
+    return {
+        "model_dir": str(model_dir),
+        "batch": batch,
+        "advantages": (advantages * batch.action_mask).double(),
+        "owner": owner,
+        "settings": _settings(reduction, 2),
+        "world": 2,
+    }
 
 
 def _single(case: dict[str, object]) -> dict[str, object]:
@@ -52,8 +57,16 @@ def _single(case: dict[str, object]) -> dict[str, object]:
     if case.get("reference"):
         reference = AutoModelForCausalLM.from_pretrained(case["model_dir"]).double().eval()
     batch, _ = prepare_batch(case["batch"], policy, reference, s)  # type: ignore[arg-type]
-    metrics = update_policy(policy, optimizer, scheduler, batch, case["advantages"], s,  # type: ignore[arg-type]
-                  learner_version=0, generator=torch.Generator().manual_seed(0))  # fmt: skip
+    metrics = update_policy(
+        policy,
+        optimizer,
+        scheduler,
+        batch,
+        case["advantages"],
+        s,  # type: ignore[arg-type]
+        learner_version=0,
+        generator=torch.Generator().manual_seed(0),
+    )
     params = copy.deepcopy(policy.state_dict())
     return {"grads": optimizer.seen, "params": params, "metrics": metrics}
 
@@ -63,14 +76,25 @@ def _parallel(cases: list[dict[str, object]], tmp_path: Path) -> list[dict]:
     spec, out = tmp_path / "cases.pt", tmp_path / "out.pt"
     torch.save(cases, spec)
     env = {"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"}
-    done = subprocess.run([sys.executable, str(WORKER), str(spec), str(out)], env=env,
-                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, str(WORKER), str(spec), str(out)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return torch.load(out, weights_only=False)
 
 
-REDUCTIONS = ("response_mean", "token_mean", "fixed_budget", "prompt_mean", "token_sum",
-              "seq_mean_token_sum")  # fmt: skip
+REDUCTIONS = (
+    "response_mean",
+    "token_mean",
+    "fixed_budget",
+    "prompt_mean",
+    "token_sum",
+    "seq_mean_token_sum",
+)
 BUGS = ("per_rank", "averaged")
 TWO_STEPS = "token_mean, 2 steps, KL"
 IDLE_RANK = "token_mean, 2 steps, rank 1 owns nothing, clipped"
@@ -89,13 +113,15 @@ def runs(
     cases["prompt_mean"]["owner"] = torch.tensor([0] * 4 + [1] * 5)
     # two optimiser steps (π_old recomputed, each rank scoring its rows) with a KL to π_ref
     two_steps = _case(tiny_model_dir, "token_mean")
-    two_steps["settings"] = replace(two_steps["settings"], minibatches=2,  # type: ignore[type-var]
-                                    kl=KLParams(placement="loss", beta=0.1))  # fmt: skip
+    two_steps["settings"] = replace(
+        rescheduled(two_steps["settings"], minibatches=2),  # type: ignore[arg-type]
+        kl=KLParams(placement="loss", beta=0.1),
+    )
     cases[TWO_STEPS] = {**two_steps, "reference": True}
     # rank 1 owns no row at all (a filter dropped its groups): it only runs padding passes;
     # and a clip that binds, so the global norm decides
     idle = _case(tiny_model_dir, "token_mean")
-    idle["settings"] = replace(idle["settings"], minibatches=2, max_grad_norm=0.05)  # type: ignore[type-var]
+    idle["settings"] = rescheduled(idle["settings"], minibatches=2, max_grad_norm=0.05)  # type: ignore[arg-type]
     cases[IDLE_RANK] = {**idle, "owner": torch.zeros(9, dtype=torch.long)}
     cases[CRITIC] = {**_case(tiny_model_dir, "token_mean"), "critic": True}  # returns: random
     cases[TWO_STEPS]["stream"] = True  # the rollout stream after the update, too
@@ -106,8 +132,12 @@ def runs(
     two = _parallel(launched, tmp_path_factory.mktemp(f"dp-{sharding}"))
     singles = {r: _single(cases[r]) for r in (*REDUCTIONS, TWO_STEPS, IDLE_RANK)}
     singles[CRITIC] = critic_update(cases[CRITIC])
-    return {"cases": cases, "one": singles, "sharding": sharding,
-            "two": {key: res for key, res in zip(planned, two, strict=True)}}  # fmt: skip
+    return {
+        "cases": cases,
+        "one": singles,
+        "sharding": sharding,
+        "two": {key: res for key, res in zip(planned, two, strict=True)},
+    }
 
 
 def _gap(a: list[torch.Tensor], b: list[torch.Tensor]) -> float:

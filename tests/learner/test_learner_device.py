@@ -40,9 +40,12 @@ def _fake_cuda(monkeypatch: pytest.MonkeyPatch, count: int) -> None:
     ],
 )
 def test_the_device_is_resolved_from_the_setting_and_the_launcher(
-    setting: str, count: int, local_rank: str | None, expected: str,
+    setting: str,
+    count: int,
+    local_rank: str | None,
+    expected: str,
     monkeypatch: pytest.MonkeyPatch,
-) -> None:  # fmt: skip
+) -> None:
     _fake_cuda(monkeypatch, count)
     environ = {} if local_rank is None else {"LOCAL_RANK": local_rank}
     assert resolve(setting, environ) == torch.device(expected)
@@ -74,13 +77,18 @@ def test_a_malformed_setting_is_refused_when_the_config_is_built() -> None:
 def _every_field_batch() -> Batch:
     b, t = 2, 3
     kw = {f.name: torch.zeros(b, t) for f in dataclasses.fields(Batch)}
-    kw |= {"tokens": torch.zeros(b, t, dtype=torch.long), "action_mask": torch.ones(b, t).bool(),
-           "rewards": torch.ones(b), "group_id": torch.zeros(b, dtype=torch.long),
-           "end": torch.full((b,), int(End.TERMINAL)), "eos": torch.ones(b).bool(),
-           "reward_status": torch.full((b,), int(RewardStatus.OK)),
-           "bootstrap_values": torch.zeros(b),
-           "routed_experts": torch.zeros(b, t, 2, 1, dtype=torch.long),
-           "sampling_set": torch.zeros(b, t, 2, dtype=torch.int32)}  # fmt: skip
+    kw |= {
+        "tokens": torch.zeros(b, t, dtype=torch.long),
+        "action_mask": torch.ones(b, t).bool(),
+        "rewards": torch.ones(b),
+        "group_id": torch.zeros(b, dtype=torch.long),
+        "end": torch.full((b,), int(End.TERMINAL)),
+        "eos": torch.ones(b).bool(),
+        "reward_status": torch.full((b,), int(RewardStatus.OK)),
+        "bootstrap_values": torch.zeros(b),
+        "routed_experts": torch.zeros(b, t, 2, 1, dtype=torch.long),
+        "sampling_set": torch.zeros(b, t, 2, dtype=torch.int32),
+    }
     return Batch(**kw)
 
 
@@ -92,8 +100,10 @@ def test_a_batch_crosses_whole_and_comes_back_equal(target: str) -> None:
         x, y = getattr(batch, f.name), getattr(moved, f.name)
         assert y.device == torch.device(target) and y.dtype == x.dtype and y.shape == x.shape
     back = batch.to("cpu")
-    assert all(torch.equal(getattr(batch, f.name), getattr(back, f.name))
-               for f in dataclasses.fields(Batch))  # fmt: skip
+    assert all(
+        torch.equal(getattr(batch, f.name), getattr(back, f.name))
+        for f in dataclasses.fields(Batch)
+    )
     sparse = batch.replace(turn_id=None, routed_experts=None).to(target)
     assert sparse.turn_id is None and sparse.routed_experts is None  # None stays None
 
@@ -119,9 +129,12 @@ def test_a_crossing_to_a_gpu_is_staged_in_pinned_memory_and_does_not_block(
 
 
 def _parts_on_meta(
-    recipe: str, overrides: list[str], model_dir: Path, monkeypatch: pytest.MonkeyPatch,
+    recipe: str,
+    overrides: list[str],
+    model_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
     reward_path: Path | None = None,
-) -> Parts:  # fmt: skip
+) -> Parts:
     monkeypatch.setattr("rlmap.assembly.models.resolve", lambda setting: META)
     cfg = build_config(recipe, None, overrides)
     return build(cfg, model_dir, reward_path=reward_path)
@@ -137,9 +150,16 @@ def _audit(parts: Parts) -> dict[str, list[str]]:
                 p.grad = torch.zeros_like(p)
         optimizer.step()
     engine_model = getattr(parts.engine, "model", None)
-    return audit({"policy": parts.policy, "reference": parts.reference, "critic": parts.critic,
-                  "reward_model": parts.reward_model, "engine": engine_model},
-                 optimizers)  # fmt: skip
+    return audit(
+        {
+            "policy": parts.policy,
+            "reference": parts.reference,
+            "critic": parts.critic,
+            "reward_model": parts.reward_model,
+            "engine": engine_model,
+        },
+        optimizers,
+    )
 
 
 @pytest.fixture
@@ -147,8 +167,12 @@ def reward_model_dir(tiny_model_dir: Path, tmp_path: Path) -> Path:
     from rlmap.learned.reward_model import new_reward_model, save_reward_model
 
     path = tmp_path / "rm"
-    save_reward_model(path, new_reward_model(tiny_model_dir),
-                      AutoTokenizer.from_pretrained(tiny_model_dir), {"test": True})  # fmt: skip
+    save_reward_model(
+        path,
+        new_reward_model(tiny_model_dir),
+        AutoTokenizer.from_pretrained(tiny_model_dir),
+        {"test": True},
+    )
     return path
 
 
@@ -164,9 +188,12 @@ def reward_model_dir(tiny_model_dir: Path, tmp_path: Path) -> Path:
     ids=["grpo", "ppo", "lora", "sao", "own-copy-engine"],
 )
 def test_every_part_of_a_run_lives_on_the_configured_device(
-    recipe: str, extra: list[str], tiny_model_dir: Path, toy: Toy,
+    recipe: str,
+    extra: list[str],
+    tiny_model_dir: Path,
+    toy: Toy,
     monkeypatch: pytest.MonkeyPatch,
-) -> None:  # fmt: skip
+) -> None:
     parts = _parts_on_meta(recipe, [*toy(tiny_model_dir), *extra], tiny_model_dir, monkeypatch)
     assert parts.device == META
     found = _audit(parts)
@@ -178,8 +205,9 @@ def test_the_reward_model_of_classic_rlhf_lives_on_the_device_too(
     tiny_model_dir: Path, reward_model_dir: Path, toy: Toy, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     overrides = [*toy(tiny_model_dir), f"model.reward_path={reward_model_dir}"]
-    parts = _parts_on_meta("classic-rlhf", overrides, tiny_model_dir, monkeypatch,
-                           reward_path=reward_model_dir)  # fmt: skip
+    parts = _parts_on_meta(
+        "classic-rlhf", overrides, tiny_model_dir, monkeypatch, reward_path=reward_model_dir
+    )
     assert parts.reward_model is not None
     assert set(_audit(parts)) == {"meta"}
 
@@ -229,8 +257,13 @@ def test_the_run_records_its_device_and_a_cpu_learner_reports_no_gpu_peak(
     run_training(build_config("grpo", None, toy(tiny_model_dir, steps=1)), tmp_path / "run")
     ledger = json.loads((tmp_path / "run" / "ledger.json").read_text())
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
-    recorded = {"device": "cpu", "device_name": "cpu", "cuda": None, "fp32_matmul": "highest",
-                "deterministic_kernels": False}  # fmt: skip
+    recorded = {
+        "device": "cpu",
+        "device_name": "cpu",
+        "cuda": None,
+        "fp32_matmul": "highest",
+        "deterministic_kernels": False,
+    }
     assert {k: ledger[k] for k in recorded} == recorded == summary["device"]
     assert ledger["peak_gpu_memory_bytes"] is None
     assert ledger["peak_rollout_gpu_memory_bytes"] is None
@@ -262,10 +295,12 @@ def test_a_phase_peak_starts_anew_and_a_cpu_has_none(monkeypatch: pytest.MonkeyP
     from rlmap.core.device import take_peak
 
     calls: list[str] = []
-    monkeypatch.setattr(torch.cuda, "max_memory_allocated",
-                        lambda device=None: calls.append(f"read {device}") or 9)  # fmt: skip
-    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats",
-                        lambda device=None: calls.append(f"reset {device}"))  # fmt: skip
+    monkeypatch.setattr(
+        torch.cuda, "max_memory_allocated", lambda device=None: calls.append(f"read {device}") or 9
+    )
+    monkeypatch.setattr(
+        torch.cuda, "reset_peak_memory_stats", lambda device=None: calls.append(f"reset {device}")
+    )
     assert take_peak(torch.device("cpu")) is None and calls == []
     assert take_peak(torch.device("cuda", 1)) == 9
     assert calls == ["read cuda:1", "reset cuda:1"]  # read, then the next phase starts at 0
@@ -315,8 +350,9 @@ def test_peak_memory_is_the_learners_device_only(monkeypatch: pytest.MonkeyPatch
 
     asked: list[torch.device] = []
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "max_memory_allocated",
-                        lambda device=None: asked.append(device) or 7 * 2**20)  # fmt: skip
+    monkeypatch.setattr(
+        torch.cuda, "max_memory_allocated", lambda device=None: asked.append(device) or 7 * 2**20
+    )
     assert measure_peak_memory(torch.device("cpu"))[1] is None
     assert measure_peak_memory(None)[1] is None
     assert measure_peak_memory(torch.device("cuda", 1))[1] == 7 * 2**20
@@ -325,9 +361,12 @@ def test_peak_memory_is_the_learners_device_only(monkeypatch: pytest.MonkeyPatch
 
 @pytest.mark.parametrize("recipe", ["grpo", "sao"])
 def test_a_cpu_run_on_a_gpu_machine_never_starts_cuda(
-    recipe: str, tiny_model_dir: Path, toy: Toy, tmp_path: Path,
+    recipe: str,
+    tiny_model_dir: Path,
+    toy: Toy,
+    tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
-) -> None:  # fmt: skip
+) -> None:
     # A machine that looks like it has a GPU, where starting CUDA raises: a run asked onto
     # the CPU trains, evaluates, checkpoints and resumes without touching it. Before: every
     # fork_rng() and the checkpoint's RNG capture read every GPU's generator.
@@ -338,11 +377,13 @@ def test_a_cpu_run_on_a_gpu_machine_never_starts_cuda(
 
     _fake_cuda(monkeypatch, 1)
     monkeypatch.setattr(torch.cuda, "_lazy_init", no_cuda)
-    cfg = build_config(recipe, None, [*toy(tiny_model_dir, steps=2), "system.device=cpu",
-                                      "model.lora_rank=2"])  # fmt: skip
+    cfg = build_config(
+        recipe, None, [*toy(tiny_model_dir, steps=2), "system.device=cpu", "model.lora_rank=2"]
+    )
     run_training(cfg, tmp_path / "run")
-    cfg = build_config(recipe, None, [*toy(tiny_model_dir, steps=3), "system.device=cpu",
-                                      "model.lora_rank=2"])  # fmt: skip
+    cfg = build_config(
+        recipe, None, [*toy(tiny_model_dir, steps=3), "system.device=cpu", "model.lora_rank=2"]
+    )
     run_training(cfg, tmp_path / "run", resume=True)
     assert (tmp_path / "run" / "checkpoints" / "step_3").is_dir()
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 from test_learner_device import _audit
-from test_learner_policy import _rollouts, _settings
+from test_learner_policy import _rollouts, _settings, rescheduled
 
 from rlmap.assembly.parts import build
 from rlmap.learner.policy import prepare_batch, update_policy
@@ -32,7 +32,7 @@ def test_one_update_on_the_gpu_equals_the_cpus(tiny_model_dir: Path) -> None:
     advantages = torch.randn(batch.tokens.shape, generator=torch.Generator().manual_seed(2))
     advantages = advantages * batch.action_mask
     s = _settings("token_mean", 4)
-    twice = type(s)(**{**s.__dict__, "epochs": 2})  # π_old recomputed, two optimiser steps
+    twice = rescheduled(s, epochs=2)  # π_old recomputed, two optimiser steps
     out = {}
     for device in ("cpu", "cuda"):
         policy = copy.deepcopy(model).to(device)
@@ -40,9 +40,16 @@ def test_one_update_on_the_gpu_equals_the_cpus(tiny_model_dir: Path) -> None:
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
         prepared, _ = prepare_batch(batch, policy, None, twice)
         assert prepared.old_logprobs is not None and prepared.old_logprobs.device.type == "cpu"
-        metrics = update_policy(policy, optimizer, scheduler, prepared, advantages, twice,
-                                learner_version=0,
-                                generator=torch.Generator().manual_seed(0))  # fmt: skip
+        metrics = update_policy(
+            policy,
+            optimizer,
+            scheduler,
+            prepared,
+            advantages,
+            twice,
+            learner_version=0,
+            generator=torch.Generator().manual_seed(0),
+        )
         weights = torch.cat([p.detach().flatten().cpu() for p in policy.parameters()])
         out[device] = (prepared.old_logprobs, metrics, weights)
     (old_c, m_c, w_c), (old_g, m_g, w_g) = out["cpu"], out["cuda"]

@@ -32,8 +32,9 @@ def test_values_entropy_and_gradients_equal_the_full_logits_path(
     full_model = copy.deepcopy(model)
     tokens, attention = _tokens()
     weights = torch.randn(tokens.shape, generator=torch.Generator().manual_seed(1))
-    ours, ent = token_logprobs(model, tokens, attention, temperature=temperature,
-                               with_entropy=True, chunk=chunk)  # fmt: skip
+    ours, ent = token_logprobs(
+        model, tokens, attention, temperature=temperature, with_entropy=True, chunk=chunk
+    )
     ref, ref_ent = _full_logprobs(full_model, tokens, attention, temperature, True)
     torch.testing.assert_close(ours, ref, rtol=1e-6, atol=1e-6)
     assert ent is not None and ref_ent is not None
@@ -61,8 +62,10 @@ def test_the_function_against_a_log_softmax_reference_and_gradcheck() -> None:
     torch.testing.assert_close(chunked(h, w, b), reference, rtol=1e-12, atol=1e-12)
     assert torch.autograd.gradcheck(
         lambda h, w, b: ChunkedLogprobs.apply(h, w, b, targets, 1 / 0.8, 2, False)[0],
-        (h, w, b), eps=1e-6, atol=1e-4,
-    )  # fmt: skip
+        (h, w, b),
+        eps=1e-6,
+        atol=1e-4,
+    )
 
 
 def test_the_chunk_size_changes_nothing(tiny_model_dir: Path) -> None:
@@ -81,10 +84,19 @@ def _scaled_head_model(kind: str) -> Any:
     the random initialisation's, would change next to nothing)."""
     from transformers import CohereConfig, CohereForCausalLM, Gemma2Config, Gemma2ForCausalLM
 
-    shape: dict[str, Any] = dict(vocab_size=48, hidden_size=32, intermediate_size=64,
-                                 num_hidden_layers=1, num_attention_heads=2,
-                                 num_key_value_heads=1, head_dim=16, max_position_embeddings=32,
-                                 pad_token_id=0, bos_token_id=1, eos_token_id=2)  # fmt: skip
+    shape: dict[str, Any] = dict(
+        vocab_size=48,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+        max_position_embeddings=32,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
     torch.manual_seed(0)
     model: Any
     if kind == "softcap":
@@ -110,8 +122,9 @@ def test_soft_capped_or_scaled_logits_give_their_own_log_probs(kind: str) -> Non
     with torch.no_grad():
         ours, _ = token_logprobs(model, tokens, attention, temperature=0.7)
         positions = (attention.long().cumsum(-1) - 1).clamp(min=0)  # over real tokens
-        h = model.model(input_ids=tokens, attention_mask=attention,
-                        position_ids=positions).last_hidden_state[:, :-1]  # fmt: skip
+        h = model.model(
+            input_ids=tokens, attention_mask=attention, position_ids=positions
+        ).last_hidden_state[:, :-1]
         z = h @ model.get_output_embeddings().weight.T
         mapped = 5.0 * torch.tanh(z / 5.0) if kind == "softcap" else 0.25 * z
         reference, plain = _next_token(mapped, tokens), _next_token(z, tokens)

@@ -23,7 +23,8 @@ from rlmap.learner.critic import critic_outputs
 from rlmap.learner.logprobs import ChunkedLogprobs, _full_logprobs, token_logprobs
 from rlmap.learner.memory import autocast_to, checkpoint_activations
 from rlmap.recipes import build_config
-from rlmap.system.sync import LoopState, sync_step
+from rlmap.system.loop_state import LoopState
+from rlmap.system.sync import sync_step
 from rlmap.tasks.prompts import encode_prompt
 
 Toy = Callable[..., list[str]]
@@ -119,13 +120,15 @@ def test_a_checkpointed_policy_still_generates_the_same_with_the_kv_cache(
     prompt = [encode_prompt(tokenizer, "37+85=")]
     out = []
     for model in (plain, checkpointed):
-        engine = HFEngine(model, pad_token_id=tokenizer.pad_token_id,
-                          eos_token_id=tokenizer.eos_token_id)  # fmt: skip
+        engine = HFEngine(
+            model, pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id
+        )
         assert engine.shares_policy
         torch.manual_seed(0)
         with _calls(model) as seen:
-            out.append(engine.generate(prompt, n=3, max_new_tokens=5, temperature=1.0,
-                                       top_p=1.0)[0])  # fmt: skip
+            out.append(
+                engine.generate(prompt, n=3, max_new_tokens=5, temperature=1.0, top_p=1.0)[0]
+            )
         assert model.training  # restored after generation
         positions = [n for _, _, n in seen]
         assert positions[0] == len(prompt[0]) and set(positions[1:]) == {1}  # cached decoding
@@ -146,8 +149,9 @@ def test_chunked_logprobs_reduce_in_float32_and_backward_replays_autocast() -> N
     with torch.autocast("cpu", dtype=torch.bfloat16):
         logprobs, _ = ChunkedLogprobs.apply(h, w, b, targets, 1.0, 5, False)
     # the product is bfloat16 (as autocast makes it), the log-softmax of its logits float32
-    z = nn.functional.linear(h.detach().bfloat16(), w.detach().bfloat16(),
-                             b.detach().bfloat16()).double()  # fmt: skip
+    z = nn.functional.linear(
+        h.detach().bfloat16(), w.detach().bfloat16(), b.detach().bfloat16()
+    ).double()
     reference = torch.log_softmax(z, -1)[torch.arange(12), targets]
     assert logprobs.dtype == torch.float32
     assert float((logprobs.detach().double() - reference).abs().max()) < 1e-5  # bf16: ~1e-2
@@ -184,9 +188,18 @@ def test_bf16_logprobs_and_gradients_differ_from_fp32_by_rounding_only(
 def test_bf16_training_keeps_float32_weights_and_optimiser_state(
     tiny_model_dir: Path, toy: Toy, rollout: str
 ) -> None:
-    cfg = build_config("ppo", None, [*toy(tiny_model_dir), "system.train_dtype=bfloat16",
-                                     f"system.rollout_dtype={rollout}", "kl.placement=loss",
-                                     "kl.beta=0.1", "critic.warmup_steps=0"])  # fmt: skip
+    cfg = build_config(
+        "ppo",
+        None,
+        [
+            *toy(tiny_model_dir),
+            "system.train_dtype=bfloat16",
+            f"system.rollout_dtype={rollout}",
+            "kl.placement=loss",
+            "kl.beta=0.1",
+            "critic.warmup_steps=0",
+        ],
+    )
     p = build(cfg, tiny_model_dir)
     assert p.critic is not None and p.reference is not None
     models = {"policy": p.policy, "reference": p.reference, "critic": p.critic}
@@ -221,13 +234,20 @@ def test_the_reward_model_scores_under_the_same_autocast(
     tiny_model_dir: Path, tmp_path: Path, toy: Toy
 ) -> None:
     from rlmap.learned.reward_model import new_reward_model, save_reward_model
-    from rlmap.system.sync import learned_rewards, rollout_round
+    from rlmap.system.rounds import learned_rewards, rollout_round
 
     rm = tmp_path / "rm"
-    save_reward_model(rm, new_reward_model(tiny_model_dir),
-                      AutoTokenizer.from_pretrained(tiny_model_dir), {"test": True})  # fmt: skip
-    cfg = build_config("classic-rlhf", None, [*toy(tiny_model_dir), f"model.reward_path={rm}",
-                                              "system.train_dtype=bfloat16"])  # fmt: skip
+    save_reward_model(
+        rm,
+        new_reward_model(tiny_model_dir),
+        AutoTokenizer.from_pretrained(tiny_model_dir),
+        {"test": True},
+    )
+    cfg = build_config(
+        "classic-rlhf",
+        None,
+        [*toy(tiny_model_dir), f"model.reward_path={rm}", "system.train_dtype=bfloat16"],
+    )
     p = build(cfg, tiny_model_dir, reward_path=rm)
     assert p.reward_model is not None
     assert {w.dtype for w in p.reward_model.parameters()} == {torch.float32}
@@ -246,8 +266,9 @@ def test_a_run_with_the_options_logs_every_steps_peak_memory(
 ) -> None:
     options = ["system.train_dtype=bfloat16", "optim.gradient_checkpointing=true"]
     run_training(build_config("grpo", None, [*toy(tiny_model_dir), *options]), tmp_path / "run")
-    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text()
-               .splitlines()]  # fmt: skip
+    records = [
+        json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    ]
     steps = [r for r in records if r["step"] > 0]
     assert len(steps) == 2 and all(r["system/peak_memory_mb"] > 0 for r in steps)
     assert all(math.isfinite(r["loss/total"]) for r in steps)

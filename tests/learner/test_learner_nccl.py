@@ -153,14 +153,18 @@ def test_ddp_wraps_the_replica_on_the_ranks_device(
 
 @pytest.mark.parametrize(
     ("device", "dtype", "mesh", "policy"),
-    [(GPU1, "bfloat16", "cuda", True), (GPU1, "float32", "cuda", False),
-     (CPU, "float32", "cpu", False)],
-)  # fmt: skip
+    [
+        (GPU1, "bfloat16", "cuda", True),
+        (GPU1, "float32", "cuda", False),
+        (CPU, "float32", "cpu", False),
+    ],
+)
 def test_fsdp2_shards_on_the_learners_mesh_in_its_precision(
     recorder: _Recorder, device: torch.device, dtype: str, mesh: str, policy: bool
 ) -> None:
-    parallel(_two_blocks(), World(rank=0, size=2, sharding="fsdp2", device=device,
-                                  train_dtype=dtype))  # fmt: skip
+    parallel(
+        _two_blocks(), World(rank=0, size=2, sharding="fsdp2", device=device, train_dtype=dtype)
+    )
     assert recorder.calls[0] == ("mesh", mesh)
     shards = [args for name, args in recorder.calls if name == "shard"]
     assert len(shards) == 3  # the two blocks, then the root
@@ -178,9 +182,12 @@ def test_fsdp2_shards_on_the_learners_mesh_in_its_precision(
     ],
 )
 def test_each_rank_of_a_node_takes_its_own_gpu(
-    setting: str, ranks: int | None, environ: dict[str, str], expected: str,
+    setting: str,
+    ranks: int | None,
+    environ: dict[str, str],
+    expected: str,
     monkeypatch: pytest.MonkeyPatch,
-) -> None:  # fmt: skip
+) -> None:
     _fake_cuda(monkeypatch, 2)
     assert node_device(setting, environ, ranks) == torch.device(expected)
 
@@ -188,18 +195,30 @@ def test_each_rank_of_a_node_takes_its_own_gpu(
 @pytest.mark.parametrize(
     ("setting", "ranks", "environ", "says"),
     [
-        ("auto", 3, {}, "system.learners: 3 learner ranks on one node need a GPU each, and "
-                        "this node has 2; run at most 2 per node"),
-        ("cuda", None, {"LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "4"},
-         "system.learners: 4 learner ranks on one node"),  # torchrun's --nproc-per-node 4
+        (
+            "auto",
+            3,
+            {},
+            "system.learners: 3 learner ranks on one node need a GPU each, and "
+            "this node has 2; run at most 2 per node",
+        ),
+        (
+            "cuda",
+            None,
+            {"LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "4"},
+            "system.learners: 4 learner ranks on one node",
+        ),  # torchrun's --nproc-per-node 4
         ("cuda:1", 2, {}, "system.device: cuda:1 puts all 2 learner ranks of a node on one GPU"),
         ("cuda", None, {"LOCAL_WORLD_SIZE": "two"}, "LOCAL_WORLD_SIZE: must be an integer"),
     ],
-)  # fmt: skip
+)
 def test_a_node_short_of_gpus_is_refused_in_one_line(
-    setting: str, ranks: int | None, environ: dict[str, str], says: str,
+    setting: str,
+    ranks: int | None,
+    environ: dict[str, str],
+    says: str,
     monkeypatch: pytest.MonkeyPatch,
-) -> None:  # fmt: skip
+) -> None:
     _fake_cuda(monkeypatch, 2)
     with pytest.raises(ConfigError) as caught:
         node_device(setting, environ, ranks)
@@ -207,17 +226,30 @@ def test_a_node_short_of_gpus_is_refused_in_one_line(
 
 
 def test_the_launcher_refuses_more_learners_than_gpus_before_any_rank_starts(
-    tiny_model_dir: Path, tmp_path: Path, toy: Any, monkeypatch: pytest.MonkeyPatch,
+    tiny_model_dir: Path,
+    tmp_path: Path,
+    toy: Any,
+    monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
-) -> None:  # fmt: skip
+) -> None:
     from rlmap.cli import main
 
     _fake_cuda(monkeypatch, 2)
     _launched(monkeypatch)  # no RANK: this process would start the ranks
     monkeypatch.setattr(launch, "launch", lambda *a: pytest.fail("a rank was started"))
     out = tmp_path / "run"
-    status = main(["train", "--recipe", "grpo", "--out", str(out), *toy(tiny_model_dir),
-                   "system.learners=3", "sampling.prompts_per_step=3"])  # fmt: skip
+    status = main(
+        [
+            "train",
+            "--recipe",
+            "grpo",
+            "--out",
+            str(out),
+            *toy(tiny_model_dir),
+            "system.learners=3",
+            "sampling.prompts_per_step=3",
+        ]
+    )
     err = capsys.readouterr().err
     assert status != 0 and err.count("\n") == 1, err
     assert err.startswith("rlmap: error: system.learners: 3 learner ranks on one node"), err
@@ -248,12 +280,17 @@ def test_the_policy_runs_bfloat16_parameters_under_autocast_with_float32_shards(
     log-probs equal the one-process autocast ones to bfloat16's rounding, not exactly (the
     residual stream is bfloat16 here)."""
     worker = Path(__file__).with_name("fsdp2_mixed_worker.py")
-    done = subprocess.run([sys.executable, str(worker), str(tiny_model_dir)],
-                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, str(worker), str(tiny_model_dir)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     got = json.loads(done.stdout.strip().splitlines()[-1])
     assert got["seen"] == ["torch.bfloat16"]  # the gathered weights the forward ran with
-    assert got["shards"] and all(s == ("torch.float32", "torch.float32")
-                                 for s in map(tuple, got["shards"]))  # fmt: skip
+    assert got["shards"] and all(
+        s == ("torch.float32", "torch.float32") for s in map(tuple, got["shards"])
+    )
     assert got["out"] == "torch.float32"  # the log-probs: float32 (log-softmax under autocast)
     assert 0 < got["gap"] < 0.1  # bfloat16 rounding of log-probs of a few nats, not an identity

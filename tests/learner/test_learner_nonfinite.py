@@ -47,8 +47,10 @@ def test_a_finite_step_returns_the_pre_clip_norm_and_steps() -> None:
     assert model.weight.grad is None  # zeroed for the next mini-batch
 
 
-@pytest.mark.parametrize(("loss", "grad"), [(float("nan"), 1.0), (1.0, float("nan")),
-                                            (1.0, float("inf")), (float("-inf"), 1.0)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("loss", "grad"),
+    [(float("nan"), 1.0), (1.0, float("nan")), (1.0, float("inf")), (float("-inf"), 1.0)],
+)
 def test_a_non_finite_loss_or_gradient_stops_before_any_weight_changes(
     loss: float, grad: float
 ) -> None:
@@ -78,8 +80,9 @@ def test_a_checkpoint_of_non_finite_weights_is_refused(tmp_path: Path) -> None:
     with torch.no_grad():
         next(model.parameters())[0, 0] = float("nan")
     with pytest.raises(TrainingError, match="step 3: policy weights are not finite"):
-        save_checkpoint(tmp_path, 3, model=model, tokenizer=tokenizer, optimizers={},
-                        schedulers={}, extra={})  # fmt: skip
+        save_checkpoint(
+            tmp_path, 3, model=model, tokenizer=tokenizer, optimizers={}, schedulers={}, extra={}
+        )
     assert not (tmp_path / "checkpoints" / "step_3").exists()
 
 
@@ -109,8 +112,18 @@ def test_a_run_whose_loss_turns_nan_stops_in_one_line_and_saves_nothing_non_fini
 
     monkeypatch.setattr(learner, "policy_loss", nan_from_the_third_step)
     run = tmp_path / "run"
-    assert main(["train", "--out", str(run), *toy(tiny_model_dir, steps=5),
-                 "sampling.prompts_per_step=1"]) == 1  # fmt: skip
+    assert (
+        main(
+            [
+                "train",
+                "--out",
+                str(run),
+                *toy(tiny_model_dir, steps=5),
+                "sampling.prompts_per_step=1",
+            ]
+        )
+        == 1
+    )
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err
     assert err.startswith("rlmap: error: step 3: policy update: non-finite loss nan"), err

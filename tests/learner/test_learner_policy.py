@@ -5,7 +5,9 @@ from __future__ import annotations
 import copy
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -16,6 +18,7 @@ from rlmap.correction import BehaviourParams, KLParams, PolicyTerms, policy_loss
 from rlmap.engines.hf import HFEngine
 from rlmap.learner.logprobs import token_logprobs
 from rlmap.learner.policy import UpdateSettings, approx_kl, prepare_batch, update_policy
+from rlmap.learner.update_loop import Schedule
 from rlmap.reduction import ReductionParams, reduce, token_weights
 from rlmap.rollout.episodes import Scored, single_turn, to_batch
 from rlmap.tasks.prompts import encode_prompt
@@ -24,8 +27,9 @@ from rlmap.tasks.prompts import encode_prompt
 def _rollouts(model_dir: Path, n: int = 4) -> tuple[torch.nn.Module, list[Scored], int]:
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir)
-    engine = HFEngine(model, pad_token_id=tokenizer.pad_token_id,
-                      eos_token_id=tokenizer.eos_token_id)  # fmt: skip
+    engine = HFEngine(
+        model, pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id
+    )
     prompts = [encode_prompt(tokenizer, p) for p in ("1+2=", "37+85=", "9+9=")]  # uneven lengths
     torch.manual_seed(0)
     groups = engine.generate(prompts, n=n, max_new_tokens=6, temperature=1.0, top_p=1.0)
@@ -55,12 +59,14 @@ def _settings(reduction: str, micro: int, **behaviour: object) -> UpdateSettings
         behaviour=BehaviourParams(**behaviour),  # type: ignore[arg-type]
         kl=KLParams(),
         reduction=ReductionParams(name=reduction, max_len=8),
-        epochs=1,
-        minibatches=1,
-        micro_batch_size=micro,
-        max_grad_norm=1e9,
+        schedule=Schedule(epochs=1, minibatches=1, micro_batch_size=micro, max_grad_norm=1e9),
         temperature=1.0,
     )
+
+
+def rescheduled(s: UpdateSettings, **fields: Any) -> UpdateSettings:
+    """``s`` with some of its schedule's fields replaced."""
+    return replace(s, schedule=replace(s.schedule, **fields))
 
 
 @pytest.mark.parametrize(
@@ -86,8 +92,16 @@ def test_update_does_not_depend_on_micro_batch_size(tiny_model_dir: Path, reduct
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
         s = _settings(reduction, micro, positive_nll=0.1)
         prepared, _ = prepare_batch(batch, policy, None, s)
-        update_policy(policy, optimizer, scheduler, prepared, advantages.double(), s,
-                      learner_version=0, generator=torch.Generator().manual_seed(0))  # fmt: skip
+        update_policy(
+            policy,
+            optimizer,
+            scheduler,
+            prepared,
+            advantages.double(),
+            s,
+            learner_version=0,
+            generator=torch.Generator().manual_seed(0),
+        )
         results.append(torch.cat([p.detach().flatten() for p in policy.parameters()]))
     start = torch.cat([p.detach().flatten().double() for p in model.parameters()])
     assert not torch.allclose(results[0], start)  # the update did something
@@ -101,14 +115,14 @@ def test_reused_batch_recomputes_old_logprobs_only_when_needed(tiny_model_dir: P
     once = _settings("token_mean", 4)
     prepared, timings = prepare_batch(batch, model, None, once)
     assert prepared.old_logprobs is None and timings == {}  # π_old = sg(π_θ): nothing ran
-    twice = UpdateSettings(**{**once.__dict__, "epochs": 2})
+    twice = rescheduled(once, epochs=2)
     prepared, timings = prepare_batch(batch, model, None, twice)
     old = prepared.old_logprobs
-    assert old is not None and torch.allclose(old[batch.action_mask],
-                                              batch.behavior_logprobs[batch.action_mask],
-                                              atol=1e-4)  # fmt: skip
+    assert old is not None and torch.allclose(
+        old[batch.action_mask], batch.behavior_logprobs[batch.action_mask], atol=1e-4
+    )
     assert set(timings) == {"system/old_logprobs_s"} and timings["system/old_logprobs_s"] > 0
-    bypass = UpdateSettings(**{**twice.__dict__, "behaviour": BehaviourParams(mode="bypass")})
+    bypass = replace(twice, behaviour=BehaviourParams(mode="bypass"))
     prepared, timings = prepare_batch(batch, model, None, bypass)
     assert prepared.old_logprobs is None and timings == {}
 
@@ -122,13 +136,13 @@ def test_reference_time_is_reported_only_when_the_reference_runs(tiny_model_dir:
     off = _settings("token_mean", 4)  # KLParams() places no KL
     prepared, timings = prepare_batch(batch, model, reference, off)
     assert prepared.ref_logprobs is None and timings == {}
-    on = UpdateSettings(**{**off.__dict__, "kl": KLParams(placement="loss", beta=0.1)})
+    on = replace(off, kl=KLParams(placement="loss", beta=0.1))
     prepared, timings = prepare_batch(batch, model, None, on)
     assert prepared.ref_logprobs is None and timings == {}  # KL on, but no reference model
     prepared, timings = prepare_batch(batch, model, reference, on)
     assert prepared.ref_logprobs is not None
     assert set(timings) == {"system/reference_s"} and timings["system/reference_s"] > 0
-    both = UpdateSettings(**{**on.__dict__, "epochs": 2})
+    both = rescheduled(on, epochs=2)
     _, timings = prepare_batch(batch, model, reference, both)
     assert set(timings) == {"system/old_logprobs_s", "system/reference_s"}
 
@@ -149,16 +163,31 @@ def test_diagnostics_do_not_depend_on_micro_batch_size(
         policy = copy.deepcopy(model).double()
         optimizer = torch.optim.SGD(policy.parameters(), lr=0.1)
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
-        s = UpdateSettings(**{**_settings("token_mean", micro, corrections=corrections).__dict__,
-                              "epochs": 2, "minibatches": 2})  # fmt: skip
+        s = rescheduled(
+            _settings("token_mean", micro, corrections=corrections), epochs=2, minibatches=2
+        )
         prepared, _ = prepare_batch(stale, policy, None, s)
-        figures.append(update_policy(policy, optimizer, scheduler, prepared,
-                                     advantages.double() * batch.action_mask, s,
-                                     learner_version=0,
-                                     generator=torch.Generator().manual_seed(0)))  # fmt: skip
+        figures.append(
+            update_policy(
+                policy,
+                optimizer,
+                scheduler,
+                prepared,
+                advantages.double() * batch.action_mask,
+                s,
+                learner_version=0,
+                generator=torch.Generator().manual_seed(0),
+            )
+        )
     keys = [k for k in figures[0] if k.startswith(("ratio/", "entropy", "kl/", "approx_kl"))]
-    assert {"ratio/d/max_abs_log", "ratio/d/p99_abs_log", "ratio/rho/clipped_frac",
-            "ratio/kappa/p99_abs_log", "entropy", "approx_kl"} <= set(keys)  # fmt: skip
+    assert {
+        "ratio/d/max_abs_log",
+        "ratio/d/p99_abs_log",
+        "ratio/rho/clipped_frac",
+        "ratio/kappa/p99_abs_log",
+        "entropy",
+        "approx_kl",
+    } <= set(keys)
     assert figures[0]["ratio/d/max_abs_log"] > 0.5  # the noise is there to be seen
     # 2 epochs × 2 mini-batches: every update after the first sees π_θ ≠ π_old
     assert figures[0]["approx_kl"] > 0
@@ -178,14 +207,22 @@ def test_the_max_is_the_max_and_p99_the_quantile_of_every_token_of_every_update(
     stale = batch.replace(behavior_logprobs=batch.behavior_logprobs + 0.5 * noise)
     advantages = torch.randn(batch.tokens.shape, generator=torch.Generator().manual_seed(2))
     advantages = advantages.double() * batch.action_mask
-    s = UpdateSettings(**{**_settings("token_mean", 4).__dict__, "minibatches": 2})
+    s = rescheduled(_settings("token_mean", 4), minibatches=2)
     policy = copy.deepcopy(model).double()
     optimizer = torch.optim.SGD(policy.parameters(), lr=0.1)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
     prepared, _ = prepare_batch(stale, policy, None, s)
     reference = copy.deepcopy(policy)
-    got = update_policy(policy, optimizer, scheduler, prepared, advantages, s, learner_version=0,
-                        generator=torch.Generator().manual_seed(0))  # fmt: skip
+    got = update_policy(
+        policy,
+        optimizer,
+        scheduler,
+        prepared,
+        advantages,
+        s,
+        learner_version=0,
+        generator=torch.Generator().manual_seed(0),
+    )
 
     values = []
     ref_opt = torch.optim.SGD(reference.parameters(), lr=0.1)
@@ -194,10 +231,15 @@ def test_the_max_is_the_max_and_p99_the_quantile_of_every_token_of_every_update(
         mb = prepared.select(rows)
         logprobs, _ = token_logprobs(reference, mb.tokens, mb.attention_mask)
         values.append((logprobs.detach() - mb.behavior_logprobs)[mb.action_mask].abs())
-        terms = PolicyTerms(logprobs=logprobs, old_logprobs=logprobs.detach(),
-                            behavior_logprobs=mb.behavior_logprobs,
-                            advantages=advantages[rows], mask=mb.action_mask,
-                            policy_version=None, learner_version=0)  # fmt: skip
+        terms = PolicyTerms(
+            logprobs=logprobs,
+            old_logprobs=logprobs.detach(),
+            behavior_logprobs=mb.behavior_logprobs,
+            advantages=advantages[rows],
+            mask=mb.action_mask,
+            policy_version=None,
+            learner_version=0,
+        )
         j, _ = policy_loss(terms, s.behaviour, s.kl, None)
         reduce(j, token_weights(mb.action_mask, s.reduction)).backward()
         ref_opt.step()
@@ -220,9 +262,11 @@ def test_vtrace_reads_the_learners_policy_on_a_stale_batch_with_one_optimiser_st
     model, scored, pad = _rollouts(tiny_model_dir)
     batch = to_batch(scored, pad_token_id=pad)
     noise = torch.randn(batch.tokens.shape, generator=torch.Generator().manual_seed(3))
-    stale = batch.replace(behavior_logprobs=batch.behavior_logprobs + 0.5 * noise,
-                          values=torch.zeros(batch.tokens.shape),
-                          bootstrap_values=torch.zeros(batch.size))  # fmt: skip
+    stale = batch.replace(
+        behavior_logprobs=batch.behavior_logprobs + 0.5 * noise,
+        values=torch.zeros(batch.tokens.shape),
+        bootstrap_values=torch.zeros(batch.size),
+    )
     entry, params = estimators.get("vtrace"), CreditParams(estimator="vtrace")
     assert entry.needs_policy_logprobs
     for mode in ("bypass", "decoupled"):
@@ -244,16 +288,16 @@ def _pi_old_passes(
 
     from rlmap.experiments.train import run_training
     from rlmap.recipes import build_config
-    from rlmap.system import sync
+    from rlmap.system import learner_step
 
-    seen, real = [], sync.prepare_batch
+    seen, real = [], learner_step.prepare_batch
 
     def spy(*args: object, **kwargs: object):  # type: ignore[no-untyped-def]
         batch, timings = real(*args, **kwargs)  # type: ignore[arg-type]
         seen.append(batch.old_logprobs is not None)
         return batch, timings
 
-    monkeypatch.setattr(sync, "prepare_batch", spy)
+    monkeypatch.setattr(learner_step, "prepare_batch", spy)
     cfg = build_config(recipe, None, [*_toy_overrides(model_dir, steps=1), *extra])
     assert cfg.optim.epochs_per_batch * cfg.optim.minibatches_per_epoch == 1
     run_training(cfg, run)
@@ -263,16 +307,20 @@ def _pi_old_passes(
 def test_the_synchronous_loop_hands_vtrace_the_policys_logprobs(
     tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    seen = _pi_old_passes(tiny_model_dir, tmp_path / "run", monkeypatch, "ppo",
-                          "credit.estimator=vtrace")  # fmt: skip
+    seen = _pi_old_passes(
+        tiny_model_dir, tmp_path / "run", monkeypatch, "ppo", "credit.estimator=vtrace"
+    )
     assert seen == [True]
 
 
 @pytest.mark.parametrize(("mode", "computed"), [("decoupled", True), ("bypass", False)])
 def test_the_kl_in_the_reward_reads_the_trainers_policy_not_the_engines(
-    mode: str, computed: bool, tiny_model_dir: Path, tmp_path: Path,
+    mode: str,
+    computed: bool,
+    tiny_model_dir: Path,
+    tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
-) -> None:  # fmt: skip
+) -> None:
     # Before: with one optimiser step π_old was never computed and k1 used μ_old, the
     # engine's log-probs, so a bf16 rollout's mismatch leaked into the KL penalty. In
     # bypass mode π_old := μ by definition, so no pass runs.
@@ -302,8 +350,12 @@ def test_a_kl_penalty_in_the_reward_reaches_grpos_group_statistics(
 
     monkeypatch.setattr(adapters, "grpo_advantages", spy)
     shaped = ["feedback.length_target=2", "feedback.length_weight=1", "optim.lr=1e-2"]
-    overrides = [*_toy_overrides(tiny_model_dir, steps=2), "kl.placement=reward", "kl.beta=2",
-                 *shaped]  # fmt: skip
+    overrides = [
+        *_toy_overrides(tiny_model_dir, steps=2),
+        "kl.placement=reward",
+        "kl.beta=2",
+        *shaped,
+    ]
     run_training(build_config("grpo", None, overrides), tmp_path / "run")
     records = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     kl = [r["kl/mean"] for r in records if "kl/mean" in r]

@@ -10,7 +10,7 @@ import torch
 
 from rlmap.assembly.optim import lr_factor, make_optimizer
 from rlmap.core.errors import ConfigError
-from rlmap.recipes.config import build_config
+from rlmap.recipes.build import build_config
 
 
 def _lrs(overrides: list[str], steps: int) -> list[float]:
@@ -30,8 +30,16 @@ def test_linear_decays_to_zero_after_warmup() -> None:
     # 5 steps × 1 epoch × 2 mini-batches = 10 optimiser steps, warm-up W = 2, lr 1.0:
     # warm-up (s+1)/W: 0.5, 1.0; then 1 − (s − 2)/(10 − 2) for s = 2..9:
     # 1, 7/8, 6/8, 5/8, 4/8, 3/8, 2/8, 1/8 (0 would be step 10, past the run).
-    lrs = _lrs(["optim.lr=1.0", "optim.schedule=linear", "optim.warmup_steps=2",
-                "optim.steps=5", "optim.minibatches_per_epoch=2"], 10)  # fmt: skip
+    lrs = _lrs(
+        [
+            "optim.lr=1.0",
+            "optim.schedule=linear",
+            "optim.warmup_steps=2",
+            "optim.steps=5",
+            "optim.minibatches_per_epoch=2",
+        ],
+        10,
+    )
     assert lrs == pytest.approx([0.5, 1.0, 1.0, 0.875, 0.75, 0.625, 0.5, 0.375, 0.25, 0.125])
 
 

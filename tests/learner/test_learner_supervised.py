@@ -25,8 +25,15 @@ def test_each_step_clips_steps_schedules_and_zeroes_in_order() -> None:
         calls.append(step)
         return (w - 3) ** 2
 
-    losses = fit(net, sgd, 2, loss_of, max_grad_norm=100.0, schedule=halve,
-                 progress=lambda s, loss: shown.append((s, loss)))  # fmt: skip
+    losses = fit(
+        net,
+        sgd,
+        2,
+        loss_of,
+        max_grad_norm=100.0,
+        schedule=halve,
+        progress=lambda s, loss: shown.append((s, loss)),
+    )
     # step 1: w = 0, loss 9, grad −6, lr 0.1 → w = 0.6; the schedule halves lr to 0.05
     # step 2: loss (0.6 − 3)² = 5.76, grad −4.8 (not −10.8: the gradient was zeroed),
     #         lr 0.05 → w = 0.6 + 0.24 = 0.84

@@ -18,15 +18,16 @@ from rlmap.assembly.parts import Parts, build
 from rlmap.cli import main
 from rlmap.core.batch import Batch, RewardStatus
 from rlmap.core.errors import ConfigError, InputError
-from rlmap.experiments.checkpoint import checkpoint_problem, latest_checkpoint
+from rlmap.experiments.checkpoint import latest_checkpoint
+from rlmap.experiments.checkpoint_load import checkpoint_problem
+from rlmap.experiments.evaluation import evaluate_checkpoint
 from rlmap.experiments.train import run_training
 from rlmap.learner.logprobs import token_logprobs
 from rlmap.learner.policy import prepare_batch, update_policy
 from rlmap.models import lora
 from rlmap.recipes import build_config
 from rlmap.rollout.episodes import Scored, single_turn, to_batch
-from rlmap.rollout.evaluate import evaluate_checkpoint
-from rlmap.system.async_loop import Board
+from rlmap.system.board import Board
 from rlmap.system.ray_workers import rollout_config
 from rlmap.tasks.prompts import encode_prompt
 
@@ -60,8 +61,11 @@ def _batch(parts: Parts, n: int = 3) -> Batch:
     prompts = [encode_prompt(parts.tokenizer, p) for p in ("1+2=", "37+85=", "9+9=")]
     torch.manual_seed(0)
     groups = parts.engine.generate(prompts, n=n, max_new_tokens=6, temperature=1.0, top_p=1.0)
-    scored = [Scored(single_turn(c), g, float(k % 2), float(k % 2), RewardStatus.OK)
-              for g, group in enumerate(groups) for k, c in enumerate(group)]  # fmt: skip
+    scored = [
+        Scored(single_turn(c), g, float(k % 2), float(k % 2), RewardStatus.OK)
+        for g, group in enumerate(groups)
+        for k, c in enumerate(group)
+    ]
     return to_batch(scored, pad_token_id=int(parts.tokenizer.pad_token_id))
 
 
@@ -99,19 +103,30 @@ def test_training_moves_the_adapters_and_never_the_base(tiny_model_dir: Path, to
     adapters = {id(p) for n, p in parts.policy.named_parameters() if "lora_" in n}
     assert trained == adapters and adapters  # only the adapters are in the optimiser
     base = _base_params(parts.policy)
-    lora_before = {n: p.detach().clone() for n, p in parts.policy.named_parameters()
-                   if "lora_B" in n}  # fmt: skip
+    lora_before = {
+        n: p.detach().clone() for n, p in parts.policy.named_parameters() if "lora_B" in n
+    }
     batch = _batch(parts)
     advantages = torch.randn(batch.tokens.shape, generator=torch.Generator().manual_seed(1))
     prepared, _ = prepare_batch(batch, parts.policy, parts.reference, parts.settings)
     for _ in range(2):
-        update_policy(parts.policy, parts.optimizer, parts.scheduler, prepared,
-                      advantages * batch.action_mask, parts.settings, learner_version=0,
-                      generator=torch.Generator().manual_seed(0))  # fmt: skip
+        update_policy(
+            parts.policy,
+            parts.optimizer,
+            parts.scheduler,
+            prepared,
+            advantages * batch.action_mask,
+            parts.settings,
+            learner_version=0,
+            generator=torch.Generator().manual_seed(0),
+        )
     after = _base_params(parts.policy)
     assert all(torch.equal(base[n], after[n]) for n in base)
-    moved = [n for n, p in parts.policy.named_parameters()
-             if "lora_B" in n and not torch.equal(p, lora_before[n])]  # fmt: skip
+    moved = [
+        n
+        for n, p in parts.policy.named_parameters()
+        if "lora_B" in n and not torch.equal(p, lora_before[n])
+    ]
     assert len(moved) == len(lora_before)
 
 
@@ -230,8 +245,17 @@ def test_lora_runs_asynchronously_and_beside_a_full_critic(
 def test_resume_of_a_lora_run_is_exact(
     tiny_model_dir: Path, tmp_path: Path, crash_in_step: Callable[..., None], toy: Toy
 ) -> None:
-    cfg = build_config("grpo", None, [*toy(tiny_model_dir, steps=4), *LORA, *SHAPED,
-                                      "run.checkpoint_every=2", "run.eval_every=2"])  # fmt: skip
+    cfg = build_config(
+        "grpo",
+        None,
+        [
+            *toy(tiny_model_dir, steps=4),
+            *LORA,
+            *SHAPED,
+            "run.checkpoint_every=2",
+            "run.eval_every=2",
+        ],
+    )
     run_training(cfg, tmp_path / "straight")
     crash_in_step(cfg, tmp_path / "crashed", 3)
     run_training(cfg, tmp_path / "crashed", resume=True)
@@ -309,8 +333,13 @@ def test_a_tied_target_is_refused_naming_the_field(
 
 def test_an_adapter_directory_is_no_start_model(tiny_model_dir: Path, tmp_path: Path) -> None:
     parts_dir = tmp_path / "adapter"
-    policy = lora.attach(AutoModelForCausalLM.from_pretrained(tiny_model_dir), rank=2, alpha=4,
-                         targets=("q_proj",), seed=0)  # fmt: skip
+    policy = lora.attach(
+        AutoModelForCausalLM.from_pretrained(tiny_model_dir),
+        rank=2,
+        alpha=4,
+        targets=("q_proj",),
+        seed=0,
+    )
     policy.save_pretrained(parts_dir)
     check_model_dir(parts_dir, adapter=True)
     with pytest.raises(ConfigError, match=r"^model.path: .* holds a LoRA adapter"):
@@ -322,8 +351,20 @@ def test_an_adapter_directory_is_no_start_model(tiny_model_dir: Path, tmp_path: 
 
 def test_cli_trains_a_lora_policy(tiny_model_dir: Path, tmp_path: Path, toy: Toy) -> None:
     run = tmp_path / "run"
-    assert main(["train", "--recipe", "grpo", "--out", str(run), *toy(tiny_model_dir),
-                 "model.lora_rank=8"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "train",
+                "--recipe",
+                "grpo",
+                "--out",
+                str(run),
+                *toy(tiny_model_dir),
+                "model.lora_rank=8",
+            ]
+        )
+        == 0
+    )
     assert (run / "checkpoints" / "step_2" / lora.ADAPTER_CONFIG).is_file()
     config = json.loads((run / "checkpoints" / "step_2" / lora.ADAPTER_CONFIG).read_text())
     assert config["r"] == 8 and config["lora_alpha"] == 16
@@ -334,17 +375,27 @@ def test_targets_are_checked_on_the_architecture_alone() -> None:
     # structure (600+ characters). On the meta device: no storage, only names and types.
     from transformers import Qwen2Config
 
-    config = Qwen2Config(vocab_size=32, hidden_size=8, intermediate_size=16, num_hidden_layers=1,
-                         num_attention_heads=2, num_key_value_heads=1,
-                         tie_word_embeddings=False)  # fmt: skip
+    config = Qwen2Config(
+        vocab_size=32,
+        hidden_size=8,
+        intermediate_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        tie_word_embeddings=False,
+    )
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config)
     # untied: attention q/k/v/o_proj and MLP gate/up/down_proj (Linear), lm_head (Linear),
     # embed_tokens (Embedding); by last name, sorted
     valid = "down_proj,embed_tokens,gate_proj,k_proj,lm_head,o_proj,q_proj,up_proj,v_proj"
     lora.check_targets(model, ("q_proj", "self_attn.v_proj", "lm_head", "embed_tokens"))
-    refusals = (("input_layernorm", "a Qwen2RMSNorm"), ("mlp", "a Qwen2MLP"),
-                ("layers", "a ModuleList"), ("c_attn", "no module named 'c_attn'"))  # fmt: skip
+    refusals = (
+        ("input_layernorm", "a Qwen2RMSNorm"),
+        ("mlp", "a Qwen2MLP"),
+        ("layers", "a ModuleList"),
+        ("c_attn", "no module named 'c_attn'"),
+    )
     for target, why in refusals:
         with pytest.raises(ConfigError) as caught:
             lora.check_targets(model, ("q_proj", target))

@@ -26,8 +26,9 @@ Toy = Callable[..., list[str]]
 def _engine(model_dir: Path) -> tuple[torch.nn.Module, HFEngine, list[list[int]]]:
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir)
-    engine = HFEngine(model, pad_token_id=tokenizer.pad_token_id,
-                      eos_token_id=tokenizer.eos_token_id)  # fmt: skip
+    engine = HFEngine(
+        model, pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id
+    )
     prompts = [encode_prompt(tokenizer, p) for p in ("1+2=", "37+85=")]  # uneven: left padding
     return model, engine, prompts
 
@@ -55,24 +56,36 @@ def test_the_engine_records_the_experts_each_position_was_routed_through(
                 last = routes[-1, layer]
                 assert (last == NO_ROUTE).all() or torch.equal(last.sort().values, full[-1])
     longest = max(len(c.response_ids) for cs in groups for c in cs)
-    assert any((c.routes[-1] == NO_ROUTE).all() for cs in groups for c in cs
-               if c.routes is not None and len(c.response_ids) == longest)  # fmt: skip
+    assert any(
+        (c.routes[-1] == NO_ROUTE).all()
+        for cs in groups
+        for c in cs
+        if c.routes is not None and len(c.response_ids) == longest
+    )
 
 
 def _completion(prompt: tuple[int, ...], response: tuple[int, ...], seed: int) -> Completion:
     g = torch.Generator().manual_seed(seed)
-    routes = torch.stack([torch.randperm(4, generator=g)[:2] for _ in range(2 * (len(prompt)
-                          + len(response)))]).view(-1, 2, 2)  # fmt: skip
+    routes = torch.stack(
+        [torch.randperm(4, generator=g)[:2] for _ in range(2 * (len(prompt) + len(response)))]
+    ).view(-1, 2, 2)
     routes[-1] = NO_ROUTE
-    return Completion(prompt_ids=prompt, response_ids=response, logprobs=(-0.5,) * len(response),
-                      stopped=True, version=0, routes=routes)  # fmt: skip
+    return Completion(
+        prompt_ids=prompt,
+        response_ids=response,
+        logprobs=(-0.5,) * len(response),
+        stopped=True,
+        version=0,
+        routes=routes,
+    )
 
 
 def test_the_batch_layout_of_the_routes() -> None:
     a = _completion((1, 5), (6, 7, 2), seed=0)  # P = 2, R = 3
     b = _completion((1, 5, 6, 14), (2,), seed=1)  # P = 4, R = 1
-    batch = to_batch([Scored(single_turn(c), 0, 1.0, 1.0, RewardStatus.OK) for c in (a, b)],
-                     pad_token_id=0)  # fmt: skip
+    batch = to_batch(
+        [Scored(single_turn(c), 0, 1.0, 1.0, RewardStatus.OK) for c in (a, b)], pad_token_id=0
+    )
     routed = batch.routed_experts
     # columns: prompts right-aligned to the longest (4), responses after: T = 4 + 3 = 7
     assert routed is not None and tuple(routed.shape) == (2, 7, 2, 2)
@@ -173,8 +186,9 @@ def test_a_moe_run_reports_route_mismatch_and_replays_when_asked(
     step: dict[bool, dict[str, float]] = {}
     for replay in (False, True):
         flag = f"behaviour.routing_replay={str(replay).lower()}"
-        cfg = build_config("grpo", None, [*toy(model_dir, steps=1),
-                                          "system.rollout_dtype=bfloat16", flag])  # fmt: skip
+        cfg = build_config(
+            "grpo", None, [*toy(model_dir, steps=1), "system.rollout_dtype=bfloat16", flag]
+        )
         run = tmp_path / f"replay-{replay}"
         run_training(cfg, run)
         rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
@@ -196,19 +210,26 @@ def test_the_learner_replays_the_recorded_experts_in_its_update(
     from rlmap.correction import BehaviourParams, KLParams
     from rlmap.learner import policy as learner
     from rlmap.learner.policy import UpdateSettings, update_policy
+    from rlmap.learner.update_loop import Schedule
     from rlmap.reduction import ReductionParams
 
     model, engine, prompts = _engine(tiny_moe_model_dir)
     torch.manual_seed(0)
     groups = engine.generate(prompts, n=2, max_new_tokens=4, temperature=1.0, top_p=1.0)
-    batch = to_batch([Scored(single_turn(c), g, 1.0 * (k % 2), 1.0 * (k % 2), RewardStatus.OK)
-                      for g, cs in enumerate(groups) for k, c in enumerate(cs)],
-                     pad_token_id=0)  # fmt: skip
+    batch = to_batch(
+        [
+            Scored(single_turn(c), g, 1.0 * (k % 2), 1.0 * (k % 2), RewardStatus.OK)
+            for g, cs in enumerate(groups)
+            for k, c in enumerate(cs)
+        ],
+        pad_token_id=0,
+    )
     assert batch.routed_experts is not None
     known = batch.routed_experts != NO_ROUTE
     g = torch.Generator().manual_seed(5)
-    shuffled = torch.stack([torch.randperm(4, generator=g)[:2]
-                            for _ in range(known[..., 0].numel())])  # fmt: skip
+    shuffled = torch.stack(
+        [torch.randperm(4, generator=g)[:2] for _ in range(known[..., 0].numel())]
+    )
     random_routes = torch.where(known, shuffled.view(batch.routed_experts.shape), NO_ROUTE)
     batch = batch.replace(routed_experts=random_routes)
     real, seen = learner.replaying, []
@@ -222,13 +243,24 @@ def test_the_learner_replays_the_recorded_experts_in_its_update(
     monkeypatch.setattr(learner, "replaying", spy)
     for replay in (True, False):
         seen.clear()
-        s = UpdateSettings(behaviour=BehaviourParams(routing_replay=replay), kl=KLParams(),
-                           reduction=ReductionParams(), epochs=1, minibatches=1,
-                           micro_batch_size=3, max_grad_norm=1.0, temperature=1.0)  # fmt: skip
+        s = UpdateSettings(
+            behaviour=BehaviourParams(routing_replay=replay),
+            kl=KLParams(),
+            reduction=ReductionParams(),
+            schedule=Schedule(epochs=1, minibatches=1, micro_batch_size=3, max_grad_norm=1.0),
+            temperature=1.0,
+        )
         sgd = torch.optim.SGD(model.parameters(), lr=0.0)
-        update_policy(model, sgd, torch.optim.lr_scheduler.LambdaLR(sgd, lambda _: 1.0), batch,
-                      torch.randn(batch.tokens.shape), s, learner_version=0,
-                      generator=torch.Generator())  # fmt: skip
+        update_policy(
+            model,
+            sgd,
+            torch.optim.lr_scheduler.LambdaLR(sgd, lambda _: 1.0),
+            batch,
+            torch.randn(batch.tokens.shape),
+            s,
+            learner_version=0,
+            generator=torch.Generator(),
+        )
         assert len(seen) == 2  # micro-batches of 3 and 1 rows
         for routes, calls in seen:
             for layer in range(2):

@@ -74,9 +74,17 @@ def test_the_asynchronous_preset_refuses_them_too(overrides: list[str]) -> None:
 
 
 def test_the_edges_of_each_bound_are_accepted() -> None:
-    cfg = build_config("sao", None, ["behaviour.max_staleness=0", "run.eval_every=1",
-                                     "run.keep_checkpoints=1", "optim.weight_decay=0",
-                                     "generation.top_p=1.0"])  # fmt: skip
+    cfg = build_config(
+        "sao",
+        None,
+        [
+            "behaviour.max_staleness=0",
+            "run.eval_every=1",
+            "run.keep_checkpoints=1",
+            "optim.weight_decay=0",
+            "generation.top_p=1.0",
+        ],
+    )
     assert cfg.behaviour.max_staleness == 0
     assert cfg.run.eval_every == 1
 
@@ -101,9 +109,12 @@ def test_top_p_is_a_probability_mass(top_p: str) -> None:
 
 
 @pytest.mark.parametrize(
-    ("low", "high"), [("behaviour.icepop_low", "behaviour.icepop_high"),
-                      ("behaviour.masked_is_low", "behaviour.masked_is_high")],
-)  # fmt: skip
+    ("low", "high"),
+    [
+        ("behaviour.icepop_low", "behaviour.icepop_high"),
+        ("behaviour.masked_is_low", "behaviour.masked_is_high"),
+    ],
+)
 def test_an_acceptance_interval_must_not_be_empty(low: str, high: str) -> None:
     assert _message("grpo", f"{low}=3", f"{high}=2").startswith(f"{low}: needs")
     assert _message("grpo", f"{low}=-1").startswith(f"{low}: needs")

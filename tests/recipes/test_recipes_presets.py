@@ -12,9 +12,22 @@ from rlmap.recipes.explain import scaled
 
 # FORMULAS.md §9, written out here independently of the registry.
 SECTION_9 = {
-    "classic-rlhf", "grpo", "dr-grpo", "rloo", "reinforce", "dapo",
-    "vapo", "gspo", "cispo", "sapo", "sao", "ppo", "dppo", "dro", "gmpo",
-}  # fmt: skip
+    "classic-rlhf",
+    "grpo",
+    "dr-grpo",
+    "rloo",
+    "reinforce",
+    "dapo",
+    "vapo",
+    "gspo",
+    "cispo",
+    "sapo",
+    "sao",
+    "ppo",
+    "dppo",
+    "dro",
+    "gmpo",
+}
 
 
 def test_every_section_9_preset_is_registered() -> None:
@@ -103,11 +116,14 @@ def test_sao_composition_is_written_out() -> None:
         ["verifier(exact_match)"],  # 1 feedback
         ["single rollout per prompt"],  # 2 sampling
         ["value critic", "gae(γ=1.0, λ_critic=1.0, λ_policy=1-1/(1.5·l_token), per token)"],
-        ["direct_gate(gate_low=0.3, gate_high=5.0, bypass)", "staleness(max_staleness=4)",
-         "no KL"],  # 4 behaviour, KL
+        [
+            "direct_gate(gate_low=0.3, gate_high=5.0, bypass)",
+            "staleness(max_staleness=4)",
+            "no KL",
+        ],  # 4 behaviour, KL
         ["token_mean"],  # 5 reduction
         ["asynchronous queue (hf, inprocess)"],  # 6 system
-    ]  # fmt: skip
+    ]
 
 
 def test_grpo_is_the_papers_composition() -> None:
@@ -141,10 +157,17 @@ def test_the_2026_objectives_are_their_papers_compositions() -> None:
     dppo, dro, gmpo = preset("dppo").behaviour, preset("dro"), preset("gmpo").behaviour
     # DPPO anchors its trust region on the rollout policy: bypass mode, binary TV at 0.15
     assert (dppo.objective, dppo.mode, dppo.dppo_tv_low, dppo.dppo_tv_high) == (
-        "dppo_tv", "bypass", 0.15, 0.15)  # fmt: skip
+        "dppo_tv",
+        "bypass",
+        0.15,
+        0.15,
+    )
     # DRO: Kimi k1.5's mean baseline (no std) and β = 0.05
     assert (dro.behaviour.objective, dro.behaviour.dro_beta, dro.credit.estimator) == (
-        "dro", 0.05, "dr_grpo")  # fmt: skip
+        "dro",
+        0.05,
+        "dr_grpo",
+    )
     # GMPO: the log-space band (e^−0.4, e^0.4)
     assert (gmpo.objective, gmpo.gmpo_clip_low, gmpo.gmpo_clip_high) == ("gmpo", 0.4, 0.4)
 

@@ -27,8 +27,13 @@ from rlmap.recipes.translate import (
 EXAMPLES = Path(__file__).parent / "translate_examples"
 WORLD = {"trl_dr_grpo.yaml": 8}
 """Processes a TRL example ran on (its batch sizes count per device)."""
-NOTE_EXAMPLES = ("verl_grpo.yaml", "verl_dapo.yaml", "trl_dr_grpo.yaml", "openrlhf_ppo.sh",
-                 "prime_rl_reverse_text.toml")  # fmt: skip
+NOTE_EXAMPLES = (
+    "verl_grpo.yaml",
+    "verl_dapo.yaml",
+    "trl_dr_grpo.yaml",
+    "openrlhf_ppo.sh",
+    "prime_rl_reverse_text.toml",
+)
 """TRANSLATE.md's Ex. 1–5."""
 ALL = sorted(p.name for p in EXAMPLES.iterdir())
 
@@ -73,8 +78,12 @@ def test_verl_grpo_example() -> None:
     assert (c.credit.estimator, c.credit.std_eps, c.credit.lam) == ("grpo", 1e-6, 1.0)
     assert (c.sampling.group_size, c.sampling.prompts_per_step) == (5, 1024)
     # vanilla always dual-clips at clip_ratio_c, whose default is 3.0
-    assert (c.behaviour.objective, c.behaviour.clip_low, c.behaviour.clip_high,
-            c.behaviour.dual_clip) == ("ppo_clip", 0.2, 0.2, 3.0)  # fmt: skip
+    assert (
+        c.behaviour.objective,
+        c.behaviour.clip_low,
+        c.behaviour.clip_high,
+        c.behaviour.dual_clip,
+    ) == ("ppo_clip", 0.2, 0.2, 3.0)
     assert (c.behaviour.mode, c.behaviour.corrections) == ("decoupled", ())
     assert (c.kl.placement, c.kl.estimator, c.kl.beta) == ("loss", "k3", 0.001)
     assert c.reduction.name == "token_mean"  # verl's default, not the grpo preset's
@@ -160,16 +169,20 @@ def test_verl_rollout_correction_kl_in_reward_dro() -> None:
 
 def test_verl_bypass_replaces_the_loss_and_a_bad_threshold_is_one_line(tmp_path: Path) -> None:
     path = tmp_path / "bypass.yaml"
-    path.write_text("actor_rollout_ref:\n  actor:\n    policy_loss: {loss_mode: gspo}\n"
-                    "  rollout: {n: 4}\n"
-                    "algorithm:\n  adv_estimator: grpo\n"
-                    "  rollout_correction: {bypass_mode: true}\n")  # fmt: skip
+    path.write_text(
+        "actor_rollout_ref:\n  actor:\n    policy_loss: {loss_mode: gspo}\n"
+        "  rollout: {n: 4}\n"
+        "algorithm:\n  adv_estimator: grpo\n"
+        "  rollout_correction: {bypass_mode: true}\n"
+    )
     b = translate(path, "verl").config.behaviour
     # bypass_mode sets loss_mode=bypass_mode: vanilla PPO on π_θ/μ, dual-clipped at 3
     assert (b.mode, b.objective, b.dual_clip) == ("bypass", "ppo_clip", 3.0)
-    path.write_text("actor_rollout_ref: {rollout: {n: 4}}\nalgorithm:\n  adv_estimator: grpo\n"
-                    "  rollout_correction:\n"
-                    "    rollout_is: token\n    rollout_is_threshold: two\n")  # fmt: skip
+    path.write_text(
+        "actor_rollout_ref: {rollout: {n: 4}}\nalgorithm:\n  adv_estimator: grpo\n"
+        "  rollout_correction:\n"
+        "    rollout_is: token\n    rollout_is_threshold: two\n"
+    )
     with pytest.raises(ConfigError, match=r"rollout_correction\.rollout_is_threshold: 'two'"):
         translate(path, "verl")
 
@@ -402,8 +415,10 @@ def test_prime_rl_lora_toml() -> None:
 def test_prime_rl_lora_table_alone_takes_its_defaults(tmp_path: Path) -> None:
     path = tmp_path / "lora.toml"
     path.write_text("[orchestrator]\ngroup_size = 4\n[trainer.model.lora]\n")
-    assert (translate(path, "prime-rl").config.model.lora_rank,
-            translate(path, "prime-rl").config.model.lora_alpha) == (16, 32.0)  # fmt: skip
+    assert (
+        translate(path, "prime-rl").config.model.lora_rank,
+        translate(path, "prime-rl").config.model.lora_alpha,
+    ) == (16, 32.0)
 
 
 # ---- SkyRL -------------------------------------------------------------------------------
@@ -507,9 +522,17 @@ def test_prime_rl_names_why_no_preset_is_in_reach() -> None:
     assert any(d.startswith("system.mode") for d in differences_as("grpo", "prime-rl"))
 
 
-ROUND_TRIPS = ["openrlhf_flat_group_norm.sh", "prime_rl_lora.toml", "prime_rl_reverse_text.toml",
-               "skyrl_dapo.yaml", "skyrl_grpo.yaml", "trl_dr_grpo.yaml", "trl_grpo.json",
-               "verl_grpo.yaml", "verl_gspo.yaml"]  # fmt: skip
+ROUND_TRIPS = [
+    "openrlhf_flat_group_norm.sh",
+    "prime_rl_lora.toml",
+    "prime_rl_reverse_text.toml",
+    "skyrl_dapo.yaml",
+    "skyrl_grpo.yaml",
+    "trl_dr_grpo.yaml",
+    "trl_grpo.json",
+    "verl_grpo.yaml",
+    "verl_gspo.yaml",
+]
 """The examples whose translation the framework's own settings reproduce, composition-wise.
 The others name what blocks it: OpenRLHF's PPO (GAE whitening, TIS's lower clamp, cosine's
 floor), RLOO (no RLOOConfig is written), verl's DAPO (its ±1 reward) and rollout
@@ -556,9 +579,19 @@ def test_cli_translate_writes_a_loadable_config(
 
 # ---- the embedded default trains every example -------------------------------------------
 
-AXES = ("feedback.source", "credit.estimator", "critic.enabled", "behaviour.objective",
-        "behaviour.mode", "behaviour.corrections", "kl.placement", "kl.estimator",
-        "reduction.name", "sampling.filter", "system.mode")  # fmt: skip
+AXES = (
+    "feedback.source",
+    "credit.estimator",
+    "critic.enabled",
+    "behaviour.objective",
+    "behaviour.mode",
+    "behaviour.corrections",
+    "kl.placement",
+    "kl.estimator",
+    "reduction.name",
+    "sampling.filter",
+    "system.mode",
+)
 
 
 def _axes(t: Translation) -> tuple[object, ...]:
@@ -587,8 +620,22 @@ def test_embedded_translation_trains_one_step(
     assert _axes(embedded) == _axes(_load(name))
     assert embedded.config.model.path.startswith("embedded:")
     run = tmp_path / "run"
-    assert main(["train", "--config", str(cfg_path), "--out", str(run), "optim.steps=1",
-                 "sampling.prompts_per_step=2", "data.eval_size=2", "generation.eval_samples=1",
-                 "run.progress=false"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "train",
+                "--config",
+                str(cfg_path),
+                "--out",
+                str(run),
+                "optim.steps=1",
+                "sampling.prompts_per_step=2",
+                "data.eval_size=2",
+                "generation.eval_samples=1",
+                "run.progress=false",
+            ]
+        )
+        == 0
+    )
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows if "step" in r][-1] == 1

@@ -23,17 +23,33 @@ def _error(recipe: str, *overrides: str) -> str:
     [
         ("grpo", ["sampling.group_size=1"], "sampling.group_size:", "G >= 2"),
         ("rloo", ["sampling.group_size=1"], "sampling.group_size:", "G >= 2"),
-        ("vapo", ["credit.time_unit=turn", "credit.length_unit=token"], "credit.length_unit:",
-         "'token'"),
+        (
+            "vapo",
+            ["credit.time_unit=turn", "credit.length_unit=token"],
+            "credit.length_unit:",
+            "'token'",
+        ),
         ("ppo", ["critic.enabled=false"], "critic.enabled:", "needs a value critic"),
         ("grpo", ["critic.enabled=true"], "critic.enabled:", "no targets"),
         ("vapo", ["critic.warmup_steps=0"], "critic.pretrain_mc:", "warmup_steps >= 1"),
-        ("grpo", ["behaviour.mode=bypass", "behaviour.corrections=[tis]"],
-         "behaviour.corrections:", "bypass"),
-        ("grpo", ["behaviour.mode=bypass", "behaviour.corrections=[icepop]"],
-         "behaviour.corrections:", "bypass"),
-        ("dapo", ["sampling.group_size=1", "credit.estimator=reinforce"], "sampling.filter:",
-         "G >= 2"),
+        (
+            "grpo",
+            ["behaviour.mode=bypass", "behaviour.corrections=[tis]"],
+            "behaviour.corrections:",
+            "bypass",
+        ),
+        (
+            "grpo",
+            ["behaviour.mode=bypass", "behaviour.corrections=[icepop]"],
+            "behaviour.corrections:",
+            "bypass",
+        ),
+        (
+            "dapo",
+            ["sampling.group_size=1", "credit.estimator=reinforce"],
+            "sampling.filter:",
+            "G >= 2",
+        ),
         ("grpo", ["reduction.name=fixed_budget"], "reduction.max_len:", "L_max"),
         ("grpo", ["credit.estimator=grpoo"], "credit.estimator:", "known: "),
         ("grpo", ["behaviour.objective=ppo"], "behaviour.objective:", "ppo_clip"),
@@ -46,7 +62,7 @@ def _error(recipe: str, *overrides: str) -> str:
         ("grpo", ["kl.beta=0"], "kl.beta:", "> 0"),
         ("grpo", ["credit.gamma=1.5"], "credit.gamma:", "[0, 1]"),
     ],
-)  # fmt: skip
+)
 def test_invalid_combination_names_its_field(
     recipe: str, overrides: list[str], field: str, words: str
 ) -> None:
@@ -59,9 +75,12 @@ def test_explicit_override_allows_a_length_unit_mismatch() -> None:
     cfg = build_config(
         "vapo",
         None,
-        ["credit.time_unit=turn", "credit.length_unit=token",
-         "credit.allow_length_unit_mismatch=true"],
-    )  # fmt: skip
+        [
+            "credit.time_unit=turn",
+            "credit.length_unit=token",
+            "credit.allow_length_unit_mismatch=true",
+        ],
+    )
     assert cfg.credit.length_unit == "token"
 
 

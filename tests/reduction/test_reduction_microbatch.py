@@ -16,8 +16,14 @@ from rlmap.reduction import (
     token_weights,
 )
 
-NAMES = ["response_mean", "token_mean", "fixed_budget", "prompt_mean", "token_sum",
-         "seq_mean_token_sum"]  # fmt: skip
+NAMES = [
+    "response_mean",
+    "token_mean",
+    "fixed_budget",
+    "prompt_mean",
+    "token_sum",
+    "seq_mean_token_sum",
+]
 V, D, B, T = 11, 5, 7, 8
 
 
@@ -112,8 +118,10 @@ def test_data_parallel_ranks_with_summed_denominator(name: str) -> None:
     shards = [batch.select(ix) for ix in split_indices(B, 4)]
     global_denom = sum(denominator(s.action_mask, s.group_id) for s in shards)
     assert global_denom == denominator(batch.action_mask, batch.group_id)
-    pairs = [(s, token_weights(s.action_mask, p, denom=global_denom, group_id=s.group_id))
-             for s in shards]  # fmt: skip
+    pairs = [
+        (s, token_weights(s.action_mask, p, denom=global_denom, group_id=s.group_id))
+        for s in shards
+    ]
     assert_grads_close(summed_grad(model, pairs), full_grad(model, batch, p))
 
 

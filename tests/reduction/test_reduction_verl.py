@@ -44,8 +44,12 @@ def _case(seed: int, b: int = 9) -> tuple[Tensor, Tensor]:
 
 def _verl(j: Tensor, mask: Tensor, mode: str, *, b: int, n: int, dp: int = 1) -> Tensor:
     """verl's loss of these rows, given the global mini-batch's B and N."""
-    kw: dict[str, Any] = {"dp_size": dp, "batch_num_tokens": n, "global_batch_size": b,
-                          "loss_scale_factor": L_MAX}  # fmt: skip
+    kw: dict[str, Any] = {
+        "dp_size": dp,
+        "batch_num_tokens": n,
+        "global_batch_size": b,
+        "loss_scale_factor": L_MAX,
+    }
     return core_algos.agg_loss(j, mask.to(j.dtype), mode, **kw)
 
 

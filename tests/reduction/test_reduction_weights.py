@@ -16,8 +16,14 @@ from rlmap.reduction import (
     token_weights,
 )
 
-NAMES = ["response_mean", "token_mean", "fixed_budget", "prompt_mean", "token_sum",
-         "seq_mean_token_sum"]  # fmt: skip
+NAMES = [
+    "response_mean",
+    "token_mean",
+    "fixed_budget",
+    "prompt_mean",
+    "token_sum",
+    "seq_mean_token_sum",
+]
 
 # Three rows: |o| = 2, 1, 0 (an empty row still counts in B = 3), N = 3 tokens.
 MASK = torch.tensor([[1, 1, 0], [0, 1, 0], [0, 0, 0]], dtype=torch.bool)
@@ -65,10 +71,13 @@ def test_prompt_mean_hand_case_two_prompts() -> None:
     mask = torch.tensor([[1, 1, 1], [1, 1, 0], [1, 1, 1]], dtype=torch.bool)
     j = torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 99.0], [6.0, 6.0, 6.0]])
     groups = torch.tensor([0, 0, 1])
-    got = {n: float(reduce(j, token_weights(mask, ReductionParams(n), group_id=groups)))
-           for n in ("prompt_mean", "token_mean", "response_mean")}  # fmt: skip
-    assert got == pytest.approx({"prompt_mean": 4.5, "token_mean": 4.125,
-                                 "response_mean": 12.5 / 3})  # fmt: skip
+    got = {
+        n: float(reduce(j, token_weights(mask, ReductionParams(n), group_id=groups)))
+        for n in ("prompt_mean", "token_mean", "response_mean")
+    }
+    assert got == pytest.approx(
+        {"prompt_mean": 4.5, "token_mean": 4.125, "response_mean": 12.5 / 3}
+    )
 
 
 def test_token_sum_hand_case() -> None:

@@ -29,8 +29,10 @@ from rlmap.learner.critic import (
     update_critic,
 )
 from rlmap.learner.policy import UpdateSettings, update_policy
+from rlmap.learner.update_loop import Schedule
 from rlmap.reduction import ReductionParams
-from rlmap.rollout.episodes import Episode, Scored, episode_metrics, run_episodes, to_batch
+from rlmap.rollout.episode_stats import episode_metrics
+from rlmap.rollout.episodes import Episode, Scored, run_episodes, to_batch
 from rlmap.tasks.arithmetic import make_problem
 from rlmap.tasks.calculator import TOOL_TOKENS, CalculatorEnv
 from rlmap.tasks.env import AnswerEnv, EnvStep
@@ -92,8 +94,9 @@ def calc_env(a: int, b: int, max_turns: int = 3) -> CalculatorEnv:
 
 
 def run(script: Callable[[str], str], envs: list, max_new_tokens: int = 16) -> list[Episode]:  # type: ignore[type-arg]
-    return run_episodes(Scripted(script), envs, max_new_tokens=max_new_tokens, temperature=1.0,
-                        top_p=1.0)  # fmt: skip
+    return run_episodes(
+        Scripted(script), envs, max_new_tokens=max_new_tokens, temperature=1.0, top_p=1.0
+    )
 
 
 def tool_then_answer(context: str) -> str:
@@ -219,10 +222,18 @@ def test_to_batch_places_observations_off_the_action_mask_with_turn_ids() -> Non
 
 
 def test_intermediate_rewards_go_to_each_turns_last_action_token() -> None:
-    e = Episode(prompt_ids=(1, 5), response_ids=(6, 7, 8, 9, 10),
-                action=(True, True, False, True, True), logprobs=(0.0,) * 5, versions=(0,) * 5,
-                turn_ids=(0, 0, -1, 1, 1), end=End.TERMINAL, eos=True, rewards=(0.5, 1.0),
-                status=RewardStatus.OK)  # fmt: skip
+    e = Episode(
+        prompt_ids=(1, 5),
+        response_ids=(6, 7, 8, 9, 10),
+        action=(True, True, False, True, True),
+        logprobs=(0.0,) * 5,
+        versions=(0,) * 5,
+        turn_ids=(0, 0, -1, 1, 1),
+        end=End.TERMINAL,
+        eos=True,
+        rewards=(0.5, 1.0),
+        status=RewardStatus.OK,
+    )
     # shaped return 1.5 - 0.25: the shaping (-0.25) is in the last turn's reward
     scored = Scored(e, 0, 1.5, 1.25, RewardStatus.OK, per_turn=(0.5, 0.75))
     batch = to_batch([scored], pad_token_id=0)
@@ -270,12 +281,24 @@ def test_observation_tokens_get_no_policy_gradient(
     # Advantages set everywhere — on observation, prompt and padding positions too: the
     # action mask, not the advantage, must keep them out of the loss.
     adv = torch.randn(batch.tokens.shape, generator=torch.Generator().manual_seed(0))
-    s = UpdateSettings(behaviour=BehaviourParams(), kl=KLParams(), reduction=ReductionParams(),
-                       epochs=1, minibatches=1, micro_batch_size=2, max_grad_norm=1.0,
-                       temperature=1.0)  # fmt: skip
+    s = UpdateSettings(
+        behaviour=BehaviourParams(),
+        kl=KLParams(),
+        reduction=ReductionParams(),
+        schedule=Schedule(epochs=1, minibatches=1, micro_batch_size=2, max_grad_norm=1.0),
+        temperature=1.0,
+    )
     sgd = torch.optim.SGD(policy.parameters(), lr=0.0)
-    update_policy(policy, sgd, torch.optim.lr_scheduler.LambdaLR(sgd, lambda _: 1.0), batch,
-                  adv, s, learner_version=VERSION, generator=torch.Generator())  # fmt: skip
+    update_policy(
+        policy,
+        sgd,
+        torch.optim.lr_scheduler.LambdaLR(sgd, lambda _: 1.0),
+        batch,
+        adv,
+        s,
+        learner_version=VERSION,
+        generator=torch.Generator(),
+    )
     (hidden,) = captured
     per_position = hidden.grad.abs().sum(-1).view(batch.size, -1)  # (B, T − 1)
     grad = torch.cat([per_position, per_position.new_zeros(batch.size, 1)], dim=1)  # (B, T)
@@ -310,11 +333,21 @@ def test_observation_tokens_get_no_value_gradient(tiny_calc_model_dir: Path) -> 
 
     critic.register_forward_hook(keep_logits, with_kwargs=True)
     returns = torch.randn(batch.tokens.shape, generator=torch.Generator().manual_seed(1))
-    settings = CriticSettings(value_clip=100.0, updates=1, epochs=1, minibatches=1,
-                              micro_batch_size=2, max_grad_norm=1.0)  # fmt: skip
+    settings = CriticSettings(
+        value_clip=100.0,
+        updates=1,
+        schedule=Schedule(epochs=1, minibatches=1, micro_batch_size=2, max_grad_norm=1.0),
+    )
     sgd = torch.optim.SGD(critic.parameters(), lr=0.0)
-    update_critic(critic, sgd, torch.optim.lr_scheduler.LambdaLR(sgd, lambda _: 1.0), batch,
-                  returns, settings, generator=torch.Generator())  # fmt: skip
+    update_critic(
+        critic,
+        sgd,
+        torch.optim.lr_scheduler.LambdaLR(sgd, lambda _: 1.0),
+        batch,
+        returns,
+        settings,
+        generator=torch.Generator(),
+    )
     (outputs,) = captured
     grad = outputs.grad[..., 0].abs()  # (B, T): gradient reaching V(state after token p)
     # no state before an observation token is a value target ...
@@ -381,19 +414,27 @@ def test_an_episode_without_room_for_a_whole_turn_in_the_context_ends_truncated(
     # reach 14 > 12, so the episode stops after two
     engine = Scripted(lambda c: "1<eos>")
     engine.max_len = 12  # type: ignore[attr-defined]
-    (e,) = run_episodes(engine, [Endless()], max_new_tokens=4, temperature=1.0, top_p=1.0,
-                        max_turns=10)  # fmt: skip
+    (e,) = run_episodes(
+        engine, [Endless()], max_new_tokens=4, temperature=1.0, top_p=1.0, max_turns=10
+    )
     assert e.turns == 2 and e.end == End.TRUNCATED and e.eos
     assert len(e.prompt_ids) + len(e.response_ids) == 10
     engine.max_len = 14  # type: ignore[attr-defined]  # 10 + 4 fits: a third turn, then 13 + 4 > 14
-    (e,) = run_episodes(engine, [Endless()], max_new_tokens=4, temperature=1.0, top_p=1.0,
-                        max_turns=10)  # fmt: skip
+    (e,) = run_episodes(
+        engine, [Endless()], max_new_tokens=4, temperature=1.0, top_p=1.0, max_turns=10
+    )
     assert e.turns == 3
 
 
 def test_the_runner_caps_turns_even_when_the_environment_never_ends() -> None:
-    (e,) = run_episodes(Scripted(lambda c: "1<eos>"), [Endless()], max_new_tokens=4,
-                        temperature=1.0, top_p=1.0, max_turns=3)  # fmt: skip
+    (e,) = run_episodes(
+        Scripted(lambda c: "1<eos>"),
+        [Endless()],
+        max_new_tokens=4,
+        temperature=1.0,
+        top_p=1.0,
+        max_turns=3,
+    )
     assert e.turns == 3 and e.end == End.TRUNCATED and not e.action[-1]  # ends on its observation
 
 
@@ -402,8 +443,12 @@ def test_environment_steps_of_a_round_wait_together_not_in_turn() -> None:
 
     # 8 episodes × 2 steps, each step waiting 0.3 s: one after another that is 4.8 s;
     # stepped together each round waits for its slowest step: about 2 × 0.3 s
-    envs = [CalculatorEnv(TOKENIZER, make_problem(3, "*", 4), exact_match, max_turns=3,
-                          latency=lambda: 0.3) for _ in range(8)]  # fmt: skip
+    envs = [
+        CalculatorEnv(
+            TOKENIZER, make_problem(3, "*", 4), exact_match, max_turns=3, latency=lambda: 0.3
+        )
+        for _ in range(8)
+    ]
     started = time.perf_counter()
     episodes = run(tool_then_answer, envs)
     took = time.perf_counter() - started
@@ -424,8 +469,10 @@ def test_environments_that_do_not_wait_are_stepped_in_the_calling_thread() -> No
     threads: list[int] = []
     answer = [*ids("4"), EOS]
     for waits in (False, True):
-        envs = [Where(TOKENIZER, make_problem(2, "+", 2), exact_match, verify_waits=waits)
-                for _ in range(4)]  # fmt: skip
+        envs = [
+            Where(TOKENIZER, make_problem(2, "+", 2), exact_match, verify_waits=waits)
+            for _ in range(4)
+        ]
         for e in envs:
             e.reset()
         threads.clear()
@@ -478,8 +525,14 @@ def test_a_trajectory_spanning_a_weight_update_carries_both_versions_and_goes_on
     def update() -> None:
         engine.current = next(turns)
 
-    (e,) = run_episodes(engine, [calc_env(37, 85)], max_new_tokens=16, temperature=1.0,
-                        top_p=1.0, before_turn=update)  # fmt: skip
+    (e,) = run_episodes(
+        engine,
+        [calc_env(37, 85)],
+        max_new_tokens=16,
+        temperature=1.0,
+        top_p=1.0,
+        before_turn=update,
+    )
     assert e.end == End.TERMINAL and e.outcome == 1.0  # finished, not cut by the update
     versions = {v for v, a in zip(e.versions, e.action, strict=True) if a}
     assert versions == {VERSION, VERSION + 1}

@@ -14,7 +14,8 @@ from rlmap.core.errors import ConfigError
 from rlmap.embedded.tokenizer import build_tokenizer
 from rlmap.experiments.train import run_training
 from rlmap.feedback.process import TOOL_STEP_BONUS, calculator_steps
-from rlmap.feedback.reward import OverlongPunishment, Trajectory, Weighted
+from rlmap.feedback.reward import Trajectory
+from rlmap.feedback.reward_terms import OverlongPunishment, Weighted
 from rlmap.recipes import build_config
 from rlmap.rollout.episodes import Episode
 from rlmap.rollout.scoring import EpisodeReturn, score_episodes, trajectories, trajectory
@@ -32,12 +33,20 @@ def ids(text: str) -> tuple[int, ...]:
 def tool_episode(answer: str = "12", *, status: RewardStatus = RewardStatus.OK) -> Episode:
     call, obs, final = ids("<calc>3*4</calc>"), ids("<result>12</result>"), ids(answer)
     n = len(call) + len(obs) + len(final)
-    return Episode(prompt_ids=ids("3*4="), response_ids=call + obs + final,
-                   action=(True,) * len(call) + (False,) * len(obs) + (True,) * len(final),
-                   logprobs=(0.0,) * n, versions=(0,) * n,
-                   turn_ids=(0,) * len(call) + (-1,) * len(obs) + (1,) * len(final),
-                   end=End.TERMINAL, eos=True, rewards=(0.0, float(answer == "12")),
-                   status=status, tool_calls=1, tool_results=("12", None))  # fmt: skip
+    return Episode(
+        prompt_ids=ids("3*4="),
+        response_ids=call + obs + final,
+        action=(True,) * len(call) + (False,) * len(obs) + (True,) * len(final),
+        logprobs=(0.0,) * n,
+        versions=(0,) * n,
+        turn_ids=(0,) * len(call) + (-1,) * len(obs) + (1,) * len(final),
+        end=End.TERMINAL,
+        eos=True,
+        rewards=(0.0, float(answer == "12")),
+        status=status,
+        tool_calls=1,
+        tool_results=("12", None),
+    )
 
 
 def test_an_episode_reads_as_decoded_turns_and_observations() -> None:
@@ -81,7 +90,7 @@ def test_base_plus_shaping_by_hand() -> None:
 
 def test_a_failed_environment_status_survives_any_base() -> None:
     t = trajectory(TOKENIZER, tool_episode(status=RewardStatus.TIMEOUT), "12", max_length=32)
-    from rlmap.feedback.reward import ProcessReward
+    from rlmap.feedback.reward_terms import ProcessReward
 
     (v,) = score_episodes(ProcessReward(calculator_steps), None, [t])
     assert v.status == RewardStatus.TIMEOUT  # the process scorer cannot launder it
@@ -93,9 +102,16 @@ def _traj(
     """The calculator's records of each step: a call's result (the text inside
     ``<result>``), None for an answer."""
     results = tuple(o.removeprefix("<result>").removesuffix("</result>") for o in observations)
-    return Trajectory(prompt="3*4=", turns=turns, observations=observations, reference="12",
-                      metadata={"tool_results": results + (None,) * (len(turns) - len(results))},
-                      length=10, max_length=32, truncated=truncated)  # fmt: skip
+    return Trajectory(
+        prompt="3*4=",
+        turns=turns,
+        observations=observations,
+        reference="12",
+        metadata={"tool_results": results + (None,) * (len(turns) - len(results))},
+        length=10,
+        max_length=32,
+        truncated=truncated,
+    )
 
 
 @pytest.mark.parametrize(
@@ -104,8 +120,12 @@ def _traj(
         # a useful call, then the right answer: 0.1 + 1 on the turns where they happen
         (("<calc>3*4</calc>", "12"), ("<result>12</result>",), False, [TOOL_STEP_BONUS, 1.0]),
         # two useful calls: only the first earns the bonus
-        (("<calc>3*4</calc>", "<calc>4*3</calc>", "12"),
-         ("<result>12</result>", "<result>12</result>"), False, [TOOL_STEP_BONUS, 0.0, 1.0]),
+        (
+            ("<calc>3*4</calc>", "<calc>4*3</calc>", "12"),
+            ("<result>12</result>", "<result>12</result>"),
+            False,
+            [TOOL_STEP_BONUS, 0.0, 1.0],
+        ),
         # a useless call, then a wrong answer
         (("<calc>3+4</calc>", "13"), ("<result>7</result>",), False, [0.0, 0.0]),
         # answered directly
@@ -113,7 +133,7 @@ def _traj(
         # truncated by the turn budget after a useful call: the bonus, no answer
         (("<calc>3*4</calc>",), ("<result>12</result>",), True, [TOOL_STEP_BONUS]),
     ],
-)  # fmt: skip
+)
 def test_calculator_process_reward_by_hand(
     turns: tuple[str, ...], observations: tuple[str, ...], truncated: bool, expected: list[float]
 ) -> None:
@@ -124,14 +144,24 @@ def test_the_process_reward_reads_the_environments_records_not_the_observations_
     # A chat model's observation is the template's tool message, not <result>12</result>:
     # the bonus comes from the environment's record of what the tool returned (before, the
     # scorer matched the text and a chat model never earned it).
-    chat = Trajectory(prompt="3*4=", turns=('<tool_call>{"name": "calculator"}</tool_call>', "12"),
-                      observations=("<|im_end|>\n<|im_start|>tool\n12<|im_end|>\n",),
-                      reference="12", metadata={"tool_results": ("12", None)}, length=10,
-                      max_length=32)  # fmt: skip
+    chat = Trajectory(
+        prompt="3*4=",
+        turns=('<tool_call>{"name": "calculator"}</tool_call>', "12"),
+        observations=("<|im_end|>\n<|im_start|>tool\n12<|im_end|>\n",),
+        reference="12",
+        metadata={"tool_results": ("12", None)},
+        length=10,
+        max_length=32,
+    )
     assert calculator_steps(chat) == pytest.approx([TOOL_STEP_BONUS, 1.0])
-    unrecorded = Trajectory(prompt="3*4=", turns=("<calc>3*4</calc>", "12"),
-                            observations=("<result>12</result>",), reference="12", length=10,
-                            max_length=32)  # fmt: skip
+    unrecorded = Trajectory(
+        prompt="3*4=",
+        turns=("<calc>3*4</calc>", "12"),
+        observations=("<result>12</result>",),
+        reference="12",
+        length=10,
+        max_length=32,
+    )
     assert calculator_steps(unrecorded) == pytest.approx([0.0, 1.0])  # no record, no bonus
 
 
@@ -139,16 +169,20 @@ def test_the_process_reward_reads_the_environments_records_not_the_observations_
     ("overrides", "field"),
     [
         (["feedback.format_weight=0.5"], "feedback.format_weight:"),
-        (["feedback.source=process_reward", "feedback.process_reward=calculator_steps"],
-         "feedback.process_reward: 'calculator_steps' reads records that only "
-         "data.task=calculator"),
+        (
+            ["feedback.source=process_reward", "feedback.process_reward=calculator_steps"],
+            "feedback.process_reward: 'calculator_steps' reads records that only "
+            "data.task=calculator",
+        ),
         (["feedback.length_target=8"], "feedback.length_weight:"),
         (["feedback.format_pattern=[", "feedback.format_weight=1"], "feedback.format_pattern:"),
         (["feedback.source=process_reward"], "feedback.process_reward:"),
-        (["feedback.source=process_reward", "feedback.process_reward=nope"],
-         "feedback.process_reward:"),
+        (
+            ["feedback.source=process_reward", "feedback.process_reward=nope"],
+            "feedback.process_reward:",
+        ),
     ],
-)  # fmt: skip
+)
 def test_bad_reward_terms_are_one_line_errors(overrides: list[str], field: str) -> None:
     with pytest.raises(ConfigError, match=f"^{field}") as info:
         build_config("grpo", None, overrides)
@@ -159,12 +193,13 @@ def test_process_rewards_land_on_turn_ends_and_turn_gae_credits_each_turn() -> N
     import torch
 
     from rlmap.estimators import CreditParams, registry
-    from rlmap.feedback.reward import ProcessReward
+    from rlmap.feedback.reward_terms import ProcessReward
     from rlmap.rollout.episodes import Scored, to_batch
 
     e = tool_episode()
-    (v,) = score_episodes(ProcessReward(calculator_steps), None,
-                          [trajectory(TOKENIZER, e, "12", max_length=32)])  # fmt: skip
+    (v,) = score_episodes(
+        ProcessReward(calculator_steps), None, [trajectory(TOKENIZER, e, "12", max_length=32)]
+    )
     assert v.per_turn == pytest.approx((TOOL_STEP_BONUS, 1.0))
     batch = to_batch([Scored(e, 0, v.outcome, v.reward, v.status, v.per_turn)], pad_token_id=0)
     assert batch.token_rewards is not None and batch.turn_id is not None
@@ -223,13 +258,20 @@ def test_a_process_reward_run_trains_end_to_end(
     chat_tokenizer().save_pretrained(model_dir)
     problem = make_problem(37, "*", 85)
     assert problem.prompt == QUESTION
-    monkeypatch.setattr("rlmap.tasks.sources.builtin.make_splits",
-                        lambda *_, **__: ([problem] * 40, [problem] * 4))  # fmt: skip
+    monkeypatch.setattr(
+        "rlmap.tasks.sources.builtin.make_splits", lambda *_, **__: ([problem] * 40, [problem] * 4)
+    )
     batches = _spy(monkeypatch)
-    overrides = [*toy(model_dir, steps=2), "data.task=calculator", "data.max_turns=2",
-                 "generation.max_new_tokens=40", "generation.temperature=0.2",
-                 "feedback.source=process_reward", "feedback.process_reward=calculator_steps",
-                 "credit.time_unit=turn"]  # fmt: skip
+    overrides = [
+        *toy(model_dir, steps=2),
+        "data.task=calculator",
+        "data.max_turns=2",
+        "generation.max_new_tokens=40",
+        "generation.temperature=0.2",
+        "feedback.source=process_reward",
+        "feedback.process_reward=calculator_steps",
+        "credit.time_unit=turn",
+    ]
     run_training(build_config("ppo", None, overrides), tmp_path / "run")
     records = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert len(batches) == 2
@@ -271,15 +313,28 @@ def test_a_useful_call_earns_the_bonus_in_either_tool_format(model: str) -> None
     from rlmap.tasks.calculator import demonstration
 
     tokenizer = chat_tokenizer() if model.endswith("chat") else TOKENIZER
-    cfg = build_config("ppo", None, ["data.task=calculator", f"model.path={model}",
-                                     "feedback.source=process_reward",
-                                     "feedback.process_reward=calculator_steps"])  # fmt: skip
+    cfg = build_config(
+        "ppo",
+        None,
+        [
+            "data.task=calculator",
+            f"model.path={model}",
+            "feedback.source=process_reward",
+            "feedback.process_reward=calculator_steps",
+        ],
+    )
     example = make_problem(37, "*", 85)
     env = environment_factory(cfg, tokenizer)(example)
-    acted = [ids for ids, trained in demonstration(tokenizer, example, "3145", use_tool=True)
-             if trained]  # fmt: skip
-    (episode,) = run_episodes(Scripted(acted), [env], max_new_tokens=64, temperature=1.0,  # type: ignore[arg-type]
-                              top_p=1.0)  # fmt: skip
+    acted = [
+        ids for ids, trained in demonstration(tokenizer, example, "3145", use_tool=True) if trained
+    ]
+    (episode,) = run_episodes(
+        Scripted(acted),
+        [env],
+        max_new_tokens=64,
+        temperature=1.0,  # type: ignore[arg-type]
+        top_p=1.0,
+    )
     assert episode.tool_calls == 1 and episode.tool_results == ("3145", None)
     t = trajectory(tokenizer, episode, "3145", max_length=128)
     assert calculator_steps(t) == pytest.approx([TOOL_STEP_BONUS, 1.0])

@@ -39,8 +39,15 @@ def test_partial_outcomes_count_by_their_value() -> None:
     assert climb(Climb(0), [0.9, 0.9, 0.6, 0.5], **RULE).level == 0  # 2.9 / 4 < 0.75
 
 
-def _reference(level: int, recent: list[float], batch: list[float], up: float, down: float,
-               window: int, top: int) -> tuple[int, list[float]]:  # fmt: skip
+def _reference(
+    level: int,
+    recent: list[float],
+    batch: list[float],
+    up: float,
+    down: float,
+    window: int,
+    top: int,
+) -> tuple[int, list[float]]:
     """The rule spelt out: append, keep the last ``window``, decide once on a full window."""
     for x in batch:
         recent.append(x)
@@ -58,8 +65,12 @@ def _reference(level: int, recent: list[float], batch: list[float], up: float, d
 @pytest.mark.parametrize("seed", range(20))
 def test_matches_the_reference_loop_and_keeps_its_invariants(seed: int) -> None:
     rng = random.Random(seed)
-    rule = {"up": rng.choice([0.5, 0.7, 1.0]), "down": rng.choice([0.0, 0.2, 0.4]),
-            "window": rng.randint(1, 9), "top": rng.randint(0, 5)}  # fmt: skip
+    rule = {
+        "up": rng.choice([0.5, 0.7, 1.0]),
+        "down": rng.choice([0.0, 0.2, 0.4]),
+        "window": rng.randint(1, 9),
+        "top": rng.randint(0, 5),
+    }
     state, level, recent = Climb(0), 0, []
     skill = rng.random()
     for _ in range(60):

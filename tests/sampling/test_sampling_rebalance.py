@@ -18,8 +18,13 @@ RULE = {"after": 2, "keep": 0.25}
 
 
 def test_visits_by_hand() -> None:
-    groups = [("a", [0.0, 0.0]), ("b", [1.0, 1.0]), ("c", [0.0, 1.0, 0.0, 0.0]),
-              ("d", [1.0, 0.0]), ("e", [])]  # fmt: skip
+    groups = [
+        ("a", [0.0, 0.0]),
+        ("b", [1.0, 1.0]),
+        ("c", [0.0, 1.0, 0.0, 0.0]),
+        ("d", [1.0, 0.0]),
+        ("e", []),
+    ]
     v = visited(Visits(), groups, rare=0.25)
     # a, b uniform: count 1; c: 1/4 = 0.25 <= rare, a rare success; d: 1/2, neither;
     # e: no valid trajectory, says nothing
@@ -47,20 +52,36 @@ def test_only_a_stale_prompt_is_skipped_and_at_the_rate_asked() -> None:
 
 def _rows(run: Path) -> list[dict[str, float]]:
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    timing = ("system/", "budget/wall_clock_s", "budget/rollout_s", "budget/actor_s",
-              "budget/critic_s", "budget/reference_s")  # fmt: skip
+    timing = (
+        "system/",
+        "budget/wall_clock_s",
+        "budget/rollout_s",
+        "budget/actor_s",
+        "budget/critic_s",
+        "budget/reference_s",
+    )
     return [{k: v for k, v in r.items() if not k.startswith(timing)} for r in rows]
 
 
 def test_a_run_skips_stale_prompts_counts_them_and_resumes_exactly(
-    tiny_model_dir: Path, tmp_path: Path, crash_in_step: Callable[..., None],
+    tiny_model_dir: Path,
+    tmp_path: Path,
+    crash_in_step: Callable[..., None],
     toy: Callable[..., list[str]],
-) -> None:  # fmt: skip
+) -> None:
     # 4 training prompts, 2 a step: each is visited every other step. The random model
     # answers nothing, so every group is all wrong: after 2 visits (4 steps) all are stale
     # and from then on most are skipped
-    cfg = build_config("grpo", None, [*toy(tiny_model_dir, steps=8), "data.train_size=4",
-                                      "sampling.rebalance=true", "run.eval_every=4"])  # fmt: skip
+    cfg = build_config(
+        "grpo",
+        None,
+        [
+            *toy(tiny_model_dir, steps=8),
+            "data.train_size=4",
+            "sampling.rebalance=true",
+            "run.eval_every=4",
+        ],
+    )
     run_training(cfg, tmp_path / "straight")
     rows = [r for r in _rows(tmp_path / "straight") if "sampling/skipped" in r]
     assert [r["sampling/skipped"] for r in rows[:4]] == [0, 0, 0, 0]

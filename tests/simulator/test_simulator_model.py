@@ -34,8 +34,9 @@ LOGNORMAL = LogNormal(0.0, 1.0)
 PARETO = Pareto(1.5, 0.5)  # α = 1.5: finite mean (1.5), infinite variance
 
 
-def run(mode: str, workers: int, batch: int, duration: Duration, learner_s: float = 1.0,
-        **kw: Any) -> SimResult:  # fmt: skip
+def run(
+    mode: str, workers: int, batch: int, duration: Duration, learner_s: float = 1.0, **kw: Any
+) -> SimResult:
     return simulate(SimConfig(mode, workers, batch, duration, Fixed(learner_s), **kw))
 
 
@@ -213,8 +214,9 @@ def test_same_seed_same_run_other_seed_other_run() -> None:
         assert a != run(mode, 16, 32, LOGNORMAL, steps=20, seed=8)
 
 
-DURATIONS = st.sampled_from([LOGNORMAL, PARETO, Fixed(1.0), Empirical((0.5, 1.0, 4.0)),
-                             LogNormal(1.0, 2.0)])  # fmt: skip
+DURATIONS = st.sampled_from(
+    [LOGNORMAL, PARETO, Fixed(1.0), Empirical((0.5, 1.0, 4.0)), LogNormal(1.0, 2.0)]
+)
 
 
 @settings(max_examples=60, deadline=None)
@@ -229,11 +231,20 @@ DURATIONS = st.sampled_from([LOGNORMAL, PARETO, Fixed(1.0), Empirical((0.5, 1.0,
     steps=st.integers(1, 15),
     seed=st.integers(0, 1000),
 )
-def test_trajectories_are_conserved(mode: str, workers: int, batch: int, duration: Duration,
-                                    learner_s: float, eta: int, budget: float | None,
-                                    steps: int, seed: int) -> None:  # fmt: skip
-    r = run(mode, workers, batch, duration, learner_s, eta=eta, budget_s=budget, steps=steps,
-            seed=seed)  # fmt: skip
+def test_trajectories_are_conserved(
+    mode: str,
+    workers: int,
+    batch: int,
+    duration: Duration,
+    learner_s: float,
+    eta: int,
+    budget: float | None,
+    steps: int,
+    seed: int,
+) -> None:
+    r = run(
+        mode, workers, batch, duration, learner_s, eta=eta, budget_s=budget, steps=steps, seed=seed
+    )
     assert conserved(r)  # generated = consumed + dropped + queued + in flight
     assert sum(r.staleness_hist) == r.consumed
     if mode != "partial" or budget is None:
@@ -298,9 +309,16 @@ def write_metrics(path: Path, records: Sequence[Mapping[str, object]]) -> Path:
 
 
 def test_profile_from_percentiles(tmp_path: Path) -> None:
-    records = [{"step": i, "system/rollout_duration_p50": 2.0, "system/rollout_duration_p95": p95,
-                "system/update_s": 0.5, "sampling/generated": 64}
-               for i, p95 in enumerate([7.0, 8.0, 9.0])]  # fmt: skip
+    records = [
+        {
+            "step": i,
+            "system/rollout_duration_p50": 2.0,
+            "system/rollout_duration_p95": p95,
+            "system/update_s": 0.5,
+            "sampling/generated": 64,
+        }
+        for i, p95 in enumerate([7.0, 8.0, 9.0])
+    ]
     profile = profile_from_run(write_metrics(tmp_path / "run", records))
     assert profile.duration == lognormal_from_percentiles(2.0, 8.0)
     assert profile.learner_step == Empirical((0.5, 0.5, 0.5)) and profile.batch == 64
@@ -330,8 +348,26 @@ def test_profile_needs_durations(tmp_path: Path) -> None:
 
 
 def test_cli_text_and_json(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["simulate", "--mode", "async", "--workers", "16", "--batch", "8",
-                 "--duration", "pareto:1.5,0.5", "--eta", "2", "--steps", "20"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "simulate",
+                "--mode",
+                "async",
+                "--workers",
+                "16",
+                "--batch",
+                "8",
+                "--duration",
+                "pareto:1.5,0.5",
+                "--eta",
+                "2",
+                "--steps",
+                "20",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "async, W=16 workers, B=8, η=2" in out and "selection bias" in out
     assert main(["simulate", "--mode", "partial", "--steps", "5", "--json"]) == 0
@@ -360,8 +396,22 @@ def test_cli_bad_input(argv: list[str], flag: str, capsys: pytest.CaptureFixture
 
 
 def test_cli_sweep_writes_plots(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["simulate", "--sweep-workers", "4,8", "--batch", "16", "--steps", "10",
-                 "--plot", str(tmp_path)]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "simulate",
+                "--sweep-workers",
+                "4,8",
+                "--batch",
+                "16",
+                "--steps",
+                "10",
+                "--plot",
+                str(tmp_path),
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert out.count("| 8 | ") == 3  # sync, async, partial at W = 8
     for name in ("throughput", "idle", "staleness", "cost"):
@@ -387,8 +437,10 @@ def test_an_async_runs_worker_layout_comes_from_its_config(tmp_path: Path) -> No
 
     run = tmp_path / "run"
     run.mkdir()
-    cfg = {"system": {"mode": "async", "workers": 4, "worker_prompts": None},
-           "sampling": {"prompts_per_step": 64, "group_size": 2}}  # fmt: skip
+    cfg = {
+        "system": {"mode": "async", "workers": 4, "worker_prompts": None},
+        "sampling": {"prompts_per_step": 64, "group_size": 2},
+    }
     (run / "config.yaml").write_text(yaml.safe_dump(cfg))
     assert async_layout(run) == (4, 32)  # 64 prompts / 4 workers = 16 prompts × G = 2
     cfg["system"] |= {"worker_prompts": 8}
@@ -408,12 +460,22 @@ def test_from_run_simulates_the_runs_own_mode_and_eta_unless_a_flag_overrides(
 
     from rlmap.simulator.report import SimulateArgs, build_config
 
-    records = [{"step": i, "system/rollout_duration_p50": 1.0, "system/rollout_duration_p95": 2.0,
-                "system/update_s": 0.2, "sampling/generated": 64} for i in range(1, 4)]  # fmt: skip
+    records = [
+        {
+            "step": i,
+            "system/rollout_duration_p50": 1.0,
+            "system/rollout_duration_p95": 2.0,
+            "system/update_s": 0.2,
+            "sampling/generated": 64,
+        }
+        for i in range(1, 4)
+    ]
     run = write_metrics(tmp_path / "run", records)
-    cfg = {"system": {"mode": "async", "workers": 4, "partial_rollout": True},
-           "sampling": {"prompts_per_step": 64, "group_size": 1},
-           "behaviour": {"max_staleness": 4}}  # fmt: skip
+    cfg = {
+        "system": {"mode": "async", "workers": 4, "partial_rollout": True},
+        "sampling": {"prompts_per_step": 64, "group_size": 1},
+        "behaviour": {"max_staleness": 4},
+    }
     (run / "config.yaml").write_text(yaml.safe_dump(cfg))
     config, said = build_config(SimulateArgs(from_run=str(run)))
     assert (config.mode, config.eta, config.workers) == ("async", 4, 4)
@@ -441,8 +503,22 @@ def test_sweep_plots_need_no_math_fonts(
     font_manager.fontManager._findfont_cached.cache_clear()
     try:
         with caplog.at_level("WARNING", logger="matplotlib"):
-            assert main(["simulate", "--sweep-workers", "1,2,4", "--batch", "8", "--steps", "5",
-                         "--plot", str(tmp_path)]) == 0  # fmt: skip
+            assert (
+                main(
+                    [
+                        "simulate",
+                        "--sweep-workers",
+                        "1,2,4",
+                        "--batch",
+                        "8",
+                        "--steps",
+                        "5",
+                        "--plot",
+                        str(tmp_path),
+                    ]
+                )
+                == 0
+            )
     finally:
         font_manager.fontManager._findfont_cached.cache_clear()
     assert [r.getMessage() for r in caplog.records if r.name.startswith("matplotlib")] == []

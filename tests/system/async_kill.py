@@ -23,7 +23,7 @@ def die() -> None:
 def main() -> int:
     point, at, args = sys.argv[1], int(sys.argv[2]), sys.argv[4:]
     from rlmap import cli
-    from rlmap.experiments import checkpoint, train
+    from rlmap.experiments import checkpoint, train_step
     from rlmap.system import async_loop
 
     if point == "mid-step":
@@ -45,10 +45,11 @@ def main() -> int:
 
         checkpoint._fsync_tree = dying_fsync
     elif point == "queued":
-        write = train._checkpoint
+        write = train_step._checkpoint
 
-        def dying_checkpoint(parts: Any, state: Any, ledger: Any, run_dir: Any,
-                             snapshot: Any = None) -> None:  # fmt: skip
+        def dying_checkpoint(
+            parts: Any, state: Any, ledger: Any, run_dir: Any, snapshot: Any = None
+        ) -> None:
             if state.step == at:  # wait until the workers have queued work, then save and die
                 runner = snapshot.__self__
                 while runner.queue.qsize() == 0:
@@ -57,7 +58,7 @@ def main() -> int:
             if state.step == at:
                 die()
 
-        train._checkpoint = dying_checkpoint
+        train_step._checkpoint = dying_checkpoint
     else:
         raise SystemExit(f"unknown point {point!r}")
     return cli.main(["train", *args])

@@ -18,7 +18,7 @@ import pytest
 from rlmap.correction import adaptive_beta
 from rlmap.experiments.train import run_training
 from rlmap.recipes import build_config
-from rlmap.system.sync import LoopState, adapt_kl, kl_beta
+from rlmap.system.loop_state import LoopState, adapt_kl, kl_beta
 
 Toy = Callable[..., list[str]]
 
@@ -66,8 +66,9 @@ def test_no_target_or_no_measurement_leaves_beta_alone() -> None:
 def test_a_run_follows_the_controller_step_by_step(
     tiny_model_dir: Path, tmp_path: Path, toy: Toy
 ) -> None:
-    cfg = build_config("grpo", None, [*toy(tiny_model_dir, steps=4), "kl.target=1e-9",
-                                      "kl.horizon=16"])  # fmt: skip
+    cfg = build_config(
+        "grpo", None, [*toy(tiny_model_dir, steps=4), "kl.target=1e-9", "kl.horizon=16"]
+    )
     run_training(cfg, tmp_path / "run")
     rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in rows if "kl/beta" in r]

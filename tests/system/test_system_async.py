@@ -12,14 +12,19 @@ import pytest
 from rlmap.core.batch import Batch
 from rlmap.experiments.train import run_training
 from rlmap.recipes import build_config
-from rlmap.system import async_loop
+from rlmap.system import admission, async_loop, snapshots
 
 Toy = Callable[..., list[str]]
 
 
 def _calc(toy: Toy, model_dir: Path, steps: int = 4) -> list[str]:
-    return [*toy(model_dir, steps=steps), "data.task=calculator", "data.max_turns=2",
-            "generation.max_new_tokens=6", "critic.warmup_steps=1"]  # fmt: skip
+    return [
+        *toy(model_dir, steps=steps),
+        "data.task=calculator",
+        "data.max_turns=2",
+        "generation.max_new_tokens=6",
+        "critic.warmup_steps=1",
+    ]
 
 
 def _spy(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Batch, int]]:
@@ -36,19 +41,31 @@ def _spy(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Batch, int]]:
 
 @pytest.mark.parametrize("partial", [False, True])
 def test_sao_trains_on_the_tool_task_asynchronously(
-    tiny_calc_model_dir: Path, tmp_path: Path, toy: Toy, monkeypatch: pytest.MonkeyPatch,
+    tiny_calc_model_dir: Path,
+    tmp_path: Path,
+    toy: Toy,
+    monkeypatch: pytest.MonkeyPatch,
     partial: bool,
-) -> None:  # fmt: skip
+) -> None:
     seen = _spy(monkeypatch)
-    overrides = [*_calc(toy, tiny_calc_model_dir), "behaviour.max_staleness=1",
-                 f"system.partial_rollout={str(partial).lower()}"]  # fmt: skip
+    overrides = [
+        *_calc(toy, tiny_calc_model_dir),
+        "behaviour.max_staleness=1",
+        f"system.partial_rollout={str(partial).lower()}",
+    ]
     run_training(build_config("sao", None, overrides), tmp_path / "run")
     records = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     steps = records[1:]
     assert [r["step"] for r in steps] == [1, 2, 3, 4]
-    for key in ("system/checkpoint_age_mean", "system/accepted_token_frac", "system/queue_length",
-                "system/rollout_duration_p95", "system/learner_utilisation",
-                "system/learner_wait_s", "system/tokens_per_s"):  # fmt: skip
+    for key in (
+        "system/checkpoint_age_mean",
+        "system/accepted_token_frac",
+        "system/queue_length",
+        "system/rollout_duration_p95",
+        "system/learner_utilisation",
+        "system/learner_wait_s",
+        "system/tokens_per_s",
+    ):
         assert all(key in r for r in steps), key
     # the same split of the step as the synchronous loop's; no rollout_s (rollouts overlap)
     for r in steps:
@@ -68,7 +85,7 @@ def test_admission_keeps_in_flight_work_within_the_staleness_bound() -> None:
     import threading
 
     stop = threading.Event()
-    gate = async_loop.Admission(batch=4, eta=1)
+    gate = admission.Admission(batch=4, eta=1)
     claims: list[int] = []
 
     def claim() -> int:  # runs under the admission's lock, once per admitted prompt
@@ -101,8 +118,9 @@ def test_the_trajectory_balance_holds_exactly_and_a_failing_round_costs_only_its
         return real(*args, **kwargs)
 
     monkeypatch.setattr(async_loop, "rollout_round", flaky)
-    summary = run_training(build_config("sao", None, _calc(toy, tiny_calc_model_dir)),
-                           tmp_path / "run")  # fmt: skip
+    summary = run_training(
+        build_config("sao", None, _calc(toy, tiny_calc_model_dir)), tmp_path / "run"
+    )
     t = summary["trajectories"]
     records = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     pulled = sum(r["sampling/generated"] for r in records[1:])
@@ -111,8 +129,9 @@ def test_the_trajectory_balance_holds_exactly_and_a_failing_round_costs_only_its
     assert t["aborted_rounds"] == 1 and t["aborted"] >= 1
     ledger = json.loads((tmp_path / "run" / "ledger.json").read_text())
     assert ledger["rollouts"] + ledger["queued_at_end"] == t["finished"]  # the ledger balances
-    assert ledger["rollouts"] == (ledger["filtered_rollouts"] + ledger["rejected_rollouts"]
-                                  + t["consumed"])  # fmt: skip
+    assert ledger["rollouts"] == (
+        ledger["filtered_rollouts"] + ledger["rejected_rollouts"] + t["consumed"]
+    )
     assert ledger["aborted_rollouts"] == t["aborted"]
 
 
@@ -153,8 +172,13 @@ def _scored(version: int, group: int) -> Any:
     from rlmap.engines.engine import Completion
     from rlmap.rollout.episodes import Scored, single_turn
 
-    c = Completion(prompt_ids=(1, 5, 6), response_ids=(7, 2), logprobs=(-0.5, -0.25),
-                   stopped=True, version=version)  # fmt: skip
+    c = Completion(
+        prompt_ids=(1, 5, 6),
+        response_ids=(7, 2),
+        logprobs=(-0.5, -0.25),
+        stopped=True,
+        version=version,
+    )
     return Scored(single_turn(c), group, 1.0, 1.0, RewardStatus.OK)
 
 
@@ -164,18 +188,25 @@ def test_the_learner_drops_what_is_older_than_eta_when_it_consumes(
     # Admission control keeps stale work rare, so deleting the consumption filter left every
     # other test green; here the queue holds two trajectories older than η on purpose.
     from rlmap.assembly.parts import build
-    from rlmap.system.sync import LoopState
+    from rlmap.system.loop_state import LoopState
 
-    cfg = build_config("sao", None, [*_calc(toy, tiny_calc_model_dir),
-                                     "behaviour.max_staleness=1", "sampling.prompts_per_step=1",
-                                     "sampling.group_size=4"])  # fmt: skip
+    cfg = build_config(
+        "sao",
+        None,
+        [
+            *_calc(toy, tiny_calc_model_dir),
+            "behaviour.max_staleness=1",
+            "sampling.prompts_per_step=1",
+            "sampling.group_size=4",
+        ],
+    )
     parts = build(cfg, tiny_calc_model_dir)
     seen: list[Batch] = []
     monkeypatch.setattr(async_loop, "learn", lambda p, batch, state: seen.append(batch) or {})
     with async_loop.async_runner(parts, LoopState(step=3), workers_of=lambda r: []) as runner:
         # lags 3, 0, 2, 1 at version 3 (η = 1: two stale), then two more taken for them
         for k, version in enumerate((0, 3, 1, 2, 3, 2)):
-            runner.queue.put(async_loop.Finished(_scored(version, k // 4), 0.0, k % 4))
+            runner.queue.put(snapshots.Finished(_scored(version, k // 4), 0.0, k % 4))
         _, metrics = runner.step(LoopState(step=3))
     assert metrics["system/stale_dropped"] == 2 and metrics["sampling/generated"] == 6
     assert len(seen) == 1 and seen[0].size == 4

@@ -28,12 +28,13 @@ from rlmap.assembly.parts import Parts, build
 from rlmap.cli import main
 from rlmap.core.batch import RewardStatus
 from rlmap.engines.engine import Completion
-from rlmap.experiments.checkpoint import latest_checkpoint, list_checkpoints, load_trainer_state
-from rlmap.experiments.rundir import read_jsonl
+from rlmap.experiments.checkpoint import latest_checkpoint, list_checkpoints
+from rlmap.experiments.checkpoint_load import load_trainer_state
 from rlmap.recipes import build_config
 from rlmap.rollout.episodes import Scored, single_turn
-from rlmap.system import async_loop
-from rlmap.system.sync import LoopState
+from rlmap.runs.rundir import read_jsonl
+from rlmap.system import async_loop, round_seeds, snapshots
+from rlmap.system.loop_state import LoopState
 
 Toy = Callable[..., list[str]]
 KILLER = Path(__file__).with_name("async_kill.py")
@@ -41,10 +42,17 @@ BATCH = 8  # the toy's prompts_per_step × group_size
 
 
 def _args(toy: Toy, model_dir: Path) -> list[str]:
-    return [*toy(model_dir, steps=8), "data.task=calculator", "data.max_turns=2",
-            "generation.max_new_tokens=6", "critic.warmup_steps=1", "run.checkpoint_every=2",
-            "run.eval_every=4", "system.partial_rollout=true",
-            "behaviour.max_staleness=2"]  # fmt: skip
+    return [
+        *toy(model_dir, steps=8),
+        "data.task=calculator",
+        "data.max_turns=2",
+        "generation.max_new_tokens=6",
+        "critic.warmup_steps=1",
+        "run.checkpoint_every=2",
+        "run.eval_every=4",
+        "system.partial_rollout=true",
+        "behaviour.max_staleness=2",
+    ]
 
 
 def _records(run: Path) -> list[dict[str, Any]]:
@@ -58,8 +66,13 @@ def test_sao_killed_at_any_point_resumes_exactly_once(
     run = tmp_path / "run"
     args = ["--recipe", "sao", "--out", str(run), *_args(toy, tiny_calc_model_dir)]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    killed = subprocess.run([sys.executable, str(KILLER), point, str(at), "--", *args],
-                            capture_output=True, text=True, env=env, timeout=300)  # fmt: skip
+    killed = subprocess.run(
+        [sys.executable, str(KILLER), point, str(at), "--", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     assert not (run / "summary.json").exists()
     saved = load_trainer_state(latest_checkpoint(run))
@@ -68,8 +81,13 @@ def test_sao_killed_at_any_point_resumes_exactly_once(
         assert snapshot["queue"] and saved["extra"]["loop"]["step"] == at
     if point == "mid-checkpoint":  # the half-written checkpoint is not the one resumed from
         assert saved["extra"]["loop"]["step"] == at - 2
-    resumed = subprocess.run([sys.executable, "-m", "rlmap.cli", "train", "--resume", str(run)],
-                             capture_output=True, text=True, env=env, timeout=300)  # fmt: skip
+    resumed = subprocess.run(
+        [sys.executable, "-m", "rlmap.cli", "train", "--resume", str(run)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert resumed.returncode == 0, resumed.stderr  # a trajectory taken twice stops the run
 
     records = _records(run)
@@ -93,14 +111,22 @@ def test_sao_killed_at_any_point_resumes_exactly_once(
 
 
 def _scored(group: int, version: int = 0) -> Scored:
-    c = Completion(prompt_ids=(1, 5, 6), response_ids=(7, 2), logprobs=(-0.5, -0.25),
-                   stopped=True, version=version)  # fmt: skip
+    c = Completion(
+        prompt_ids=(1, 5, 6),
+        response_ids=(7, 2),
+        logprobs=(-0.5, -0.25),
+        stopped=True,
+        version=version,
+    )
     return Scored(single_turn(c), group, 1.0, 0.5, RewardStatus.OK, per_turn=(0.5,))
 
 
 def _parts(toy: Toy, model_dir: Path) -> Parts:
-    cfg = build_config("sao", None, [*_args(toy, model_dir), "sampling.prompts_per_step=1",
-                                     "sampling.group_size=2"])  # fmt: skip
+    cfg = build_config(
+        "sao",
+        None,
+        [*_args(toy, model_dir), "sampling.prompts_per_step=1", "sampling.group_size=2"],
+    )
     return build(cfg, model_dir)
 
 
@@ -109,7 +135,7 @@ def test_a_snapshot_brings_back_the_queue_the_rounds_in_flight_and_the_counters(
 ) -> None:
     parts = _parts(toy, tiny_calc_model_dir)
     with async_loop.async_runner(parts, LoopState(step=3, cursor=7), workers_of=lambda r: []) as a:
-        a.queue.put(async_loop.Finished(_scored(5, version=2), 0.25, 1))
+        a.queue.put(snapshots.Finished(_scored(5, version=2), 0.25, 1))
         a.in_flight[6] = 1  # a round of prompt 6 is being rolled out
         a.cursor, a.admission.started, a.admission.dropped = 7, 14, 2
         a.counts.finished, a.consumed, a.taken = 9, 6, {5: 0b01}
@@ -147,9 +173,9 @@ def test_a_snapshot_brings_back_the_queue_the_rounds_in_flight_and_the_counters(
 def test_a_trajectory_taken_twice_stops_the_run(tiny_calc_model_dir: Path, toy: Toy) -> None:
     parts = _parts(toy, tiny_calc_model_dir)
     with async_loop.async_runner(parts, LoopState(), workers_of=lambda r: []) as runner:
-        runner.queue.put(async_loop.Finished(_scored(0), 0.0, 0))
+        runner.queue.put(snapshots.Finished(_scored(0), 0.0, 0))
         runner._take(1)
-        runner.queue.put(async_loop.Finished(_scored(0), 0.0, 0))  # the same id again
+        runner.queue.put(snapshots.Finished(_scored(0), 0.0, 0))  # the same id again
         with pytest.raises(RuntimeError, match=r"trajectory \(0, 0\) was taken twice"):
             runner._take(1)
 
@@ -160,11 +186,10 @@ def test_a_step_whose_take_was_all_stale_takes_again(
     # Before: a step that took only stale trajectories trained on nothing and still counted.
     parts = _parts(toy, tiny_calc_model_dir)  # B = 2, η = 2
     seen: list[int] = []
-    monkeypatch.setattr(async_loop, "learn",
-                        lambda p, batch, state: seen.append(batch.size) or {})  # fmt: skip
+    monkeypatch.setattr(async_loop, "learn", lambda p, batch, state: seen.append(batch.size) or {})
     with async_loop.async_runner(parts, LoopState(step=5), workers_of=lambda r: []) as runner:
         for k, version in enumerate((0, 1, 5, 5)):  # lags 5, 4 (stale), then 0, 0
-            runner.queue.put(async_loop.Finished(_scored(k // 2, version), 0.0, k % 2))
+            runner.queue.put(snapshots.Finished(_scored(k // 2, version), 0.0, k % 2))
         _, metrics = runner.step(LoopState(step=5))
     assert seen == [2] and metrics["system/stale_dropped"] == 2
     assert metrics["sampling/generated"] == 4 and metrics["system/empty_step"] == 0
@@ -178,11 +203,10 @@ def test_a_step_takes_one_more_for_each_stale_one_and_learns_from_a_full_batch(
     # ahead for the rest of the run: more lag, more stale, shorter steps (CI saw 4 of 8).
     parts = _parts(toy, tiny_calc_model_dir)  # B = 2, η = 2
     seen: list[int] = []
-    monkeypatch.setattr(async_loop, "learn",
-                        lambda p, batch, state: seen.append(batch.size) or {})  # fmt: skip
+    monkeypatch.setattr(async_loop, "learn", lambda p, batch, state: seen.append(batch.size) or {})
     with async_loop.async_runner(parts, LoopState(step=5), workers_of=lambda r: []) as runner:
         for k, version in enumerate((5, 0, 4)):  # lags 0, 5 (stale), then 1
-            runner.queue.put(async_loop.Finished(_scored(k, version), 0.0, 0))
+            runner.queue.put(snapshots.Finished(_scored(k, version), 0.0, 0))
         _, metrics = runner.step(LoopState(step=5))
         left = runner.queue.qsize()
     assert seen == [2] and metrics["sampling/kept"] == 2 and left == 0
@@ -197,7 +221,7 @@ def test_a_step_with_every_reward_failed_is_an_empty_step(
     failed = Scored(_scored(0).episode, 0, 0.0, 0.0, RewardStatus.INFRA_ERROR)
     with async_loop.async_runner(parts, LoopState(), workers_of=lambda r: []) as runner:
         for k in range(2):
-            runner.queue.put(async_loop.Finished(failed, 0.0, k))
+            runner.queue.put(snapshots.Finished(failed, 0.0, k))
         state, metrics = runner.step(LoopState())
     assert metrics["system/empty_step"] == 1 and state.step == 1 and runner.empty_steps == 1
 
@@ -214,31 +238,58 @@ def _timeless(run: Path) -> list[dict[str, Any]]:
 def test_deterministic_runs_repeat_exactly_and_so_does_a_resume_after_kill_9(
     tiny_calc_model_dir: Path, tmp_path: Path, toy: Toy
 ) -> None:
-    args = [*_args(toy, tiny_calc_model_dir), "system.partial_rollout=false",
-            "system.deterministic=true"]  # fmt: skip
+    args = [
+        *_args(toy, tiny_calc_model_dir),
+        "system.partial_rollout=false",
+        "system.deterministic=true",
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     cli = [sys.executable, "-m", "rlmap.cli", "train", "--recipe", "sao"]
     for name in ("one", "two"):
-        subprocess.run([*cli, "--out", str(tmp_path / name), *args], check=True,
-                       capture_output=True, env=env, timeout=300)  # fmt: skip
+        subprocess.run(
+            [*cli, "--out", str(tmp_path / name), *args],
+            check=True,
+            capture_output=True,
+            env=env,
+            timeout=300,
+        )
     one = _timeless(tmp_path / "one")
     assert len(one) == 9 and one == _timeless(tmp_path / "two")
     lengths = {r["length/mean"] for r in one[1:]}
     assert len(lengths) > 1  # the steps differ from each other: something was compared
-    killed = subprocess.run([sys.executable, str(KILLER), "mid-step", "5", "--", "--recipe", "sao",
-                             "--out", str(tmp_path / "killed"), *args],
-                            capture_output=True, text=True, env=env, timeout=300)  # fmt: skip
+    killed = subprocess.run(
+        [
+            sys.executable,
+            str(KILLER),
+            "mid-step",
+            "5",
+            "--",
+            "--recipe",
+            "sao",
+            "--out",
+            str(tmp_path / "killed"),
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert killed.returncode == -signal.SIGKILL, killed.stderr
-    subprocess.run([sys.executable, "-m", "rlmap.cli", "train", "--resume",
-                    str(tmp_path / "killed")], check=True, capture_output=True, env=env,
-                   timeout=300)  # fmt: skip
+    subprocess.run(
+        [sys.executable, "-m", "rlmap.cli", "train", "--resume", str(tmp_path / "killed")],
+        check=True,
+        capture_output=True,
+        env=env,
+        timeout=300,
+    )
     assert _timeless(tmp_path / "killed") == one
 
 
 def test_round_seeds_differ_by_seed_worker_and_round() -> None:
-    seeds = {async_loop.round_seed(s, w, r) for s in range(3) for w in range(3) for r in range(50)}
+    seeds = {round_seeds.round_seed(s, w, r) for s in range(3) for w in range(3) for r in range(50)}
     assert len(seeds) == 3 * 3 * 50 and all(0 <= x < 2**63 for x in seeds)
-    assert async_loop.round_seed(0, 1, 2) == async_loop.round_seed(0, 1, 2)
+    assert round_seeds.round_seed(0, 1, 2) == round_seeds.round_seed(0, 1, 2)
 
 
 def test_a_seeded_round_leaves_the_learners_generators_as_they_were() -> None:
@@ -257,9 +308,9 @@ def test_a_seeded_round_leaves_the_learners_generators_as_they_were() -> None:
     seed_all()
     expected = draws()
     seed_all()
-    with async_loop.seeded(123):
+    with round_seeds.seeded(123):
         inside = draws()
-    with async_loop.seeded(123):
+    with round_seeds.seeded(123):
         again = draws()  # the same seed, the same draws
     assert torch.equal(again[0], inside[0]) and again[1:] == inside[1:]
     after = draws()  # and the learner's generators go on as if no round had run
@@ -269,9 +320,16 @@ def test_a_seeded_round_leaves_the_learners_generators_as_they_were() -> None:
 def test_a_deterministic_rounds_samples_depend_on_its_seed_not_the_learners_draws(
     tiny_calc_model_dir: Path, toy: Toy
 ) -> None:
-    cfg = build_config("sao", None, [*_args(toy, tiny_calc_model_dir),
-                                     "system.partial_rollout=false", "system.deterministic=true",
-                                     "generation.temperature=1.5"])  # fmt: skip
+    cfg = build_config(
+        "sao",
+        None,
+        [
+            *_args(toy, tiny_calc_model_dir),
+            "system.partial_rollout=false",
+            "system.deterministic=true",
+            "generation.temperature=1.5",
+        ],
+    )
     parts = build(cfg, tiny_calc_model_dir)
     queues = []
     for learner_seed in (1, 2):  # whatever the learner drew before, the rounds are the same
@@ -302,7 +360,7 @@ def test_each_worker_round_gets_its_own_seed_of_seed_worker_and_round(
     rounds = {cursor: (k, seed) for k, cursor, seed in seen}  # round r rolls prompt r here
     for r in range(3):
         k, seed = rounds[r]
-        assert seed == async_loop.round_seed(parts.cfg.seed, k, r)
+        assert seed == round_seeds.round_seed(parts.cfg.seed, k, r)
     assert len({seed for _, _, seed in seen}) == len(seen)
 
 
@@ -344,20 +402,25 @@ def test_a_take_that_fills_the_bound_with_stale_work_frees_it_and_takes_fresh(
     # queue holds 2 stale ones. Before, the stale slots came free only after the step, so
     # the take-again waited for ever for rounds no worker could start.
     parts = _parts(toy, tiny_calc_model_dir)
-    cfg = parts.cfg.model_copy(update={
-        "behaviour": dataclasses.replace(parts.cfg.behaviour, max_staleness=0),
-        "system": dataclasses.replace(parts.cfg.system, deterministic=deterministic,
-                                      partial_rollout=False)})  # fmt: skip
+    cfg = parts.cfg.model_copy(
+        update={
+            "behaviour": dataclasses.replace(parts.cfg.behaviour, max_staleness=0),
+            "system": dataclasses.replace(
+                parts.cfg.system, deterministic=deterministic, partial_rollout=False
+            ),
+        }
+    )
     parts = dataclasses.replace(parts, cfg=cfg)
     monkeypatch.setattr(async_loop, "learn", lambda p, batch, state: {})
     state = LoopState(step=2, cursor=3)
     with async_loop.async_runner(parts, state, workers_of=lambda r: []) as before:
         before.admission.started = 6  # the bound is full before any worker starts
         for k in range(2):
-            before.queue.put(async_loop.Finished(_scored(0, version=1), 0.0, k))
+            before.queue.put(snapshots.Finished(_scored(0, version=1), 0.0, k))
         full = before.snapshot()
-    with async_loop.async_runner(parts, state, workers_of=lambda r: [_Fresh(r)],
-                                 restored=full) as runner:  # fmt: skip
+    with async_loop.async_runner(
+        parts, state, workers_of=lambda r: [_Fresh(r)], restored=full
+    ) as runner:
         _, metrics = _within(30, lambda: runner.step(state))
     assert metrics["system/stale_dropped"] == 2 and metrics["sampling/kept"] == 2
 
@@ -392,25 +455,28 @@ def test_rounds_still_to_redo_are_not_subtracted_or_counted_twice(
         a.admission.started = 14
         first = a.snapshot()
     assert first["started"] == 12 and first["lost"] == 2
-    with async_loop.async_runner(parts, LoopState(step=3, cursor=7), workers_of=lambda r: [],
-                                 restored=first) as b:  # fmt: skip
+    with async_loop.async_runner(
+        parts, LoopState(step=3, cursor=7), workers_of=lambda r: [], restored=first
+    ) as b:
         second = b.snapshot()  # checkpointed again before the redo round restarted
         assert b.restarted == 2
     assert second["started"] == 12 and second["redo"] == [[6, 1]] and second["lost"] == 0
-    with async_loop.async_runner(parts, LoopState(step=3, cursor=7), workers_of=lambda r: [],
-                                 restored=second) as c:  # fmt: skip
+    with async_loop.async_runner(
+        parts, LoopState(step=3, cursor=7), workers_of=lambda r: [], restored=second
+    ) as c:
         assert c.restarted == 2 and c.admission.started == 12
 
 
 def test_a_restored_runner_remembers_what_was_taken(tiny_calc_model_dir: Path, toy: Toy) -> None:
     parts = _parts(toy, tiny_calc_model_dir)
     with async_loop.async_runner(parts, LoopState(), workers_of=lambda r: []) as a:
-        a.queue.put(async_loop.Finished(_scored(5), 0.0, 0))
+        a.queue.put(snapshots.Finished(_scored(5), 0.0, 0))
         a._take(1)  # (5, 0) taken before the checkpoint
         snapshot = a.snapshot()
-    with async_loop.async_runner(parts, LoopState(), workers_of=lambda r: [],
-                                 restored=snapshot) as b:  # fmt: skip
-        b.queue.put(async_loop.Finished(_scored(5), 0.0, 0))
+    with async_loop.async_runner(
+        parts, LoopState(), workers_of=lambda r: [], restored=snapshot
+    ) as b:
+        b.queue.put(snapshots.Finished(_scored(5), 0.0, 0))
         with pytest.raises(RuntimeError, match=r"\(5, 0\) was taken twice"):
             b._take(1)
 
@@ -422,8 +488,13 @@ def test_deterministic_mode_fills_to_the_bound_before_every_take(
     # learner has taken 2 of the first 6, so the queue holds 4 + the 2 version 1 admits;
     # producing only when the queue ran dry would leave 4.
     parts = _parts(toy, tiny_calc_model_dir)
-    cfg = parts.cfg.model_copy(update={"system": dataclasses.replace(
-        parts.cfg.system, deterministic=True, partial_rollout=False)})  # fmt: skip
+    cfg = parts.cfg.model_copy(
+        update={
+            "system": dataclasses.replace(
+                parts.cfg.system, deterministic=True, partial_rollout=False
+            )
+        }
+    )
     parts = dataclasses.replace(parts, cfg=cfg)
     monkeypatch.setattr(async_loop, "learn", lambda p, batch, state: {})
     with async_loop.async_runner(parts, LoopState(), workers_of=lambda r: [_Fresh(r)]) as runner:
@@ -442,8 +513,12 @@ def async_run(tiny_calc_model_dir: Path, tmp_path_factory: pytest.TempPathFactor
     from conftest import _toy_overrides
 
     run = tmp_path_factory.mktemp("async") / "run"
-    args = [*_args(_toy_overrides, tiny_calc_model_dir), "optim.steps=2", "run.checkpoint_every=1",
-            "run.eval_every=2"]  # fmt: skip
+    args = [
+        *_args(_toy_overrides, tiny_calc_model_dir),
+        "optim.steps=2",
+        "run.checkpoint_every=1",
+        "run.eval_every=2",
+    ]
     assert main(["train", "--recipe", "sao", "--out", str(run), *args]) == 0
     return run
 
@@ -454,7 +529,7 @@ def test_an_asynchronous_checkpoint_missing_any_field_is_damaged_and_refusing_ch
     run = tmp_path / "run"
     shutil.copytree(async_run, run)
     state = load_trainer_state(run / "checkpoints" / "step_2")
-    assert set(state["extra"]["async"]) == set(async_loop.SNAPSHOT_SHAPE)  # no field forgotten
+    assert set(state["extra"]["async"]) == set(snapshots.SNAPSHOT_SHAPE)  # no field forgotten
     assert state["extra"]["async"]["queue"]  # the case of the issue: work was queued
     paths = saved_fields(state)
     for must in [
@@ -483,9 +558,12 @@ def _half_a_round(snapshot: dict[str, Any]) -> None:
     ],
 )
 def test_an_asynchronous_checkpoint_whose_queue_does_not_load_back_is_damaged(
-    damage: Callable[[dict[str, Any]], None], named: str, async_run: Path, tmp_path: Path,
+    damage: Callable[[dict[str, Any]], None],
+    named: str,
+    async_run: Path,
+    tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
-) -> None:  # fmt: skip
+) -> None:
     run = tmp_path / "run"
     shutil.copytree(async_run, run)
     for ckpt in list_checkpoints(run):

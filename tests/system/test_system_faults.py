@@ -67,8 +67,9 @@ def test_a_faulty_verifier_costs_samples_not_the_run(
     # Excluded from the loss and from group statistics: failed rollouts never enter the
     # batch, so a group with a failed member is trained on its remaining members alone,
     # and the count of trained rows is generated − rejected.
-    assert sum(b.size for b in batches) == sum(r["sampling/generated"] - r["sampling/rejected"]
-                                               for r in steps)  # fmt: skip
+    assert sum(b.size for b in batches) == sum(
+        r["sampling/generated"] - r["sampling/rejected"] for r in steps
+    )
     shrunk = 0
     for batch in batches:
         assert (batch.reward_status == RewardStatus.OK).all()

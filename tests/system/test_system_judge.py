@@ -28,8 +28,9 @@ def _records(run: Path) -> list[dict[str, Any]]:
 
 
 def _train(run: Path, url: str, toy: Toy, model: Path, *extra: str, steps: int = 3) -> None:
-    cfg = build_config("grpo", None, [*toy(model, steps=steps), f"feedback.judge_url={url}",
-                                      *extra])  # fmt: skip
+    cfg = build_config(
+        "grpo", None, [*toy(model, steps=steps), f"feedback.judge_url={url}", *extra]
+    )
     check_inputs(cfg)
     run_training(cfg, run)
 
@@ -49,8 +50,12 @@ def test_a_pointwise_judge_trains_and_its_calls_are_in_the_ledger(
     spent = [r.get(k, 0.0) for r in records for k in ("judge/calls", "eval/judge/calls")]
     assert ledger["judge_calls"] == sum(spent) == server.requests  # rollouts and samples
     assert records[0]["eval/judge/calls"] > 0  # the held-out samples before training
-    tokens = [r.get(f"{e}judge/{k}_tokens", 0.0) for r in records for e in ("", "eval/")
-              for k in ("prompt", "completion")]  # fmt: skip
+    tokens = [
+        r.get(f"{e}judge/{k}_tokens", 0.0)
+        for r in records
+        for e in ("", "eval/")
+        for k in ("prompt", "completion")
+    ]
     assert ledger["judge_tokens"] == sum(tokens) > 0
     assert records[-1]["budget/judge_calls"] == ledger["judge_calls"]
     sample = json.loads((tmp_path / "run" / "samples" / "step_3.jsonl").read_text().splitlines()[0])
@@ -63,9 +68,16 @@ def test_comparisons_train_with_a_bounded_number_of_pairs(
     comparison: str, tiny_model_dir: Path, tmp_path: Path, toy: Toy
 ) -> None:
     with JudgeServer(correct_first) as server:
-        _train(tmp_path / "run", server.url, toy, tiny_model_dir, "feedback.source=comparison",
-               f"feedback.comparison={comparison}", "feedback.comparison_pairs=4",
-               "feedback.judge_position_check=0.5")  # fmt: skip
+        _train(
+            tmp_path / "run",
+            server.url,
+            toy,
+            tiny_model_dir,
+            "feedback.source=comparison",
+            f"feedback.comparison={comparison}",
+            "feedback.comparison_pairs=4",
+            "feedback.judge_position_check=0.5",
+        )
     steps = _records(tmp_path / "run")[1:]
     for r in steps:  # 2 groups × 4 pairs, and about half of them again the other way round
         assert 8 <= r["judge/pairs"] <= 16 and r["sampling/rejected"] == 0
@@ -100,8 +112,9 @@ def test_a_judge_killed_mid_run_costs_counted_failures_never_zeros(
     assert len(steps) == 4  # the run went on
     assert steps[0]["errors/infra_error_frac"] == 0
     dead = steps[-1]  # every request failed; a reply still cached (the same response) did not
-    failed = round((dead["errors/infra_error_frac"] + dead["errors/timeout_frac"])
-                   * dead["sampling/generated"])  # fmt: skip
+    failed = round(
+        (dead["errors/infra_error_frac"] + dead["errors/timeout_frac"]) * dead["sampling/generated"]
+    )
     assert failed == dead["judge/failed"] > 0 and dead["judge/calls"] == 2 * failed  # 1 retry
     assert failed + dead["judge/cache_hits"] == dead["sampling/generated"]
     assert dead["sampling/rejected"] == failed  # excluded and counted, never scored 0
@@ -114,8 +127,14 @@ def test_a_position_biased_judge_is_flagged_by_diagnose(
     tiny_model_dir: Path, tmp_path: Path, toy: Toy, capsys: pytest.CaptureFixture[str]
 ) -> None:
     with JudgeServer(always_first) as server:
-        _train(tmp_path / "run", server.url, toy, tiny_model_dir, "feedback.source=comparison",
-               "feedback.judge_position_check=1")  # fmt: skip
+        _train(
+            tmp_path / "run",
+            server.url,
+            toy,
+            tiny_model_dir,
+            "feedback.source=comparison",
+            "feedback.judge_position_check=1",
+        )
     steps = _records(tmp_path / "run")[1:]
     assert all(r["judge/position_agreement"] == 0.0 for r in steps)
     assert all(r["judge/first_preferred_frac"] == 1.0 for r in steps)
@@ -129,29 +148,47 @@ def test_a_dead_judge_or_a_bad_setting_stops_the_run_before_it_starts(
 ) -> None:
     base = ["train", "--recipe", "grpo", *toy(tiny_model_dir)]
     cases = {
-        "feedback.judge_url: no server answers at": ["feedback.source=judge",
-                                                      "feedback.judge_url=http://127.0.0.1:9/v1"],
+        "feedback.judge_url: no server answers at": [
+            "feedback.source=judge",
+            "feedback.judge_url=http://127.0.0.1:9/v1",
+        ],
         "feedback.judge_url: feedback.source=comparison needs": ["feedback.source=comparison"],
         "feedback.judge_model: only a judge uses it": ["feedback.judge_model=gpt"],
         "feedback.comparison_pairs: a group of 4 needs 3 to 6": [
-            "feedback.source=comparison", "feedback.judge_url=http://127.0.0.1:9/v1",
-            "feedback.comparison_pairs=2"],
+            "feedback.source=comparison",
+            "feedback.judge_url=http://127.0.0.1:9/v1",
+            "feedback.comparison_pairs=2",
+        ],
         "feedback.comparison: only pairwise comparisons use it": [
-            "feedback.source=judge", "feedback.judge_url=http://127.0.0.1:9/v1",
-            "feedback.comparison=bt"],
+            "feedback.source=judge",
+            "feedback.judge_url=http://127.0.0.1:9/v1",
+            "feedback.comparison=bt",
+        ],
         "system.backend: a judge's requests would be made": [
-            "feedback.source=judge", "feedback.judge_url=http://127.0.0.1:9/v1",
-            "system.backend=ray"],
+            "feedback.source=judge",
+            "feedback.judge_url=http://127.0.0.1:9/v1",
+            "system.backend=ray",
+        ],
         "feedback.judge_api_key_env: the environment variable RLMAP_NO_SUCH_KEY": [
-            "feedback.source=judge", "feedback.judge_url=http://127.0.0.1:9/v1",
-            "feedback.judge_api_key_env=RLMAP_NO_SUCH_KEY"],
-    }  # fmt: skip
+            "feedback.source=judge",
+            "feedback.judge_url=http://127.0.0.1:9/v1",
+            "feedback.judge_api_key_env=RLMAP_NO_SUCH_KEY",
+        ],
+    }
     for message, args in cases.items():
         assert main([*base, *args]) == 2, message
         err = capsys.readouterr().err.strip()
         assert message in err and len(err.splitlines()) == 1, err
     with pytest.raises(ConfigError, match=r"feedback\.judge_max: must exceed"):
-        check_inputs(build_config("grpo", None, [*toy(tiny_model_dir),
-                                                       "feedback.source=judge",
-                                                       "feedback.judge_url=http://x/v1",
-                                                       "feedback.judge_max=0"]))  # fmt: skip
+        check_inputs(
+            build_config(
+                "grpo",
+                None,
+                [
+                    *toy(tiny_model_dir),
+                    "feedback.source=judge",
+                    "feedback.judge_url=http://x/v1",
+                    "feedback.judge_max=0",
+                ],
+            )
+        )

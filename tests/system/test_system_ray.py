@@ -19,9 +19,15 @@ Toy = Callable[..., list[str]]
 
 
 def _sao(toy: Toy, model_dir: Path) -> list[str]:
-    return [*toy(model_dir, steps=3), "data.task=calculator", "data.max_turns=2",
-            "generation.max_new_tokens=6", "critic.warmup_steps=1", "system.backend=ray",
-            "system.workers=2"]  # fmt: skip
+    return [
+        *toy(model_dir, steps=3),
+        "data.task=calculator",
+        "data.max_turns=2",
+        "generation.max_new_tokens=6",
+        "critic.warmup_steps=1",
+        "system.backend=ray",
+        "system.workers=2",
+    ]
 
 
 def _records(run: Path) -> list[dict[str, Any]]:
@@ -43,8 +49,9 @@ def test_sao_runs_with_ray_actors_as_workers_and_a_killed_actor_costs_one_round(
         return real(self, cursor, n, seed)
 
     monkeypatch.setattr(ray_workers.RayWorker, "roll", roll)
-    summary = run_training(build_config("sao", None, _sao(toy, tiny_calc_model_dir)),
-                           tmp_path / "run")  # fmt: skip
+    summary = run_training(
+        build_config("sao", None, _sao(toy, tiny_calc_model_dir)), tmp_path / "run"
+    )
     steps = _records(tmp_path / "run")[1:]
     assert [r["step"] for r in steps] == [1, 2, 3]
     t = summary["trajectories"]
@@ -68,8 +75,11 @@ def test_partial_rollout_on_ray_keeps_the_staleness_bound(
         return real(p, batch, state)
 
     monkeypatch.setattr(async_loop, "learn", spy)
-    overrides = [*_sao(toy, tiny_calc_model_dir), "system.partial_rollout=true",
-                 "behaviour.max_staleness=1"]  # fmt: skip
+    overrides = [
+        *_sao(toy, tiny_calc_model_dir),
+        "system.partial_rollout=true",
+        "behaviour.max_staleness=1",
+    ]
     run_training(build_config("sao", None, overrides), tmp_path / "run")
     assert seen
     for batch, version in seen:
@@ -101,8 +111,12 @@ def test_an_actor_killed_mid_episode_under_partial_rollout_costs_its_round_once(
         return real(self, cursor, n, seed)
 
     monkeypatch.setattr(ray_workers.RayWorker, "roll", roll)
-    overrides = [*_sao(toy, tiny_calc_model_dir), "system.partial_rollout=true",
-                 "data.env_latency=fixed:1.0", "optim.steps=4"]  # fmt: skip
+    overrides = [
+        *_sao(toy, tiny_calc_model_dir),
+        "system.partial_rollout=true",
+        "data.env_latency=fixed:1.0",
+        "optim.steps=4",
+    ]
     summary = run_training(build_config("sao", None, overrides), tmp_path / "run")
     steps = _records(tmp_path / "run")[1:]
     assert [r["step"] for r in steps] == [1, 2, 3, 4]  # the run went on
@@ -119,12 +133,16 @@ def test_deterministic_runs_on_ray_actors_repeat_exactly(
     tiny_calc_model_dir: Path, tmp_path: Path, toy: Toy
 ) -> None:
     def timeless(run: Path) -> list[dict[str, Any]]:
-        return [{k: v for k, v in r.items()
-                 if not k.startswith("system/") and not k.endswith("_s")}
-                for r in _records(run)]  # fmt: skip
+        return [
+            {k: v for k, v in r.items() if not k.startswith("system/") and not k.endswith("_s")}
+            for r in _records(run)
+        ]
 
-    overrides = [*_sao(toy, tiny_calc_model_dir), "system.deterministic=true",
-                 "generation.temperature=1.5"]  # fmt: skip
+    overrides = [
+        *_sao(toy, tiny_calc_model_dir),
+        "system.deterministic=true",
+        "generation.temperature=1.5",
+    ]
     for name in ("one", "two"):
         run_training(build_config("sao", None, overrides), tmp_path / name)
     one = timeless(tmp_path / "one")

@@ -22,18 +22,13 @@ import torch
 
 from rlmap.assembly.available import refuse_unavailable
 from rlmap.assembly.models import learner_device
+from rlmap.assembly.placement import actor_gpus, actor_options
 from rlmap.cli import main
 from rlmap.core.errors import ConfigError
 from rlmap.recipes import build_config
 from rlmap.system import ray_workers
-from rlmap.system.async_loop import Board
-from rlmap.system.ray_workers import (
-    RayPool,
-    RolloutActor,
-    SharedWeights,
-    actor_gpus,
-    actor_options,
-)
+from rlmap.system.board import Board
+from rlmap.system.ray_workers import RayPool, RolloutActor, SharedWeights
 
 ray = pytest.importorskip("ray")
 
@@ -86,8 +81,9 @@ def _pool(monkeypatch: pytest.MonkeyPatch, cfg: Any, learner: torch.device) -> F
     fake = FakeRay()
     monkeypatch.setattr(ray_workers, "_ray", lambda: fake)
     board = Board(0, {"w": torch.ones(2)})
-    runner = SimpleNamespace(p=SimpleNamespace(cfg=cfg, device=learner), board=board,
-                             stop=threading.Event())  # fmt: skip
+    runner = SimpleNamespace(
+        p=SimpleNamespace(cfg=cfg, device=learner), board=board, stop=threading.Event()
+    )
     workers = RayPool(Path("start"), None)(runner)  # type: ignore[arg-type]
     assert len(workers) == cfg.system.workers
     return fake
@@ -96,7 +92,7 @@ def _pool(monkeypatch: pytest.MonkeyPatch, cfg: Any, learner: torch.device) -> F
 def test_a_cluster_of_the_users_is_not_counted_from_this_machine_and_is_not_colocated(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from rlmap.system.ray_workers import check_gpus
+    from rlmap.assembly.placement import check_gpus
 
     _fake_cuda(monkeypatch, 1)
     monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")
@@ -115,8 +111,11 @@ def test_a_cluster_named_by_ray_address_is_joined_without_resource_counts(
     fake = FakeRay()
     monkeypatch.setattr(ray_workers, "_ray", lambda: fake)
     board = Board(0, {"w": torch.ones(2)})
-    runner = SimpleNamespace(p=SimpleNamespace(cfg=_cfg(), device=torch.device("cpu")),
-                             board=board, stop=threading.Event())  # fmt: skip
+    runner = SimpleNamespace(
+        p=SimpleNamespace(cfg=_cfg(), device=torch.device("cpu")),
+        board=board,
+        stop=threading.Event(),
+    )
     pool = RayPool(Path("start"), None)
     pool(runner)  # type: ignore[arg-type]
     ((kwargs, _),) = fake.inits
@@ -132,10 +131,13 @@ def test_a_cluster_named_by_ray_address_is_joined_without_resource_counts(
         (["system.actor_gpus=0.25"], CUDA0, {"num_cpus": 1, "num_gpus": 0.25}),  # as set
         (["system.actor_gpus=0"], CUDA0, {"num_cpus": 1}),  # on the CPU beside a GPU learner
         # colocate, 3 actors: ⌊10⁴/3⌋/10⁴ = 0.3333 each, 3 × 0.3333 = 0.9999 ≤ 1 GPU
-        (["system.actor_placement=colocate", "system.workers=3"], CUDA0,
-         {"num_cpus": 1, "num_gpus": 0.3333}),
+        (
+            ["system.actor_placement=colocate", "system.workers=3"],
+            CUDA0,
+            {"num_cpus": 1, "num_gpus": 0.3333},
+        ),
     ],
-)  # fmt: skip
+)
 def test_an_actor_asks_ray_for_its_gpus_on_cuda_and_for_none_on_a_cpu(
     extra: list[str], learner: torch.device, expected: dict[str, Any]
 ) -> None:
@@ -148,7 +150,7 @@ def test_separate_actors_start_ray_without_the_learners_gpu_and_ask_for_one_each
     _fake_cuda(monkeypatch, 4)
     fake = _pool(monkeypatch, _cfg("system.workers=3"), CUDA1)
     # 4 GPUs, the learner on cuda:1: Ray sees 0, 2 and 3; each of 3 actors asks for 1
-    (kwargs, visible), = fake.inits  # fmt: skip
+    ((kwargs, visible),) = fake.inits
     assert visible == "0,2,3" and kwargs["num_gpus"] == 3 and kwargs["num_cpus"] == 4
     assert fake.options == [{"num_cpus": 1, "num_gpus": 1.0}] * 3
     assert "CUDA_VISIBLE_DEVICES" not in os.environ  # the driver's own setting is back
@@ -187,7 +189,9 @@ def test_colocated_actors_share_the_learners_gpu_in_one_pack_placement_group(
     assert fake.options == [{"num_cpus": 1, "num_gpus": 0.5}] * 2
     assert all(isinstance(s, PlacementGroupSchedulingStrategy) for s in strategies)
     assert [(s.placement_group, s.placement_group_bundle_index) for s in strategies] == [
-        (group, 0), (group, 1)]  # fmt: skip
+        (group, 0),
+        (group, 1),
+    ]
 
 
 def test_on_a_cpu_ray_is_given_no_gpu_and_cuda_visible_devices_is_left_alone(
@@ -195,7 +199,7 @@ def test_on_a_cpu_ray_is_given_no_gpu_and_cuda_visible_devices_is_left_alone(
 ) -> None:
     _fake_cuda(monkeypatch, 0)
     fake = _pool(monkeypatch, _cfg(), CPU)
-    (kwargs, visible), = fake.inits  # fmt: skip
+    ((kwargs, visible),) = fake.inits
     assert kwargs["num_gpus"] == 0 and kwargs["num_cpus"] == 3 and visible is None  # 2 + 1
     assert fake.options == [{"num_cpus": 1}] * 2
 
@@ -209,8 +213,10 @@ def test_an_actor_builds_on_the_gpu_ray_gave_it_and_on_the_cpu_otherwise(
     monkeypatch.setattr(ray, "get_gpu_ids", lambda: gpu_ids)
     monkeypatch.setattr(torch, "set_num_threads", lambda n: None)
     calls: list[bool] = []
-    monkeypatch.setattr("rlmap.assembly.parts.build", lambda cfg, start, reward_path, trains:
-                        calls.append(trains) or cfg)  # fmt: skip
+    monkeypatch.setattr(
+        "rlmap.assembly.parts.build",
+        lambda cfg, start, reward_path, trains: calls.append(trains) or cfg,
+    )
     actor = RolloutActor(_cfg("system.device=auto"), "start", None)
     built: Any = actor.p
     assert built.system.device == device
@@ -248,25 +254,47 @@ def test_what_ray_stores_is_the_boards_host_snapshot_in_the_rollout_dtype(
         # 4 GPUs: ⌈7 / ⌊1/0.5⌋⌉ = ⌈3.5⌉ = 4 needed, 4 − 1 = 3 for Ray
         (4, ["system.workers=7", "system.actor_gpus=0.5"], ["need 4 GPU(s)", "Ray gets 3"]),
         # colocate: ⌊1/0.4⌋ = 2 actors per GPU, 3 actors need 2, Ray has the learner's alone
-        (4, ["system.workers=3", "system.actor_placement=colocate", "system.actor_gpus=0.4"],
-         ["need 2 GPU(s)", "Ray gets 1 (the learner's own)"]),
-        (4, ["system.device=cpu", "system.actor_placement=colocate", "system.actor_gpus=0.5"],
-         ["system.actor_placement: colocate", "the learner is on the CPU"]),
-        (1, ["system.device=cpu", "system.engine=vllm"],
-         ["system.actor_gpus: 0", "vLLM's CUDA build needs a GPU"]),
+        (
+            4,
+            ["system.workers=3", "system.actor_placement=colocate", "system.actor_gpus=0.4"],
+            ["need 2 GPU(s)", "Ray gets 1 (the learner's own)"],
+        ),
+        (
+            4,
+            ["system.device=cpu", "system.actor_placement=colocate", "system.actor_gpus=0.5"],
+            ["system.actor_placement: colocate", "the learner is on the CPU"],
+        ),
+        (
+            1,
+            ["system.device=cpu", "system.engine=vllm"],
+            ["system.actor_gpus: 0", "vLLM's CUDA build needs a GPU"],
+        ),
         # 2 colocated vLLM actors and the learner's own engine × 0.5 of the memory = 1.5
-        (1, ["system.engine=vllm", "system.actor_placement=colocate"],
-         ["system.engine_memory: 3 vLLM engines on one GPU (2 actors' and the learner's)",
-          "take 1.5", "beside the learner"]),
+        (
+            1,
+            ["system.engine=vllm", "system.actor_placement=colocate"],
+            [
+                "system.engine_memory: 3 vLLM engines on one GPU (2 actors' and the learner's)",
+                "take 1.5",
+                "beside the learner",
+            ],
+        ),
         # 0.35 each: the actors alone take 0.7, with the learner's engine 1.05 > 1
-        (1, ["system.engine=vllm", "system.actor_placement=colocate",
-             "system.engine_memory=0.35"], ["3 vLLM engines", "take 1.05"]),
+        (
+            1,
+            ["system.engine=vllm", "system.actor_placement=colocate", "system.engine_memory=0.35"],
+            ["3 vLLM engines", "take 1.05"],
+        ),
     ],
-)  # fmt: skip
+)
 def test_gpus_this_machine_cannot_give_are_refused_in_one_line_before_the_run(
-    gpus: int, extra: list[str], fragments: list[str], monkeypatch: pytest.MonkeyPatch,
-    tmp_path: Path, capsys: pytest.CaptureFixture[str],
-) -> None:  # fmt: skip
+    gpus: int,
+    extra: list[str],
+    fragments: list[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     _fake_cuda(monkeypatch, gpus)
     monkeypatch.chdir(tmp_path)
     assert main(["train", "--recipe", "sao", "--out", "run", *RAY, *extra]) == 2
@@ -282,10 +310,12 @@ def test_gpus_this_machine_cannot_give_are_refused_in_one_line_before_the_run(
         (0, []),  # the CPU: actors ask for no GPU, as before
         (4, ["system.workers=6", "system.actor_gpus=0.5"]),  # ⌈6 / 2⌉ = 3 = 4 − 1: just fits
         (1, ["system.workers=3", "system.actor_placement=colocate"]),  # 3 × 0.3333 ≤ 1
-        (1, ["system.engine=vllm", "system.actor_placement=colocate",
-             "system.engine_memory=0.3"]),  # 2 × 0.3 = 0.6 < 1: room for the learner
+        (
+            1,
+            ["system.engine=vllm", "system.actor_placement=colocate", "system.engine_memory=0.3"],
+        ),  # 2 × 0.3 = 0.6 < 1: room for the learner
     ],
-)  # fmt: skip
+)
 def test_gpus_the_machine_has_are_accepted_ray_and_vllm_on_cuda_included(
     gpus: int, extra: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -299,16 +329,22 @@ def test_gpus_the_machine_has_are_accepted_ray_and_vllm_on_cuda_included(
 @pytest.mark.parametrize(
     ("overrides", "fragment"),
     [
-        (["system.mode=async", "system.actor_gpus=0.5"],
-         "system.actor_gpus: places Ray's rollout actors"),
-        (["system.mode=async", "system.actor_placement=colocate"],
-         "system.actor_placement: places Ray's rollout actors"),
+        (
+            ["system.mode=async", "system.actor_gpus=0.5"],
+            "system.actor_gpus: places Ray's rollout actors",
+        ),
+        (
+            ["system.mode=async", "system.actor_placement=colocate"],
+            "system.actor_placement: places Ray's rollout actors",
+        ),
         ([*RAY, "system.actor_gpus=2"], "system.actor_gpus: must be 0 or in [0.0001, 1]"),
         ([*RAY, "system.actor_gpus=0.00005"], "system.actor_gpus: must be 0 or in [0.0001, 1]"),
-        ([*RAY, "system.actor_placement=colocate", "system.actor_gpus=0"],
-         "system.actor_placement: colocate shares the learner's GPU"),
+        (
+            [*RAY, "system.actor_placement=colocate", "system.actor_gpus=0"],
+            "system.actor_placement: colocate shares the learner's GPU",
+        ),
     ],
-)  # fmt: skip
+)
 def test_actor_settings_that_would_do_nothing_or_cannot_be_are_refused(
     overrides: list[str], fragment: str
 ) -> None:

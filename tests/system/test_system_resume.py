@@ -68,8 +68,12 @@ def test_kill_9_then_resume_from_the_command_line(
     cli = [sys.executable, "-m", "rlmap.cli", "train"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}  # see conftest: no oversubscribed cores
     subprocess.run([*cli, "--out", str(straight), *args], check=True, capture_output=True, env=env)
-    proc = subprocess.Popen([*cli, "--out", str(killed), *args], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, env=env)  # fmt: skip
+    proc = subprocess.Popen(
+        [*cli, "--out", str(killed), *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+    )
     deadline = time.monotonic() + 120
     while not list((killed / "checkpoints").glob("step_*")):  # killed mid-run, after a checkpoint
         assert proc.poll() is None, "the run ended before it could be killed"

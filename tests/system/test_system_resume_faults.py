@@ -23,10 +23,12 @@ import torch
 from rlmap.cli import main
 from rlmap.core.errors import ConfigError
 from rlmap.experiments import train as train_module
-from rlmap.experiments.checkpoint import list_checkpoints, load_trainer_state
+from rlmap.experiments import train_step
+from rlmap.experiments.checkpoint import list_checkpoints
+from rlmap.experiments.checkpoint_load import load_trainer_state
 from rlmap.experiments.resume import ResumePoint, go_ahead, resume_point_of
-from rlmap.experiments.rundir import read_jsonl
 from rlmap.recipes import load_config
+from rlmap.runs.rundir import read_jsonl
 
 Toy = Callable[..., list[str]]
 
@@ -36,19 +38,20 @@ def _steps(run: Path) -> list[int]:
 
 
 def _train(run: Path, toy: Toy, model_dir: Path, *extra: str) -> int:
-    return main(["train", "--out", str(run), *toy(model_dir, steps=4), "run.checkpoint_every=2",
-                 *extra])  # fmt: skip
+    return main(
+        ["train", "--out", str(run), *toy(model_dir, steps=4), "run.checkpoint_every=2", *extra]
+    )
 
 
 def _crash_at(monkeypatch: pytest.MonkeyPatch, step: int) -> None:
-    real = train_module.sync_step
+    real = train_step.sync_step
 
     def crashing(parts, state):  # type: ignore[no-untyped-def]
         if state.step + 1 == step:
             raise KeyboardInterrupt("simulated kill")
         return real(parts, state)
 
-    monkeypatch.setattr(train_module, "sync_step", crashing)
+    monkeypatch.setattr(train_step, "sync_step", crashing)
 
 
 @pytest.fixture(scope="module")
@@ -62,9 +65,12 @@ def finished(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> 
 
 
 def test_a_run_killed_before_its_first_checkpoint_starts_over_cleanly(
-    tiny_model_dir: Path, tmp_path: Path, toy: Toy, monkeypatch: pytest.MonkeyPatch,
+    tiny_model_dir: Path,
+    tmp_path: Path,
+    toy: Toy,
+    monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
-) -> None:  # fmt: skip
+) -> None:
     run = tmp_path / "run"
     _crash_at(monkeypatch, 2)  # steps 0 and 1 logged, no checkpoint (every 2)
     with pytest.raises(KeyboardInterrupt):
@@ -86,8 +92,9 @@ def _copy(run: Path, to: Path) -> Path:
 
 
 def _tree(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
-            if p.is_file()}  # fmt: skip
+    return {
+        str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()
+    }
 
 
 def test_an_edited_config_is_refused_naming_the_field_and_nothing_changes(
@@ -125,9 +132,12 @@ def test_more_steps_are_accepted_on_resume_and_recorded(finished: Path, tmp_path
     ],
 )
 def test_a_damaged_newest_checkpoint_is_skipped_for_the_newest_intact_one(
-    damage: Callable[[Path], None], named: str, finished: Path, tmp_path: Path,
+    damage: Callable[[Path], None],
+    named: str,
+    finished: Path,
+    tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
-) -> None:  # fmt: skip
+) -> None:
     run = _copy(finished, tmp_path / "run")
     config = run / "config.yaml"
     config.write_text(config.read_text().replace("steps: 4", "steps: 5"))
@@ -173,8 +183,9 @@ def test_a_refused_resume_leaves_a_damaged_checkpoint_where_it_was(
     assert _tree(run) == before and not (run / "resumes.jsonl").exists()
 
 
-def test_more_steps_with_a_cosine_schedule_are_refused(tiny_model_dir: Path, tmp_path: Path,
-                                                        toy: Toy) -> None:  # fmt: skip
+def test_more_steps_with_a_cosine_schedule_are_refused(
+    tiny_model_dir: Path, tmp_path: Path, toy: Toy
+) -> None:
     run = tmp_path / "run"
     assert _train(run, toy, tiny_model_dir, "optim.schedule=cosine") == 0
     config = run / "config.yaml"
@@ -185,15 +196,22 @@ def test_more_steps_with_a_cosine_schedule_are_refused(tiny_model_dir: Path, tmp
 
 # --- issue 27: a checkpoint missing a field is damaged; a refused resume changes nothing ----
 
-UNREAD = {("rng", "cuda"), ("extra", "config"), ("schedulers", "*", "_is_initial"),
-          ("schedulers", "*", "_get_lr_called_within_step"),
-          ("optimizers", "*", "state")}  # fmt: skip
+UNREAD = {
+    ("rng", "cuda"),
+    ("extra", "config"),
+    ("schedulers", "*", "_is_initial"),
+    ("schedulers", "*", "_get_lr_called_within_step"),
+    ("optimizers", "*", "state"),
+}
 """What is not walked into, field by field: CUDA's RNG (a machine's fact; none on CPU), the
 saved config (compared with ``config.yaml`` as a whole: a field gone is a change refused,
 three fields of it are checked below), two flags torch sets only around a scheduler's
 ``step``, and the optimiser's per-parameter state (torch's own, keyed by parameter)."""
-CONFIG_FIELDS = [("extra", "config", "system", "mode"), ("extra", "config", "system", "learners"),
-                 ("extra", "config", "critic", "enabled")]  # fmt: skip
+CONFIG_FIELDS = [
+    ("extra", "config", "system", "mode"),
+    ("extra", "config", "system", "learners"),
+    ("extra", "config", "critic", "enabled"),
+]
 """The saved config's fields that say which other fields a checkpoint holds."""
 
 
@@ -203,8 +221,10 @@ def saved_fields(state: dict[str, Any], at: tuple[str, ...] = ()) -> list[tuple[
     out = []
     for key, value in state.items():
         path = (*at, key)
-        if any(len(u) == len(path) and all(a in ("*", b) for a, b in zip(u, path, strict=True))
-               for u in UNREAD):  # fmt: skip
+        if any(
+            len(u) == len(path) and all(a in ("*", b) for a, b in zip(u, path, strict=True))
+            for u in UNREAD
+        ):
             continue
         out.append(path)
         if isinstance(value, dict):
@@ -242,8 +262,10 @@ def assert_each_field_is_required(
         before = _tree(run)
         assert main(["train", "--resume", str(run)]) == 2, field
         err = capsys.readouterr().err
-        assert err == (f"rlmap: error: {files[newest]}: {field}: missing; no intact checkpoint "
-                       "to resume from\n")  # fmt: skip
+        assert err == (
+            f"rlmap: error: {files[newest]}: {field}: missing; no intact checkpoint "
+            "to resume from\n"
+        )
         assert _tree(run) == before, field
         torch.save(originals[older], files[older])
 
@@ -253,8 +275,12 @@ def test_a_synchronous_checkpoint_missing_any_field_is_damaged_and_refusing_chan
 ) -> None:
     run = _copy(finished, tmp_path / "run")
     paths = saved_fields(load_trainer_state(run / "checkpoints" / "step_4"))
-    for must in [("optimizers", "policy", "param_groups"), ("extra", "loop", "cursor"),
-                 ("extra", "ledger", "generated_tokens"), ("rng", "numpy")]:  # fmt: skip
+    for must in [
+        ("optimizers", "policy", "param_groups"),
+        ("extra", "loop", "cursor"),
+        ("extra", "ledger", "generated_tokens"),
+        ("rng", "numpy"),
+    ]:
         assert must in paths  # the walk reached every level
     assert_each_field_is_required(run, paths + CONFIG_FIELDS, capsys)
 
@@ -285,9 +311,11 @@ def test_a_resume_after_a_torn_resumes_line_appends_a_line_of_its_own(tmp_path: 
 
 
 def test_a_restore_that_fails_after_the_checks_changes_nothing(
-    finished: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    finished: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
-) -> None:  # fmt: skip
+) -> None:
     # A failure the field check cannot see (optimiser state whose shapes no longer fit the
     # model, say) comes while the state is put back. Before: the damaged step_4 had been set
     # aside, resumes.jsonl written and metrics.jsonl cut back by then.

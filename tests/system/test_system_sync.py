@@ -12,7 +12,9 @@ import torch
 from rlmap.assembly.parts import Parts
 from rlmap.recipes import build_config
 from rlmap.sampling.rebalance import Visits
-from rlmap.system.sync import LoopState, draw_prompts, step_times
+from rlmap.system.loop_state import LoopState
+from rlmap.system.step_metrics import step_times
+from rlmap.system.sync import draw_prompts
 from rlmap.tasks.arithmetic import Example
 
 POOL = [Example(prompt=f"{i}+0=", answer=str(i)) for i in range(10)]

@@ -30,9 +30,9 @@ from rlmap.learner.distributed import World
 from rlmap.models import lora
 from rlmap.models.lora import rollout_stream, rollout_weights
 from rlmap.recipes import build_config
-from rlmap.system import async_loop
-from rlmap.system.async_loop import Board, snapshot_copy
-from rlmap.system.sync import publish
+from rlmap.system import board as board_module
+from rlmap.system.board import Board, snapshot_copy
+from rlmap.system.learner_step import publish
 
 TARGETS = ("q_proj", "v_proj", "down_proj")
 
@@ -76,9 +76,10 @@ def test_a_lora_stream_is_peft_own_merge_under_the_base_names() -> None:
     for name, tensor in stream:
         assert torch.equal(tensor, expected[name]), name
     merged = [n for n, t in stream if not torch.equal(t, base[n])]
-    assert sorted(merged) == sorted(f"model.layers.0.{m}.{t}.weight"
-                                    for m, t in (("self_attn", "q_proj"), ("self_attn", "v_proj"),
-                                                 ("mlp", "down_proj")))  # fmt: skip
+    assert sorted(merged) == sorted(
+        f"model.layers.0.{m}.{t}.weight"
+        for m, t in (("self_attn", "q_proj"), ("self_attn", "v_proj"), ("mlp", "down_proj"))
+    )
     weights = rollout_weights(adapted)
     assert all(torch.equal(weights[n], t) for n, t in stream)
 
@@ -196,8 +197,13 @@ def test_the_synchronous_loop_streams_fsdp2_weights_through_the_engine() -> None
             calls.append(("set_weights", state, version))
 
     policy = _model()
-    parts = SimpleNamespace(world=World(rank=0, size=2, sharding="fsdp2"), engine=Engine(),
-                            policy=policy, trained=policy, device=torch.device("cpu"))  # fmt: skip
+    parts = SimpleNamespace(
+        world=World(rank=0, size=2, sharding="fsdp2"),
+        engine=Engine(),
+        policy=policy,
+        trained=policy,
+        device=torch.device("cpu"),
+    )
     publish(parts, 5)  # type: ignore[arg-type]
     assert calls == [("update_weights", policy, 5)]
 
@@ -254,7 +260,7 @@ def test_a_host_snapshot_of_a_gpu_tensor_is_pinned_and_a_device_one_is_not(
         made.append({"shape": shape, **kw})
         return Buffer()
 
-    monkeypatch.setattr(async_loop.torch, "empty", empty)
+    monkeypatch.setattr(board_module.torch, "empty", empty)
     gpu = _OnGPU()
     snapshot_copy(gpu, torch.bfloat16, True)  # type: ignore[arg-type]
     snapshot_copy(gpu, torch.bfloat16, False)  # type: ignore[arg-type]
@@ -266,9 +272,11 @@ def test_a_host_snapshot_of_a_gpu_tensor_is_pinned_and_a_device_one_is_not(
 
 
 def test_the_async_loop_times_its_weight_sync(
-    tiny_model_dir: Path, tmp_path: Path, toy: Callable[..., list[str]],
+    tiny_model_dir: Path,
+    tmp_path: Path,
+    toy: Callable[..., list[str]],
     monkeypatch: pytest.MonkeyPatch,
-) -> None:  # fmt: skip
+) -> None:
     # A board snapshot that takes 0.2 s more: each step's system/weight_sync_s must show it
     # (before, the async loop only timed the learner's own engine: next to nothing).
     real = Board.publish

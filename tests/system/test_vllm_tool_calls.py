@@ -39,11 +39,11 @@ def test_the_vllm_engine_plays_a_verifiers_environment_token_for_token(
 ) -> None:
     # verifiers' own ToolEnv (tool dispatch, tool messages, rubric) instead of rlmap's
     pytest.importorskip("verifiers", reason="verifiers is not installed (make test installs it)")
-    from rlmap.tasks import verifiers_env
+    from rlmap.tasks import verifiers_env, verifiers_episode
 
     monkeypatch.syspath_prepend(str(Path(__file__).parents[1]))  # tests/verifiers_envs.py
     task = "verifiers:verifiers_envs:tool_env"
     _, heldout = verifiers_env.splits(task, None, 10, 2)
-    env = verifiers_env.factory(chat_tokenizer(), task, None, 3)(heldout[0])
+    env = verifiers_episode.factory(chat_tokenizer(), task, None, 3)(heldout[0])
     with torch.no_grad():
         check_token_in_token_out(engine, env)

@@ -15,8 +15,10 @@ from rlmap.recipes import build_config
 from rlmap.tasks.answers import extract_reference
 from rlmap.tasks.datafiles import load_file_examples
 
-NATALIA = ("Natalia sold 48/2 = <<48/2=24>>24 clips in May.\nNatalia sold 48+24 = <<48+24=72>>72 "
-           "clips altogether in April and May.\n#### 72")  # fmt: skip
+NATALIA = (
+    "Natalia sold 48/2 = <<48/2=24>>24 clips in May.\nNatalia sold 48+24 = <<48+24=72>>72 "
+    "clips altogether in April and May.\n#### 72"
+)
 """GSM8K's first training row's answer, as the dataset stores it."""
 
 
@@ -74,8 +76,10 @@ def test_a_solution_without_its_answer_is_refused(solution: str, fmt: str, probl
 
 
 def test_the_row_without_a_mark_is_named_in_one_line(tmp_path: Path) -> None:
-    rows = [{"question": "How many?", "answer": NATALIA},
-            {"question": "And now?", "answer": "They sold 72.\nThe end."}]  # fmt: skip
+    rows = [
+        {"question": "How many?", "answer": NATALIA},
+        {"question": "And now?", "answer": "They sold 72.\nThe end."},
+    ]
     path = tmp_path / "gsm8k.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     with pytest.raises(InputError) as err:
@@ -87,8 +91,12 @@ def test_the_row_without_a_mark_is_named_in_one_line(tmp_path: Path) -> None:
 
 def test_a_chat_rows_answer_is_read_from_its_final_message(tmp_path: Path) -> None:
     def chat(answer: str) -> dict[str, object]:
-        return {"messages": [{"role": "user", "content": "Half of 1?"},
-                             {"role": "assistant", "content": answer}]}  # fmt: skip
+        return {
+            "messages": [
+                {"role": "user", "content": "Half of 1?"},
+                {"role": "assistant", "content": answer},
+            ]
+        }
 
     path = tmp_path / "math.json"
     path.write_text(json.dumps([chat("It is $\\boxed{\\frac{1}{2}}$."), chat("It is 1/2.")]))

@@ -19,7 +19,9 @@ from rlmap.core.errors import ConfigError
 from rlmap.experiments.train import run_training
 from rlmap.recipes import build_config
 from rlmap.recipes.explain import composition
+from rlmap.sampling.curriculum import Climb
 from rlmap.system import sync
+from rlmap.system.loop_state import LoopState
 from rlmap.tasks import reasoning_gym as rg
 
 pytest.importorskip("reasoning_gym")
@@ -30,8 +32,12 @@ SUMS = ["data.task=reasoning_gym:chain_sum", "sampling.curriculum=true"]
 def test_a_level_has_reasoning_gyms_settings() -> None:
     # ChainSumCurriculum: num_terms levels 2..12, num_digits 1..10, a level's range runs
     # from the lowest level's value up to its own (reasoning-gym's "inclusive" mode)
-    assert rg.level_args("chain_sum", {}, 0) == {"min_terms": 2, "max_terms": 2,
-                                                 "min_digits": 1, "max_digits": 1}  # fmt: skip
+    assert rg.level_args("chain_sum", {}, 0) == {
+        "min_terms": 2,
+        "max_terms": 2,
+        "min_digits": 1,
+        "max_digits": 1,
+    }
     assert rg.level_args("chain_sum", {"allow_negation": True}, 2) == {
         "allow_negation": True,
         "min_terms": 2,
@@ -68,10 +74,14 @@ def test_the_config_holds_the_top_levels_settings_and_rebuilds_the_same() -> Non
 @pytest.mark.parametrize(
     ("extra", "says"),
     [
-        (['data.task_args={"max_terms": 5}', "sampling.curriculum_top=2"],
-         "data.task_args.max_terms: the curriculum sets it (4 at level 2"),
-        (["data.task=reasoning_gym:chain_sum+basic_arithmetic"],
-         "each task of a mixture would need its own"),
+        (
+            ['data.task_args={"max_terms": 5}', "sampling.curriculum_top=2"],
+            "data.task_args.max_terms: the curriculum sets it (4 at level 2",
+        ),
+        (
+            ["data.task=reasoning_gym:chain_sum+basic_arithmetic"],
+            "each task of a mixture would need its own",
+        ),
         (["data.task=arithmetic"], "sampling.curriculum: drives one reasoning-gym task's"),
         (["data.task=reasoning_gym:acre"], "reasoning-gym's acre has no curriculum"),
         (["data.task=reasoning_gym:chain_sun"], "data.task: reasoning-gym has no task"),
@@ -82,10 +92,12 @@ def test_the_config_holds_the_top_levels_settings_and_rebuilds_the_same() -> Non
         (["sampling.curriculum_window=0"], "sampling.curriculum_window: must be >= 1"),
         (["sampling.curriculum_top=-1"], "need 0 <= start <= top <= 10"),
         (["data.task=reasoning_gym:chain_sum*3", "sampling.curriculum_top=12"], "top <= 10"),
-        (["data.task=reasoning_gym:caesar_cipher"],
-         "sampling.curriculum_top: reasoning-gym's caesar_cipher refuses its level 2"),
+        (
+            ["data.task=reasoning_gym:caesar_cipher"],
+            "sampling.curriculum_top: reasoning-gym's caesar_cipher refuses its level 2",
+        ),
     ],
-)  # fmt: skip
+)
 def test_what_the_curriculum_cannot_run_is_one_line_naming_the_field(
     extra: list[str], says: str
 ) -> None:
@@ -121,11 +133,25 @@ def test_each_level_draws_from_its_own_pool_and_none_is_held_out() -> None:
 
 
 def _cfg(model: Path, *extra: str):  # type: ignore[no-untyped-def]
-    return build_config("grpo", None, [
-        *SUMS, f"model.path={model}", "sampling.prompts_per_step=2", "sampling.group_size=2",
-        "generation.max_new_tokens=4", "generation.eval_samples=1", "data.train_size=200",
-        "data.eval_size=4", "run.progress=false", "run.eval_every=100", "optim.micro_batch_size=4",
-        "sampling.curriculum_top=4", *extra])  # fmt: skip
+    return build_config(
+        "grpo",
+        None,
+        [
+            *SUMS,
+            f"model.path={model}",
+            "sampling.prompts_per_step=2",
+            "sampling.group_size=2",
+            "generation.max_new_tokens=4",
+            "generation.eval_samples=1",
+            "data.train_size=200",
+            "data.eval_size=4",
+            "run.progress=false",
+            "run.eval_every=100",
+            "optim.micro_batch_size=4",
+            "sampling.curriculum_top=4",
+            *extra,
+        ],
+    )
 
 
 def _levels(run: Path) -> list[tuple[float, ...]]:
@@ -149,8 +175,14 @@ def test_the_level_climbs_on_its_pass_rate_and_each_step_draws_from_its_level(
     cfg = _cfg(wide_model_dir, "optim.steps=6", "sampling.curriculum_window=4")
     run_training(cfg, tmp_path / "run")
     # level, move, max terms, max digits of each step: up to the top (4), then it holds
-    assert _levels(tmp_path / "run") == [(0, 1, 2, 1), (1, 1, 3, 2), (2, 1, 4, 3),
-                                         (3, 1, 5, 4), (4, 0, 6, 5), (4, 0, 6, 5)]  # fmt: skip
+    assert _levels(tmp_path / "run") == [
+        (0, 1, 2, 1),
+        (1, 1, 3, 2),
+        (2, 1, 4, 3),
+        (3, 1, 5, 4),
+        (4, 0, 6, 5),
+        (4, 0, 6, 5),
+    ]
     levels = curriculum_levels(cfg)
     assert levels is not None
     for step, prompts in enumerate(drawn):
@@ -165,13 +197,23 @@ def test_a_collapse_moves_down_and_a_resume_continues_the_level_exactly(
     # moves down. 4 a step: step 1 fills 4 of 6, step 2 decides (level 3 -> 2), step 3
     # fills 4, step 4 decides (-> 1). A crash in step 4 resumes from step 3's checkpoint,
     # whose window holds step 3's 4 outcomes: without them, step 4 would not move.
-    cfg = _cfg(wide_model_dir, "optim.steps=5", "sampling.curriculum_window=6",
-               "sampling.curriculum_start=3", "sampling.curriculum_down=0.5",
-               "run.checkpoint_every=1")  # fmt: skip
+    cfg = _cfg(
+        wide_model_dir,
+        "optim.steps=5",
+        "sampling.curriculum_window=6",
+        "sampling.curriculum_start=3",
+        "sampling.curriculum_down=0.5",
+        "run.checkpoint_every=1",
+    )
     run_training(cfg, tmp_path / "straight")
     straight = _levels(tmp_path / "straight")
-    assert [(level, move) for level, move, *_ in straight] == [(3, 0), (3, -1), (2, 0), (2, -1),
-                                                               (1, 0)]  # fmt: skip
+    assert [(level, move) for level, move, *_ in straight] == [
+        (3, 0),
+        (3, -1),
+        (2, 0),
+        (2, -1),
+        (1, 0),
+    ]
     crash_in_step(cfg, tmp_path / "crashed", 4)
     run_training(cfg, tmp_path / "crashed", resume=True)
     assert _levels(tmp_path / "crashed") == straight
@@ -180,9 +222,9 @@ def test_a_collapse_moves_down_and_a_resume_continues_the_level_exactly(
 def test_a_saved_loop_state_comes_back_with_its_curriculum() -> None:
     from dataclasses import asdict
 
-    state = sync.LoopState(step=3, cursor=12, climb=sync.Climb(2, (1.0, 0.0)))
-    assert sync.LoopState.saved(asdict(state)) == state
-    assert sync.LoopState.saved(asdict(sync.LoopState())) == sync.LoopState()
+    state = LoopState(step=3, cursor=12, climb=Climb(2, (1.0, 0.0)))
+    assert LoopState.saved(asdict(state)) == state
+    assert LoopState.saved(asdict(LoopState())) == LoopState()
 
 
 def test_rlmap_tasks_shows_a_tasks_levels() -> None:
@@ -195,8 +237,9 @@ def test_rlmap_tasks_shows_a_tasks_levels() -> None:
 
 
 def test_a_weighted_task_is_its_task() -> None:
-    cfg = build_config("grpo", None, [*SUMS, "data.task=reasoning_gym:chain_sum*3",
-                                      "sampling.curriculum_top=1"])  # fmt: skip
+    cfg = build_config(
+        "grpo", None, [*SUMS, "data.task=reasoning_gym:chain_sum*3", "sampling.curriculum_top=1"]
+    )
     levels = curriculum_levels(cfg)
     assert levels is not None and levels.name == "chain_sum"
     assert cfg.data.task_args == rg.level_args("chain_sum", {}, 1)
@@ -204,16 +247,24 @@ def test_a_weighted_task_is_its_task() -> None:
 
 def test_settings_that_are_lists_are_not_logged_as_numbers() -> None:
     # simple_equations' curriculum sets operators_weights, a list: the step must not fail
-    cfg = build_config("grpo", None, ["data.task=reasoning_gym:simple_equations",
-                                      "sampling.curriculum=true", "sampling.curriculum_top=1",
-                                      "data.train_size=50", "data.eval_size=4"])  # fmt: skip
+    cfg = build_config(
+        "grpo",
+        None,
+        [
+            "data.task=reasoning_gym:simple_equations",
+            "sampling.curriculum=true",
+            "sampling.curriculum_top=1",
+            "data.train_size=50",
+            "data.eval_size=4",
+        ],
+    )
     levels = curriculum_levels(cfg)
     assert levels is not None
     assert isinstance(levels.settings(0)["operators_weights"], list)
     parts = SimpleNamespace(cfg=cfg, levels=levels)
-    state, metrics = sync.climbed(parts, sync.LoopState(), sync.Climb(0), [])  # type: ignore[arg-type]
+    state, metrics = sync.climbed(parts, LoopState(), Climb(0), [])  # type: ignore[arg-type]
     assert "curriculum/operators_weights" not in metrics
-    assert metrics["curriculum/level"] == 0 and state.climb == sync.Climb(0)
+    assert metrics["curriculum/level"] == 0 and state.climb == Climb(0)
     assert {k for k in metrics if k.startswith("curriculum/")} >= {"curriculum/min_terms"}
 
 

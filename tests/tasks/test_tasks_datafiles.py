@@ -38,18 +38,25 @@ def test_the_three_formats_give_the_same_examples(tmp_path: Path) -> None:
 
 def test_labels_name_the_line_or_the_row(tmp_path: Path) -> None:
     paths = _write_all(tmp_path)
-    assert [label for label, _ in load_labelled_examples(paths["jsonl"], "question",
-            "solution")][:2] == [f"{paths['jsonl']}:1", f"{paths['jsonl']}:2"]  # fmt: skip
+    assert [label for label, _ in load_labelled_examples(paths["jsonl"], "question", "solution")][
+        :2
+    ] == [f"{paths['jsonl']}:1", f"{paths['jsonl']}:2"]
     assert load_labelled_examples(paths["parquet"], "question", "solution")[5][0] == (
-        f"{paths['parquet']} row 5")  # fmt: skip
+        f"{paths['parquet']} row 5"
+    )
 
 
 def test_a_chat_row_answer_is_its_final_assistant_message(tmp_path: Path) -> None:
     rows = [
-        {"messages": [{"role": "system", "content": "Add."}, {"role": "user", "content": "1+1="},
-                      {"role": "assistant", "content": "2"}]},
+        {
+            "messages": [
+                {"role": "system", "content": "Add."},
+                {"role": "user", "content": "1+1="},
+                {"role": "assistant", "content": "2"},
+            ]
+        },
         {"messages": [{"role": "user", "content": "2+2="}], "answer": "4"},
-    ]  # fmt: skip
+    ]
     path = tmp_path / "chat.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     first, second = load_file_examples(path)
@@ -81,8 +88,13 @@ def test_chat_messages_go_through_the_template_and_plain_text_without_one() -> N
 def test_chat_rows_render_with_the_embedded_chat_models_template(tmp_path: Path) -> None:
     from rlmap.embedded.warmstart import chat_tokenizer
 
-    row = {"messages": [{"role": "system", "content": "Add."}, {"role": "user", "content": "1+1="},
-                        {"role": "assistant", "content": "2"}]}  # fmt: skip
+    row = {
+        "messages": [
+            {"role": "system", "content": "Add."},
+            {"role": "user", "content": "1+1="},
+            {"role": "assistant", "content": "2"},
+        ]
+    }
     path = tmp_path / "chat.jsonl"
     path.write_text(json.dumps(row) + "\n")
     (example,) = load_file_examples(path)
@@ -97,8 +109,12 @@ def test_chat_rows_render_with_the_embedded_chat_models_template(tmp_path: Path)
 
 def test_a_chat_task_trains_on_its_rendered_prompts(tmp_path: Path) -> None:
     def chat(a: int) -> dict[str, object]:
-        return {"messages": [{"role": "user", "content": f"{a}+1="},
-                             {"role": "assistant", "content": str(a + 1)}]}  # fmt: skip
+        return {
+            "messages": [
+                {"role": "user", "content": f"{a}+1="},
+                {"role": "assistant", "content": str(a + 1)},
+            ]
+        }
 
     rows = [chat(a) for a in range(12)]
     path = tmp_path / "chat.jsonl"
@@ -110,16 +126,22 @@ def test_a_chat_task_trains_on_its_rendered_prompts(tmp_path: Path) -> None:
     tokenizer.chat_template = "{% for m in messages %}{{ m['content'] }}={% endfor %}"
     env = environment_factory(cfg, tokenizer)(train[0])
     assert tokenizer.decode(env.reset(), skip_special_tokens=True) == f"{train[0].prompt}="
-    step = env.step([*tokenizer.encode(train[0].answer, add_special_tokens=False),
-                     tokenizer.eos_token_id])  # fmt: skip
+    step = env.step(
+        [*tokenizer.encode(train[0].answer, add_special_tokens=False), tokenizer.eos_token_id]
+    )
     assert step.reward == 1.0
 
 
 def test_a_chat_prompt_longer_than_the_context_names_its_row(tmp_path: Path) -> None:
     from rlmap.core.errors import InputError
 
-    long = {"messages": [{"role": "system", "content": "1" * 40}, {"role": "user", "content": "1"},
-                         {"role": "assistant", "content": "1"}]}  # fmt: skip
+    long = {
+        "messages": [
+            {"role": "system", "content": "1" * 40},
+            {"role": "user", "content": "1"},
+            {"role": "assistant", "content": "1"},
+        ]
+    }
     path = tmp_path / "chat.json"
     path.write_text(json.dumps([ROWS[0] | {"prompt": "1=", "answer": "1"}, long]))
     cfg = build_config("grpo", None, [f"data.task={path}"])
@@ -136,8 +158,15 @@ def test_a_file_of_another_suffix_is_read_as_json_lines(tmp_path: Path) -> None:
 def test_a_chat_template_that_refuses_a_row_names_it(tmp_path: Path) -> None:
     from rlmap.core.errors import InputError
 
-    rows = [{"messages": [{"role": "system", "content": "be brief"},
-                          {"role": "user", "content": "1+1="}], "answer": "2"}]  # fmt: skip
+    rows = [
+        {
+            "messages": [
+                {"role": "system", "content": "be brief"},
+                {"role": "user", "content": "1+1="},
+            ],
+            "answer": "2",
+        }
+    ]
     path = tmp_path / "chat.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     tokenizer = build_tokenizer()
@@ -175,8 +204,9 @@ def _write_rows(tmp_path: Path, suffix: str, rows: list[dict[str, object]]) -> P
     elif suffix == "json":
         path.write_text(json.dumps(rows, ensure_ascii=False, separators=(",", ":")))
     else:
-        path.write_text("".join(json.dumps(r, ensure_ascii=False, separators=(",", ":")) + "\n"
-                                for r in rows))  # fmt: skip
+        path.write_text(
+            "".join(json.dumps(r, ensure_ascii=False, separators=(",", ":")) + "\n" for r in rows)
+        )
     return path
 
 
@@ -201,8 +231,14 @@ def test_a_row_one_byte_over_the_limit_is_refused_in_every_format(
     # ('","answer":"1"}'), so the row is 26 + bytes(P); "é" is 2 bytes in UTF-8.
     width = len(char.encode())
     fits = "1" * ((MAX_ROW_BYTES - 26) % width) + char * ((MAX_ROW_BYTES - 26) // width)
-    assert len(json.dumps({"prompt": fits, "answer": "1"}, ensure_ascii=False,
-                          separators=(",", ":")).encode()) == MAX_ROW_BYTES  # fmt: skip
+    assert (
+        len(
+            json.dumps(
+                {"prompt": fits, "answer": "1"}, ensure_ascii=False, separators=(",", ":")
+            ).encode()
+        )
+        == MAX_ROW_BYTES
+    )
     rows = [{"prompt": "1+1=", "answer": "2"}, {"prompt": fits, "answer": "1"}]
     assert len(load_file_examples(_write_rows(tmp_path, suffix, rows))) == 2  # at the limit: kept
     rows.append({"prompt": fits + "1", "answer": "1"})  # one byte more: refused
@@ -226,14 +262,24 @@ def test_a_held_out_file_passes_the_same_guard(tmp_path: Path) -> None:
 
 
 SURROGATE_ROWS = [
-    ({"prompt": "1+1=\ud800", "answer": "2"}, "field 'prompt' holds a lone surrogate (\\ud800 "
-     "at character 5)"),
-    ({"prompt": "1+1=", "answer": "\udfff"}, "field 'answer' holds a lone surrogate (\\udfff "
-     "at character 1)"),
-    ({"messages": [{"role": "user", "content": "1+1="},
-                   {"role": "assistant", "content": "2\udc00"}]},
-     "messages[1].content holds a lone surrogate (\\udc00 at character 2)"),
-]  # fmt: skip
+    (
+        {"prompt": "1+1=\ud800", "answer": "2"},
+        "field 'prompt' holds a lone surrogate (\\ud800 at character 5)",
+    ),
+    (
+        {"prompt": "1+1=", "answer": "\udfff"},
+        "field 'answer' holds a lone surrogate (\\udfff at character 1)",
+    ),
+    (
+        {
+            "messages": [
+                {"role": "user", "content": "1+1="},
+                {"role": "assistant", "content": "2\udc00"},
+            ]
+        },
+        "messages[1].content holds a lone surrogate (\\udc00 at character 2)",
+    ),
+]
 
 
 @pytest.mark.parametrize("suffix", ["jsonl", "json"])
@@ -246,8 +292,9 @@ def test_a_lone_surrogate_escape_names_its_row_and_field(
     # json.dumps escapes the surrogate as \ud800: valid JSON in a valid UTF-8 file
     path = tmp_path / f"task.{suffix}"
     rows = [{"prompt": "2+2=", "answer": "4"}, row]
-    path.write_text(json.dumps(rows) if suffix == "json" else
-                    "".join(json.dumps(r) + "\n" for r in rows))  # fmt: skip
+    path.write_text(
+        json.dumps(rows) if suffix == "json" else "".join(json.dumps(r) + "\n" for r in rows)
+    )
     assert "\\ud" in path.read_text()
     with pytest.raises(InputError) as err:
         load_file_examples(path)
@@ -282,8 +329,9 @@ def test_a_parquet_string_that_is_not_utf8_names_its_row_and_field(
     with pytest.raises(InputError) as err:
         load_file_examples(path)
     # "1+1=" is 4 bytes: the bad byte 0xed is the 5th
-    assert str(err.value) == (f"{path} row 3: field {column!r} is not UTF-8 (byte 0xed at "
-                              "column 5 of its text)")  # fmt: skip
+    assert str(err.value) == (
+        f"{path} row 3: field {column!r} is not UTF-8 (byte 0xed at column 5 of its text)"
+    )
 
 
 def test_a_parquet_chat_message_that_is_not_utf8_names_its_row(tmp_path: Path) -> None:
@@ -292,8 +340,9 @@ def test_a_parquet_chat_message_that_is_not_utf8_names_its_row(tmp_path: Path) -
 
     from rlmap.core.errors import InputError
 
-    contents = pa.Array.from_buffers(pa.string(), 4, pa.array(
-        [b"1+1=", b"2", b"2+2=", b"\xed\xa0\x80"], pa.binary()).buffers())  # fmt: skip
+    contents = pa.Array.from_buffers(
+        pa.string(), 4, pa.array([b"1+1=", b"2", b"2+2=", b"\xed\xa0\x80"], pa.binary()).buffers()
+    )
     roles = pa.array(["user", "assistant"] * 2)
     messages = pa.StructArray.from_arrays([roles, contents], ["role", "content"])
     offsets = pa.array([0, 2, 4], pa.int32())
@@ -301,5 +350,6 @@ def test_a_parquet_chat_message_that_is_not_utf8_names_its_row(tmp_path: Path) -
     pq.write_table(pa.table({"messages": pa.ListArray.from_arrays(offsets, messages)}), path)
     with pytest.raises(InputError) as err:
         load_file_examples(path)
-    assert str(err.value) == (f"{path} row 1: field 'messages' is not UTF-8 (byte 0xed at "
-                              "column 1 of its text)")  # fmt: skip
+    assert str(err.value) == (
+        f"{path} row 1: field 'messages' is not UTF-8 (byte 0xed at column 1 of its text)"
+    )

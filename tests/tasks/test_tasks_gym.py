@@ -119,10 +119,14 @@ class Scripted:
 
         replies, out = self.rounds.pop(0), []
         for k, context in enumerate(contexts):
-            ids = [*TOKENIZER.encode(replies[k], add_special_tokens=False),
-                   TOKENIZER.eos_token_id]  # fmt: skip
-            done = Completion(prompt_ids=tuple(context), response_ids=tuple(ids),
-                              logprobs=(0.0,) * len(ids), stopped=True, version=0)  # fmt: skip
+            ids = [*TOKENIZER.encode(replies[k], add_special_tokens=False), TOKENIZER.eos_token_id]
+            done = Completion(
+                prompt_ids=tuple(context),
+                response_ids=tuple(ids),
+                logprobs=(0.0,) * len(ids),
+                stopped=True,
+                version=0,
+            )
             out.append([done])
         return out
 
@@ -133,8 +137,14 @@ def test_a_text_environment_gets_text_and_a_failure_aborts_the_episode() -> None
     train, _ = load_data(cfg)
     make = environment_factory(cfg, TOKENIZER)
     envs = [make(train[0]) for _ in range(3)]
-    episodes = run_episodes(Scripted(["ab", "xy", "boom"]), envs, max_new_tokens=8,  # type: ignore[arg-type]
-                            temperature=1.0, top_p=1.0, max_turns=3)  # fmt: skip
+    episodes = run_episodes(
+        Scripted(["ab", "xy", "boom"]),
+        envs,
+        max_new_tokens=8,  # type: ignore[arg-type]
+        temperature=1.0,
+        top_p=1.0,
+        max_turns=3,
+    )
     right, wrong, broken = episodes
     assert (right.outcome, right.end, right.status) == (1.0, End.TERMINAL, RewardStatus.OK)
     assert (wrong.outcome, wrong.end) == (0.0, End.TERMINAL)
@@ -149,9 +159,14 @@ def test_frozen_lake_episodes_through_the_runner() -> None:
     make = environment_factory(cfg, TOKENIZER)
     rounds = [["2", "1", "0"], ["2", "2", "0"], ["1", "0"], ["1", "0"], ["1", "0"], ["2", "0"]]
     engine = Scripted(*rounds)
-    walk, hole, wander = run_episodes(engine, [make(train[0]) for _ in range(3)],  # type: ignore[arg-type]
-                                      max_new_tokens=4, temperature=1.0, top_p=1.0,
-                                      max_turns=6)  # fmt: skip
+    walk, hole, wander = run_episodes(
+        engine,
+        [make(train[0]) for _ in range(3)],  # type: ignore[arg-type]
+        max_new_tokens=4,
+        temperature=1.0,
+        top_p=1.0,
+        max_turns=6,
+    )
     assert (walk.outcome, walk.end, walk.turns) == (1.0, End.TERMINAL, 6)
     assert (hole.outcome, hole.end, hole.turns) == (0.0, End.TERMINAL, 2)
     assert (wander.outcome, wander.end, wander.turns) == (0.0, End.TRUNCATED, 6)
@@ -160,19 +175,37 @@ def test_frozen_lake_episodes_through_the_runner() -> None:
 
 def test_a_short_run_on_frozen_lake_completes(tmp_path: Path) -> None:
     tokenizer = build_tokenizer(characters=PRINTABLE)
-    spec = TinySpec(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                    num_attention_heads=2, num_key_value_heads=1,
-                    max_position_embeddings=512)  # fmt: skip
+    spec = TinySpec(
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=512,
+    )
     model = tmp_path / "model"
     build_tiny_model(tokenizer, spec, seed=0).save_pretrained(model)
     tokenizer.save_pretrained(model)
     out = tmp_path / "run"
-    args = ["--out", str(out), *LAKE, f"model.path={model}", "optim.steps=2",
-            "data.max_turns=4", "sampling.prompts_per_step=2", "sampling.group_size=2",
-            "generation.max_new_tokens=3", "generation.eval_samples=2", "data.train_size=8",
-            "data.eval_size=2", "run.progress=false", "optim.micro_batch_size=4"]  # fmt: skip
-    done = subprocess.run([sys.executable, "-m", "rlmap.cli", "train", *args], text=True,
-                          capture_output=True)  # fmt: skip
+    args = [
+        "--out",
+        str(out),
+        *LAKE,
+        f"model.path={model}",
+        "optim.steps=2",
+        "data.max_turns=4",
+        "sampling.prompts_per_step=2",
+        "sampling.group_size=2",
+        "generation.max_new_tokens=3",
+        "generation.eval_samples=2",
+        "data.train_size=8",
+        "data.eval_size=2",
+        "run.progress=false",
+        "optim.micro_batch_size=4",
+    ]
+    done = subprocess.run(
+        [sys.executable, "-m", "rlmap.cli", "train", *args], text=True, capture_output=True
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [0, 1, 2]
@@ -239,8 +272,13 @@ def test_a_prose_tasks_character_checkpoint_reads_back_with_its_spaces(tmp_path:
     # space and newline that way
     from transformers import AutoTokenizer
 
-    spec = TinySpec(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                    num_attention_heads=2, num_key_value_heads=1)  # fmt: skip
+    spec = TinySpec(
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+    )
     build_tiny_model(TOKENIZER, spec, seed=0).save_pretrained(tmp_path)
     TOKENIZER.save_pretrained(tmp_path)
     text = "Act in FrozenLake-v1.\nstate 0"

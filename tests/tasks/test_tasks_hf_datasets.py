@@ -100,10 +100,15 @@ def test_a_saved_dataset_dict_loads_by_path_split_by_split(tmp_path: Path) -> No
 
 
 def test_train_and_held_out_splits_of_one_dataset(tmp_path: Path) -> None:
-    path = save(tmp_path / "gsm8k", {"train": gsm8k_columns(GSM8K[:5]),
-                                     "test": gsm8k_columns(GSM8K[5:])})  # fmt: skip
-    args = [f"data.task=hf:{path}@train", f"data.eval_path=hf:{path}@test",
-            "data.prompt_field=question", "data.answer_format=gsm8k"]  # fmt: skip
+    path = save(
+        tmp_path / "gsm8k", {"train": gsm8k_columns(GSM8K[:5]), "test": gsm8k_columns(GSM8K[5:])}
+    )
+    args = [
+        f"data.task=hf:{path}@train",
+        f"data.eval_path=hf:{path}@test",
+        "data.prompt_field=question",
+        "data.answer_format=gsm8k",
+    ]
     cfg = build_config("grpo", None, args)
     train, heldout = load_data(cfg)
     assert [e.answer for e in train] == ["7", "1000", "7", "30", "72"]
@@ -125,8 +130,9 @@ def test_a_split_must_be_named_or_known(tmp_path: Path) -> None:
     path = save(tmp_path / "d", {"train": rows, "test": rows})
     with pytest.raises(InputError) as err:
         load_file_examples(f"hf:{path}")
-    assert str(err.value) == (f"hf:{path}: it has the splits train, test; name one, as in "
-                              f"hf:{path}@train")  # fmt: skip
+    assert str(err.value) == (
+        f"hf:{path}: it has the splits train, test; name one, as in hf:{path}@train"
+    )
     with pytest.raises(InputError) as err:
         load_file_examples(f"hf:{path}@validation")
     assert str(err.value) == f"hf:{path}@validation: no split 'validation'; it has train, test"
@@ -136,8 +142,9 @@ def test_a_missing_field_names_the_columns(tmp_path: Path) -> None:
     path = save(tmp_path / "d", {"train": gsm8k_columns(GSM8K)})
     with pytest.raises(InputError) as err:
         load_file_examples(f"hf:{path}@train")  # the default prompt field, "prompt"
-    assert str(err.value) == (f"hf:{path}@train: no column 'prompt' (data.prompt_field); its "
-                              "columns: question, answer")  # fmt: skip
+    assert str(err.value) == (
+        f"hf:{path}@train: no column 'prompt' (data.prompt_field); its columns: question, answer"
+    )
 
 
 def test_a_bad_row_is_named_by_its_index(tmp_path: Path) -> None:
@@ -151,8 +158,13 @@ def test_a_bad_row_is_named_by_its_index(tmp_path: Path) -> None:
 
 
 def test_chat_rows_of_a_dataset_are_read_as_a_files(tmp_path: Path) -> None:
-    messages = [[{"role": "system", "content": "Be brief."}, {"role": "user", "content": "1+1="},
-                 {"role": "assistant", "content": "\\boxed{2}"}]]  # fmt: skip
+    messages = [
+        [
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": "1+1="},
+            {"role": "assistant", "content": "\\boxed{2}"},
+        ]
+    ]
     path = save(tmp_path / "chat", {"messages": messages})
     (example,) = load_file_examples(f"hf:{path}", answer_format="math")
     assert (example.prompt, example.answer) == ("1+1=", "2")
@@ -163,12 +175,16 @@ def test_a_directory_of_data_files_loads_through_load_dataset(tmp_path: Path) ->
     folder = tmp_path / "files"
     folder.mkdir()
     for split, rows in (("train", GSM8K[:4]), ("test", GSM8K[4:])):
-        (folder / f"{split}.jsonl").write_text("".join(
-            json.dumps({"question": q, "answer": a}) + "\n" for q, a, _ in rows))  # fmt: skip
+        (folder / f"{split}.jsonl").write_text(
+            "".join(json.dumps({"question": q, "answer": a}) + "\n" for q, a, _ in rows)
+        )
     examples = load_file_examples(f"hf:{folder}@test", "question", "answer", "gsm8k")
     assert [e.answer for e in examples] == ["72", "36"]
-    with pytest.raises(InputError, match=rf"^hf:{folder}:main@test: cannot load the dataset "
-                       r"\(BuilderConfig 'main' not found"):  # fmt: skip
+    with pytest.raises(
+        InputError,
+        match=rf"^hf:{folder}:main@test: cannot load the dataset "
+        r"\(BuilderConfig 'main' not found",
+    ):
         load_file_examples(f"hf:{folder}:main@test")
 
 
@@ -220,17 +236,23 @@ def test_each_format_trains_and_scores_its_references(
     )
     if fmt == "gsm8k":  # GSM8K as a JSONL file
         task = tmp_path / "gsm8k.jsonl"
-        task.write_text("".join(json.dumps(dict(zip(fields, r[:2], strict=True))) + "\n"
-                                for r in rows))  # fmt: skip
+        task.write_text(
+            "".join(json.dumps(dict(zip(fields, r[:2], strict=True))) + "\n" for r in rows)
+        )
         source = str(task)
     else:  # MATH as a datasets directory, loaded by path
         path = save(
             tmp_path / "math", {"train": {f: [r[i] for r in rows] for i, f in enumerate(fields)}}
         )
         source = f"hf:{path}@train"
-    args = [*toy(wide_model_dir), f"data.task={source}", "data.eval_size=2",
-            f"data.prompt_field={fields[0]}", f"data.answer_field={fields[1]}",
-            f"data.answer_format={fmt}"]  # fmt: skip
+    args = [
+        *toy(wide_model_dir),
+        f"data.task={source}",
+        "data.eval_size=2",
+        f"data.prompt_field={fields[0]}",
+        f"data.answer_field={fields[1]}",
+        f"data.answer_format={fmt}",
+    ]
     train, heldout = load_data(build_config("grpo", None, args))
     assert [e.answer for e in heldout + train] == [ref for _, _, ref in rows]
     reward = _scorer(args)

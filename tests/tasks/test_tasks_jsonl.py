@@ -75,9 +75,13 @@ def test_a_pair_with_a_lone_surrogate_names_its_line_and_field(tmp_path: Path) -
     from rlmap.tasks.jsonl import load_records
 
     path = tmp_path / "pairs.jsonl"
-    path.write_text('{"prompt": "1+1=", "chosen": "2", "rejected": "3"}\n'
-                    '{"prompt": "1+1=", "chosen": "\\ud800", "rejected": "3"}\n')  # fmt: skip
+    path.write_text(
+        '{"prompt": "1+1=", "chosen": "2", "rejected": "3"}\n'
+        '{"prompt": "1+1=", "chosen": "\\ud800", "rejected": "3"}\n'
+    )
     with pytest.raises(InputError) as err:
         load_records(path, ("prompt", "chosen", "rejected"), "pairs")
-    assert str(err.value) == (f"{path}:2: field 'chosen' holds a lone surrogate (\\ud800 at "
-                              "character 1), half of a UTF-16 pair, which is not text")  # fmt: skip
+    assert str(err.value) == (
+        f"{path}:2: field 'chosen' holds a lone surrogate (\\ud800 at "
+        "character 1), half of a UTF-16 pair, which is not text"
+    )

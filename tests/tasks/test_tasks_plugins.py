@@ -1,4 +1,4 @@
-"""Tasks as plug-ins: one interface (:class:`rlmap.tasks.registry.TaskKind`), one module per
+"""Tasks as plug-ins: one interface (:class:`rlmap.tasks.kind.TaskKind`), one module per
 kind, and no code outside the task package that branches on a task's kind."""
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from rlmap.recipes import build_config
 from rlmap.tasks import registry
 from rlmap.tasks.arithmetic import Example
 from rlmap.tasks.env import EnvFactory
-from rlmap.tasks.registry import DataSettings, Labelled, Scoring, TaskKind, kind_of, task_kinds
+from rlmap.tasks.kind import DataSettings, Labelled, Scoring, TaskKind, answer_environments
+from rlmap.tasks.registry import kind_of, task_kinds
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "rlmap"
 
@@ -95,9 +96,10 @@ def test_each_data_task_has_one_kind(task: str, kind: str) -> None:
 
 def test_the_kinds_answer_what_the_rest_of_rlmap_asks() -> None:
     # sections.DataConfig.multi_turn and resolved_ops read them; a few spot values
-    assert [kind_of(t).multi_turn for t in ("arithmetic", "calculator", "gym:X", "verifiers:Y",
-                                            "reasoning_gym:Z", "f.jsonl")] == [
-        False, True, True, True, False, False]  # fmt: skip
+    assert [
+        kind_of(t).multi_turn
+        for t in ("arithmetic", "calculator", "gym:X", "verifiers:Y", "reasoning_gym:Z", "f.jsonl")
+    ] == [False, True, True, True, False, False]
     assert kind_of("calculator").default_ops == "*" and kind_of("arithmetic").default_ops == "+"
     assert build_config("grpo", None, ["data.task=calculator"]).data.resolved_ops == "*"
     assert build_config("grpo", None, ["data.task=calculator"]).data.turn_budget == 3
@@ -127,7 +129,7 @@ def _toy_prompts(d: DataSettings) -> list[Labelled]:
 
 def _toy_kind(seen: list[str]) -> TaskKind:
     def environment(tokenizer: Any, d: DataSettings, scoring: Scoring) -> EnvFactory:
-        make = registry.answer_environments(tokenizer, scoring)
+        make = answer_environments(tokenizer, scoring)
 
         def episode(example: Example) -> Any:
             seen.append(example.prompt)
@@ -153,7 +155,8 @@ def test_a_toy_kind_registered_in_a_test_trains_a_step(
     from rlmap.experiments.train import run_training
 
     seen: list[str] = []
-    monkeypatch.setattr(registry, "KINDS", task_kinds(extra=(_toy_kind(seen),)))
+    toy_kinds = task_kinds(extra=(_toy_kind(seen),))
+    monkeypatch.setattr(registry, "kinds", lambda: toy_kinds)
     cfg = build_config("grpo", None, [*toy(tiny_model_dir, steps=1), "data.task=toy:plus-zero"])
     assert kind_of(cfg.data.task).name == "toy"
     run_training(cfg, tmp_path / "run")

@@ -143,11 +143,18 @@ def test_an_explicit_verifier_is_kept_and_an_item_verifier_needs_the_task() -> N
 def test_per_task_pass_at_k_by_hand() -> None:
     # two samples per prompt; task a: 2 and 0 correct, task b: 1 correct
     # pass@1 = mean c/n: a (1 + 0)/2 = 0.5, b 0.5; pass@2: a (1 + 0)/2 = 0.5, b 1
-    examples = [Example("p1", "1", task="a"), Example("p2", "2", task="a"),
-                Example("p3", "3", task="b")]  # fmt: skip
+    examples = [
+        Example("p1", "1", task="a"),
+        Example("p2", "2", task="a"),
+        Example("p3", "3", task="b"),
+    ]
     got = per_task(examples, [2, 0, 1], 2)
-    assert got == {"eval/a/pass@1": 0.5, "eval/a/pass@k": 0.5,
-                   "eval/b/pass@1": 0.5, "eval/b/pass@k": 1.0}  # fmt: skip
+    assert got == {
+        "eval/a/pass@1": 0.5,
+        "eval/a/pass@k": 0.5,
+        "eval/b/pass@1": 0.5,
+        "eval/b/pass@k": 1.0,
+    }
     assert per_task([Example("p", "1")], [1], 2) == {}  # no task named: no per-task keys
 
 
@@ -182,8 +189,18 @@ def test_the_chat_model_learns_the_words_of_its_reasoning_gym_task() -> None:
     # "State the final answer to the following arithmetic problem:" is 9 words and a colon;
     # then " ", "0", and for each further term " -", " ", "4", then " =": 2 + 3 + 3 + 1
     words = [tokenizer.decode([i]) for i in ids]
-    assert words[:10] == ["State", " the", " final", " answer", " to", " the", " following",
-                          " arithmetic", " problem", ":"]  # fmt: skip
+    assert words[:10] == [
+        "State",
+        " the",
+        " final",
+        " answer",
+        " to",
+        " the",
+        " following",
+        " arithmetic",
+        " problem",
+        ":",
+    ]
     assert len(ids) <= 10 + 9  # 3 terms at most (digits one by one, as Qwen2 splits them)
     shared = chat_tokenizer()
     assert len(shared(question, add_special_tokens=False)["input_ids"]) > 2 * len(ids)
@@ -207,13 +224,29 @@ def test_the_chat_model_learns_the_words_of_its_reasoning_gym_task() -> None:
 def test_training_on_a_mixture_logs_each_task(wide_model_dir: Path, tmp_path: Path) -> None:
     model = wide_model_dir
     out = tmp_path / "run"
-    args = ["--recipe", "grpo", "--out", str(out), f"model.path={model}", "optim.steps=1",
-            "data.task=reasoning_gym:chain_sum+basic_arithmetic", "sampling.prompts_per_step=2",
-            "sampling.group_size=2", "generation.max_new_tokens=4", "generation.eval_samples=2",
-            "data.train_size=20", "data.eval_size=4", "run.progress=false",
-            "optim.micro_batch_size=4"]  # fmt: skip
-    done = subprocess.run([sys.executable, "-m", "rlmap.cli", "train", *args], text=True,
-                          capture_output=True, env={"OMP_NUM_THREADS": "1", **_env()})  # fmt: skip
+    args = [
+        "--recipe",
+        "grpo",
+        "--out",
+        str(out),
+        f"model.path={model}",
+        "optim.steps=1",
+        "data.task=reasoning_gym:chain_sum+basic_arithmetic",
+        "sampling.prompts_per_step=2",
+        "sampling.group_size=2",
+        "generation.max_new_tokens=4",
+        "generation.eval_samples=2",
+        "data.train_size=20",
+        "data.eval_size=4",
+        "run.progress=false",
+        "optim.micro_batch_size=4",
+    ]
+    done = subprocess.run(
+        [sys.executable, "-m", "rlmap.cli", "train", *args],
+        text=True,
+        capture_output=True,
+        env={"OMP_NUM_THREADS": "1", **_env()},
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     evals = [r for r in rows if "eval/pass@1" in r]
@@ -259,9 +292,18 @@ def test_a_task_is_scored_by_its_own_settings() -> None:
 def test_partial_credit_trains_but_pass_at_k_counts_full_scores() -> None:
     cfg = build_config("grpo", None, [*SMALL_SUMS, "feedback.verifier=reasoning_gym_partial"])
     assert (cfg.feedback.verifier, cfg.feedback.eval_verifier) == (
-        "reasoning_gym_partial", "reasoning_gym")  # fmt: skip
-    kept = build_config("grpo", None, [*SMALL_SUMS, "feedback.verifier=reasoning_gym_partial",
-                                       "feedback.eval_verifier=reasoning_gym_partial"])  # fmt: skip
+        "reasoning_gym_partial",
+        "reasoning_gym",
+    )
+    kept = build_config(
+        "grpo",
+        None,
+        [
+            *SMALL_SUMS,
+            "feedback.verifier=reasoning_gym_partial",
+            "feedback.eval_verifier=reasoning_gym_partial",
+        ],
+    )
     assert kept.feedback.eval_verifier == "reasoning_gym_partial"  # an override is kept
 
 
@@ -280,12 +322,21 @@ def test_tasks_whose_items_depend_on_the_hash_seed_are_refused() -> None:
 
 
 def test_the_items_are_the_same_in_another_process() -> None:
-    code = ("import json, sys; from rlmap.tasks import reasoning_gym as rg; "
-            "t, h = rg.make_splits('reasoning_gym:chain_sum+basic_arithmetic', None, 3, 30, 6); "
-            "print(json.dumps([[e.prompt, e.answer, e.reference] for e in t + h]))")  # fmt: skip
-    runs = [subprocess.run([sys.executable, "-c", code], text=True, capture_output=True,
-                           check=True, env={**_env(), "PYTHONHASHSEED": seed}).stdout
-            for seed in ("1", "2")]  # fmt: skip
+    code = (
+        "import json, sys; from rlmap.tasks import reasoning_gym as rg; "
+        "t, h = rg.make_splits('reasoning_gym:chain_sum+basic_arithmetic', None, 3, 30, 6); "
+        "print(json.dumps([[e.prompt, e.answer, e.reference] for e in t + h]))"
+    )
+    runs = [
+        subprocess.run(
+            [sys.executable, "-c", code],
+            text=True,
+            capture_output=True,
+            check=True,
+            env={**_env(), "PYTHONHASHSEED": seed},
+        ).stdout
+        for seed in ("1", "2")
+    ]
     assert runs[0] == runs[1] and len(json.loads(runs[0])) == 36
 
 
@@ -299,18 +350,20 @@ def test_mixture_settings_must_be_mappings_and_every_task_held_out() -> None:
 def test_a_reasoning_gym_task_gets_the_chat_model_unless_a_model_is_named() -> None:
     # Before: `rlmap train data.task=reasoning_gym:chain_sum` trained the character-level
     # model, which stalls on prose (0.018 -> 0.017 held-out pass@1 in 100 steps).
-    from rlmap.recipes.config import embedded_task_note
+    from rlmap.recipes.build import embedded_task_note
     from rlmap.tasks.sources.reasoning_gym import PROSE_MODEL
 
     cfg = build_config("grpo", None, ["data.task=reasoning_gym:chain_sum"])
     assert cfg.model.path == PROSE_MODEL == "embedded:tiny-chat"
     mixture = build_config("grpo", None, ["data.task=reasoning_gym:chain_sum*3+basic_arithmetic"])
     assert mixture.model.path == PROSE_MODEL
-    named = build_config("grpo", None, ["data.task=reasoning_gym:chain_sum",
-                                        "model.path=embedded:tiny"])  # fmt: skip
+    named = build_config(
+        "grpo", None, ["data.task=reasoning_gym:chain_sum", "model.path=embedded:tiny"]
+    )
     assert named.model.path == "embedded:tiny"
-    in_file = build_config(None, {"model": {"path": "embedded:tiny"}},
-                           ["data.task=reasoning_gym:chain_sum"])  # fmt: skip
+    in_file = build_config(
+        None, {"model": {"path": "embedded:tiny"}}, ["data.task=reasoning_gym:chain_sum"]
+    )
     assert in_file.model.path == "embedded:tiny"
     assert build_config("grpo", None, []).model.path == "embedded:tiny"  # arithmetic: as before
     # the model, and the task's own settings on an embedded model: one line before training

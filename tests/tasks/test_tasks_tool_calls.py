@@ -83,9 +83,14 @@ def test_the_bisection_finds_what_a_scan_of_every_prefix_finds(ids: list[int]) -
 def completion(ids: Sequence[int], stopped: bool = False, routes: bool = False) -> Completion:
     n = len(ids)
     routed = torch.arange(2 + n)[:, None, None] if routes else None
-    return Completion(prompt_ids=(9, 9), response_ids=tuple(ids),
-                      logprobs=tuple(-0.1 * (k + 1) for k in range(n)), stopped=stopped,
-                      version=3, routes=routed)  # fmt: skip
+    return Completion(
+        prompt_ids=(9, 9),
+        response_ids=tuple(ids),
+        logprobs=tuple(-0.1 * (k + 1) for k in range(n)),
+        stopped=stopped,
+        version=3,
+        routes=routed,
+    )
 
 
 def test_a_completion_is_cut_after_its_stop_string_ids_logprobs_and_routes_alike() -> None:
@@ -104,13 +109,18 @@ def test_text_stop_ends_only_rows_whose_recent_response_tokens_hold_the_string()
     stops = TextStop(TOY, width=2)
     assert stops(rows[:, :3], None).tolist() == [False, False, False]
     assert stops(torch.cat([rows, torch.tensor([[4], [4], [0]])], 1), None).tolist() == [
-        False, True, True]  # fmt: skip
+        False,
+        True,
+        True,
+    ]
 
 
 def test_a_tool_call_is_json_in_the_tags_and_anything_else_is_an_error() -> None:
     call = {"name": "calculator", "arguments": {"expression": "2*3"}}
     assert parse_tool_call(f"ok <tool_call>{json.dumps(call)}</tool_call>") == (
-        "calculator", {"expression": "2*3"})  # fmt: skip
+        "calculator",
+        {"expression": "2*3"},
+    )
     wire = {"name": "calculator", "arguments": json.dumps({"expression": "2*3"})}
     assert parse_tool_call(f"<tool_call>{json.dumps(wire)}</tool_call>")[1] == {"expression": "2*3"}
     tools = {"calculator": calculator_tool}
@@ -120,12 +130,16 @@ def test_a_tool_call_is_json_in_the_tags_and_anything_else_is_an_error() -> None
         ('<tool_call>["calculator"]</tool_call>', '"name"'),
         ('<tool_call>{"name": "calculator", "arguments": 3}</tool_call>', "an object"),
         ('<tool_call>{"name": "search", "arguments": {}}</tool_call>', "no tool named 'search'"),
-        ('<tool_call>{"name": "calculator", "arguments": {"expression": "2/0"}}</tool_call>',
-         "error: cannot evaluate '2/0'"),
-        ('<tool_call>{"name": "calculator", "arguments": {"x": "1"}}</tool_call>',
-         "calculator: missing a required argument: 'expression'"),
+        (
+            '<tool_call>{"name": "calculator", "arguments": {"expression": "2/0"}}</tool_call>',
+            "error: cannot evaluate '2/0'",
+        ),
+        (
+            '<tool_call>{"name": "calculator", "arguments": {"x": "1"}}</tool_call>',
+            "calculator: missing a required argument: 'expression'",
+        ),
         ("no call </tool_call>", "no <tool_call>"),
-    ]:  # fmt: skip
+    ]:
         shown, failed = run_tool(tools, bad)
         assert failed and shown.startswith("error: ") and why in shown, (bad, shown)
 
@@ -147,16 +161,18 @@ def test_a_tool_that_breaks_is_an_infrastructure_failure_not_the_models() -> Non
             run_tool({"search": search}, call)
     # through the runner: the episode is aborted, its status infra_error, never a reward
     tokenizer = chat_tokenizer()
-    env = ToolEnv(tokenizer, Example(QUESTION, RESULT), lambda r, a: 1.0, {"search": search},
-                  max_turns=2)  # fmt: skip
+    env = ToolEnv(
+        tokenizer, Example(QUESTION, RESULT), lambda r, a: 1.0, {"search": search}, max_turns=2
+    )
     turn = tokenizer.encode(call, add_special_tokens=False)
 
     class OneCall:
         version = 0
 
         def generate(self, prompts: Sequence[Sequence[int]], **_: Any) -> list[list[Completion]]:
-            return [[Completion(tuple(p), tuple(turn), (-0.1,) * len(turn), True, 0)]
-                    for p in prompts]  # fmt: skip
+            return [
+                [Completion(tuple(p), tuple(turn), (-0.1,) * len(turn), True, 0)] for p in prompts
+            ]
 
     (episode,) = run_episodes(OneCall(), [env], max_new_tokens=64, temperature=1.0, top_p=1.0)  # type: ignore[arg-type]
     assert episode.end == End.ABORTED and episode.status == RewardStatus.INFRA_ERROR
@@ -183,8 +199,9 @@ def scripted() -> torch.nn.Module:
 
 def test_the_hf_engine_trains_on_exactly_the_ids_it_sampled(scripted: torch.nn.Module) -> None:
     tokenizer = chat_tokenizer()
-    engine = HFEngine(scripted, pad_token_id=int(tokenizer.pad_token_id),
-                      eos_token_id=int(tokenizer.eos_token_id))  # fmt: skip
+    engine = HFEngine(
+        scripted, pad_token_id=int(tokenizer.pad_token_id), eos_token_id=int(tokenizer.eos_token_id)
+    )
     check_token_in_token_out(engine)
 
 
@@ -201,16 +218,21 @@ def test_the_hf_engine_cuts_each_row_at_its_own_stop_string(
     eos = int(tokenizer.eos_token_id)
     engine = HFEngine(model, pad_token_id=eos if pad == "eos" else 0, eos_token_id=eos)
     prompts = [encode_prompt(tokenizer, q) for q in ("12*3=", "7*45=", "1*2*3*4=")]
-    free = [c for (c,) in engine.generate(prompts, n=1, max_new_tokens=12, temperature=0.0,
-                                          top_p=1.0)]  # fmt: skip
+    free = [
+        c for (c,) in engine.generate(prompts, n=1, max_new_tokens=12, temperature=0.0, top_p=1.0)
+    ]
     decode = decoder(tokenizer)
     text = decode(list(free[0].response_ids[3:6]))
     assert len(free[0].response_ids) == 12 and len(text) >= 3
     steps = []
     monkeypatch.setattr(TextStop, "__call__", counting(TextStop.__call__, steps))
     stops = StopStrings((text,), decode)
-    cut = [c for (c,) in engine.generate(prompts, n=1, max_new_tokens=12, temperature=0.0,
-                                         top_p=1.0, stop_strings=stops)]  # fmt: skip
+    cut = [
+        c
+        for (c,) in engine.generate(
+            prompts, n=1, max_new_tokens=12, temperature=0.0, top_p=1.0, stop_strings=stops
+        )
+    ]
     for f, c in zip(free, cut, strict=True):
         n = len(f.response_ids)
         scan = next((k for k in range(1, n + 1) if text in decode(list(f.response_ids[:k]))), None)
@@ -232,8 +254,13 @@ def counting(method: Any, calls: list[int]) -> Any:
 
 def test_a_malformed_call_is_a_tool_error_and_the_episode_goes_on() -> None:
     tokenizer = chat_tokenizer()
-    env = ToolEnv(tokenizer, Example(QUESTION, RESULT), lambda r, a: 1.0,
-                  {"calculator": calculator_tool}, max_turns=2)  # fmt: skip
+    env = ToolEnv(
+        tokenizer,
+        Example(QUESTION, RESULT),
+        lambda r, a: 1.0,
+        {"calculator": calculator_tool},
+        max_turns=2,
+    )
     env.reset()
     bad = tokenizer.encode('<tool_call>{"name": calculator}</tool_call>', add_special_tokens=False)
     step = env.step(bad)
@@ -250,8 +277,13 @@ def test_a_call_whose_completing_token_goes_on_is_still_a_call() -> None:
     hold more text (``>{"`` is one token of the chat tokenizer), so the turn's text need
     not end with the tag: the call is still run, not scored as an answer."""
     tokenizer = chat_tokenizer()
-    env = ToolEnv(tokenizer, Example(QUESTION, RESULT), lambda r, a: 1.0,
-                  {"calculator": calculator_tool}, max_turns=2)  # fmt: skip
+    env = ToolEnv(
+        tokenizer,
+        Example(QUESTION, RESULT),
+        lambda r, a: 1.0,
+        {"calculator": calculator_tool},
+        max_turns=2,
+    )
     env.reset()
     call = '<tool_call>{"name": "calculator", "arguments": {"expression": "37*85"}}</tool_call'
     (goes_on,) = tokenizer.encode('>{"', add_special_tokens=False)
@@ -336,8 +368,9 @@ def test_the_calculator_on_a_chat_model_is_refused_up_front_where_it_cannot_work
     # prompt "99*99=" in ChatML is 14 tokens (digits one by one), a call 24, its tool
     # message for up to "-9999" 15 (5 of frame before, 5 after): 3 turns need
     # 14 + 2·(24 + 15) + 32 = 124 positions, 4 turns 14 + 3·39 + 32 = 163 > 128
-    four = build_config("ppo", None, ["data.task=calculator", "generation.max_new_tokens=32",
-                                      "data.max_turns=4"])  # fmt: skip
+    four = build_config(
+        "ppo", None, ["data.task=calculator", "generation.max_new_tokens=32", "data.max_turns=4"]
+    )
     with pytest.raises(ConfigError, match=r"^data\.max_turns: 4 turns .* up to 163 positions"):
         check_calculator(four.data, four.generation.max_new_tokens, chat_tokenizer(), 128)
     no_tool_role = chat_tokenizer()
@@ -395,8 +428,9 @@ def test_a_chat_model_is_shown_the_calculators_schema_through_its_template() -> 
     with pytest.raises(InputError, match=r"^row 0: prompt of \d+ tokens"):
         check_prompt_lengths([("row 0", "37*85=")], shows_tools, fits, tools=schemas)
     # the warm start's demonstrations are prompted as the environment prompts
-    ids, _, labels = sft_batch(shows_tools, [make_problem(37, "*", 85)], 0.0, random.Random(0),
-                               tool_demos=1.0)  # fmt: skip
+    ids, _, labels = sft_batch(
+        shows_tools, [make_problem(37, "*", 85)], 0.0, random.Random(0), tool_demos=1.0
+    )
     prompt = [int(i) for i, label in zip(ids[0], labels[0], strict=True) if label == -100]
     assert shows_tools.decode(prompt).startswith(text)  # then the observation's ids
     # a template that refuses tools is a one-line error, not a jinja traceback
@@ -419,5 +453,10 @@ def test_a_tool_the_model_cannot_be_shown_is_refused_naming_it() -> None:
     with pytest.raises(ValueError, match=r"^tool 'search': no schema to show the model"):
         tool_schemas({"search": search})
     with pytest.raises(ValueError, match=r"^tool 'search'"):
-        ToolEnv(chat_tokenizer(), Example(QUESTION, RESULT), lambda r, a: 1.0,
-                {"search": search}, max_turns=2)  # fmt: skip
+        ToolEnv(
+            chat_tokenizer(),
+            Example(QUESTION, RESULT),
+            lambda r, a: 1.0,
+            {"search": search},
+            max_turns=2,
+        )

@@ -39,7 +39,7 @@ from rlmap.engines.engine import Completion
 from rlmap.engines.hf import HFEngine
 from rlmap.recipes import build_config
 from rlmap.rollout.episodes import run_episodes
-from rlmap.tasks import verifiers_env
+from rlmap.tasks import verifiers_env, verifiers_episode
 from rlmap.tasks.prompts import encode_prompt
 from rlmap.tasks.tool_calls import CLOSE, observation_ids, tail_ids
 
@@ -56,13 +56,14 @@ def importable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.syspath_prepend(str(ROOT / "tests"))
 
 
-def make_env(task: str, args: dict[str, Any] | None = None, row: int = 0, max_turns: int = 3
-             ) -> Any:  # fmt: skip
+def make_env(
+    task: str, args: dict[str, Any] | None = None, row: int = 0, max_turns: int = 3
+) -> Any:
     """The episode of held-out row ``row`` (``QUESTION`` is row 0 of verifiers_envs), in
     rlmap's budget of ``max_turns`` turns."""
     tokenizer = chat_tokenizer()
     _, heldout = verifiers_env.splits(task, args, 10, 2)
-    return verifiers_env.factory(tokenizer, task, args, max_turns)(heldout[row])
+    return verifiers_episode.factory(tokenizer, task, args, max_turns)(heldout[row])
 
 
 class Scripted:
@@ -80,8 +81,13 @@ class Scripted:
 
 
 def run(env: Any, turns: Sequence[Sequence[int]]) -> Any:
-    (episode,) = run_episodes(Scripted(turns), [env], max_new_tokens=64, temperature=1.0,  # type: ignore[arg-type]
-                              top_p=1.0)  # fmt: skip
+    (episode,) = run_episodes(
+        Scripted(turns),
+        [env],
+        max_new_tokens=64,
+        temperature=1.0,  # type: ignore[arg-type]
+        top_p=1.0,
+    )
     return episode
 
 
@@ -92,8 +98,10 @@ def test_the_tail_after_a_turn_is_the_templates_rendering_of_all_its_messages() 
     # two messages: ChatML closes the assistant turn, then each message, then the generation
     # prompt; the ids are those of the template's text for the three messages at once
     ids = tail_ids(tokenizer, [("tool", "3145"), ("user", "again")])
-    expected = ("<|im_end|>\n<|im_start|>tool\n3145<|im_end|>\n"
-                "<|im_start|>user\nagain<|im_end|>\n<|im_start|>assistant\n")  # fmt: skip
+    expected = (
+        "<|im_end|>\n<|im_start|>tool\n3145<|im_end|>\n"
+        "<|im_start|>user\nagain<|im_end|>\n<|im_start|>assistant\n"
+    )
     assert tokenizer.decode(ids) == expected
 
 
@@ -101,8 +109,11 @@ def test_a_verifiers_tool_env_trains_on_exactly_the_ids_the_engine_sampled() -> 
     # the example's ToolEnv (verifiers' own tool dispatch and rubric) on the scripted model:
     # the same token-for-token check as rlmap's own ToolEnv passes
     tokenizer = chat_tokenizer()
-    engine = HFEngine(scripted_model(), pad_token_id=int(tokenizer.pad_token_id),
-                      eos_token_id=int(tokenizer.eos_token_id))  # fmt: skip
+    engine = HFEngine(
+        scripted_model(),
+        pad_token_id=int(tokenizer.pad_token_id),
+        eos_token_id=int(tokenizer.eos_token_id),
+    )
     env = make_env("verifiers:verifiers_envs:tool_env")
     with torch.no_grad():
         check_token_in_token_out(engine, env)
@@ -130,8 +141,10 @@ def test_a_malformed_call_is_a_tool_error_answered_by_the_environment() -> None:
     tokenizer = chat_tokenizer()
     env = make_env("verifiers:verifiers_envs:tool_env")
     env.reset()
-    bad = [*tokenizer.encode('<tool_call>{"name": calculator', add_special_tokens=False),
-           *bytewise(tokenizer, CLOSE)]  # fmt: skip
+    bad = [
+        *tokenizer.encode('<tool_call>{"name": calculator', add_special_tokens=False),
+        *bytewise(tokenizer, CLOSE),
+    ]
     step = env.step(bad)
     assert step.tool_call and step.tool_error and not (step.terminated or step.truncated)
     shown = tokenizer.decode(list(step.observation))
@@ -157,9 +170,12 @@ def test_a_plain_multi_turn_env_speaks_after_the_sampled_ids_with_one_end_of_tur
     episode = run(make_env("verifiers:verifiers_envs:retrying_env"), [wrong, right])
     assert episode.end == End.TERMINAL and episode.turns == 2 and episode.rewards[-1] == 1.0
     assert episode.status == RewardStatus.OK
-    messages = [{"role": "user", "content": "37*85="}, {"role": "assistant", "content": "3146"},
-                {"role": "user", "content": "try again"},
-                {"role": "assistant", "content": "3145"}]  # fmt: skip
+    messages = [
+        {"role": "user", "content": "37*85="},
+        {"role": "assistant", "content": "3146"},
+        {"role": "user", "content": "try again"},
+        {"role": "assistant", "content": "3145"},
+    ]
     rendered = tokenizer.apply_chat_template(messages, tokenize=False)
     text = tokenizer.decode(list(episode.prompt_ids + episode.response_ids))
     assert text.count("<|im_end|>") == 4 and rendered.removesuffix("\n") == text
@@ -208,8 +224,13 @@ def test_a_rollout_past_the_environments_timeout_is_a_timeout_not_a_score() -> N
     tokenizer = chat_tokenizer()
     _, (_, _, turn1) = conversation(tokenizer)
     env = make_env("verifiers:verifiers_envs:slow_tool_env")
-    (episode,) = run_episodes(Slow([turn1]), [env], max_new_tokens=64, temperature=1.0,  # type: ignore[arg-type]
-                              top_p=1.0)  # fmt: skip
+    (episode,) = run_episodes(
+        Slow([turn1]),
+        [env],
+        max_new_tokens=64,
+        temperature=1.0,  # type: ignore[arg-type]
+        top_p=1.0,
+    )
     assert episode.status == RewardStatus.TIMEOUT and episode.end == End.TRUNCATED
 
 
@@ -231,7 +252,7 @@ def test_the_environments_tools_reach_the_chat_template() -> None:
     )
     task = "verifiers:verifiers_envs:tool_env"
     _, heldout = verifiers_env.splits(task, None, 10, 2)
-    prompt = verifiers_env.factory(tokenizer, task, None, 3)(heldout[0]).reset()
+    prompt = verifiers_episode.factory(tokenizer, task, None, 3)(heldout[0]).reset()
     assert tokenizer.decode(prompt).startswith(
         "<|im_start|>system\ncalculator: expression<|im_end|>"
     )
@@ -248,9 +269,12 @@ def test_an_environment_that_fails_or_rewrites_the_conversation_aborts_the_episo
 ) -> None:
     tokenizer = chat_tokenizer()
     _, (turn0, _, turn1) = conversation(tokenizer)
-    why = {"breaking_env": "RuntimeError: the sandbox died", "rewriting_env": "rewrote",
-           "editing_env": "rewrote",
-           "stopping_tool_env": "ToolCallError.* -> PermissionError.*refused"}[name]  # fmt: skip
+    why = {
+        "breaking_env": "RuntimeError: the sandbox died",
+        "rewriting_env": "rewrote",
+        "editing_env": "rewrote",
+        "stopping_tool_env": "ToolCallError.* -> PermissionError.*refused",
+    }[name]
     with pytest.warns(RuntimeWarning, match=f"episode was aborted.*{why}") as said:  # once
         episode = run(make_env(f"verifiers:verifiers_envs:{name}"), [turn0, turn1])
     assert "error_chain" not in str(said[0].message)  # the error, not verifiers' record of it
@@ -287,7 +311,7 @@ def test_the_packages_reasoning_gym_env_scores_with_reasoning_gym() -> None:
     assert len(train) == 30 and len(heldout) == 20
     assert not {e.prompt for e in train} & {e.prompt for e in heldout}  # its two datasets
     env = verifiers_env.load(RG, RG_ARGS)
-    make = verifiers_env.factory(tokenizer, RG, RG_ARGS, 3)
+    make = verifiers_episode.factory(tokenizer, RG, RG_ARGS, 3)
     for i in range(3):
         e = heldout[i]
         row = verifiers_env.rows(RG, RG_ARGS)[1][i]  # type: ignore[index]
@@ -336,8 +360,9 @@ def test_an_environment_rlmap_cannot_run_is_one_line_naming_the_field(
 def test_the_embedded_chat_model_starts_from_the_calculators_warm_start() -> None:
     # the example environment asks what the calculator task does: the same cached model
     cfg = build_config("grpo", None, ["model.path=embedded:tiny-chat", f"data.task={CALCULATOR}"])
-    calculator = build_config("grpo", None, ["model.path=embedded:tiny-chat",
-                                             "data.task=calculator"])  # fmt: skip
+    calculator = build_config(
+        "grpo", None, ["model.path=embedded:tiny-chat", "data.task=calculator"]
+    )
     assert warm_start_spec(cfg) == warm_start_spec(calculator)
     train, heldout = load_data(cfg)
     assert (len(train), len(heldout)) == (2000, 256)
@@ -346,8 +371,15 @@ def test_the_embedded_chat_model_starts_from_the_calculators_warm_start() -> Non
 
 def test_the_embedded_models_context_holds_the_environments_own_prompts() -> None:
     # ReasoningGymEnv's rows open with reasoning-gym's system prompt, hundreds of tokens
-    cfg = build_config("grpo", None, ["model.path=embedded:tiny-chat", f"data.task={RG}",
-                                      f"data.task_args={json.dumps(RG_ARGS)}"])  # fmt: skip
+    cfg = build_config(
+        "grpo",
+        None,
+        [
+            "model.path=embedded:tiny-chat",
+            f"data.task={RG}",
+            f"data.task_args={json.dumps(RG_ARGS)}",
+        ],
+    )
     tokenizer = embedded_tokenizer(cfg)
     train, heldout = load_data(cfg)
     longest = max(len(encode_prompt(tokenizer, e.chat)) for e in [*train, *heldout])
@@ -362,13 +394,25 @@ def test_a_short_run_on_the_example_environment_completes(tmp_path: Path) -> Non
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
     out = tmp_path / "run"
-    args = ["--out", str(out), f"data.task={CALCULATOR}", f"model.path={path}", "optim.steps=2",
-            'data.task_args={"num_train": 16, "num_eval": 4}', "sampling.prompts_per_step=2",
-            "sampling.group_size=2", "generation.max_new_tokens=40", "generation.eval_samples=2",
-            "data.eval_size=4", "run.progress=false", "optim.micro_batch_size=4"]  # fmt: skip
+    args = [
+        "--out",
+        str(out),
+        f"data.task={CALCULATOR}",
+        f"model.path={path}",
+        "optim.steps=2",
+        'data.task_args={"num_train": 16, "num_eval": 4}',
+        "sampling.prompts_per_step=2",
+        "sampling.group_size=2",
+        "generation.max_new_tokens=40",
+        "generation.eval_samples=2",
+        "data.eval_size=4",
+        "run.progress=false",
+        "optim.micro_batch_size=4",
+    ]
     env = {**os.environ, "PYTHONPATH": str(ROOT / "examples"), "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, "-m", "rlmap.cli", "train", *args], text=True,
-                          capture_output=True, env=env)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "rlmap.cli", "train", *args], text=True, capture_output=True, env=env
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [0, 1, 2]

@@ -34,6 +34,6 @@ def refuse_unavailable(cfg: RecipeConfig) -> None:
                 "and system.device=cuda"
             )
     if cfg.system.backend == "ray":  # the GPUs its actors ask for (an actor's own is inprocess)
-        from rlmap.system.ray_workers import check_gpus
+        from rlmap.assembly.placement import check_gpus
 
         check_gpus(cfg, resolve(cfg.system.device))

@@ -86,7 +86,7 @@ task's prompts seldom changes the model, and with it the cached warm start)."""
 def fitted_context(cfg: RecipeConfig) -> int:
     """Positions the embedded model needs for the task: its longest prompt (as the embedded
     tokenizer encodes it, with the chat template's turns on a chat model) and what the
-    task kind's episode adds (:attr:`rlmap.tasks.registry.TaskKind.context_need`: one
+    task kind's episode adds (:attr:`rlmap.tasks.kind.TaskKind.context_need`: one
     response of ``generation.max_new_tokens``, at least 32, for most; turns and observations
     for a gym task), rounded up to a multiple of ``CONTEXT_BLOCK``; the default 64 at
     least."""

@@ -14,8 +14,9 @@ from rlmap.feedback.isolation import IsolatedVerifier, Verify
 from rlmap.recipes.config import RecipeConfig
 from rlmap.simulator.inputs import parse_duration
 from rlmap.tasks.env import EnvFactory
+from rlmap.tasks.kind import Scoring
 from rlmap.tasks.prompts import PromptEncoder
-from rlmap.tasks.registry import Scoring, kind_of
+from rlmap.tasks.registry import kind_of
 
 
 def make_verifier(cfg: RecipeConfig, name: str) -> Verify:

@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 
+from rlmap.assembly.settings import schedule
 from rlmap.recipes.config import RecipeConfig
 
 
@@ -25,8 +26,7 @@ def make_optimizer(
     """
     o = cfg.optim
     lr = o.lr if lr is None else lr
-    per_batch = o.epochs_per_batch * o.minibatches_per_epoch
-    per_batch = per_batch if steps_per_batch is None else steps_per_batch
+    per_batch = schedule(cfg).optimizer_steps if steps_per_batch is None else steps_per_batch
     trained = [p for p in model.parameters() if p.requires_grad]  # LoRA: the adapters only
     beta1, beta2 = o.adam_betas
     optimizer = torch.optim.AdamW(trained, lr=lr, weight_decay=o.weight_decay, betas=(beta1, beta2))

@@ -121,6 +121,16 @@ class Batch:
     """(B, T) float: critic value V(s_t) of the state before each action token."""
     bootstrap_values: Tensor | None = None
     """(B,) float: V(s_final), the value of the state after the last step, used where TRUNCATED."""
+    episode_id: Tensor | None = None
+    """(B,) long: rows cut from one episode share an id (``data.context_policy=
+    truncate_oldest``: an episode that outgrew the context continues in a new row, a
+    *segment*); None means one row per episode. Ids are unique within the batch."""
+    segment: Tensor | None = None
+    """(B,) long: the row's index among its episode's segments (0, 1, …); set with
+    ``episode_id``. A row whose episode has a segment ``segment + 1`` ends at a segment
+    boundary: ``end`` TRUNCATED, bootstrapped from the next segment's first value
+    (:func:`rlmap.estimators.segments.boundary_bootstrap`). The next segment is found by
+    (episode, index), never by row number, so :meth:`select` keeps the link."""
     routed_experts: Tensor | None = None
     """(B, T, L, K) long: the experts the rollout engine routed each token column through, per
     MoE layer (L) and top-k slot (K); -1 where nothing was routed (padding, the last sampled

@@ -80,6 +80,8 @@ METRICS: tuple[Metric, ...] = (
     _m("{env|eval}/tool_error_frac", F, "1", "ratio", "Multi-turn tasks: share of tool calls that failed."),
     _m("{env|eval}/turn_budget_frac", F, "1", "mean", "Multi-turn tasks: share of episodes truncated by the turn budget."),
     _m("{env|eval}/aborted_frac", F, "1", "mean", "Multi-turn tasks: share of episodes aborted by an environment failure."),
+    _m("{env|eval}/segments", G, "rows", "mean", "data.context_policy=truncate_oldest: training rows (segments) per episode; 1 for an episode whose context never filled."),
+    _m("{env|eval}/context_dropped_tokens", G, "tokens", "mean", "data.context_policy=truncate_oldest: tokens per episode left out of the next segment's context at its boundaries (the oldest whole turns)."),
     # --- eval/* : held-out evaluation (rows of eval steps) ---------------------------------
     _m("eval/pass@1", F, "1", "mean", "Held-out pass@1 (unbiased estimator over eval/k samples per prompt)."),
     _m("eval/pass@k", F, "1", "mean", "Held-out pass@k with k = eval/k."),

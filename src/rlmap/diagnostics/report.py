@@ -13,8 +13,8 @@ from rlmap.core.errors import InputError
 from rlmap.diagnostics.rules import check_all
 from rlmap.diagnostics.run import RunData, load_run
 from rlmap.diagnostics.symptoms import Finding
-from rlmap.experiments.rundir import to_jsonable
-from rlmap.experiments.samples import read_samples, sample_steps
+from rlmap.runs.rundir import to_jsonable
+from rlmap.runs.samples import read_samples, sample_steps
 
 
 @dataclass(frozen=True)

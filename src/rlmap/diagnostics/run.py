@@ -16,8 +16,7 @@ from typing import Any
 
 from rlmap.core.errors import InputError
 from rlmap.core.metrics import upgrade_row
-from rlmap.experiments.rundir import METRICS_FILE, MetricsLog, read_json_object
-from rlmap.recipes.config import read_yaml
+from rlmap.runs.rundir import METRICS_FILE, MetricsLog, read_json_object, read_yaml
 
 LEDGER_FILE = "ledger.json"
 CONFIG_FILE = "config.yaml"

@@ -45,8 +45,9 @@ from rlmap.embedded.tokenizer import CHARACTERS, build_bpe_tokenizer, build_toke
 from rlmap.learner.supervised import fit
 from rlmap.tasks.arithmetic import Example, make_splits
 from rlmap.tasks.calculator import demonstration, prompt_tools, tool_call_text
+from rlmap.tasks.kind import Split
 from rlmap.tasks.prompts import encode_prompt, encode_response
-from rlmap.tasks.registry import Split, kind_of
+from rlmap.tasks.registry import kind_of
 
 FORMAT_VERSION = 2
 """Bump when the warm-start procedure changes, so old cache entries are not reused."""

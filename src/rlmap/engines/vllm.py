@@ -256,6 +256,27 @@ class VLLMEngine:
         check_sampling_args(
             prompts, n=n, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p
         )
+        self._check_request(prompts, kept_sets)
+        stops = list(dict.fromkeys((*self.eos_token_ids, *stop_token_ids)))
+        flat = [tuple(p) for p in prompts for _ in range(n)]
+        seeds = torch.randint(0, SEED_BOUND, (len(flat),), generator=self.generator).tolist()
+        params = [
+            self._sampling_params(seed, max_new_tokens, temperature, top_p, stops) for seed in seeds
+        ]
+        requests = [{"prompt_token_ids": list(p)} for p in flat]
+        with self.lock:
+            if self.asleep:  # vLLM would sample from dropped weights, or wait for ever
+                raise RuntimeError(f"vLLM engine: generate while {sorted(self.asleep)} sleep")
+            outputs = self.llm.generate(requests, params, use_tqdm=False)
+            completions = [
+                cut_at_stop_strings(self._completion(p, out, stops, kept_sets), stop_strings)
+                for p, out in zip(flat, outputs, strict=True)
+            ]
+        return [completions[i * n : (i + 1) * n] for i in range(len(prompts))]
+
+    def _check_request(self, prompts: Sequence[Sequence[int]], kept_sets: int) -> None:
+        """What vLLM cannot answer, refused in one line before it is asked: kept sets from an
+        engine built without sampling masks, a context as long as the engine's."""
         if kept_sets and not self.sampling_masks:
             raise ConfigError(
                 "behaviour.replay_sampling_set: this vLLM engine was built "
@@ -268,41 +289,31 @@ class VLLMEngine:
                 f"engine's context of {self.max_len} (the model's, at "
                 f"most {MAX_LEN}); shorten the prompts or the turns"
             )
-        stops = list(dict.fromkeys((*self.eos_token_ids, *stop_token_ids)))
-        flat = [tuple(p) for p in prompts for _ in range(n)]
-        seeds = torch.randint(0, SEED_BOUND, (len(flat),), generator=self.generator).tolist()
+
+    def _sampling_params(
+        self, seed: int, max_new_tokens: int, temperature: float, top_p: float, stops: list[int]
+    ) -> Any:
+        """One row's ``SamplingParams``: plain sampling (no top-k, min-p or penalties) from
+        its own seed, greedy at temperature 0; stopped by rlmap's stop tokens, not vLLM's EOS."""
         greedy = temperature == 0
-        params = [
-            self._vllm.SamplingParams(
-                n=1,
-                temperature=temperature,
-                top_p=1.0 if greedy else top_p,
-                top_k=0,
-                min_p=0.0,
-                presence_penalty=0.0,
-                frequency_penalty=0.0,
-                repetition_penalty=1.0,
-                max_tokens=max_new_tokens,
-                min_tokens=0,
-                stop_token_ids=stops,
-                ignore_eos=True,
-                logprobs=0,
-                detokenize=False,
-                skip_special_tokens=False,
-                seed=None if greedy else seed,
-            )
-            for seed in seeds
-        ]
-        requests = [{"prompt_token_ids": list(p)} for p in flat]
-        with self.lock:
-            if self.asleep:  # vLLM would sample from dropped weights, or wait for ever
-                raise RuntimeError(f"vLLM engine: generate while {sorted(self.asleep)} sleep")
-            outputs = self.llm.generate(requests, params, use_tqdm=False)
-            completions = [
-                cut_at_stop_strings(self._completion(p, out, stops, kept_sets), stop_strings)
-                for p, out in zip(flat, outputs, strict=True)
-            ]
-        return [completions[i * n : (i + 1) * n] for i in range(len(prompts))]
+        return self._vllm.SamplingParams(
+            n=1,
+            temperature=temperature,
+            top_p=1.0 if greedy else top_p,
+            top_k=0,
+            min_p=0.0,
+            presence_penalty=0.0,
+            frequency_penalty=0.0,
+            repetition_penalty=1.0,
+            max_tokens=max_new_tokens,
+            min_tokens=0,
+            stop_token_ids=stops,
+            ignore_eos=True,
+            logprobs=0,
+            detokenize=False,
+            skip_special_tokens=False,
+            seed=None if greedy else seed,
+        )
 
     def _completion(
         self, prompt: tuple[int, ...], output: Any, stops: list[int], kept_sets: int = 0

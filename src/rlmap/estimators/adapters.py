@@ -32,7 +32,14 @@ from rlmap.estimators.reinforce import (
     reinforce_pp_advantages,
     reinforce_pp_baseline_advantages,
 )
-from rlmap.estimators.stats import advantage_diagnostics, broadcast_to_tokens
+from rlmap.estimators.segments import (
+    EpisodeView,
+    boundary_bootstrap,
+    continued_returns,
+    episode_view,
+    next_segment_rows,
+)
+from rlmap.estimators.stats import advantage_diagnostics, broadcast_to_tokens, whiten
 from rlmap.estimators.turns import TurnIndex
 from rlmap.estimators.vtrace import turn_vtrace, vtrace
 
@@ -42,24 +49,35 @@ def train_mask(batch: Batch) -> Tensor:
     return batch.action_mask & batch.valid.unsqueeze(-1)
 
 
+def episodes(batch: Batch) -> EpisodeView:
+    """The batch's rows as episodes, what an outcome estimator's statistics run over: one
+    row per episode, its return R_e (docs/formulas.md §2.5). Unsegmented, every valid row
+    is its own episode and R_e its ``total_rewards``."""
+    if batch.episode_id is None:
+        return EpisodeView(batch.total_rewards, batch.valid, torch.arange(batch.size))
+    return episode_view(batch.total_rewards, batch.valid, batch.episode_id)
+
+
 def _token_credit(batch: Batch, adv_BT: Tensor, *, group: bool) -> Credit:
     mask_BT = train_mask(batch)
     diagnostics = advantage_diagnostics(adv_BT, mask_BT)
     if group:
+        view = episodes(batch)
         diagnostics |= group_diagnostics(
-            batch.rewards, batch.group_id, batch.valid, batch.total_rewards
+            batch.rewards, batch.group_id, view.counted_B, view.returns_B
         )
     return Credit(advantages=adv_BT.detach(), returns=None, diagnostics=diagnostics)
 
 
 def _outcome_credit(batch: Batch, adv_B: Tensor, *, group: bool) -> Credit:
+    """Per-episode advantages (on each episode's counted row) spread to all its rows' tokens."""
+    adv_B = torch.where(batch.valid, adv_B[episodes(batch).first_B], 0.0)
     return _token_credit(batch, broadcast_to_tokens(adv_B, train_mask(batch)), group=group)
 
 
 def _reinforce(batch: Batch, p: CreditParams) -> Credit:
-    return _outcome_credit(
-        batch, reinforce_advantages(batch.total_rewards, batch.valid), group=False
-    )
+    view = episodes(batch)
+    return _outcome_credit(batch, reinforce_advantages(view.returns_B, view.counted_B), group=False)
 
 
 def turn_groups(batch: Batch) -> Tensor:
@@ -81,8 +99,11 @@ def _group_credit(batch: Batch, p: CreditParams, baseline: Baseline) -> Credit:
     """A group estimator's credit: its baseline over each prompt's group, and with turn
     groups in the batch (``sampling.group_scope=turn``) GiGPO's second one over them."""
     if batch.turn_group is None:
-        adv_B = baseline(batch.total_rewards, batch.group_id, batch.valid)
+        view = episodes(batch)
+        adv_B = baseline(view.returns_B, batch.group_id, view.counted_B)
         return _outcome_credit(batch, adv_B, group=True)
+    if batch.episode_id is not None:  # refused by the config; a segment's turns lack history
+        raise ConfigError("sampling.group_scope: turn does not take segmented episodes")
     index = TurnIndex.build(batch.turns, train_mask(batch))
     k = max(int(batch.turns.max()) + 1, 1)  # turn slots in use: the (B, K) matrix's width
     mask_BK = index.mask_BK[:, :k]
@@ -117,13 +138,30 @@ def _dr_grpo(batch: Batch, p: CreditParams) -> Credit:
 
 def _reinforce_pp(batch: Batch, p: CreditParams) -> Credit:
     mask_BT = train_mask(batch)
-    adv_BT = reinforce_pp_advantages(batch.step_rewards, mask_BT, gamma=p.gamma, eps=p.std_eps)
+    if batch.episode_id is None or batch.segment is None:
+        adv_BT = reinforce_pp_advantages(batch.step_rewards, mask_BT, gamma=p.gamma, eps=p.std_eps)
+    else:  # the return runs on through the episode's later segments (§2.5)
+        next_B = next_segment_rows(batch.episode_id, batch.segment)
+        returns_BT = continued_returns(
+            batch.step_rewards,
+            mask_BT,
+            next_B,
+            gamma=p.gamma,
+            segments=int(batch.segment.max()) + 1,
+        )
+        adv_BT = whiten(returns_BT, mask_BT, eps=p.std_eps)
     return _token_credit(batch, adv_BT, group=False)
 
 
 def _reinforce_pp_baseline(batch: Batch, p: CreditParams) -> Credit:
+    view = episodes(batch)
     adv_BT = reinforce_pp_baseline_advantages(
-        batch.total_rewards, batch.group_id, batch.valid, train_mask(batch), eps=p.std_eps
+        view.returns_B,
+        batch.group_id,
+        view.counted_B,
+        train_mask(batch),
+        eps=p.std_eps,
+        rows_B=view.first_B,
     )
     return _token_credit(batch, adv_BT, group=True)
 
@@ -137,17 +175,25 @@ def _require_values(batch: Batch, name: str) -> Tensor:
     return batch.values
 
 
-def _episode_ends(batch: Batch, name: str) -> tuple[Tensor, Tensor]:
-    """(truncated_B, bootstrap_B): which valid rows bootstrap, and V(s_final) (0 if absent)."""
+def _episode_ends(batch: Batch, values_BT: Tensor, name: str) -> tuple[Tensor, Tensor]:
+    """(truncated_B, bootstrap_B): which valid rows bootstrap, and V(s_final) (0 if absent).
+    A segment boundary bootstraps from the next segment's first value (§2.5)."""
     truncated_B = (batch.end == End.TRUNCATED) & batch.valid
-    if batch.bootstrap_values is not None:
-        return truncated_B, batch.bootstrap_values
-    if bool(truncated_B.any()):
+    bootstrap_B = batch.bootstrap_values
+    boundary_B = torch.zeros_like(truncated_B)
+    if bootstrap_B is None:
+        bootstrap_B = torch.zeros_like(batch.rewards)
+    if batch.episode_id is not None and batch.segment is not None:
+        bootstrap_B, boundary_B = boundary_bootstrap(
+            values_BT, batch.action_mask, batch.episode_id, batch.segment, bootstrap_B
+        )
+        truncated_B = truncated_B | (boundary_B & batch.valid)
+    if batch.bootstrap_values is None and bool((truncated_B & ~boundary_B).any()):
         raise ConfigError(
             f"critic.enabled: estimator '{name}' needs V(s_final) of truncated trajectories, "
             "but batch.bootstrap_values is None"
         )
-    return truncated_B, torch.zeros_like(batch.rewards)
+    return truncated_B, bootstrap_B
 
 
 def _policy_lambda(batch: Batch, p: CreditParams) -> float | Tensor:
@@ -172,7 +218,7 @@ def _critic_credit(batch: Batch, adv_BT: Tensor, returns_BT: Tensor, values_BT: 
 
 def _gae(batch: Batch, p: CreditParams) -> Credit:
     values_BT = _require_values(batch, "gae")
-    truncated_B, bootstrap_B = _episode_ends(batch, "gae")
+    truncated_B, bootstrap_B = _episode_ends(batch, values_BT, "gae")
     lam_policy, lam_critic = _policy_lambda(batch, p), p.resolved_lam_critic
     rewards_BT, mask_BT = batch.step_rewards, train_mask(batch)
     ends: dict[str, Any] = {"bootstrap_B": bootstrap_B, "truncated_B": truncated_B}
@@ -186,7 +232,7 @@ def _gae(batch: Batch, p: CreditParams) -> Credit:
 
 def _vtrace(batch: Batch, p: CreditParams) -> Credit:
     values_BT = _require_values(batch, "vtrace")
-    truncated_B, bootstrap_B = _episode_ends(batch, "vtrace")
+    truncated_B, bootstrap_B = _episode_ends(batch, values_BT, "vtrace")
     # π is the learner's policy before the update; the learner computes it for this entry
     # (``needs_policy_logprobs``). A caller without it gets π := μ: every ratio 1.
     pi_BT = batch.behavior_logprobs if batch.old_logprobs is None else batch.old_logprobs

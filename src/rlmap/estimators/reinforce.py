@@ -25,13 +25,17 @@ def reinforce_advantages(rewards_B: Tensor, valid_B: Tensor) -> Tensor:
     return torch.where(valid_B, rewards_B - baseline, 0.0)
 
 
-def discounted_returns(rewards_BT: Tensor, mask_BT: Tensor, *, gamma: float) -> Tensor:
+def discounted_returns(
+    rewards_BT: Tensor, mask_BT: Tensor, *, gamma: float, tail_B: Tensor | None = None
+) -> Tensor:
     """G_t = Σ_{s≥t, s action} γ^{(number of action steps from t to s)} r_s, 0 off the mask.
 
     One step per action token: non-action tokens (prompt, observation, padding) are
-    skipped, the running return carried across them. (B, T) → (B, T).
+    skipped, the running return carried across them. ``tail_B`` (B,): the return after the
+    row's last step (0 when None; a later segment's, :mod:`rlmap.estimators.segments`).
+    (B, T) → (B, T).
     """
-    running_B = rewards_BT.new_zeros(rewards_BT.shape[0])  # G_{t+1}
+    running_B = rewards_BT.new_zeros(rewards_BT.shape[0]) if tail_B is None else tail_B  # G_{t+1}
     returns_BT = torch.zeros_like(rewards_BT)
     for t in reversed(range(rewards_BT.shape[1])):
         act_B = mask_BT[:, t]
@@ -52,16 +56,28 @@ def reinforce_pp_advantages(
 
 
 def reinforce_pp_baseline_advantages(
-    rewards_B: Tensor, group_id_B: Tensor, valid_B: Tensor, mask_BT: Tensor, *, eps: float = 1e-6
+    rewards_B: Tensor,
+    group_id_B: Tensor,
+    valid_B: Tensor,
+    mask_BT: Tensor,
+    *,
+    eps: float = 1e-6,
+    rows_B: Tensor | None = None,
 ) -> Tensor:
     """REINFORCE++-baseline (Hu 2025): A_i = R_i − mean_g R, then whitened over tokens.
 
     The group-centred outcome is broadcast to the action tokens and whitened over all
     action tokens of rows that have a baseline (biased std, mean not added back).
     Rows in a group with fewer than two valid members, and invalid rows, get 0 and stay
-    out of the whitening statistics. (B,), (B, T) → (B, T).
+    out of the whitening statistics. ``rows_B`` (B,) long: the row whose centred return
+    each row takes (segments: its episode's counted row, docs/formulas.md §2.5); None, its
+    own. (B,), (B, T) → (B, T).
     """
     stats = group_stats(rewards_B, group_id_B, valid_B)
-    keep_BT = mask_BT & (valid_B & (stats.n_valid >= 2)).unsqueeze(-1)
-    centred_BT = broadcast_to_tokens(stats.centred, keep_BT)
+    has_B = valid_B & (stats.n_valid >= 2)
+    centred_B = stats.centred
+    if rows_B is not None:
+        has_B, centred_B = has_B[rows_B], centred_B[rows_B]
+    keep_BT = mask_BT & has_B.unsqueeze(-1)
+    centred_BT = broadcast_to_tokens(centred_B, keep_BT)
     return whiten(centred_BT, keep_BT, eps=eps)

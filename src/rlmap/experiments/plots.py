@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rlmap.experiments.rundir import write_bytes_atomic
+from rlmap.runs.rundir import write_bytes_atomic
 
 TOKENS = "budget/generated_tokens"
 

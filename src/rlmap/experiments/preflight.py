@@ -305,7 +305,7 @@ def check_step(parts: Parts) -> Check:
 def micro_batch(parts: Parts) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(tokens, attention, response mask), each (B, T): the first ``micro_batch_size`` train
     rows, prompt then reference answer, right-padded, cut to the model's context."""
-    tok, rows = parts.tokenizer, parts.train[: parts.settings.micro_batch_size]
+    tok, rows = parts.tokenizer, parts.train[: parts.settings.schedule.micro_batch_size]
     if not rows:
         raise InputError("data: no training rows for a micro-batch")
     pairs = [(encode_prompt(tok, e.chat), encode_response(tok, e.answer)) for e in rows]

@@ -1,5 +1,5 @@
 """Where each step's metrics go: ``metrics.jsonl`` always, and the trackers of ``run.loggers``
-(:mod:`rlmap.experiments.trackers`)."""
+(:mod:`rlmap.runs.trackers`)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from rlmap.core.errors import first_line
-from rlmap.experiments.rundir import MetricsLog
-from rlmap.experiments.trackers import RunInfo, Tracker, registry
 from rlmap.recipes.config import RecipeConfig
+from rlmap.runs.rundir import MetricsLog
+from rlmap.runs.trackers import RunInfo, Tracker, registry
 
 
 class StepRecords:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from rlmap.core.errors import ConfigError
-from rlmap.experiments.checkpoint import (
+from rlmap.experiments.checkpoint_load import (
     RNG_SHAPE,
     Each,
     Shape,
@@ -30,11 +30,12 @@ from rlmap.experiments.checkpoint import (
     trainer_state_shape,
 )
 from rlmap.experiments.ledger import Ledger
-from rlmap.experiments.rundir import append_jsonl
 from rlmap.learner.critic import CRITIC_DIR
-from rlmap.recipes.config import RecipeConfig, build_config
-from rlmap.system.async_loop import SNAPSHOT_SHAPE, snapshot_problem
-from rlmap.system.sync import LoopState
+from rlmap.recipes.build import build_config
+from rlmap.recipes.config import RecipeConfig
+from rlmap.runs.rundir import append_jsonl
+from rlmap.system.loop_state import LoopState
+from rlmap.system.snapshots import SNAPSHOT_SHAPE, snapshot_problem
 
 RESUMABLE_CHANGES = ("optim.steps", "run.progress")
 """Fields of ``config.yaml`` a resume accepts changed (extend or shorten a run, hide the bar);

@@ -41,8 +41,8 @@ from transformers import (
 from rlmap.core.batch import cross
 from rlmap.core.hf import loading_onto, quiet_new_head
 from rlmap.embedded.tokenizer import restore_bos
-from rlmap.experiments.rundir import write_new_text
 from rlmap.learner.supervised import fit
+from rlmap.runs.rundir import write_new_text
 from rlmap.tasks.jsonl import load_records
 from rlmap.tasks.prompts import encode_prompt, encode_response
 
@@ -75,7 +75,7 @@ def heldout_path(path: Path) -> Path:
 
 def write_pairs(path: Path, pairs: Sequence[Pair], *, force: bool = False) -> None:
     """Write pairs as JSONL, atomically; an existing file is an InputError unless ``force``
-    (see :func:`rlmap.experiments.rundir.write_new_text`)."""
+    (see :func:`rlmap.runs.rundir.write_new_text`)."""
     write_new_text(Path(path), "".join(json.dumps(asdict(p)) + "\n" for p in pairs), force=force)
 
 

@@ -40,7 +40,7 @@ change the gradient. One critic *update* is one pass of the policy's schedule
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -71,22 +71,16 @@ class CriticSettings:
     value_clip: float
     """ε_v: V is clipped to V_old ± ε_v in the value loss."""
     updates: int
-    """``critic.updates_per_step``: passes of the policy's schedule per step."""
-    epochs: int
-    """Epochs per pass (the policy's ``epochs_per_batch``)."""
-    minibatches: int
-    """Optimiser steps per epoch (the policy's ``minibatches_per_epoch``)."""
-    micro_batch_size: int
-    """Rows per forward/backward; never changes the gradient."""
-    max_grad_norm: float
-    """Global gradient-norm clip of the critic."""
+    """``critic.updates_per_step``: passes of ``schedule`` per step."""
+    schedule: Schedule
+    """One pass: the policy's schedule (epochs, mini-batches, micro-batch size, clip)."""
     train_dtype: torch.dtype = torch.float32
     """The forward passes' precision: autocast to it over float32 weights when narrower."""
 
     @property
     def optimizer_steps(self) -> int:
         """Critic optimiser steps per rollout batch."""
-        return self.updates * self.epochs * self.minibatches
+        return self.updates * self.schedule.optimizer_steps
 
 
 def load_critic(
@@ -247,12 +241,7 @@ def update_critic(
         returns = cross(returns_BT[rows], mb.tokens.device)  # the micro-batch's device
         return critic_loss(outputs_BT, mb, returns, w[0], value_clip=s.value_clip), {}, {}
 
-    schedule = Schedule(
-        epochs=s.updates * s.epochs,
-        minibatches=s.minibatches,
-        micro_batch_size=s.micro_batch_size,
-        max_grad_norm=s.max_grad_norm,
-    )
+    schedule = replace(s.schedule, epochs=s.updates * s.schedule.epochs)  # passes back to back
     out = optimise(
         critic,
         optimizer,

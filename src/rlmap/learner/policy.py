@@ -45,18 +45,12 @@ class UpdateSettings:
     behaviour: BehaviourParams
     kl: KLParams
     reduction: ReductionParams
-    epochs: int
-    minibatches: int
-    micro_batch_size: int
-    max_grad_norm: float
+    schedule: Schedule
+    """Epochs, mini-batches, micro-batch size and gradient clip (the critic's too)."""
     temperature: float
+    """The sampling temperature: tokens are scored under π_θ^{1/T}."""
     train_dtype: torch.dtype = torch.float32
     """The forward passes' precision: autocast to it over float32 weights when narrower."""
-
-    @property
-    def optimizer_steps(self) -> int:
-        """Optimiser steps taken on one rollout batch."""
-        return self.epochs * self.minibatches
 
 
 def prepare_batch(
@@ -82,7 +76,8 @@ def prepare_batch(
     ``policy`` through. With ``behaviour.replay_sampling_set`` both are scored over each
     token's kept set (:func:`replayed_sets`): π_ref too, so that at θ = ref the KL is 0.
     """
-    needs_old = policy_logprobs or (s.behaviour.mode == "decoupled" and s.optimizer_steps > 1)
+    reused = s.schedule.optimizer_steps > 1
+    needs_old = policy_logprobs or (s.behaviour.mode == "decoupled" and reused)
     needs_old = needs_old or needs_old_before_update(s.behaviour)  # M2PO selects from π_old
     attention = attention_of(batch)
     old = ref = None
@@ -127,19 +122,19 @@ def _shared_logprobs(
             batch.tokens,
             attention,
             temperature=s.temperature,
-            micro_batch_size=s.micro_batch_size,
+            micro_batch_size=s.schedule.micro_batch_size,
             routes_BTLK=routes,
             kept_BTK=kept,
         )
     mine = (owner == world.rank).nonzero().flatten()
-    passes = micro_steps(owner, world, s.micro_batch_size) if sharded else 0
+    passes = micro_steps(owner, world, s.schedule.micro_batch_size) if sharded else 0
     rows = mine if mine.numel() else torch.zeros(1, dtype=torch.long)  # something to run on
     local = batched_logprobs(
         model,
         batch.tokens[rows],
         attention[rows],
         temperature=s.temperature,
-        micro_batch_size=s.micro_batch_size,
+        micro_batch_size=s.schedule.micro_batch_size,
         routes_BTLK=None if routes is None else routes[rows],
         passes=passes,
         kept_BTK=None if kept is None else kept[rows],
@@ -178,18 +173,12 @@ def update_policy(
         adv_BT = cross(advantages_BT[rows], mb.tokens.device)  # the micro-batch's device
         return _micro_loss(policy, mb, adv_BT, w, s, learner_version)
 
-    schedule = Schedule(
-        epochs=s.epochs,
-        minibatches=s.minibatches,
-        micro_batch_size=s.micro_batch_size,
-        max_grad_norm=s.max_grad_norm,
-    )
     out = optimise(
         policy,
         optimizer,
         scheduler,
         batch,
-        schedule,
+        s.schedule,
         weights_of=lambda mb: _weights(mb, s),
         micro_loss=micro,
         generator=generator,

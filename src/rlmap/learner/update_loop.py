@@ -43,16 +43,23 @@ backpropagate, named parts of it that add up over micro-batches, (b, T) tensors 
 
 @dataclass(frozen=True)
 class Schedule:
-    """How one rollout batch is cut into optimiser steps."""
+    """How one rollout batch is cut into optimiser steps: the one declaration of these
+    fields, held by the policy's and the critic's settings alike (copied from ``optim.*``
+    by :func:`rlmap.assembly.settings.schedule`)."""
 
     epochs: int
-    """Passes over the batch."""
+    """Passes over the batch (``optim.epochs_per_batch``)."""
     minibatches: int
-    """Optimiser steps per pass."""
+    """Optimiser steps per pass (``optim.minibatches_per_epoch``)."""
     micro_batch_size: int
     """Rows per forward/backward; never changes the gradient or a diagnostic."""
     max_grad_norm: float
     """Global gradient-norm clip."""
+
+    @property
+    def optimizer_steps(self) -> int:
+        """Optimiser steps taken on one rollout batch."""
+        return self.epochs * self.minibatches
 
 
 @dataclass

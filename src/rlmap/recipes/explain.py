@@ -17,7 +17,7 @@ from rlmap.core.errors import UnknownComponentError
 from rlmap.correction.params import BehaviourParams
 from rlmap.recipes.catalog import registry
 from rlmap.recipes.config import RecipeConfig
-from rlmap.system.params import SystemParams
+from rlmap.recipes.system_params import SystemParams
 
 
 def _feedback(cfg: RecipeConfig) -> str:
@@ -50,6 +50,21 @@ def _sampling(cfg: RecipeConfig) -> str:
 
 
 def _credit(cfg: RecipeConfig) -> str:
+    text = _estimator(cfg)
+    if cfg.data.context_policy == "truncate_oldest":
+        bootstrap = "bootstraps V(next segment)" if _needs_critic(cfg) else "episode return"
+        text += (
+            " + segments past the window (oldest whole turns dropped; a boundary is a "
+            f"truncation: {bootstrap})"
+        )
+    return text
+
+
+def _needs_critic(cfg: RecipeConfig) -> bool:
+    return estimators.registry.get(cfg.credit.estimator).needs_critic
+
+
+def _estimator(cfg: RecipeConfig) -> str:
     c = cfg.credit
     entry = estimators.registry.get(c.estimator)
     if not entry.needs_critic and cfg.sampling.group_scope == "turn":

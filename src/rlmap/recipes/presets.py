@@ -20,9 +20,9 @@ from rlmap.estimators.params import CreditParams, CriticParams
 from rlmap.feedback.params import FeedbackParams
 from rlmap.recipes.config import RecipeConfig
 from rlmap.recipes.sections import GenerationConfig, OptimConfig
+from rlmap.recipes.system_params import SystemParams
 from rlmap.reduction.params import ReductionParams
 from rlmap.sampling.params import SamplingParams
-from rlmap.system.params import SystemParams
 
 
 @dataclass(frozen=True)

@@ -110,6 +110,14 @@ class DataConfig:
     """Multi-turn tasks (calculator, gym, verifiers): the turn budget — policy turns per
     episode; an episode that spends it without ending ends truncated (bootstrapped, not
     terminal). A verifiers environment's own ``max_turns`` must fit in it."""
+    context_policy: Literal["fail", "truncate_oldest", "compact"] = "fail"
+    """Multi-turn tasks: what happens when the next turn would not fit in the model's context
+    (``engine.max_len``). ``fail``: the episode ends truncated. ``truncate_oldest``: it goes
+    on in a new *segment*, a training row of its own whose context is the prompt plus the
+    newest whole (turn + observation) pairs that fit — the environment not reset; credit
+    crosses the boundary as a truncation with a final observation (docs/formulas.md §2.5,
+    :mod:`rlmap.rollout.segments`). ``compact`` (the policy summarises its context) is not
+    built yet."""
 
     env_latency: str | None = None
     """Calculator: seconds each environment step waits, as a distribution —
@@ -166,7 +174,7 @@ class RunConfig:
     loggers: tuple[str, ...] | str = ()
     """Experiment trackers that also get the config, every step's metrics and the summary,
     as a list or one comma-separated string: any of tensorboard, wandb, mlflow, trackio
-    (each its extra, ``pip install 'rlmap[wandb]'``; :mod:`rlmap.experiments.trackers`).
+    (each its extra, ``pip install 'rlmap[wandb]'``; :mod:`rlmap.runs.trackers`).
     ``metrics.jsonl`` is always written."""
     project: str = "rlmap"
     """The trackers' project (wandb, trackio) or experiment (mlflow); a run is named after

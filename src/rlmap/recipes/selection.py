@@ -5,7 +5,7 @@ baseline to establish first, the next change to try and what must not be ignored
 in the table's words (translated; ``source`` keeps the original), plus how rlmap sets
 that baseline up: a preset and dotted overrides. A row's condition is a predicate
 over a :class:`TaskProfile`, what the user says about the task. ``rlmap advise``
-(:mod:`rlmap.recipes.advise`) walks the six questions and picks from this table.
+(:mod:`rlmap.advise.advice`) walks the six questions and picks from this table.
 """
 
 from __future__ import annotations
@@ -130,7 +130,7 @@ class Row:
     """The row as the source states it (Chinese), for traceability."""
     named: tuple[Setup, ...] = ()
     """Every preset and setting that ``baseline_in_rlmap`` and ``next_in_rlmap`` name, as
-    set-ups that ``rlmap train`` accepts (tests/recipes/test_recipes_advise.py builds them
+    set-ups that ``rlmap train`` accepts (tests/advise/test_advise.py builds them
     and checks that the texts name nothing else)."""
 
 
@@ -144,6 +144,9 @@ _VALUE_CALIBRATION = Watch(
     "critic/explained_variance, critic/value_error_first and _last: a critic that does not "
     "explain the returns adds bias instead of removing variance",
 )
+
+_SEGMENTS = ("credit.time_unit=turn", "data.task=calculator", "data.context_policy=truncate_oldest")
+"""Row 7's set-up: per-turn GAE on rlmap's multi-turn task, in segments past the window."""
 
 _REPLAY = ("behaviour.routing_replay=true", "model.path=embedded:tiny-moe")
 """Row 4's routing replay, on the built-in MoE."""
@@ -365,13 +368,17 @@ TABLE: tuple[Row, ...] = (
             ),
         ),
         preset="ppo",
-        overrides=("credit.time_unit=turn",),
-        baseline_in_rlmap="ppo with one GAE step per assistant turn (credit.time_unit=turn); "
-        "rlmap does not segment contexts: each turn's context must still fit",
-        next_in_rlmap="not in rlmap",
+        overrides=_SEGMENTS,
+        baseline_in_rlmap="ppo with one GAE step per assistant turn (credit.time_unit=turn) "
+        "on a multi-turn task (data.task=calculator stands for yours), cut into segments "
+        "when the next turn would not fit (data.context_policy=truncate_oldest): the oldest "
+        "whole turns are dropped, and a boundary is a truncation that bootstraps from the "
+        "critic's value at the next segment's start (docs/formulas.md §2.5)",
+        next_in_rlmap="not in rlmap yet (the policy summarising its own context at a "
+        "boundary); meanwhile env/context_dropped_tokens shows what truncation drops",
         source="context 超窗 | segment/turn value baseline | learned compaction "
         "| state sufficiency、跨段信用",
-        named=(Setup("ppo", ("credit.time_unit=turn",)),),
+        named=(Setup("ppo", _SEGMENTS),),
     ),
 )
 

@@ -8,18 +8,19 @@ columns line up across the batch.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from itertools import pairwise
 
 import torch
 
 from rlmap.core.batch import Batch, End, RewardStatus
-from rlmap.core.errors import first_line
-from rlmap.engines.engine import Completion, RolloutEngine, StopStrings
+from rlmap.engines.engine import Completion, RolloutEngine
 from rlmap.feedback.reward import worst
 from rlmap.models.routing import NO_ROUTE
+from rlmap.rollout.columns import kept_columns, reward_columns, route_columns, row_rewards
+from rlmap.rollout.segments import ContextBuilder, turn_pairs
+from rlmap.rollout.stepping import aborted, step_all, stop_strings_of
 from rlmap.tasks.env import Environment, EnvStep
 
 
@@ -60,6 +61,24 @@ class Episode:
     """With ``behaviour.replay_sampling_set``: (len(response_ids), K) int32, each action
     token's kept set as the engine recorded it (``Completion.kept``), -1 padded; rows of -1
     on observations and where no set was recorded."""
+    carried: int = 0
+    """A segment after an episode's first: how many of ``response_ids`` lead in as context
+    carried over from earlier segments (not actions, not the segment's own tokens)."""
+    segments: tuple[Episode, ...] = ()
+    """The rows the episode trains as when its context was cut (``data.context_policy``,
+    :mod:`rlmap.rollout.segments`), in order: each a segment with its own context, turns
+    (numbered from 0), rewards, routes and kept sets, ended TRUNCATED but the last (the
+    episode's end), with its own steps' tool counts. Empty: the episode is its one row."""
+
+    @property
+    def rows(self) -> tuple[Episode, ...]:
+        """The training rows: the segments, or the episode itself."""
+        return self.segments or (self,)
+
+    @property
+    def dropped_tokens(self) -> int:
+        """Tokens of a closing segment's context left out of the next one's, summed."""
+        return sum(len(a.response_ids) - b.carried for a, b in pairwise(self.segments))
 
     @property
     def turns(self) -> int:
@@ -118,10 +137,52 @@ class _Running:
     routes: torch.Tensor | None = None
     kept: list[torch.Tensor] = field(default_factory=list)
     """Per turn and observation, (n, K) kept sets (empty unless the engine recorded them)."""
+    carried: tuple[int, ...] = ()
+    """The current segment's context between the prompt and its own tokens (empty in the first)."""
+    start: tuple[int, int, int, int, int] = (0, 0, 0, 0, 0)
+    """Where the current segment starts: tokens, turns, steps, tool calls and errors before it."""
+    segments: list[Episode] = field(default_factory=list)
 
     @property
     def context(self) -> tuple[int, ...]:
-        return self.prompt + tuple(self.tokens)
+        return self.prompt + self.carried + tuple(self.tokens[self.start[0] :])
+
+    def cut(self, build: ContextBuilder, room: int) -> None:
+        """Close the current segment, a truncation with a final observation (the episode
+        goes on), and open the next from the prompt and ``build``'s context: the hook where
+        the next segment's context is made."""
+        self.segments.append(self.segment(End.TRUNCATED, eos=True))
+        self.carried = build(turn_pairs(self.tokens, self.turn_ids), room)
+        steps = len(self.rewards)
+        self.start = (len(self.tokens), self.turns, steps, self.tool_calls, self.tool_errors)
+        self.routes = None  # positions move: the new segment's calls route its own context
+
+    def segment(self, end: End, eos: bool) -> Episode:
+        """The current segment as a row: prompt, carried context, its own tokens."""
+        (first, turn, step, calls, errors), n = self.start, len(self.carried)
+        own = slice(first, None)
+        kept = stacked_kept(self.kept)[own] if self.kept else None
+        if kept is not None and n:
+            kept = torch.cat([torch.full((n, kept.shape[1]), -1, dtype=torch.int32), kept])
+        turns = (t - turn if t >= 0 else -1 for t in self.turn_ids[own])
+        return Episode(
+            prompt_ids=self.prompt,
+            response_ids=self.carried + tuple(self.tokens[own]),
+            action=(False,) * n + tuple(self.action[own]),
+            logprobs=(0.0,) * n + tuple(self.logprobs[own]),
+            versions=(0,) * n + tuple(self.versions[own]),
+            turn_ids=(-1,) * n + tuple(turns),
+            end=end,
+            eos=eos,
+            rewards=tuple(self.rewards[step:]),
+            status=RewardStatus.INFRA_ERROR if end == End.ABORTED else self.status,
+            tool_calls=self.tool_calls - calls,
+            tool_errors=self.tool_errors - errors,
+            tool_results=tuple(self.tool_results[step:]),
+            routes=self.routes,
+            kept=kept,
+            carried=n,
+        )
 
     def add_turn(self, c: Completion) -> None:
         n = len(c.response_ids)
@@ -154,6 +215,7 @@ class _Running:
 
     def finish(self, end: End, eos: bool) -> Episode:
         status = RewardStatus.INFRA_ERROR if end == End.ABORTED else self.status
+        segments = (*self.segments, self.segment(end, eos)) if self.segments else ()
         return Episode(
             prompt_ids=self.prompt,
             response_ids=tuple(self.tokens),
@@ -168,9 +230,30 @@ class _Running:
             tool_calls=self.tool_calls,
             tool_errors=self.tool_errors,
             tool_results=tuple(self.tool_results),
-            routes=self.routes,
+            routes=None if segments else self.routes,  # the rows' routes are the segments'
             kept=stacked_kept(self.kept) if self.kept else None,
+            segments=segments,
         )
+
+
+def make_room(
+    running: dict[int, _Running],
+    done: dict[int, Episode],
+    limit: int,
+    max_new_tokens: int,
+    next_context: ContextBuilder | None,
+) -> None:
+    """Episodes whose context leaves no room for another whole turn in ``limit`` positions go
+    on in a new segment (``next_context``; while the prompt and a turn fit) or end truncated,
+    as by the turn budget (moved from ``running`` to ``done``)."""
+    for i, r in list(running.items()):
+        if not r.turns or len(r.context) + max_new_tokens <= limit:
+            continue
+        room = limit - max_new_tokens - len(r.prompt)  # for the carried context
+        if next_context is not None and room >= 0 and r.start[0] < len(r.tokens):
+            r.cut(next_context, room)
+        else:
+            done[i] = running.pop(i).finish(End.TRUNCATED, eos=True)
 
 
 def stacked_kept(parts: Sequence[torch.Tensor]) -> torch.Tensor:
@@ -208,6 +291,7 @@ def run_episodes(
     before_turn: Callable[[], None] | None = None,
     max_turns: int | None = None,
     kept_sets: int = 0,
+    next_context: ContextBuilder | None = None,
 ) -> list[Episode]:
     """Run one episode in each environment, all running ones batched into each ``generate``.
 
@@ -222,29 +306,21 @@ def run_episodes(
     after that many ends truncated (a guard against an environment that never ends). So
     does one whose context leaves no room for another whole turn in the engine's context
     (``engine.max_len``, where it has one): after the first turn (whose prompt the run's
-    set-up checks), no turn is sampled past the model's length.
+    set-up checks), no turn is sampled past the model's length — unless ``next_context``
+    (``data.context_policy``, :mod:`rlmap.rollout.segments`) builds a new segment's context:
+    the episode then goes on from the prompt and that context (``Episode.segments``).
     ``before_turn`` runs before each round (partial rollout: new weights may arrive, and
     the next turns' tokens carry their version). ``kept_sets`` > 0 asks the engine for each
     action token's kept set of at most that many ids (``Episode.kept``; top-p replay).
     """
     stops = tuple(dict.fromkeys(t for env in envs for t in env.stop_token_ids))
     strings = stop_strings_of(envs)
-    done: dict[int, Episode] = {}
-    running: dict[int, _Running] = {}
-    for i, env in enumerate(envs):
-        try:
-            running[i] = _Running(env, tuple(env.reset()))
-        except Exception as exc:  # an environment failure is infrastructure, never terminal
-            aborted(exc)
-            done[i] = _Running(env, ()).finish(End.ABORTED, eos=False)
+    running, done = reset_all(envs)
     limit = getattr(engine, "max_len", None)
     asked = {"kept_sets": kept_sets} if kept_sets else {}  # engines without sets need not know
     while running:
-        if limit is not None:  # no room for another whole turn: truncated, as by the budget
-            for i in [
-                i for i, r in running.items() if r.turns and len(r.context) + max_new_tokens > limit
-            ]:
-                done[i] = running.pop(i).finish(End.TRUNCATED, eos=True)
+        if limit is not None:
+            make_room(running, done, limit, max_new_tokens, next_context)
             if not running:
                 break
         if before_turn is not None:
@@ -259,94 +335,52 @@ def run_episodes(
             stop_strings=strings,
             **asked,
         )
-        items = list(running.items())
-        for (_, r), (c,) in zip(items, batch, strict=True):
-            r.add_turn(c)
-        results = step_all([r.env for _, r in items], [c.response_ids for (c,) in batch])
-        for (i, r), (c,), s in zip(items, batch, results, strict=True):
-            if s is None:  # as above: aborted, excluded from training and counted
-                done[i] = running.pop(i).finish(End.ABORTED, eos=c.stopped)
-                continue
-            r.add_step(s)
-            if c.stopped and not (s.terminated or s.truncated):
-                r.add_observation(s.observation)
-                if max_turns is None or r.turns < max_turns:
-                    continue
-                done[i] = running.pop(i).finish(End.TRUNCATED, eos=True)  # the cap
-                continue
-            if s.truncated and c.stopped:
-                r.add_observation(s.observation)
-            end = End.TERMINAL if c.stopped and s.terminated else End.TRUNCATED
-            done[i] = running.pop(i).finish(end, eos=c.stopped)
+        take_turns(running, done, batch, max_turns)
     return [done[i] for i in range(len(envs))]
 
 
-def stop_strings_of(envs: Sequence[Environment]) -> StopStrings | None:
-    """The stop strings of all ``envs`` (an environment's optional ``stop_strings``), read
-    with the first one's decoder (one call's environments share the tokenizer)."""
-    own = [s for s in (getattr(env, "stop_strings", None) for env in envs) if s is not None]
-    if not own:
-        return None
-    return StopStrings(tuple(dict.fromkeys(x for s in own for x in s.strings)), own[0].decode)
-
-
-def aborted(exc: Exception) -> None:
-    """Say why an episode is aborted: a RuntimeWarning, which Python shows once per reason
-    (the run goes on; ``*/aborted_frac`` counts them)."""
-    why = f"{type(exc).__name__}: {first_line(exc)}"
-    warnings.warn(
-        f"an episode was aborted as an infrastructure failure: {why}", RuntimeWarning, stacklevel=2
-    )
-
-
-STEP_THREADS = 32
-"""Environments stepped at once: their steps may wait on tools or services (latency)."""
-
-
-def step_all(envs: Sequence[Environment], actions: Sequence[Sequence[int]]) -> list[EnvStep | None]:
-    """Every environment's step on its action, concurrently; None where ``step`` raised.
-
-    Environments are independent and a step may wait (a tool call, a remote service), so
-    the round waits for the slowest step, not for the sum of them — as a fleet of
-    environment servers would. Results keep the order of ``envs``. When no environment
-    waits (``waits`` False: pure Python, :mod:`rlmap.tasks.env`) the steps run one after
-    another in this thread: the GIL would serialise them anyway, and a pool's threads
-    cost ~4 ms a round of 64 exact-match steps, which take 0.5 ms.
-    """
-
-    def one(env: Environment, action: Sequence[int]) -> EnvStep | None:
+def reset_all(envs: Sequence[Environment]) -> tuple[dict[int, _Running], dict[int, Episode]]:
+    """Every environment reset, by its index: its episode running, or done (aborted) when
+    ``reset`` raised."""
+    done: dict[int, Episode] = {}
+    running: dict[int, _Running] = {}
+    for i, env in enumerate(envs):
         try:
-            return env.step(action)
-        except Exception as exc:  # an environment failure is infrastructure: the caller aborts
+            running[i] = _Running(env, tuple(env.reset()))
+        except Exception as exc:  # an environment failure is infrastructure, never terminal
             aborted(exc)
-            return None
-
-    if len(envs) <= 1 or not any(getattr(e, "waits", True) for e in envs):
-        return [one(e, a) for e, a in zip(envs, actions, strict=True)]
-    with ThreadPoolExecutor(max_workers=min(STEP_THREADS, len(envs))) as pool:
-        return list(pool.map(one, envs, actions))
+            done[i] = _Running(env, ()).finish(End.ABORTED, eos=False)
+    return running, done
 
 
-def episode_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
-    """Multi-turn statistics of some episodes (the caller prefixes ``env/`` or ``eval/``).
-
-    ``turns``: mean policy turns per episode; ``tool_call_rate``: fraction of episodes
-    with at least one tool call; ``tool_calls``: mean calls per episode;
-    ``tool_error_frac``: fraction of calls that failed (0 without calls);
-    ``turn_budget_frac``: fraction truncated after a completed turn (the turn budget, or
-    the context full);
-    ``aborted_frac``: fraction aborted by an environment failure.
-    """
-    n = max(len(episodes), 1)
-    calls = sum(e.tool_calls for e in episodes)
-    return {
-        "turns": sum(e.turns for e in episodes) / n,
-        "tool_call_rate": sum(e.tool_calls > 0 for e in episodes) / n,
-        "tool_calls": calls / n,
-        "tool_error_frac": sum(e.tool_errors for e in episodes) / max(calls, 1),
-        "turn_budget_frac": sum(e.end == End.TRUNCATED and e.eos for e in episodes) / n,
-        "aborted_frac": sum(e.end == End.ABORTED for e in episodes) / n,
-    }
+def take_turns(
+    running: dict[int, _Running],
+    done: dict[int, Episode],
+    batch: list[list[Completion]],
+    max_turns: int | None,
+) -> None:
+    """One round's turns (``batch``, one completion per running episode, in order) added to
+    their episodes, then every environment stepped on its turn; the episodes that end move
+    from ``running`` to ``done`` (:func:`run_episodes` says how each ends)."""
+    items = list(running.items())
+    for (_, r), (c,) in zip(items, batch, strict=True):
+        r.add_turn(c)
+    results = step_all([r.env for _, r in items], [c.response_ids for (c,) in batch])
+    for (i, r), (c,), s in zip(items, batch, results, strict=True):
+        if s is None:  # a failed step, as a failed reset: aborted, excluded and counted
+            done[i] = running.pop(i).finish(End.ABORTED, eos=c.stopped)
+            continue
+        r.add_step(s)
+        if c.stopped and not (s.terminated or s.truncated):
+            r.add_observation(s.observation)
+            if max_turns is None or r.turns < max_turns:
+                continue
+            done[i] = running.pop(i).finish(End.TRUNCATED, eos=True)  # the cap
+            continue
+        if s.truncated and c.stopped:
+            r.add_observation(s.observation)
+        end = End.TERMINAL if c.stopped and s.terminated else End.TRUNCATED
+        done[i] = running.pop(i).finish(end, eos=c.stopped)
 
 
 @dataclass(frozen=True)
@@ -369,25 +403,28 @@ class Scored:
 
 
 def to_batch(scored: Sequence[Scored], *, pad_token_id: int) -> Batch:
-    """The batch record of a list of scored episodes (one row each).
+    """The batch record of a list of scored episodes (one row each, or one per segment).
 
     Rewards: when every turn but the last has reward 0 (outcome tasks), ``rewards`` is the
     return and ``token_rewards`` stays None (R at the last action token). Otherwise each
     turn's reward (``Scored.per_turn``, the shaping in the last one's) sits at that turn's
     last action token, in ``token_rewards``. ``turn_id`` is filled only when some episode
-    has several turns.
+    has several turns. A segmented episode (``Episode.segments``) gives a row per segment,
+    linked by ``episode_id`` and ``segment``: each row has its episode's ``rewards``,
+    group and status, and in ``token_rewards`` only its own turns' rewards (the outcome on
+    the last segment's last action token).
     """
-    prompt_len = max(len(s.episode.prompt_ids) for s in scored)
-    response_len = max(max(len(s.episode.response_ids) for s in scored), 1)
-    b, t = len(scored), prompt_len + response_len
+    rows = [(s, e) for s in scored for e in s.episode.rows]
+    prompt_len = max(len(e.prompt_ids) for _, e in rows)
+    response_len = max(max(len(e.response_ids) for _, e in rows), 1)
+    b, t = len(rows), prompt_len + response_len
     tokens = torch.full((b, t), pad_token_id, dtype=torch.long)
     attention = torch.zeros((b, t), dtype=torch.bool)
     action = torch.zeros((b, t), dtype=torch.bool)
     behaviour = torch.zeros((b, t))
     version = torch.zeros((b, t), dtype=torch.long)
     turn = torch.full((b, t), -1, dtype=torch.long)
-    for i, s in enumerate(scored):
-        e = s.episode
+    for i, (_, e) in enumerate(rows):
         p, r = len(e.prompt_ids), len(e.response_ids)
         response = slice(prompt_len, prompt_len + r)
         tokens[i, prompt_len - p : prompt_len] = torch.tensor(e.prompt_ids, dtype=torch.long)
@@ -398,72 +435,47 @@ def to_batch(scored: Sequence[Scored], *, pad_token_id: int) -> Batch:
         version[i, response] = torch.tensor(e.versions, dtype=torch.long)
         turn[i, response] = torch.tensor(e.turn_ids, dtype=torch.long)
     multi_turn = any(s.episode.turns > 1 for s in scored)
+    links = _links(scored)
     return Batch(
         tokens=tokens,
         action_mask=action,
         behavior_logprobs=behaviour,
-        rewards=torch.tensor([s.reward for s in scored], dtype=torch.float32),
-        group_id=torch.tensor([s.group for s in scored], dtype=torch.long),
-        end=torch.tensor([int(s.episode.end) for s in scored], dtype=torch.long),
-        reward_status=torch.tensor([int(s.status) for s in scored], dtype=torch.long),
+        rewards=torch.tensor([s.reward for s, _ in rows], dtype=torch.float32),
+        group_id=torch.tensor([s.group for s, _ in rows], dtype=torch.long),
+        end=torch.tensor([int(e.end) for _, e in rows], dtype=torch.long),
+        reward_status=torch.tensor([int(s.status) for s, _ in rows], dtype=torch.long),
         attention_mask=attention,
-        eos=torch.tensor([s.episode.eos for s in scored]),
+        eos=torch.tensor([e.eos for _, e in rows]),
         turn_id=turn if multi_turn else None,
-        token_rewards=_turn_rewards(scored, action, turn) if _has_step_rewards(scored) else None,
+        token_rewards=(
+            _rewards(scored, action, turn) if links or _has_step_rewards(scored) else None
+        ),
         policy_version=version,
-        routed_experts=_routes(scored, prompt_len, t),
-        sampling_set=_kept(scored, prompt_len, t),
+        routed_experts=route_columns(
+            [e.routes for _, e in rows], [len(e.prompt_ids) for _, e in rows], prompt_len, t
+        ),
+        sampling_set=kept_columns([e.kept for _, e in rows], prompt_len, t),
+        episode_id=None if links is None else links[0],
+        segment=None if links is None else links[1],
     )
 
 
-def _kept(scored: Sequence[Scored], prompt_len: int, t: int) -> torch.Tensor | None:
-    """(B, T, K) int32 kept sets in the batch's columns (-1 where none); None when no episode
-    carries them (replay off). K: the widest set of the batch."""
-    known = [s.episode.kept for s in scored if s.episode.kept is not None]
-    if not known:
+def _links(scored: Sequence[Scored]) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """Each row's episode (its index in ``scored``) and segment; None when none was cut."""
+    if not any(s.episode.segments for s in scored):
         return None
-    out = torch.full((len(scored), t, max(k.shape[1] for k in known)), -1, dtype=torch.int32)
-    for i, s in enumerate(scored):
-        kept = s.episode.kept
-        if kept is not None:
-            out[i, prompt_len : prompt_len + len(kept), : kept.shape[1]] = kept
-    return out
+    rows = [(n, k) for n, s in enumerate(scored) for k in range(len(s.episode.rows))]
+    return torch.tensor([n for n, _ in rows]), torch.tensor([k for _, k in rows])
 
 
-def _routes(scored: Sequence[Scored], prompt_len: int, t: int) -> torch.Tensor | None:
-    """(B, T, L, K) routed experts in the batch's columns (-1 where none); None when no
-    episode carries routes (a dense policy, or an engine that does not record them)."""
-    known = [s.episode.routes for s in scored if s.episode.routes is not None]
-    if not known:
-        return None
-    out = torch.full((len(scored), t, *known[0].shape[1:]), NO_ROUTE, dtype=torch.long)
-    for i, s in enumerate(scored):
-        routes = s.episode.routes
-        if routes is None:
-            continue
-        start = prompt_len - len(s.episode.prompt_ids)
-        n = min(len(routes), t - start)
-        out[i, start : start + n] = routes[:n]
-    return out
+def _rewards(scored: Sequence[Scored], action: torch.Tensor, turn: torch.Tensor) -> torch.Tensor:
+    """(B, T): every row's rewards (:func:`rlmap.rollout.columns.row_rewards`) in place."""
+    turns = [[e.turns for e in s.episode.rows] for s in scored]
+    per_row = [
+        x for s, n in zip(scored, turns, strict=True) for x in row_rewards(s.reward, s.per_turn, n)
+    ]
+    return reward_columns(per_row, action, turn)
 
 
 def _has_step_rewards(scored: Sequence[Scored]) -> bool:
     return any(s.per_turn is not None and any(r != 0 for r in s.per_turn[:-1]) for s in scored)
-
-
-def _turn_rewards(
-    scored: Sequence[Scored], action: torch.Tensor, turn: torch.Tensor
-) -> torch.Tensor:
-    """(B, T): each turn's reward (``Scored.per_turn``) at its last action token."""
-    out = torch.zeros(action.shape)
-    for i, s in enumerate(scored):
-        if s.per_turn is None:  # an outcome: the return at the last action token
-            cols = action[i].nonzero()
-            if len(cols):
-                out[i, cols.max()] = s.reward
-            continue
-        for k, r in enumerate(s.per_turn):
-            cols = ((turn[i] == k) & action[i]).nonzero()
-            if len(cols):
-                out[i, cols.max()] = r
-    return out

@@ -8,7 +8,6 @@ like), and the training random stream is left untouched (resume stays exact).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -16,15 +15,14 @@ from transformers import PreTrainedTokenizerBase
 
 from rlmap.core.batch import End, RewardStatus
 from rlmap.core.device import cuda_indices, model_device
-from rlmap.core.errors import ConfigError, InputError
 from rlmap.diagnostics.passk import pass_at_k_tensor
 from rlmap.engines.engine import RolloutEngine
-from rlmap.engines.hf import HFEngine
-from rlmap.experiments.samples import CORRECT, Judged, class_fractions, error_class
-from rlmap.models.lora import ADAPTER_CONFIG
-from rlmap.rollout.episodes import Episode, episode_metrics, run_episodes
+from rlmap.rollout.episode_stats import episode_metrics, segment_metrics
+from rlmap.rollout.episodes import Episode, run_episodes
+from rlmap.rollout.segments import ContextBuilder
+from rlmap.runs.samples import CORRECT, Judged, class_fractions, error_class
 from rlmap.tasks.arithmetic import Example
-from rlmap.tasks.env import EnvFactory, Verifier, reference_for, verify_safely
+from rlmap.tasks.env import EnvFactory, Environment, Verifier, reference_for, verify_safely
 from rlmap.tasks.prompts import decode_response
 
 
@@ -46,6 +44,7 @@ def evaluate(
     samples_out: list[dict[str, Any]] | None = None,
     format_pattern: str | None = None,
     rescore_items: bool = False,
+    next_context: ContextBuilder | None = None,
 ) -> dict[str, float]:
     """``eval/pass@1``, ``eval/pass@k`` (k = ``eval/k`` = samples), ``eval/length`` (mean
     generated tokens), ``eval/diversity`` (mean distinct final answers per prompt) and, with
@@ -59,62 +58,128 @@ def evaluate(
     Examples that name their ``task`` (a mixture) are also scored per task:
     ``eval/<task>/pass@1`` and ``eval/<task>/pass@k``.
 
-    Every sample gets an error class (:func:`rlmap.experiments.samples.error_class`, with
+    Every sample gets an error class (:func:`rlmap.runs.samples.error_class`, with
     ``format_pattern``): ``eval/errors/<class>_frac``. With ``samples_out``, the first
     sample of each of the first ``keep`` prompts is appended to it, as text.
+    ``next_context``: the run's ``data.context_policy`` (:func:`run_episodes`); with one,
+    ``eval/segments`` and ``eval/context_dropped_tokens`` too.
     """
-    envs = [environment(e) for e in examples for _ in range(samples)]
+    episodes = _sample(
+        engine,
+        [environment(e) for e in examples for _ in range(samples)],
+        seed=seed,
+        max_new_tokens=max_new_tokens,
+        temperature=temperature,
+        top_p=top_p,
+        max_turns=max_turns,
+        next_context=next_context,
+    )
+    groups = [episodes[k * samples : (k + 1) * samples] for k in range(len(examples))]
+    answers = [[final_answer(tokenizer, e) for e in group] for group in groups]
+    classes = [_error_classes(g, a, format_pattern) for g, a in zip(groups, answers, strict=True)]
+    if samples_out is not None:  # the first sample of each of the first ``keep`` prompts
+        samples_out += _rows(tokenizer, examples[: max(keep, 0)], groups, answers, classes)
+    return (
+        _scores(examples, episodes, groups, answers, samples)
+        | class_fractions([c for judged in classes for c in judged])
+        | (_prefixed(episode_metrics(episodes)) if multi_turn else {})
+        | ({} if next_context is None else _prefixed(segment_metrics(episodes)))
+        | ({} if rescore is None else _rescored(rescore, examples, answers, samples, rescore_items))
+    )
+
+
+def _sample(
+    engine: RolloutEngine,
+    envs: Sequence[Environment],
+    *,
+    seed: int,
+    max_new_tokens: int,
+    temperature: float,
+    top_p: float,
+    max_turns: int | None,
+    next_context: ContextBuilder | None,
+) -> list[Episode]:
+    """The episodes of ``envs``, sampled under ``seed`` inside ``torch.random.fork_rng`` (the
+    run's own random stream is left as it was)."""
     model = getattr(engine, "model", None)  # the HF engine's; vLLM's seeds are its own
     on = model_device(model) if isinstance(model, torch.nn.Module) else torch.device("cpu")
     with torch.random.fork_rng(devices=cuda_indices(on)):
         torch.manual_seed(seed)
-        episodes = run_episodes(
+        return run_episodes(
             engine,
             envs,
             max_new_tokens=max_new_tokens,
             temperature=temperature,
             top_p=top_p,
             max_turns=max_turns,
+            next_context=next_context,
         )
-    correct, distinct, loose, classes = [], [], [], []
-    for k, example in enumerate(examples):
-        group = episodes[k * samples : (k + 1) * samples]
-        correct.append(sum(e.outcome > 0 and e.status == RewardStatus.OK for e in group))
-        answers = [final_answer(tokenizer, e) for e in group]
-        distinct.append(len(set(answers)))
-        if rescore is not None:
-            reference = reference_for(example, rescore_items)
-            loose.append(sum(verify_safely(rescore, a, reference)[0] > 0 for a in answers))
-        judged = [
-            error_class(Judged(e.outcome, e.status, e.end, e.eos, e.tool_errors, a), format_pattern)
-            for e, a in zip(group, answers, strict=True)
-        ]
-        classes += judged
-        if samples_out is not None and k < keep:
-            samples_out.append(sample_row(tokenizer, group[0], answers[0], example, judged[0]))
+
+
+def _error_classes(
+    group: Sequence[Episode], answers: Sequence[str], format_pattern: str | None
+) -> list[str]:
+    """The error class of each sample of a prompt (:func:`rlmap.runs.samples.error_class`)."""
+    return [
+        error_class(Judged(e.outcome, e.status, e.end, e.eos, e.tool_errors, a), format_pattern)
+        for e, a in zip(group, answers, strict=True)
+    ]
+
+
+def _scores(
+    examples: Sequence[Example],
+    episodes: Sequence[Episode],
+    groups: Sequence[Sequence[Episode]],
+    answers: Sequence[Sequence[str]],
+    samples: int,
+) -> dict[str, float]:
+    """pass@1 and pass@k (k = ``samples``) overall and per task, mean length and mean
+    distinct final answers per prompt. A sample is correct when its return is positive with
+    an OK status."""
+    correct = [sum(e.outcome > 0 and e.status == RewardStatus.OK for e in g) for g in groups]
     n = torch.full((len(examples),), samples)
     c = torch.tensor(correct)
-    return (
-        per_task(examples, correct, samples)
-        | {
-            "eval/pass@1": float(pass_at_k_tensor(n, c, 1).mean()),
-            "eval/pass@k": float(pass_at_k_tensor(n, c, samples).mean()),
-            "eval/k": float(samples),
-            "eval/length": sum(e.action_tokens for e in episodes) / max(len(episodes), 1),
-            "eval/diversity": sum(distinct) / max(len(distinct), 1),
-        }
-        | class_fractions(classes)
-        | ({f"eval/{k}": v for k, v in episode_metrics(episodes).items()} if multi_turn else {})
-        | (
-            {
-                "eval/train_verifier_pass@1": float(
-                    pass_at_k_tensor(n, torch.tensor(loose), 1).mean()
-                )
-            }
-            if rescore is not None
-            else {}
-        )
-    )
+    distinct = [len(set(said)) for said in answers]
+    return per_task(examples, correct, samples) | {
+        "eval/pass@1": float(pass_at_k_tensor(n, c, 1).mean()),
+        "eval/pass@k": float(pass_at_k_tensor(n, c, samples).mean()),
+        "eval/k": float(samples),
+        "eval/length": sum(e.action_tokens for e in episodes) / max(len(episodes), 1),
+        "eval/diversity": sum(distinct) / max(len(distinct), 1),
+    }
+
+
+def _rows(
+    tokenizer: PreTrainedTokenizerBase,
+    examples: Sequence[Example],
+    groups: Sequence[Sequence[Episode]],
+    answers: Sequence[Sequence[str]],
+    classes: Sequence[Sequence[str]],
+) -> list[dict[str, Any]]:
+    """The first sample of each of ``examples`` (a prefix of the evaluated ones) as a row."""
+    picked = zip(examples, groups, answers, classes, strict=False)  # examples: the first few
+    return [sample_row(tokenizer, g[0], a[0], e, c[0]) for e, g, a, c in picked]
+
+
+def _rescored(
+    rescore: Verifier,
+    examples: Sequence[Example],
+    answers: Sequence[Sequence[str]],
+    samples: int,
+    rescore_items: bool,
+) -> dict[str, float]:
+    """``eval/train_verifier_pass@1``: the same final answers scored by ``rescore``."""
+    loose = []
+    for example, said in zip(examples, answers, strict=True):
+        reference = reference_for(example, rescore_items)
+        loose.append(sum(verify_safely(rescore, a, reference)[0] > 0 for a in said))
+    n = torch.full((len(examples),), samples)
+    return {"eval/train_verifier_pass@1": float(pass_at_k_tensor(n, torch.tensor(loose), 1).mean())}
+
+
+def _prefixed(metrics: dict[str, float]) -> dict[str, float]:
+    """``metrics`` under ``eval/``."""
+    return {f"eval/{k}": v for k, v in metrics.items()}
 
 
 def per_task(examples: Sequence[Example], correct: Sequence[int], samples: int) -> dict[str, float]:
@@ -156,60 +221,3 @@ def final_answer(tokenizer: PreTrainedTokenizerBase, episode: Episode) -> str:
     last = max(episode.turn_ids, default=-1)
     ids = [t for t, k in zip(episode.response_ids, episode.turn_ids, strict=True) if k == last]
     return decode_response(tokenizer, ids)
-
-
-def evaluate_checkpoint(
-    checkpoint: Path,
-    *,
-    samples: int | None = None,
-    overrides: Sequence[str] = (),
-    device: torch.device | None = None,
-) -> dict[str, float]:
-    """Evaluate a checkpoint on the held-out set of the run that wrote it (or the default),
-    sampling on ``device`` (None: the CPU).
-
-    A LoRA run's checkpoint (an adapter) loads on the base model its ``adapter_config.json``
-    names (transformers' own peft integration), with the adapters on.
-    """
-    from rlmap.assembly.data import load_data
-    from rlmap.assembly.environments import evaluation_scoring
-    from rlmap.assembly.models import check_model_dir, load_causal_lm, load_tokenizer
-    from rlmap.recipes import build_config, load_config
-
-    if samples is not None and samples < 1:
-        raise ConfigError(f"--samples: must be >= 1, got {samples}")
-    if not any((checkpoint / name).is_file() for name in ("config.json", ADAPTER_CONFIG)):
-        hint = ""
-        if (checkpoint / "checkpoints").is_dir():
-            hint = f"; it is a run directory, its checkpoints are in {checkpoint / 'checkpoints'}"
-        raise InputError(f"{checkpoint}: not a Hugging Face checkpoint directory{hint}")
-    check_model_dir(checkpoint, "checkpoint", adapter=True)
-    run_config = checkpoint.parent.parent / "config.yaml"
-    cfg = (
-        load_config(run_config, overrides)
-        if run_config.exists()
-        else build_config(None, None, overrides)
-    )
-    _, heldout = load_data(cfg)  # a bad data file fails before the model loads
-    tokenizer = load_tokenizer(checkpoint)
-    model = load_causal_lm(checkpoint, device=device)
-    engine = HFEngine(
-        model, pad_token_id=int(tokenizer.pad_token_id), eos_token_id=int(tokenizer.eos_token_id)
-    )
-    g = cfg.generation
-    environment, rescore, items = evaluation_scoring(cfg, tokenizer)
-    return evaluate(
-        engine,
-        environment,
-        tokenizer,
-        heldout,
-        samples=samples or g.eval_samples,
-        max_new_tokens=g.max_new_tokens,
-        temperature=g.temperature,
-        top_p=g.top_p,
-        seed=0,
-        multi_turn=cfg.data.multi_turn,
-        rescore=rescore,
-        max_turns=cfg.data.turn_budget,
-        rescore_items=items,
-    )

@@ -29,15 +29,8 @@ from transformers import PreTrainedTokenizerBase
 from rlmap.core.batch import End, RewardStatus
 from rlmap.feedback import process
 from rlmap.feedback.judge import judge_reward
-from rlmap.feedback.reward import (
-    ProcessReward,
-    Reward,
-    Score,
-    Trajectory,
-    compose,
-    score_batch,
-    worst,
-)
+from rlmap.feedback.reward import Reward, Score, Trajectory, score_batch, worst
+from rlmap.feedback.reward_terms import ProcessReward, compose
 from rlmap.recipes.config import RecipeConfig
 from rlmap.rollout.episodes import Episode
 from rlmap.tasks.prompts import decode_response
@@ -74,7 +67,7 @@ def base_reward(cfg: RecipeConfig) -> Reward:
 
 
 def shaping_reward(cfg: RecipeConfig) -> Reward | None:
-    """Σ of the configured shaping terms (:func:`rlmap.feedback.reward.compose` without a
+    """Σ of the configured shaping terms (:func:`rlmap.feedback.reward_terms.compose` without a
     verifier), or None when there is none."""
     f = cfg.feedback
     return compose(

@@ -329,13 +329,33 @@ def profile_from_run(run_dir: Path) -> RunProfile:
     path = run_dir / "metrics.jsonl"
     if not path.is_file():
         raise ConfigError(f"--from-run: {path} does not exist")
-    from rlmap.experiments.rundir import MetricsLog
+    from rlmap.runs.rundir import MetricsLog
 
     records = MetricsLog.read(path)  # InputError naming path:lineno for a bad line
     steps = [r for r in records if any(str(k).startswith("system/") for k in r)]
     update = _series(steps, "system/update_s")
     generated = _series(steps, "sampling/generated")
     batch = round(statistics.median(generated)) if generated else None
+    found = _rollout_duration(steps)
+    if found is None and _series(steps, "system/rollout_s") and batch:
+        return _batched_sync_profile(steps, update, batch)
+    if found is None:
+        raise ConfigError(
+            f"--from-run: {path} logs no rollout durations (system/rollout_durations, "
+            "system/rollout_duration_p50/p95 or system/rollout_s)"
+        )
+    duration, source = found
+    learner = Empirical(tuple(update)) if update else None
+    layout, system = async_layout(run_dir), run_system(run_dir)
+    if layout is not None and batch:
+        workers, size = layout
+        return RunProfile(duration, learner, max(1, batch // size), source, workers, size, *system)
+    return RunProfile(duration, learner, batch, source, None, 1, *system)
+
+
+def _rollout_duration(steps: Sequence[dict[str, object]]) -> tuple[Duration, str] | None:
+    """The rollout duration distribution of cases 1–3 of :func:`profile_from_run`, and where
+    it comes from; None when the steps log none of their metrics."""
     durations = [
         float(v)
         for r in steps
@@ -357,28 +377,26 @@ def profile_from_run(run_dir: Path) -> RunProfile:
     elif p50 and p95:
         duration = lognormal_from_percentiles(statistics.median(p50), statistics.median(p95))
         source = f"lognormal fitted to the median over {len(p50)} steps of rollout p50 and p95"
-    elif _series(steps, "system/rollout_s") and batch:
-        rollout = _series(steps, "system/rollout_s")
-        duration = Trace(_values("--from-run", [s for s in rollout for _ in range(batch)]))
-        source = f"batched sync run: {len(rollout)} steps' system/rollout_s, each x{batch}"
-        return RunProfile(duration, Trace(tuple(update)) if update else None, batch, source)
     else:
-        raise ConfigError(
-            f"--from-run: {path} logs no rollout durations (system/rollout_durations, "
-            "system/rollout_duration_p50/p95 or system/rollout_s)"
-        )
-    learner = Empirical(tuple(update)) if update else None
-    layout, system = async_layout(run_dir), run_system(run_dir)
-    if layout is not None and batch:
-        workers, size = layout
-        return RunProfile(duration, learner, max(1, batch // size), source, workers, size, *system)
-    return RunProfile(duration, learner, batch, source, None, 1, *system)
+        return None
+    return duration, source
+
+
+def _batched_sync_profile(
+    steps: Sequence[dict[str, object]], update: list[float], batch: int
+) -> RunProfile:
+    """Case 4 of :func:`profile_from_run`: a trace of the steps' ``system/rollout_s``, each
+    repeated ``batch`` times, and a trace of their ``system/update_s``."""
+    rollout = _series(steps, "system/rollout_s")
+    duration = Trace(_values("--from-run", [s for s in rollout for _ in range(batch)]))
+    source = f"batched sync run: {len(rollout)} steps' system/rollout_s, each x{batch}"
+    return RunProfile(duration, Trace(tuple(update)) if update else None, batch, source)
 
 
 def run_system(run_dir: Path) -> tuple[str | None, int | None, bool]:
     """(mode, η, partial rollout) of a run from its ``config.yaml``; (None, None, False)
     without one. η is given for asynchronous runs only."""
-    from rlmap.recipes.config import read_yaml
+    from rlmap.runs.rundir import read_yaml
 
     path = run_dir / "config.yaml"
     if not path.is_file():
@@ -400,7 +418,7 @@ def run_system(run_dir: Path) -> tuple[str | None, int | None, bool]:
 def async_layout(run_dir: Path) -> tuple[int, int] | None:
     """(workers, trajectories per worker round) of an asynchronous run, from its
     ``config.yaml``; None for a synchronous run or one without a config."""
-    from rlmap.recipes.config import read_yaml
+    from rlmap.runs.rundir import read_yaml
 
     path = run_dir / "config.yaml"
     if not path.is_file():

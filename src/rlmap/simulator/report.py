@@ -10,12 +10,12 @@ import dataclasses
 import io
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from rlmap.core.errors import ConfigError, InputError
-from rlmap.experiments.rundir import (
+from rlmap.runs.rundir import (
     check_new_file,
     create_run_dir,
     removed_on_failure,
@@ -263,79 +263,96 @@ def plot_sweep(results: Sequence[SimResult], out_dir: Path, prefix: str = "") ->
     at all (``bench/simulate_scale.py`` regenerates the documentation's figures this
     way); ``rlmap simulate --plot`` refuses existing files first (:func:`check_plot_dir`).
     """
-    from matplotlib.figure import Figure  # imported here: only plotting pays for matplotlib
-    from matplotlib.ticker import FuncFormatter, NullFormatter
-
-    # log-axis ticks as plain numbers: matplotlib's default labels them with mathtext, whose
-    # fonts a font cache built from the system fonts lacks (a warning per missing family)
-    plain = FuncFormatter(lambda v, _: f"{v:g}")
     create_run_dir(out=out_dir, kind="plot directory", force=True)
     modes = [m for m in MODES if any(r.mode == m for r in results)]
     series = {
         m: sorted((r for r in results if r.mode == m), key=lambda r: r.workers) for m in modes
     }
     title = f"{results[0].duration}, B={results[0].batch}, learner {results[0].learner_step}"
-    panels = (
-        ("throughput", "consumed trajectories / s", "log", (("", lambda r: r.trajectories_per_s),)),
-        (
-            "idle",
-            "fraction of worker time idle",
-            "linear",
-            (("", lambda r: 1 - r.worker_util), (" (barrier)", lambda r: r.group_idle_frac)),
-        ),
-        (
-            "staleness",
-            "staleness (versions)",
-            "symlog",
-            (
-                (" mean", lambda r: r.staleness_mean),
-                (" p95", lambda r: r.staleness_p95),
-                (" max", lambda r: r.staleness_max),
-            ),
-        ),
-        (
-            "cost",
-            "fraction",
-            "linear",
-            (
-                (" wasted work", lambda r: r.wasted_work_frac),
-                (" |selection bias|", lambda r: abs(r.selection_bias)),
-            ),
-        ),
-    )
     written = []
-    for name, ylabel, yscale, curves in panels:
-        fig = Figure(figsize=(5.0, 3.2), layout="constrained")
-        ax = fig.add_subplot()
-        for mode in modes:
-            for (label, value), style in zip(curves, ("-o", "--s", ":^"), strict=False):
-                xs = [r.workers for r in series[mode]]
-                ax.plot(
-                    xs,
-                    [value(r) for r in series[mode]],
-                    style,
-                    ms=3,
-                    label=mode + label,
-                    color=_COLOURS[mode],
-                )
-        ax.set_xscale("log", base=2)
-        ax.set_yscale(yscale)
-        for axis in (ax.xaxis, ax.yaxis) if yscale != "linear" else (ax.xaxis,):
-            axis.set_major_formatter(plain)
-            axis.set_minor_formatter(NullFormatter())
-        if yscale != "log":
-            ax.set_ylim(bottom=0)  # every quantity here is >= 0
-        ax.set_xlabel("rollout workers W")
-        ax.set_ylabel(ylabel)
-        ax.set_title(title, fontsize=8)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+    for name, ylabel, yscale, curves in _PANELS:
         path = out_dir / f"{prefix}{name}.png"
-        buffer = io.BytesIO()
-        fig.savefig(buffer, format="png", dpi=80)
-        write_bytes_atomic(path, buffer.getvalue())
+        write_bytes_atomic(path, _panel_png(series, title, ylabel, yscale, curves))
         written.append(path)
     return written
+
+
+Curve = tuple[str, Callable[[SimResult], float]]
+"""A line of a panel: its label's suffix after the mode, and its value for one result."""
+
+_PANELS: tuple[tuple[str, str, str, tuple[Curve, ...]], ...] = (
+    ("throughput", "consumed trajectories / s", "log", (("", lambda r: r.trajectories_per_s),)),
+    (
+        "idle",
+        "fraction of worker time idle",
+        "linear",
+        (("", lambda r: 1 - r.worker_util), (" (barrier)", lambda r: r.group_idle_frac)),
+    ),
+    (
+        "staleness",
+        "staleness (versions)",
+        "symlog",
+        (
+            (" mean", lambda r: r.staleness_mean),
+            (" p95", lambda r: r.staleness_p95),
+            (" max", lambda r: r.staleness_max),
+        ),
+    ),
+    (
+        "cost",
+        "fraction",
+        "linear",
+        (
+            (" wasted work", lambda r: r.wasted_work_frac),
+            (" |selection bias|", lambda r: abs(r.selection_bias)),
+        ),
+    ),
+)
+"""The sweep's figures: file name, y label, y scale, curves."""
+
+
+def _panel_png(
+    series: Mapping[str, Sequence[SimResult]],
+    title: str,
+    ylabel: str,
+    yscale: str,
+    curves: Sequence[Curve],
+) -> bytes:
+    """One figure of :func:`plot_sweep` as PNG bytes: each curve for each mode, against W."""
+    from matplotlib.figure import Figure  # imported here: only plotting pays for matplotlib
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    # log-axis ticks as plain numbers: matplotlib's default labels them with mathtext, whose
+    # fonts a font cache built from the system fonts lacks (a warning per missing family)
+    plain = FuncFormatter(lambda v, _: f"{v:g}")
+    fig = Figure(figsize=(5.0, 3.2), layout="constrained")
+    ax = fig.add_subplot()
+    for mode, results in series.items():
+        for (label, value), style in zip(curves, ("-o", "--s", ":^"), strict=False):
+            xs = [r.workers for r in results]
+            ax.plot(
+                xs,
+                [value(r) for r in results],
+                style,
+                ms=3,
+                label=mode + label,
+                color=_COLOURS[mode],
+            )
+    ax.set_xscale("log", base=2)
+    ax.set_yscale(yscale)
+    for axis in (ax.xaxis, ax.yaxis) if yscale != "linear" else (ax.xaxis,):
+        axis.set_major_formatter(plain)
+        axis.set_minor_formatter(NullFormatter())
+    if yscale != "log":
+        ax.set_ylim(bottom=0)  # every quantity here is >= 0
+    ax.set_xlabel("rollout workers W")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=8)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=80)
+    return buffer.getvalue()
 
 
 _COLOURS = {"sync": "tab:blue", "async": "tab:red", "partial": "tab:green"}

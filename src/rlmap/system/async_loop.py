@@ -9,9 +9,9 @@ for a group.
     (partial rollout: new weights may          publish weights as version v + 1
      arrive between turns)                     (every ``system.publish_every`` steps)
 
-It reuses the synchronous loop's step functions: :func:`~rlmap.system.sync.rollout_round`
+It reuses the synchronous loop's step functions: :func:`~rlmap.system.rounds.rollout_round`
 produces and scores the episodes (on the worker's own engine), and
-:func:`~rlmap.system.sync.learn` updates critic and policy.
+:func:`~rlmap.system.learner_step.learn` updates critic and policy.
 
 A worker rolls out ``system.worker_prompts`` prompts (default B / W) in one batched
 ``generate`` per turn — Hugging Face ``generate`` has no continuous batching — and its
@@ -31,11 +31,12 @@ The staleness bound η = ``behaviour.max_staleness`` holds twice:
 - at consumption: a trajectory older than η versions is dropped (``system/stale_dropped``),
   and the ``staleness`` correction, when the recipe has it, masks it too.
 
-Weights travel as a snapshot taken by the learner after its step (:class:`Board`), never
-read from the live model while it trains: the rollout weights streamed one tensor at a time
-into buffers of the board's own, in the rollout dtype — on the learner's device for
-in-process workers, in host memory for Ray actors. Its seconds, with the learner's own
-engine's update, are ``system/weight_sync_s``. Nothing here touches files.
+Weights travel as a snapshot taken by the learner after its step
+(:class:`~rlmap.system.board.Board`), never read from the live model while it trains: the
+rollout weights streamed one tensor at a time into buffers of the board's own, in the
+rollout dtype — on the learner's device for in-process workers, in host memory for Ray
+actors. Its seconds, with the learner's own engine's update, are ``system/weight_sync_s``.
+Nothing here touches files.
 
 Exactly once across a crash. :meth:`AsyncRunner.snapshot` (taken at each checkpoint,
 between learner steps) holds the queue — finished, not yet consumed trajectories with
@@ -63,244 +64,36 @@ reward failed) is an *empty step*:
 
 from __future__ import annotations
 
-import hashlib
 import queue
-import random
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field, fields, replace
-from typing import Any, Protocol, TypeVar
+from dataclasses import replace
+from typing import Any, Protocol
 
-import numpy as np
 import torch
 
 from rlmap.assembly.parts import Parts
 from rlmap.assembly.settings import DTYPES
-from rlmap.core.batch import End, RewardStatus, trains
+from rlmap.core.batch import RewardStatus, trains
 from rlmap.core.device import elapsed
 from rlmap.core.errors import TrainingError
 from rlmap.engines.hf import HFEngine
 from rlmap.engines.vllm import PinnedView
-from rlmap.models.lora import rollout_stream
-from rlmap.rollout.episodes import Episode, Scored, to_batch
+from rlmap.rollout.episodes import Scored, to_batch
 from rlmap.sampling.filters import sampling_counters
-from rlmap.system.sync import (
-    LoopState,
-    adapt_kl,
-    learn,
-    next_prompts,
-    rollout_metrics,
-    rollout_round,
-    step_times,
-)
+from rlmap.system.admission import WAIT_S, Admission, Counts
+from rlmap.system.board import Board
+from rlmap.system.learner_step import learn
+from rlmap.system.loop_state import LoopState, adapt_kl
+from rlmap.system.round_seeds import round_seed, seeded
+from rlmap.system.rounds import next_prompts, rollout_round
+from rlmap.system.snapshots import Finished, numbered
+from rlmap.system.step_metrics import rollout_metrics, step_times
 
-T = TypeVar("T")
-
-WAIT_S = 0.05
-"""How often blocked threads look at the stop flag."""
 FAILED_IN_A_ROW = 5
 """Rounds one worker may lose in a row (a flaky tool, a restarted actor) before the run stops."""
-
-
-@dataclass
-class Board:
-    """The newest published weights: a version and a snapshot of the rollout weights (of a
-    LoRA policy, the merged ones: engines and Ray actors load them into a plain model)."""
-
-    version: int
-    state: dict[str, torch.Tensor]
-    dtype: torch.dtype | None = None
-    """The snapshot's floating tensors are in this dtype (the rollout's, which the workers'
-    engines sample in: a bfloat16 rollout keeps half the bytes); None: the model's own."""
-    host: bool = False
-    """The snapshot is in host memory (Ray actors: the object store takes it from there), else
-    on the model's device (in-process workers copy it device to device)."""
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def publish(self, model: torch.nn.Module, version: int) -> None:
-        """Snapshot ``model``'s rollout weights as ``version``, never its live tensors (the
-        learner goes on training them): each tensor of the stream is copied into a buffer of
-        the board's own as it comes (:func:`snapshot_copy`), so besides the snapshot at most
-        one merged LoRA layer exists, and no full-precision copy of the model."""
-        stream = rollout_stream(model, dtype=self.dtype)  # floating parameters cast, not buffers
-        snapshot = {name: snapshot_copy(t, None, self.host) for name, t in stream}
-        with self.lock:
-            self.version, self.state = version, snapshot
-
-    def latest(self) -> tuple[int, dict[str, torch.Tensor]]:
-        with self.lock:
-            return self.version, self.state
-
-
-def snapshot_copy(t: torch.Tensor, dtype: torch.dtype | None, host: bool) -> torch.Tensor:
-    """A copy of ``t`` of the board's own: cast to ``dtype`` (a floating tensor) inside the
-    ``copy_``; in host memory with ``host``, page-locked when ``t`` is on a GPU (a copy off a
-    GPU runs at full speed only into pinned memory; on a machine without CUDA, pinning
-    raises), else on ``t``'s device."""
-    target = dtype if dtype is not None and t.is_floating_point() else t.dtype
-    device = torch.device("cpu") if host else t.device
-    pin = host and t.is_cuda
-    return torch.empty(t.shape, dtype=target, device=device, pin_memory=pin).copy_(t)
-
-
-@dataclass
-class Admission:
-    """AReaL's staleness control: ``started − dropped ≤ (v + η + 1)·B`` (module docstring)."""
-
-    batch: int
-    eta: int
-    started: int = 0
-    dropped: int = 0
-    version: int = 0
-    cond: threading.Condition = field(default_factory=threading.Condition)
-
-    def admit(self, n: int, stop: threading.Event, claim: Callable[[], T]) -> T | None:
-        """Wait until ``n`` more trajectories may start, then ``claim()`` their prompts under
-        the same lock (so a snapshot sees them admitted and claimed, or neither); None when
-        stopping."""
-        with self.cond:
-            while self.started + n - self.dropped > (self.version + self.eta + 1) * self.batch:
-                if stop.is_set():
-                    return None
-                self.cond.wait(WAIT_S)
-            if stop.is_set():
-                return None
-            self.started += n
-            return claim()
-
-    def advance(self, version: int, dropped: int) -> None:
-        with self.cond:
-            self.version, self.dropped = version, self.dropped + dropped
-            self.cond.notify_all()
-
-    def release(self, n: int) -> None:
-        """``n`` admitted trajectories will never be consumed (aborted, or dropped as stale):
-        their slots are free again."""
-        with self.cond:
-            self.dropped += n
-            self.cond.notify_all()
-
-
-@dataclass(frozen=True)
-class Finished:
-    """A scored trajectory as it leaves a worker."""
-
-    scored: Scored
-    duration_s: float
-    """Wall seconds from the start of its prompt's rollout to its end."""
-    index: int = 0
-    """Its place in its group: (``scored.group``, ``index``) names it across the whole run."""
-
-    @property
-    def uid(self) -> tuple[int, int]:
-        return self.scored.group, self.index
-
-    def to_record(self) -> dict[str, Any]:
-        """Plain values (a checkpoint loads with ``weights_only=True``)."""
-        return {
-            "scored": scored_record(self.scored),
-            "duration_s": self.duration_s,
-            "index": self.index,
-        }
-
-    @staticmethod
-    def from_record(r: dict[str, Any]) -> Finished:
-        return Finished(scored_from_record(r["scored"]), r["duration_s"], r["index"])
-
-
-def scored_record(x: Scored) -> dict[str, Any]:
-    """A scored trajectory as plain values: tuples as lists, enums as ints, routes a tensor."""
-    e = x.episode
-    episode = {f.name: getattr(e, f.name) for f in fields(e)}
-    episode |= {"end": int(e.end), "status": int(e.status)}
-    episode = {k: list(v) if isinstance(v, tuple) else v for k, v in episode.items()}
-    top = {f.name: getattr(x, f.name) for f in fields(x) if f.name != "episode"}
-    top |= {"status": int(x.status), "per_turn": None if x.per_turn is None else list(x.per_turn)}
-    return top | {"episode": episode}
-
-
-def scored_from_record(r: dict[str, Any]) -> Scored:
-    """The inverse of :func:`scored_record`."""
-    e = dict(r["episode"])
-    e = {k: tuple(v) if isinstance(v, list) else v for k, v in e.items()}
-    e |= {"end": End(e["end"]), "status": RewardStatus(e["status"])}
-    top = {k: v for k, v in r.items() if k != "episode"}
-    top |= {
-        "status": RewardStatus(top["status"]),
-        "per_turn": None if top["per_turn"] is None else tuple(top["per_turn"]),
-    }
-    return Scored(episode=Episode(**e), **top)
-
-
-SNAPSHOT_SHAPE: dict[str, Any] = {
-    "queue": list,
-    "redo": list,
-    "lost": int,
-    "started": int,
-    "dropped": int,
-    "cursor": int,
-    "finished": int,
-    "finished_tokens": int,
-    "aborted_rounds": int,
-    "consumed": int,
-    "stale_dropped": int,
-    "rejected": int,
-    "restarted": int,
-    "empty_steps": int,
-    "taken": list,
-    "rounds": int,
-}
-"""Every field of an :meth:`AsyncRunner.snapshot` and its type
-(:func:`rlmap.experiments.checkpoint.shape_problem`): a checkpoint whose snapshot lacks one
-is damaged."""
-
-
-def snapshot_problem(r: dict[str, Any], where: str = "") -> str | None:
-    """What does not load back in a snapshot that has every field of :data:`SNAPSHOT_SHAPE`
-    (a queued trajectory; a round to redo or a group's taken mask that is not a pair of
-    ints), named by its place; None when all does. A resume checks it before it touches
-    the run, not when its runner starts."""
-    for k, record in enumerate(r["queue"]):
-        try:
-            Finished.from_record(record)
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            return f"{where}queue[{k}]: not a finished trajectory ({type(exc).__name__}: {exc})"
-    for name in ("redo", "taken"):
-        for k, pair in enumerate(r[name]):
-            if not (
-                isinstance(pair, (list, tuple))
-                and len(pair) == 2
-                and all(isinstance(x, int) for x in pair)
-            ):
-                return f"{where}{name}[{k}]: expected a pair of ints, got {pair!r:.60}"
-    return None
-
-
-def numbered(scored: list[Scored], took: float) -> list[Finished]:
-    """A round's trajectories, each numbered within its group in the order they came."""
-    seen: dict[int, int] = {}
-    out = []
-    for x in scored:
-        index = seen.get(x.group, 0)
-        seen[x.group] = index + 1
-        out.append(Finished(x, took, index))
-    return out
-
-
-@dataclass
-class Counts:
-    """What the workers did, for the ledger's balance (generated = consumed + dropped +
-    aborted + queued)."""
-
-    finished: int = 0
-    finished_tokens: int = 0
-    aborted_rounds: int = 0
-    durations: list[float] = field(default_factory=list)
-    """Seconds of each trajectory finished since the learner last looked (drained per step):
-    every finished one, not only the consumed — those are biased toward the quick."""
-    lock: threading.Lock = field(default_factory=threading.Lock)
 
 
 class AsyncRunner:
@@ -666,34 +459,6 @@ class ThreadWorker:
 def thread_workers(runner: AsyncRunner) -> list[Worker]:
     """``system.workers`` in-process workers."""
     return [ThreadWorker(runner) for _ in range(runner.p.cfg.system.workers)]
-
-
-def round_seed(seed: int, worker: int, round_: int) -> int:
-    """A seed of its own for each (run seed, worker, round), below 2⁶³ as torch takes them: a
-    63-bit hash, so distinct triples collide with probability ~2⁻⁶³."""
-    digest = hashlib.blake2b(f"{seed}/{worker}/{round_}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big") >> 1
-
-
-@contextmanager
-def seeded(seed: int) -> Iterator[None]:
-    """Python's, numpy's and torch's generators seeded with ``seed`` inside the block, and
-    as they were afterwards (the learner's own draws do not depend on the rounds run).
-    CUDA's generators are saved only where CUDA has started (a round on a GPU engine
-    started it; a CPU run never does, and reading them would start it)."""
-    states = random.getstate(), np.random.get_state(), torch.get_rng_state()
-    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)  # CUDA's generators too (lazily, where CUDA has not started)
-    try:
-        yield
-    finally:
-        random.setstate(states[0])
-        np.random.set_state(states[1])
-        torch.set_rng_state(states[2])
-        if cuda is not None:
-            torch.cuda.set_rng_state_all(cuda)
 
 
 def oldest_version(x: Scored) -> int:

@@ -165,6 +165,8 @@ class CalculatorEnv:
     also waits when ``latency`` is set.
     """
 
+    replayable = True  # the result is a function of the call's text; so is the next state
+
     def __init__(
         self,
         tokenizer: PreTrainedTokenizerBase,

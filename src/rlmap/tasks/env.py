@@ -36,6 +36,15 @@ outside this process (a tool, a service, a verifier's worker process). The runne
 the environments of a round concurrently when any of them waits, and one after another
 otherwise (a thread pool costs more than 64 steps of pure Python, which the GIL runs
 one at a time anyway). Without the attribute an environment is taken to wait.
+
+Optionally an environment has ``replayable``: True when a fresh one from the same factory
+and prompt, reset and given the same actions, always returns the same observations and
+ends (and rewards, when its verifier is deterministic) — its state after k turns is a
+function of the prompt and the first k actions (the calculator; a gymnasium environment,
+which resets with the episode's seed; the key-value recall task). Re-running a trajectory's
+actions then puts a new environment in the state the trajectory was in
+(:mod:`rlmap.tasks.replay`: branching from one state). Without the attribute an environment
+is taken not to be replayable (:func:`is_replayable`).
 """
 
 from __future__ import annotations
@@ -101,6 +110,11 @@ class Environment(Protocol):
 
 EnvFactory = Callable[[Example], Environment]
 """Makes the environment of one episode on one prompt."""
+
+
+def is_replayable(env: Environment) -> bool:
+    """Whether ``env`` declares itself replayable (module docstring): ``replayable`` is True."""
+    return getattr(env, "replayable", False) is True
 
 
 def verify_safely(verify: Verifier, response: str, reference: str) -> tuple[float, RewardStatus]:

@@ -168,7 +168,11 @@ def first_text(env: Any, example: Example) -> str:
 
 
 class GymTextEnv:
-    """One episode of a gymnasium environment, in tokens (module docstring)."""
+    """One episode of a gymnasium environment, in tokens (module docstring).
+
+    ``replayable``: it resets a fresh environment with the episode's seed, so the same
+    actions give the same observations (:mod:`rlmap.tasks.env`) — unless gymnasium's spec
+    says the environment is nondeterministic even when seeded (:func:`deterministic`)."""
 
     stop_token_ids: tuple[int, ...] = ()
     waits = False  # toy-text environments step in microseconds; a service would say True
@@ -180,9 +184,11 @@ class GymTextEnv:
         make_env: Callable[[], Any],
         *,
         max_turns: int,
+        replayable: bool = True,
     ) -> None:
         self.tokenizer, self.example, self.make_env = tokenizer, example, make_env
         self.max_turns = max_turns
+        self.replayable = replayable
         self.turns = 0
         self.env: Any = None
 
@@ -237,4 +243,16 @@ def factory(
     """The environment maker of a gym task."""
     args = json.dumps(dict(task_args or {}), sort_keys=True)
     make_env = functools.partial(make, task, json.loads(args))
-    return lambda e: GymTextEnv(tokenizer, e, make_env, max_turns=max_turns)
+    seeded = deterministic(task)
+    return lambda e: GymTextEnv(tokenizer, e, make_env, max_turns=max_turns, replayable=seeded)
+
+
+def deterministic(task: str) -> bool:
+    """Whether ``data.task=gym:ID`` replays from its seed: gymnasium's spec does not mark it
+    ``nondeterministic`` (an environment with randomness outside its seeded ``np_random``);
+    False for an id gymnasium does not know (:func:`make` says why, naming the field)."""
+    try:
+        spec = require().spec(task.removeprefix(PREFIX))
+    except Exception:  # gymnasium's own error classes for unknown and deprecated ids
+        return False
+    return not bool(getattr(spec, "nondeterministic", False))

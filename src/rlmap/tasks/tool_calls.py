@@ -195,7 +195,9 @@ class ToolEnv:
     call: the tool's result (or the error) comes back as the template's ``tool`` message
     and the episode goes on, truncated
     once ``max_turns`` turns are spent. Any other turn is the answer: the episode
-    terminates with the verifier's reward on the turn's text."""
+    terminates with the verifier's reward on the turn's text. ``replayable``: the tools are
+    pure functions of their arguments (the calculator), so replaying the actions replays the
+    episode (:mod:`rlmap.tasks.env`); False unless the factory says so."""
 
     stop_token_ids: tuple[int, ...] = ()
 
@@ -210,6 +212,7 @@ class ToolEnv:
         latency: Callable[[], float] | None = None,
         encode: PromptIds | None = None,
         verify_waits: bool = True,
+        replayable: bool = False,
     ) -> None:
         if max_turns < 1:
             raise ValueError(f"max_turns: must be >= 1, got {max_turns}")
@@ -225,6 +228,7 @@ class ToolEnv:
         """Seconds to wait in each step (a slow tool or service); None: no wait."""
         self.waits = verify_waits or latency is not None
         self.stop_strings = StopStrings((CLOSE,), decoder(tokenizer))
+        self.replayable = replayable
         self.turns = 0
 
     def reset(self) -> list[int]:

@@ -1,8 +1,10 @@
 """``rlmap translate``: another framework's config as an rlmap config, with a report.
 
-Each framework is one module holding its mapping table as data (a tuple of
-:class:`Mapping` rows: source key, the framework's default with where it is set, a
-converter to rlmap fields, exact / approximate / none, and why). Translation reads the
+Each framework has a module holding its mapping table as data (a tuple of
+:class:`~rlmap.recipes.translate.rows.Mapping` rows: source key, the framework's default
+with where it is set, a converter to rlmap fields, exact / approximate / none, and why;
+the converters several frameworks share are in :mod:`.rows`), and an inverse for
+``rlmap explain --as`` (:class:`Framework`). Translation reads the
 file into flat dotted keys, runs every row — on the file's value, or on the framework's
 default when the file leaves the key out, because a default the framework applies
 silently (verl's dual clip at 3, TRL's ``loss_type=dapo``) decides the run as much as a
@@ -20,34 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from rlmap.core.errors import ConfigError, InputError
-from rlmap.recipes.config import RecipeConfig, build_config, read_yaml
-
-Lookup = Callable[[str], Any]
-"""A key's value: the file's, else the framework's default (None when it has none)."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Mapped:
-    """What one setting becomes: rlmap fields (dotted) and how faithful that is."""
-
-    fields: dict[str, Any]
-    kind: str = "exact"
-    """exact (same mathematics), approximate (same intent, numbers differ), none."""
-    note: str = ""
-    """The difference (approximate), the reason (none), or a trap worth naming (exact)."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Mapping:
-    """One row of a framework's table."""
-
-    key: str
-    """The source key, flattened with dots (a CLI flag without its dashes)."""
-    convert: Callable[[Any, Lookup], Mapped]
-    default: Any
-    """The framework's default; None: reported only when the file sets the key."""
-    cite: str
-    """Where the default is set: repository and version, file:line."""
+from rlmap.recipes.build import build_config
+from rlmap.recipes.config import RecipeConfig
+from rlmap.recipes.translate.rows import NULL, Mapping
+from rlmap.runs.rundir import read_yaml
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,86 +70,47 @@ class Translation:
         return "\n".join(head) + "\n" + yaml.safe_dump(self.data, sort_keys=False)
 
 
-class _Null:
-    """A framework default of None that still decides the run (TRL's ``delta=None``: no
-    dual clip), as opposed to the Mapping default None, which means "no default"."""
-
-    def __repr__(self) -> str:
-        return "None"
-
-
-NULL: Any = _Null()
-
-
 FRAMEWORKS = ("verl", "trl", "openrlhf", "prime-rl", "skyrl")
 READY = FRAMEWORKS
 """The frameworks with a table so far; the others are refused by name."""
 
 
-def _module(source: str) -> Any:
-    from rlmap.recipes.translate import openrlhf, prime_rl, skyrl, trl, verl
+@dataclasses.dataclass(frozen=True)
+class Framework:
+    """What translating one framework's files takes, and the way back."""
 
-    modules: dict[str, Any] = {
-        "verl": verl,
-        "trl": trl,
-        "prime-rl": prime_rl,
-        "skyrl": skyrl,
-        "openrlhf": openrlhf,
+    table: Callable[[int, dict[str, Any]], tuple[Mapping, ...]]
+    """Its rows for ``world_size`` processes and the file's flat keys."""
+    read: Callable[[Path], dict[str, Any]]
+    """Its file as flat dotted keys."""
+    inverse: Callable[[RecipeConfig], tuple[str, list[str]]]
+    """Its settings for an rlmap config, and what they cannot reproduce."""
+
+
+def _framework(source: str) -> Framework:
+    from rlmap.recipes.translate import (
+        openrlhf,
+        openrlhf_flags,
+        openrlhf_inverse,
+        prime_rl,
+        skyrl,
+        skyrl_inverse,
+        trl,
+        trl_inverse,
+        verl,
+        verl_inverse,
+    )
+
+    frameworks = {
+        "verl": Framework(verl.table, verl.read, verl_inverse.inverse),
+        "trl": Framework(trl.table, trl.read, trl_inverse.inverse),
+        "prime-rl": Framework(prime_rl.table, prime_rl.read, prime_rl.inverse),
+        "skyrl": Framework(skyrl.table, skyrl.read, skyrl_inverse.inverse),
+        "openrlhf": Framework(openrlhf.table, openrlhf_flags.read, openrlhf_inverse.inverse),
     }
-    if source not in modules:
+    if source not in frameworks:
         raise ConfigError(f"--from {source}: not translated yet (ready: {', '.join(READY)})")
-    return modules[source]
-
-
-def implied(fields: dict[str, Any], note: str) -> Callable[[Any, Lookup], Mapped]:
-    """A row for what the framework does without a key (no overlong shaping, π_old
-    recomputed): fields the closest preset would otherwise bring in silently."""
-
-    def convert(value: Any, get: Lookup) -> Mapped:
-        return Mapped(fields, note=note)
-
-    return convert
-
-
-IMPLIED = "(no key) "
-"""How a row without a source key is named in the report."""
-
-
-def field(name: str, note: str = "", kind: str = "exact") -> Callable[[Any, Lookup], Mapped]:
-    """A row whose value becomes one rlmap field as is."""
-
-    def convert(value: Any, get: Lookup) -> Mapped:
-        return Mapped({name: value}, kind, note)
-
-    return convert
-
-
-def read_with(other: str) -> Callable[[Any, Lookup], Mapped]:
-    """A row another row reads (``kl_loss_coef`` with ``use_kl_loss``): reported, no fields."""
-
-    def convert(value: Any, get: Lookup) -> Mapped:
-        return Mapped({}, note=f"read with {other}")
-
-    return convert
-
-
-def off(what: str, neutral: tuple[Any, ...]) -> Callable[[Any, Lookup], Mapped]:
-    """A setting rlmap lacks: fine at a neutral value (``entropy_coeff=0``), else "none"
-    with ``what`` as the reason."""
-
-    def convert(value: Any, get: Lookup) -> Mapped:
-        if value in neutral:
-            return Mapped({}, note="off: needs nothing")
-        return Mapped({}, "none", what)
-
-    return convert
-
-
-def betas(value: Any, get: Lookup) -> Mapped:
-    """Adam's (β1, β2) as ``optim.adam_betas``; a malformed pair is one line."""
-    if not (isinstance(value, (list, tuple)) and len(value) == 2):
-        raise ConfigError(f"expected two numbers (β1, β2), got {value!r}")
-    return Mapped({"optim.adam_betas": [float(v) for v in value]})
+    return frameworks[source]
 
 
 def flatten(data: AbcMapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -329,7 +268,7 @@ def embedded(fields: dict[str, Any], name: str) -> dict[str, Any]:
 def read(path: str | Path, source: str) -> dict[str, Any]:
     """The file as flat dotted keys (interpolations resolved)."""
     p = Path(path)
-    return resolve(_module(source).read(p), p)
+    return resolve(_framework(source).read(p), p)
 
 
 TRL_KEYS = ("loss_type", "num_generations", "normalize_advantages", "reward_clip_range")
@@ -365,10 +304,9 @@ def translate(
     ``world_size``: the number of training processes, which TRL's batch sizes count per
     device. ``to_embedded``: the embedded model and sizes (:func:`embedded`)."""
     source = detect(path) if source == "auto" else source
-    module = _module(source)
     flat = read(path, source)
     try:
-        fields, rows = run_table(module.table(world_size, flat), flat)
+        fields, rows = run_table(_framework(source).table(world_size, flat), flat)
     except ConfigError as exc:
         raise ConfigError(f"{path}: {exc}") from None
     name = closest_preset(fields)
@@ -394,8 +332,7 @@ def explain_as(name: str, target: str) -> str:
     each difference named (``rlmap explain NAME --as TARGET``)."""
     from rlmap.recipes.catalog import registry
 
-    module = _module(target)
-    text, differences = module.inverse(registry.get(name).build())
+    text, differences = _framework(target).inverse(registry.get(name).build())
     notes = [f"# differs: {d}" for d in differences] or ["# every axis is reproduced exactly"]
     return "\n".join([f"# rlmap preset {name!r} as {target} settings", *notes, text])
 
@@ -403,7 +340,7 @@ def explain_as(name: str, target: str) -> str:
 def inverse_of(cfg: RecipeConfig, target: str) -> tuple[str, list[str]]:
     """``target``'s settings for any rlmap config (not only a preset), and what they cannot
     reproduce: the translation's inverse, for round trips of translated files."""
-    text, differences = _module(target).inverse(cfg)
+    text, differences = _framework(target).inverse(cfg)
     return text, list(differences)
 
 
@@ -411,4 +348,4 @@ def differences_as(name: str, target: str) -> list[str]:
     """What ``target`` cannot reproduce of preset ``name`` (empty: all of it)."""
     from rlmap.recipes.catalog import registry
 
-    return list(_module(target).inverse(registry.get(name).build())[1])
+    return list(_framework(target).inverse(registry.get(name).build())[1])

@@ -1,5 +1,6 @@
 """OpenRLHF's command line (``python -m openrlhf.cli.train_ppo_ray --flag value …`` in a
-text file) → rlmap, and the inverse (flags).
+text file) → rlmap: the table (the command line read in :mod:`.openrlhf_flags`, the inverse for
+``explain --as openrlhf`` in :mod:`.openrlhf_inverse`).
 
 Defaults re-read at OpenRLHF/OpenRLHF @ 3c3be6234e0cb353e76bb8019947db9dfe99fca7 (v0.11.0,
 the commit of ``TRANSLATE.md`` §3): ``openrlhf/cli/train_ppo_ray.py`` (cited ``O:line``);
@@ -13,75 +14,30 @@ flag (or nothing) is a switch, True.
 
 from __future__ import annotations
 
-import shlex
-from pathlib import Path
 from typing import Any
 
-from rlmap.core.errors import ConfigError, InputError
-from rlmap.recipes.config import RecipeConfig
-from rlmap.recipes.translate import (
+from rlmap.core.errors import ConfigError
+from rlmap.recipes.translate.rows import (
     IMPLIED,
+    NO_ENTROPY,
     NULL,
     Lookup,
     Mapped,
     Mapping,
     betas,
     field,
+    icepop,
     implied,
+    lora,
     off,
+    one_of,
     read_with,
+    tis,
 )
 
 SRC = "OpenRLHF@3c3be623 openrlhf/cli/train_ppo_ray.py"
-FLAT = {
-    "advantage_estimator": "algo.advantage.estimator",
-    "gamma": "algo.advantage.gamma",
-    "lambd": "algo.advantage.lambd",
-    "n_samples_per_prompt": "rollout.n_samples_per_prompt",
-    "rollout_batch_size": "rollout.batch_size",
-    "train_batch_size": "train.batch_size",
-    "max_epochs": "train.max_epochs",
-    "micro_train_batch_size": "train.micro_batch_size",
-    "init_kl_coef": "algo.kl.init_coef",
-    "use_kl_loss": "algo.kl.use_loss",
-    "kl_estimator": "algo.kl.estimator",
-    "kl_target": "algo.kl.target",
-    "kl_horizon": "algo.kl.horizon",
-    "entropy_loss_coef": "actor.entropy_coef",
-    "no_advantage_std_norm": "algo.advantage.no_std_norm",
-    "enable_vllm_is_correction": "algo.advantage.is_correction_enable",
-    "vllm_is_correction_type": "algo.advantage.is_correction_type",
-    "vllm_is_truncated_threshold": "algo.advantage.is_correction_threshold",
-    "dynamic_filtering": "algo.dynamic_filtering_enable",
-    "dynamic_filtering_reward_range": "algo.dynamic_filtering_range",
-    "pretrain": "actor.model_name_or_path",
-    "reward_pretrain": "reward.model_name_or_path",
-    "critic_pretrain": "critic.model_name_or_path",
-    "actor_learning_rate": "actor.adam.lr",
-    "critic_learning_rate": "critic.adam.lr",
-    "adam_betas": "actor.adam.betas",
-    "l2": "actor.adam.weight_decay",
-    "max_norm": "actor.max_norm",
-    "lr_scheduler": "actor.lr_scheduler",
-    "lr_warmup_ratio": "actor.lr_warmup_ratio",
-    "eps_clip": "actor.eps_clip",
-    "eps_clip_low_high": "actor.eps_clip_low_high",
-    "dual_clip": "actor.dual_clip",
-    "value_clip": "critic.value_clip",
-    "policy_loss_type": "actor.policy_loss_type",
-    "normalize_reward": "reward.normalize_enable",
-    "reward_clip_range": "reward.clip_range",
-    "top_p": "rollout.top_p",
-    "temperature": "rollout.temperature",
-    "max_len": "data.max_len",
-    "max_new_tokens": "rollout.max_new_tokens",
-    "lora_rank": "ds.lora.rank",
-    "lora_alpha": "ds.lora.alpha",
-    "overlong_buffer_len": "reward.overlong_buffer_len",
-    "overlong_penalty_factor": "reward.overlong_penalty_factor",
-    "async_train": "train.async_enable",
-}
-"""≤0.10 flat flag → v0.11 dotted flag."""
+
+
 ESTIMATORS = {
     "gae": "gae",
     "reinforce": "reinforce_pp",
@@ -90,16 +46,14 @@ ESTIMATORS = {
     "group_norm": "grpo",
     "dr_grpo": "dr_grpo",
 }
+
+
 WHITENED = ("gae", "reinforce", "reinforce_baseline")
 """Estimators whose advantages OpenRLHF whitens over the batch (experience_maker.py)."""
 
 
 def _estimator(value: Any, get: Lookup) -> Mapped:
-    if value not in ESTIMATORS:
-        raise ConfigError(
-            f"--algo.advantage.estimator: {value!r} is not an OpenRLHF value "
-            f"(one of {', '.join(ESTIMATORS)})"
-        )
+    one_of("--algo.advantage.estimator", value, ESTIMATORS, "OpenRLHF")
     name = ESTIMATORS[value]
     if name == "gae":
         return Mapped(
@@ -186,55 +140,39 @@ def _correction(value: Any, get: Lookup) -> Mapped:
             "with gspo OpenRLHF takes "
             "the sequence ratio against μ instead of a correction (loss.py)",
         )
+    one_of(
+        "--algo.advantage.is_correction_type", kind, ("tis", "icepop", "seq-mask-tis"), "OpenRLHF"
+    )
     if kind == "icepop":
-        return Mapped(
-            {
-                "behaviour.corrections": ["icepop"],
-                "behaviour.icepop_low": low,
-                "behaviour.icepop_high": high,
-            },
-            note="w = κ·1[lo ≤ κ ≤ hi]",
-        )
+        return Mapped(icepop(low, high), note="w = κ·1[lo ≤ κ ≤ hi]")
     if kind == "tis":
         return Mapped(
-            {
-                "behaviour.corrections": ["tis"],
-                "behaviour.tis_level": "token",
-                "behaviour.tis_cap": high,
-            },
-            "approximate",
-            f"OpenRLHF also clamps κ from below at {low}",
+            tis("token", high), "approximate", f"OpenRLHF also clamps κ from below at {low}"
         )
-    if kind == "seq-mask-tis":
-        return Mapped(
-            {
-                "behaviour.corrections": ["masked_is"],
-                "behaviour.masked_is_low": low,
-                "behaviour.masked_is_high": high,
-            },
-            "approximate",
-            "the geometric-mean mask; OpenRLHF also weights every kept token by its κ, unclamped",
-        )
-    raise ConfigError(
-        f"--algo.advantage.is_correction_type: {kind!r} is not an OpenRLHF value "
-        "(tis, icepop, seq-mask-tis)"
+    return Mapped(
+        {
+            "behaviour.corrections": ["masked_is"],
+            "behaviour.masked_is_low": low,
+            "behaviour.masked_is_high": high,
+        },
+        "approximate",
+        "the geometric-mean mask; OpenRLHF also weights every kept token by its κ, unclamped",
     )
 
 
 def _loss(value: Any, get: Lookup) -> Mapped:
+    one_of("--actor.policy_loss_type", value, ("ppo", "gspo"), "OpenRLHF")
     if value == "ppo":
         return Mapped({"behaviour.objective": "ppo_clip"})
-    if value == "gspo":
-        return Mapped(
-            {
-                "behaviour.objective": "gspo",
-                "behaviour.gspo_token": False,
-                "reduction.name": "response_mean",
-                "reduction.max_len": None,
-            },
-            note="sequence-level ratio, a per-sequence mean (loss.py)",
-        )
-    raise ConfigError(f"--actor.policy_loss_type: {value!r} is not an OpenRLHF value (ppo, gspo)")
+    return Mapped(
+        {
+            "behaviour.objective": "gspo",
+            "behaviour.gspo_token": False,
+            "reduction.name": "response_mean",
+            "reduction.max_len": None,
+        },
+        note="sequence-level ratio, a per-sequence mean (loss.py)",
+    )
 
 
 def _scheduler(value: Any, get: Lookup) -> Mapped:
@@ -339,12 +277,6 @@ def _reward_model(value: Any, get: Lookup) -> Mapped:
     )
 
 
-def _lora(value: Any, get: Lookup) -> Mapped:
-    if not value:
-        return Mapped({"model.lora_rank": 0}, note="rank 0: full fine-tuning")
-    return Mapped({"model.lora_rank": value, "model.lora_alpha": get("ds.lora.alpha")})
-
-
 IMPLIED_FIELDS = {
     "reduction.name": "token_mean",
     "reduction.max_len": None,
@@ -392,9 +324,7 @@ TABLE: tuple[Mapping, ...] = (
     Mapping("algo.kl.target", read_with("algo.kl.use_loss"), NULL, f"{SRC}:417"),
     Mapping("algo.kl.horizon", read_with("algo.kl.use_loss"), 10000, f"{SRC}:418"),
     Mapping("algo.kl.use_loss", _kl, False, f"{SRC}:485"),
-    Mapping(
-        "actor.entropy_coef", off("rlmap has no entropy bonus", (None, 0, 0.0)), NULL, f"{SRC}:432"
-    ),
+    Mapping("actor.entropy_coef", off(NO_ENTROPY, (None, 0, 0.0)), NULL, f"{SRC}:432"),
     Mapping(
         "algo.advantage.is_correction_type", read_with("is_correction_enable"), "tis", f"{SRC}:266"
     ),
@@ -441,7 +371,7 @@ TABLE: tuple[Mapping, ...] = (
     Mapping("algo.dynamic_filtering_enable", _filter, False, f"{SRC}:562"),
     Mapping("reward.model_name_or_path", _reward_model, NULL, f"{SRC}:518"),
     Mapping("ds.lora.alpha", read_with("ds.lora.rank"), 16, f"{SRC}:366"),
-    Mapping("ds.lora.rank", _lora, 0, f"{SRC}:365"),
+    Mapping("ds.lora.rank", lora("ds.lora.alpha"), 0, f"{SRC}:365"),
     Mapping(
         "actor.model_name_or_path", field("model.path", "the source's model"), None, f"{SRC}:517"
     ),
@@ -452,154 +382,3 @@ TABLE: tuple[Mapping, ...] = (
 def table(world_size: int = 1, flat: dict[str, Any] | None = None) -> tuple[Mapping, ...]:
     """The table (its rows depend neither on the number of processes nor on the file)."""
     return TABLE
-
-
-def read(path: Path) -> dict[str, Any]:
-    """The flags of the ``train_ppo_ray`` invocation in ``path`` (line continuations and
-    comments allowed), flat names mapped to the dotted ones."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (FileNotFoundError, IsADirectoryError):
-        raise InputError(f"{path}: no such file") from None
-    try:
-        words = shlex.split(text.replace("\\\n", " "), comments=True)
-    except ValueError as exc:
-        raise InputError(f"{path}: not a command line ({exc})") from None
-    if not any("openrlhf" in w for w in words):
-        raise InputError(f"{path}: no openrlhf command (python -m openrlhf.cli.train_ppo_ray …)")
-    return _flags(words[next(i for i, w in enumerate(words) if "openrlhf" in w) + 1 :])
-
-
-def _value(word: str) -> Any:
-    """A flag's value: a number as a number (YAML 1.1 reads ``5e-7`` as a string)."""
-    import yaml
-
-    for kind in (int, float):
-        try:
-            return kind(word)
-        except ValueError:
-            pass
-    return yaml.safe_load(word)
-
-
-def _flags(words: list[str]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    i = 0
-    while i < len(words):
-        name = words[i].removeprefix("--")
-        values: list[Any] = []
-        while i + 1 < len(words) and not words[i + 1].startswith("--"):
-            i += 1
-            values.append(_value(words[i]))
-        out[FLAT.get(name, name)] = (
-            True if not values else values[0] if len(values) == 1 else values
-        )
-        i += 1
-    return out
-
-
-def differences(cfg: RecipeConfig) -> list[str]:
-    """What OpenRLHF's flags cannot reproduce of ``cfg``, one line each."""
-    b, k, c, o = cfg.behaviour, cfg.kl, cfg.credit, cfg.optim
-    name = {v: key for key, v in ESTIMATORS.items()}.get(c.estimator)
-    sequence_gspo = b.objective == "gspo" and not b.gspo_token
-    checks = [
-        (
-            c.estimator == "grpo" and c.std_eps != 1e-9,
-            f"credit.std_eps: OpenRLHF adds 1e-9 to the std, rlmap {c.std_eps:g}",
-        ),
-        (name is None, f"credit.estimator={c.estimator}: no OpenRLHF estimator"),
-        (c.estimator == "gae", "gae: OpenRLHF whitens the advantages"),
-        (
-            b.objective != "ppo_clip" and not sequence_gspo,
-            f"behaviour.objective={b.objective}: no OpenRLHF loss",
-        ),
-        (
-            cfg.reduction.name != ("response_mean" if sequence_gspo else "token_mean"),
-            "reduction: OpenRLHF's ppo is token-level, its gspo per sequence",
-        ),
-        (
-            k.placement == "reward" and c.estimator not in ("gae", "reinforce_pp"),
-            "KL in the reward: OpenRLHF adds it per token after the group baseline",
-        ),
-        (
-            k.placement != "none" and k.estimator not in ("k1", "k2", "k3"),
-            f"kl.estimator={k.estimator}: no OpenRLHF estimator",
-        ),
-        (k.placement == "reward" and k.estimator != "k1", "kl: rlmap's in-reward KL is k1"),
-        (
-            k.placement == "loss" and cfg.reduction.name != "token_mean",
-            "kl: OpenRLHF reduces the KL loss per token",
-        ),
-        (b.mode != "decoupled" or cfg.system.mode != "sync", "bypass / asynchronous: not written"),
-        (
-            not (set(b.corrections) <= {"icepop"}),
-            f"corrections={list(b.corrections)}: not written "
-            "(OpenRLHF's tis clamps from below, its seq-mask-tis reweights)",
-        ),
-        (o.schedule == "cosine", "cosine: OpenRLHF's cosine_with_min_lr keeps 0.1 of the LR"),
-        (o.warmup_steps > 0, "optim.warmup_steps: OpenRLHF sets a warm-up ratio"),
-        (cfg.sampling.filter not in ("none", "mixed"), f"sampling.filter={cfg.sampling.filter}"),
-        (cfg.sampling.filter == "mixed", "sampling.max_rounds: OpenRLHF's filter has no cap"),
-        (c.lam_critic is not None or c.adaptive_alpha is not None, "credit: OpenRLHF has one λ"),
-        (
-            cfg.feedback.source not in ("verifier", "reward_model"),
-            f"feedback.source={cfg.feedback.source}: a verifier or a reward model only",
-        ),
-    ]
-    return [text for failed, text in checks if failed]
-
-
-def inverse(cfg: RecipeConfig) -> tuple[str, list[str]]:
-    """OpenRLHF flags that reproduce ``cfg``, and what they cannot (:func:`differences`)."""
-    b, k, s, c, o = cfg.behaviour, cfg.kl, cfg.sampling, cfg.credit, cfg.optim
-    name = {v: key for key, v in ESTIMATORS.items()}.get(c.estimator)
-    flags: dict[str, Any] = {
-        "algo.advantage.estimator": name or "gae",
-        "algo.advantage.gamma": c.gamma,
-        "algo.advantage.lambd": c.lam,
-        "rollout.n_samples_per_prompt": s.group_size,
-        "rollout.batch_size": s.prompts_per_step,
-        "train.batch_size": s.prompts_per_step * s.group_size // o.minibatches_per_epoch,
-        "train.max_epochs": o.epochs_per_batch,
-        "train.micro_batch_size": o.micro_batch_size,
-        "actor.eps_clip_low_high": f"{b.clip_low} {b.clip_high}",
-        "actor.policy_loss_type": "gspo" if b.objective == "gspo" else "ppo",
-        "algo.kl.init_coef": k.beta if k.placement != "none" else 0.0,
-        "algo.kl.estimator": k.estimator,
-        "actor.adam.lr": o.lr,
-        "critic.adam.lr": o.critic_lr,
-        "actor.adam.betas": f"{o.adam_betas[0]} {o.adam_betas[1]}",
-        "actor.adam.weight_decay": o.weight_decay,
-        "actor.max_norm": o.max_grad_norm,
-        "actor.lr_scheduler": "cosine_with_min_lr" if o.schedule == "cosine" else o.schedule,
-        "actor.lr_warmup_ratio": 0.0,
-        "rollout.temperature": cfg.generation.temperature,
-        "rollout.top_p": cfg.generation.top_p,
-        "rollout.max_new_tokens": cfg.generation.max_new_tokens,
-        "critic.value_clip": cfg.critic.value_clip,
-        "ds.lora.rank": cfg.model.lora_rank,
-        "actor.model_name_or_path": cfg.model.path,
-    }
-    if cfg.model.lora_rank:
-        alpha = cfg.model.lora_alpha
-        flags["ds.lora.alpha"] = 2 * cfg.model.lora_rank if alpha is None else alpha
-    if k.target is not None:
-        flags |= {"algo.kl.target": k.target, "algo.kl.horizon": k.horizon}
-    if cfg.feedback.overlong_cache is not None:
-        flags["reward.overlong_buffer_len"] = cfg.feedback.overlong_cache
-    if cfg.feedback.source == "reward_model":
-        flags["reward.model_name_or_path"] = cfg.model.reward_path or "REWARD_MODEL_PATH"
-    words = [f"--{key} {value}" for key, value in flags.items()]
-    words += ["--algo.kl.use_loss"] if k.placement == "loss" else []
-    words += [f"--actor.dual_clip {b.dual_clip}"] if b.dual_clip else []
-    words += ["--algo.dynamic_filtering_enable"] if s.filter == "mixed" else []
-    if "icepop" in b.corrections:
-        words += [
-            "--algo.advantage.is_correction_enable",
-            "--algo.advantage.is_correction_type icepop",
-            f"--algo.advantage.is_correction_threshold {b.icepop_low} {b.icepop_high}",
-        ]
-    return "python -m openrlhf.cli.train_ppo_ray \\\n  " + " \\\n  ".join(words) + "\n", (
-        differences(cfg)
-    )

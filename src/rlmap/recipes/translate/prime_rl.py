@@ -20,16 +20,17 @@ import tomllib
 
 from rlmap.core.errors import ConfigError, InputError
 from rlmap.recipes.config import RecipeConfig
-from rlmap.recipes.translate import (
+from rlmap.recipes.translate import flatten
+from rlmap.recipes.translate.rows import (
     IMPLIED,
     NULL,
     Lookup,
     Mapped,
     Mapping,
     field,
-    flatten,
     implied,
     off,
+    one_of,
     read_with,
 )
 
@@ -42,10 +43,7 @@ ALGOS = ("grpo", "echo", "max_rl", "rae", "hierarchical_grpo", "opd", "opsd", "s
 
 
 def _algo(value: Any, get: Lookup) -> Mapped:
-    if value not in ALGOS:
-        raise ConfigError(
-            f"{ORCH}algo.type: {value!r} is not a prime-rl value (one of {', '.join(ALGOS)})"
-        )
+    one_of(ORCH + "algo.type", value, ALGOS, "prime-rl")
     if value == "grpo":
         return Mapped(
             {"credit.estimator": "dr_grpo"}, note="trap: prime-rl's grpo is R − group mean, no std"
@@ -118,6 +116,7 @@ def _optimizer(value: Any, get: Lookup) -> Mapped:
 def _schedule(value: Any, get: Lookup) -> Mapped:
     """constant; cosine: warm-up W then cosine to min_lr over max_steps − W; linear: warm-up,
     constant, then a linear decay over the last decay_steps (scheduler.py)."""
+    one_of(SCHED + "type", value, ("constant", "linear", "cosine"), "prime-rl")
     if value == "constant":
         return Mapped({"optim.schedule": "constant", "optim.warmup_steps": 0})
     warm, floor = get(SCHED + "warmup_steps"), get(SCHED + "min_lr")
@@ -132,10 +131,6 @@ def _schedule(value: Any, get: Lookup) -> Mapped:
                 "a linear decay over the last decay_steps only; rlmap's "
                 "linear decays from the end of warm-up",
             )
-    if value not in ("cosine", "linear"):
-        raise ConfigError(
-            f"{SCHED}type: {value!r} is not a prime-rl value (constant, linear, cosine)"
-        )
     if warm:
         notes.append("prime-rl warms up as s/W (LinearLR from ~0), rlmap as (s+1)/W")
     return Mapped(fields, "approximate" if notes else "exact", "; ".join(notes))

@@ -1,4 +1,5 @@
-"""SkyRL's YAML (``trainer.*``, ``generator.*``) → rlmap, and the inverse.
+"""SkyRL's YAML (``trainer.*``, ``generator.*``) → rlmap (the inverse, for ``explain --as
+skyrl``: :mod:`.skyrl_inverse`).
 
 Defaults re-read at NovaSky-AI/SkyRL @ a9564572eb8e91076be43c1bd5e4615e3de17265
 (``skyrl/train/config/config.py``, cited ``S:line``; the same commit as ``TRANSLATE.md``
@@ -14,23 +15,31 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from rlmap.core.errors import ConfigError
-from rlmap.recipes.config import RecipeConfig, read_yaml
-from rlmap.recipes.translate import (
+from rlmap.recipes.translate import flatten
+from rlmap.recipes.translate.rows import (
     IMPLIED,
+    NO_ENTROPY,
+    NO_TOP_K,
     NULL,
     Lookup,
     Mapped,
     Mapping,
     betas,
     field,
-    flatten,
     implied,
+    kl_controller,
+    lora,
+    minibatches,
+    mixed_filter,
     off,
+    one_of,
     read_with,
+    tis,
+    transformers_schedule,
+    transformers_warmup,
 )
+from rlmap.runs.rundir import read_yaml
 
 S = "SkyRL@a9564572 skyrl/train/config/config.py"
 AL = "trainer.algorithm."
@@ -61,13 +70,9 @@ KL_ESTIMATORS = ("k1", "k2", "k3")
 
 
 def _estimator(value: Any, get: Lookup) -> Mapped:
+    one_of(AL + "advantage_estimator", value, [*ESTIMATORS, "maxrl"], "SkyRL")
     if value == "maxrl":
         return Mapped({}, "none", "rlmap has no maxrl; the closest preset's estimator is kept")
-    if value not in ESTIMATORS:
-        known = ", ".join([*ESTIMATORS, "maxrl"])
-        raise ConfigError(
-            f"{AL}advantage_estimator: {value!r} is not a SkyRL value (one of {known})"
-        )
     name = ESTIMATORS[value]
     if name == "grpo" and not get(AL + "grpo_norm_by_std"):
         name = "dr_grpo"
@@ -87,10 +92,7 @@ def _estimator(value: Any, get: Lookup) -> Mapped:
 
 
 def _loss(value: Any, get: Lookup) -> Mapped:
-    if value not in LOSSES:
-        raise ConfigError(
-            f"{AL}policy_loss_type: {value!r} is not a SkyRL value (one of {', '.join(LOSSES)})"
-        )
+    one_of(AL + "policy_loss_type", value, LOSSES, "SkyRL")
     if value in ("regular", "dual_clip"):
         dual = get(AL + "clip_ratio_c") if value == "dual_clip" else None
         return Mapped({"behaviour.objective": "ppo_clip", "behaviour.dual_clip": dual})
@@ -130,10 +132,7 @@ def _cispo(get: Lookup) -> Mapped:
 
 def _dppo(get: Lookup) -> Mapped:
     kind = get(AL + "dppo.dppo_type")
-    if kind not in ("binary_tv", "binary_kl"):
-        raise ConfigError(
-            f"{AL}dppo.dppo_type: {kind!r} is not a SkyRL value (binary_tv, binary_kl)"
-        )
+    one_of(AL + "dppo.dppo_type", kind, ("binary_tv", "binary_kl"), "SkyRL")
     name = "dppo_tv" if kind == "binary_tv" else "dppo_kl"
     return Mapped(
         {
@@ -201,14 +200,12 @@ def _kl_reward(value: Any, get: Lookup) -> Mapped:
     est = get(AL + "kl_estimator_type")
     if est != "k1":
         return Mapped({}, "none", f"a {est} KL in the reward: rlmap's in-reward KL is k1")
-    fields = {"kl.placement": "reward", "kl.estimator": "k1", "kl.beta": get(AL + "kl_loss_coef")}
-    if get(AL + "kl_ctrl.type") == "adaptive":
-        fields |= {
-            "kl.target": get(AL + "kl_ctrl.kl_target"),
-            "kl.horizon": get(AL + "kl_ctrl.horizon"),
-        }
-    else:
-        fields["kl.target"] = None
+    fields = {
+        "kl.placement": "reward",
+        "kl.estimator": "k1",
+        "kl.beta": get(AL + "kl_loss_coef"),
+        **kl_controller(get, AL + "kl_ctrl.", "kl_target"),
+    }
     return Mapped(
         fields,
         note="−β·k1 per token (trainer.py apply_reward_kl_penalty; β is "
@@ -221,12 +218,8 @@ def _dynamic(value: Any, get: Lookup) -> Mapped:
         return Mapped({"sampling.filter": "none"})
     if value == "filter":
         rounds = get(AL + "dynamic_sampling.max_sample_batches")
-        fields = {
-            "sampling.filter": "mixed",
-            **({"sampling.max_rounds": rounds} if rounds > 0 else {}),
-        }
         return Mapped(
-            fields,
+            mixed_filter(rounds),
             "approximate",
             "rlmap drops single-trajectory groups too; "
             "max_sample_batches -1 (for ever) keeps rlmap's finite cap",
@@ -245,18 +238,6 @@ def _zero_variance(value: Any, get: Lookup) -> Mapped:
     )
 
 
-def _minibatches(value: Any, get: Lookup) -> Mapped:
-    batch = get("trainer.train_batch_size")
-    if not value or batch % value:
-        raise ConfigError(
-            f"trainer.policy_mini_batch_size: {value} does not divide train_batch_size {batch}"
-        )
-    return Mapped(
-        {"optim.minibatches_per_epoch": batch // value},
-        note=f"trap: {batch}/{value} = {batch // value} updates a batch",
-    )
-
-
 def _async(value: Any, get: Lookup) -> Mapped:
     if not value:
         return Mapped({"system.mode": "sync"})
@@ -272,39 +253,11 @@ def _async(value: Any, get: Lookup) -> Mapped:
 
 def _scheduler(value: Any, get: Lookup) -> Mapped:
     """transformers' get_scheduler (fsdp_strategy.py); warm-up in optimiser steps."""
-    known = {
-        "constant_with_warmup": "constant",
-        "constant": "constant",
-        "cosine": "cosine",
-        "linear": "linear",
-    }
-    if value not in known:
-        return Mapped({}, "none", f"{value}: rlmap offers constant, cosine or linear")
-    if value == "constant" and get(OPT + "num_warmup_steps"):
-        return Mapped(
-            {"optim.schedule": "constant", "optim.warmup_steps": 0},
-            "approximate",
-            "transformers' constant schedule ignores num_warmup_steps",
-        )
-    return Mapped({"optim.schedule": known[value]})
+    return transformers_schedule(value, OPT + "num_warmup_steps", get)
 
 
 def _warmup(value: Any, get: Lookup) -> Mapped:
-    if not value:
-        return Mapped({"optim.warmup_steps": 0})
-    return Mapped(
-        {"optim.warmup_steps": value},
-        "approximate",
-        "transformers warms up as s/W (0 at first), rlmap as (s+1)/W",
-    )
-
-
-def _lora(value: Any, get: Lookup) -> Mapped:
-    if not value:
-        return Mapped({"model.lora_rank": 0}, note="rank 0: full fine-tuning")
-    return Mapped(
-        {"model.lora_rank": value, "model.lora_alpha": get("trainer.policy.model.lora.alpha")}
-    )
+    return transformers_warmup(value)
 
 
 def _opc_corrections(get: Lookup) -> list[str]:
@@ -316,15 +269,10 @@ def _opc_corrections(get: Lookup) -> list[str]:
 def _tis(value: Any, get: Lookup) -> Mapped:
     if value is None:
         return Mapped({"behaviour.corrections": []}, note="off")
-    if value not in ("token", "sequence"):
-        raise ConfigError(f"{OPC}tis_ratio_type: {value!r} is not a SkyRL value (token, sequence)")
+    one_of(OPC + "tis_ratio_type", value, ("token", "sequence"), "SkyRL")
     cap = get(OPC + f"{value}_tis_ratio_clip_high")
     return Mapped(
-        {
-            "behaviour.corrections": _opc_corrections(get),
-            "behaviour.tis_level": value,
-            "behaviour.tis_cap": cap,
-        },
+        {**tis(value, cap), "behaviour.corrections": _opc_corrections(get)},
         note="w = min(κ, C), κ = π_old/μ",
     )
 
@@ -396,9 +344,7 @@ TABLE: tuple[Mapping, ...] = (
     Mapping(AL + "kl_ctrl.horizon", read_with(AL + "use_kl_in_reward"), 10000, f"{S}:697"),
     Mapping(AL + "use_kl_loss", _kl_loss, True, f"{S}:833"),
     Mapping(AL + "use_kl_in_reward", _kl_reward, False, f"{S}:830"),
-    Mapping(
-        AL + "use_entropy_loss", off("rlmap has no entropy bonus", (False,)), False, f"{S}:838"
-    ),
+    Mapping(AL + "use_entropy_loss", off(NO_ENTROPY, (False,)), False, f"{S}:838"),
     Mapping(
         AL + "temperature",
         off(
@@ -469,7 +415,9 @@ TABLE: tuple[Mapping, ...] = (
         f"{S}:1255",
     ),
     Mapping("trainer.train_batch_size", field("sampling.prompts_per_step"), 1024, f"{S}:1390"),
-    Mapping("trainer.policy_mini_batch_size", _minibatches, 256, f"{S}:1396"),
+    Mapping(
+        "trainer.policy_mini_batch_size", minibatches("trainer.train_batch_size"), 256, f"{S}:1396"
+    ),
     Mapping("trainer.update_epochs_per_batch", field("optim.epochs_per_batch"), 1, f"{S}:1387"),
     Mapping(
         "trainer.micro_train_batch_size_per_gpu", field("optim.micro_batch_size"), 1, f"{S}:1406"
@@ -477,7 +425,7 @@ TABLE: tuple[Mapping, ...] = (
     Mapping(GEN + "max_generate_length", field("generation.max_new_tokens"), 1024, f"{S}:999"),
     Mapping(GEN + "temperature", field("generation.temperature"), 1.0, f"{S}:1004"),
     Mapping(GEN + "top_p", field("generation.top_p"), 1.0, f"{S}:1007"),
-    Mapping(GEN + "top_k", off("rlmap has no top_k (docs/translate.md)", (-1, 0)), -1, f"{S}:1011"),
+    Mapping(GEN + "top_k", off(NO_TOP_K, (-1, 0)), -1, f"{S}:1011"),
     Mapping(GEN + "min_p", off("rlmap has no min_p", (0, 0.0)), 0.0, f"{S}:1009"),
     Mapping(
         "trainer.fully_async.max_staleness_steps",
@@ -499,7 +447,9 @@ TABLE: tuple[Mapping, ...] = (
         16,
         f"{S}:103",
     ),
-    Mapping("trainer.policy.model.lora.rank", _lora, 0, f"{S}:100"),
+    Mapping(
+        "trainer.policy.model.lora.rank", lora("trainer.policy.model.lora.alpha"), 0, f"{S}:100"
+    ),
     Mapping(
         "trainer.policy.model.path",
         field("model.path", "the source's model"),
@@ -518,153 +468,3 @@ def table(world_size: int = 1, flat: dict[str, Any] | None = None) -> tuple[Mapp
 
 def read(path: Path) -> dict[str, Any]:
     return flatten(read_yaml(path))
-
-
-def _loss_type(cfg: RecipeConfig) -> str | None:
-    b = cfg.behaviour
-    regular = "dual_clip" if b.dual_clip else "regular"
-    return {
-        "ppo_clip": regular,
-        "gspo": "gspo",
-        "sapo": "sapo",
-        "cispo": "cispo",
-        "dppo_tv": "dppo",
-        "dppo_kl": "dppo",
-    }.get(b.objective)
-
-
-def differences(cfg: RecipeConfig) -> list[str]:
-    """What SkyRL's settings cannot reproduce of ``cfg``, one line each."""
-    b, k, r, s, c = cfg.behaviour, cfg.kl, cfg.reduction, cfg.sampling, cfg.credit
-    dppo = b.objective in ("dppo_tv", "dppo_kl")
-    checks = [
-        (
-            c.estimator == "grpo" and c.std_eps != 1e-6,
-            f"credit.std_eps: SkyRL adds 1e-6 to the std, rlmap {c.std_eps:g}",
-        ),
-        (
-            c.estimator not in {*ESTIMATORS.values(), "dr_grpo"},
-            f"credit.estimator={c.estimator}: no SkyRL estimator",
-        ),
-        (c.estimator == "gae", "gae: SkyRL whitens the advantages (masked_whiten)"),
-        (c.estimator == "reinforce_pp", "reinforce_pp: SkyRL whitens with another std"),
-        (_loss_type(cfg) is None, f"behaviour.objective={b.objective}: no SkyRL policy_loss_type"),
-        (b.objective == "gspo" and not b.gspo_token, "gspo: SkyRL's is token-level"),
-        (
-            dppo and (b.mode != "bypass" or b.dppo_tau != 0),
-            "dppo: SkyRL's is against μ (bypass) with no τ term",
-        ),
-        (not dppo and b.mode != "decoupled", "behaviour.mode=bypass: only SkyRL's dppo"),
-        (r.name not in REDUCTIONS.values(), f"reduction.name={r.name}: no SkyRL loss_reduction"),
-        (
-            k.placement == "loss" and r.name != "response_mean",
-            "kl: SkyRL reduces the KL per sequence",
-        ),
-        (
-            k.placement == "loss" and k.estimator not in KL_ESTIMATORS,
-            f"kl.estimator={k.estimator}: no SkyRL kl_estimator_type",
-        ),
-        (k.placement == "reward" and k.estimator != "k1", "kl: rlmap's in-reward KL is k1"),
-        (k.placement == "loss" and k.target is not None, "kl.target: SkyRL adapts the reward KL"),
-        (
-            not set(b.corrections) <= {"tis", "masked_is", "staleness"}
-            or ("staleness" in b.corrections) != (cfg.system.mode == "async"),
-            f"behaviour.corrections={list(b.corrections)}: not in SkyRL",
-        ),
-        (s.filter not in ("none", "mixed"), f"sampling.filter={s.filter}: mixed only"),
-        (cfg.feedback.overlong_cache is not None, "feedback.overlong_cache: not in SkyRL"),
-        (c.lam_critic is not None or c.adaptive_alpha is not None, "credit: SkyRL has one λ"),
-        (cfg.optim.warmup_steps > 0, "optim.warmup_steps: transformers warms up as s/W"),
-    ]
-    return [text for failed, text in checks if failed]
-
-
-def _algorithm(cfg: RecipeConfig) -> dict[str, Any]:
-    b, k, r, s, c = cfg.behaviour, cfg.kl, cfg.reduction, cfg.sampling, cfg.credit
-    names = {v: key for key, v in ESTIMATORS.items()}
-    algorithm: dict[str, Any] = {
-        "advantage_estimator": names.get(c.estimator, "grpo"),
-        "grpo_norm_by_std": c.estimator != "dr_grpo",
-        "gamma": c.gamma,
-        "lambd": c.lam,
-        "value_clip": cfg.critic.value_clip,
-        "policy_loss_type": _loss_type(cfg) or "regular",
-        "eps_clip_low": b.clip_low,
-        "eps_clip_high": b.clip_high,
-        "clip_ratio_c": b.dual_clip or 3.0,
-        "sapo": {"tau_pos": b.sapo_tau_pos, "tau_neg": b.sapo_tau_neg},
-        "loss_reduction": {v: key for key, v in REDUCTIONS.items()}.get(r.name, "token_mean"),
-        "max_seq_len": r.max_len,
-        "use_kl_loss": k.placement == "loss",
-        "kl_loss_coef": k.beta,
-        "kl_estimator_type": k.estimator,
-        "use_kl_in_reward": k.placement == "reward",
-        "kl_ctrl": {
-            "type": "fixed" if k.target is None else "adaptive",
-            "kl_target": k.target or 0.1,
-            "horizon": k.horizon,
-        },
-        "dynamic_sampling": {
-            "type": "filter" if s.filter == "mixed" else None,
-            "max_sample_batches": s.max_rounds,
-        },
-        "off_policy_correction": {
-            "tis_ratio_type": b.tis_level if "tis" in b.corrections else None,
-            f"{b.tis_level}_tis_ratio_clip_high": b.tis_cap,
-            "sequence_mask_metric": "geometric" if "masked_is" in b.corrections else None,
-            "geo_mask_low": b.masked_is_low,
-            "geo_mask_high": b.masked_is_high,
-        },
-    }
-    if b.objective == "cispo":
-        algorithm["cispo"] = {"cispo_eps_clip_low": b.clip_low, "cispo_eps_clip_high": b.clip_high}
-    if b.objective in ("dppo_tv", "dppo_kl"):
-        kind = b.objective.removeprefix("dppo_")
-        algorithm["dppo"] = {
-            "dppo_type": f"binary_{kind}",
-            "delta_low": getattr(b, f"{b.objective}_low"),
-            "delta_high": getattr(b, f"{b.objective}_high"),
-        }
-    return algorithm
-
-
-def inverse(cfg: RecipeConfig) -> tuple[str, list[str]]:
-    """SkyRL YAML that reproduces ``cfg``, and what it cannot (:func:`differences`)."""
-    s, o, g, m = cfg.sampling, cfg.optim, cfg.generation, cfg.model
-    schedule = "constant_with_warmup" if o.schedule == "constant" else o.schedule
-    alpha = 2 * m.lora_rank if m.lora_alpha is None else m.lora_alpha  # rlmap's None: 2·r
-    data = {
-        "trainer": {
-            "algorithm": _algorithm(cfg),
-            "train_batch_size": s.prompts_per_step,
-            "policy_mini_batch_size": s.prompts_per_step // o.minibatches_per_epoch,
-            "update_epochs_per_batch": o.epochs_per_batch,
-            "micro_train_batch_size_per_gpu": o.micro_batch_size,
-            "fully_async": {
-                "enabled": cfg.system.mode == "async",
-                "max_staleness_steps": cfg.behaviour.max_staleness,
-            },
-            "policy": {
-                "model": {"path": m.path, "lora": {"rank": m.lora_rank, "alpha": alpha}},
-                "optimizer_config": {
-                    "lr": o.lr,
-                    "weight_decay": o.weight_decay,
-                    "max_grad_norm": o.max_grad_norm,
-                    "adam_betas": list(o.adam_betas),
-                    "scheduler": schedule,
-                    "num_warmup_steps": o.warmup_steps,
-                },
-            },
-        },
-        "generator": {
-            "n_samples_per_prompt": s.group_size,
-            "sampling_params": {
-                "max_generate_length": g.max_new_tokens,
-                "temperature": g.temperature,
-                "top_p": g.top_p,
-            },
-        },
-    }
-    if cfg.critic.enabled:
-        data["trainer"]["critic"] = {"optimizer_config": {"lr": o.critic_lr}}
-    return yaml.safe_dump(data, sort_keys=False), differences(cfg)

@@ -20,8 +20,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlmap.recipes.translate import IMPLIED, NULL, Lookup, Mapped, Mapping, field, off, read_with
-from rlmap.recipes.translate.trl import shared, updates_per_batch
+from rlmap.recipes.translate.rows import (
+    IMPLIED,
+    NULL,
+    Lookup,
+    Mapped,
+    Mapping,
+    field,
+    off,
+    read_with,
+)
+from rlmap.recipes.translate.trl_args import shared, updates_per_batch
 
 R = "trl 1.16.0 trl/trainer/rloo_config.py"
 RLOO_LINES = {

@@ -1,1 +1,1 @@
-"""One module per task kind, each building its :class:`rlmap.tasks.registry.TaskKind`."""
+"""One module per task kind, each building its :class:`rlmap.tasks.kind.TaskKind`."""

@@ -18,8 +18,8 @@ from rlmap.tasks.calculator import (
     tool_call_text,
 )
 from rlmap.tasks.env import EnvFactory
+from rlmap.tasks.kind import DataSettings, Labelled, Scoring, TaskKind, numbered_prompts
 from rlmap.tasks.prompts import PromptEncoder, ToolSchemas, encode_prompt
-from rlmap.tasks.registry import DataSettings, Labelled, Scoring, TaskKind, numbered_prompts
 from rlmap.tasks.tool_calls import ToolEnv
 
 if TYPE_CHECKING:
@@ -62,6 +62,7 @@ def calculator_environment(
             latency=wait,
             encode=encode,
             verify_waits=waits,
+            replayable=True,  # the calculator is a pure function of its expression
         )
     marker_ids(tokenizer)
     shared = scoring.encode

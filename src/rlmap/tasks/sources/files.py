@@ -8,7 +8,7 @@ from __future__ import annotations
 from rlmap.core.errors import ConfigError
 from rlmap.tasks.arithmetic import Example
 from rlmap.tasks.datafiles import load_file_examples, load_labelled_examples
-from rlmap.tasks.registry import DataSettings, Labelled, TaskKind
+from rlmap.tasks.kind import DataSettings, Labelled, TaskKind
 
 
 def splits(d: DataSettings) -> tuple[list[Example], list[Example]]:

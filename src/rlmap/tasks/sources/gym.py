@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from rlmap.tasks import gym_text
 from rlmap.tasks.arithmetic import Example
 from rlmap.tasks.env import EnvFactory
-from rlmap.tasks.registry import DataSettings, Labelled, Scoring, Split, TaskKind
+from rlmap.tasks.kind import DataSettings, Labelled, Scoring, Split, TaskKind
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase

@@ -12,7 +12,7 @@ from rlmap.core.errors import ConfigError
 from rlmap.feedback.reasoning_gym import dataset
 from rlmap.tasks import reasoning_gym
 from rlmap.tasks.arithmetic import Example
-from rlmap.tasks.registry import DataSettings, Labelled, Split, TaskKind, numbered_prompts
+from rlmap.tasks.kind import DataSettings, Labelled, Split, TaskKind, numbered_prompts
 
 SFT_BATCH = 32
 """The character-level model's warm-start batch on a reasoning-gym task (the chat model's is

@@ -1,16 +1,17 @@
 """verifiers environments (``data.task=verifiers:ENV_ID`` or ``verifiers:MODULE:FACTORY``):
-their rollout and rubric, rlmap's engine and tokens (:mod:`rlmap.tasks.verifiers_env`)."""
+their rollout and rubric, rlmap's engine and tokens (:mod:`rlmap.tasks.verifiers_env`,
+:mod:`rlmap.tasks.verifiers_episode`)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from rlmap.tasks import verifiers_env
+from rlmap.tasks import verifiers_env, verifiers_episode
 from rlmap.tasks.arithmetic import Example
 from rlmap.tasks.env import EnvFactory
+from rlmap.tasks.kind import DataSettings, Labelled, Scoring, TaskKind
 from rlmap.tasks.prompts import ToolSchemas
-from rlmap.tasks.registry import DataSettings, Labelled, Scoring, TaskKind
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -34,7 +35,7 @@ def environment(
     tokenizer: PreTrainedTokenizerBase, d: DataSettings, scoring: Scoring
 ) -> EnvFactory:
     """Its rubric's reward, its stop conditions."""
-    return verifiers_env.factory(tokenizer, d.task, d.task_args, d.max_turns)
+    return verifiers_episode.factory(tokenizer, d.task, d.task_args, d.max_turns)
 
 
 def tools(d: DataSettings, tokenizer: PreTrainedTokenizerBase) -> ToolSchemas:

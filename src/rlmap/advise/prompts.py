@@ -1,6 +1,6 @@
 """``rlmap advise`` with no flags: the task profile asked for interactively, one question at a
 time, a bad answer asked again, Enter or end of input keeping the default. The advice itself
-is :mod:`rlmap.recipes.advise` (pure)."""
+is :mod:`rlmap.advise.advice` (pure)."""
 
 from __future__ import annotations
 

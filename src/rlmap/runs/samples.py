@@ -93,7 +93,7 @@ def class_fractions(classes: Sequence[str]) -> dict[str, float]:
 
 def write_samples(run_dir: Path, step: int, rows: Sequence[dict[str, Any]]) -> Path:
     """``samples/step_<step>.jsonl`` (replaced whole: a resumed run rewrites its step)."""
-    from rlmap.experiments.rundir import write_text_atomic
+    from rlmap.runs.rundir import write_text_atomic
 
     path = run_dir / SAMPLES_DIR / f"step_{step}.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -24,6 +24,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from rlmap.core.errors import InputError
 
 DEFAULT_ROOT = Path("runs")
@@ -381,4 +383,38 @@ def read_json_object(path: Path, what: str) -> dict[str, Any] | None:
         ) from None
     if not isinstance(data, dict):
         raise InputError(f"{path}: not a {what} (expected a JSON object)")
+    return data
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    """A YAML mapping from a file; InputError naming the file (and line) when it is not one.
+
+    A missing path, a directory, a file that is not UTF-8 or not YAML, and a YAML value
+    other than a mapping are each one line that starts with the path.
+    """
+    p = Path(path)
+    try:
+        text = p.read_bytes().decode("utf-8-sig")
+    except FileNotFoundError:
+        raise InputError(f"{p}: no such config file") from None
+    except IsADirectoryError:
+        raise InputError(f"{p}: is a directory, not a config file") from None
+    except OSError as exc:
+        raise InputError(f"{p}: cannot read the config file ({exc.strerror})") from None
+    except UnicodeDecodeError as exc:
+        line = p.read_bytes()[: exc.start].count(b"\n") + 1
+        byte = exc.object[exc.start]
+        raise InputError(f"{p}:{line}: not UTF-8 text (byte {byte:#04x})") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f":{mark.line + 1}" if mark is not None else ""
+        raise InputError(f"{p}{where}: not valid YAML") from None
+    except RecursionError:
+        raise InputError(f"{p}: not valid YAML (nested too deeply)") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise InputError(f"{p}: expected a mapping of config sections at the top level")
     return data

@@ -11,7 +11,7 @@ import pytest
 from rlmap.cli import main
 from rlmap.core.batch import End, RewardStatus
 from rlmap.core.errors import InputError
-from rlmap.experiments.samples import (
+from rlmap.runs.samples import (
     ERROR_CLASSES,
     Judged,
     class_fractions,
@@ -26,8 +26,14 @@ from rlmap.recipes import build_config
 OK, BAD = RewardStatus.OK, RewardStatus.INFRA_ERROR
 
 
-def judged(outcome: float = 0.0, status: RewardStatus = OK, end: End = End.TERMINAL,
-           eos: bool = True, tool_errors: int = 0, answer: str = "42") -> Judged:  # fmt: skip
+def judged(
+    outcome: float = 0.0,
+    status: RewardStatus = OK,
+    end: End = End.TERMINAL,
+    eos: bool = True,
+    tool_errors: int = 0,
+    answer: str = "42",
+) -> Judged:
     return Judged(outcome, status, end, eos, tool_errors, answer)
 
 
@@ -92,8 +98,14 @@ Toy = Callable[..., list[str]]
 def test_a_run_writes_its_samples_and_rlmap_samples_reads_them(
     tiny_calc_model_dir: Path, tmp_path: Path, toy: Toy, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    overrides = [*toy(tiny_calc_model_dir, steps=2), "data.task=calculator", "data.max_turns=2",
-                 "generation.max_new_tokens=6", "run.eval_every=2", "run.samples=3"]  # fmt: skip
+    overrides = [
+        *toy(tiny_calc_model_dir, steps=2),
+        "data.task=calculator",
+        "data.max_turns=2",
+        "generation.max_new_tokens=6",
+        "run.eval_every=2",
+        "run.samples=3",
+    ]
     run = tmp_path / "run"
     run_training(build_config("grpo", None, overrides), run)
     assert sorted(p.name for p in (run / "samples").iterdir()) == ["step_0.jsonl", "step_2.jsonl"]
@@ -124,7 +136,7 @@ def test_training_rollouts_log_their_error_mix() -> None:
     from rlmap.embedded.tokenizer import build_tokenizer
     from rlmap.engines.engine import Completion
     from rlmap.rollout.episodes import Scored, single_turn
-    from rlmap.system.sync import rollout_errors
+    from rlmap.system.step_metrics import rollout_errors
 
     tok = build_tokenizer()
     eos = int(tok.eos_token_id)
@@ -133,14 +145,26 @@ def test_training_rollouts_log_their_error_mix() -> None:
         text: str, outcome: float, status: RewardStatus = OK, stopped: bool = True
     ) -> Scored:
         ids = tuple(tok(text, add_special_tokens=False)["input_ids"]) + ((eos,) if stopped else ())
-        c = Completion(prompt_ids=(1,), response_ids=ids, logprobs=(0.0,) * len(ids),
-                       stopped=stopped, version=0)  # fmt: skip
+        c = Completion(
+            prompt_ids=(1,),
+            response_ids=ids,
+            logprobs=(0.0,) * len(ids),
+            stopped=stopped,
+            version=0,
+        )
         return Scored(single_turn(c, outcome, status), 0, outcome, outcome, status)
 
     p = SimpleNamespace(cfg=build_config("grpo", None, []), tokenizer=tok)
     # 4 rollouts: correct, wrong, cut by the length limit, a crashed verifier
-    mix = rollout_errors([scored("12", 1.0), scored("13", 0.0), scored("1", 0.0, stopped=False),
-                          scored("12", 0.0, BAD)], p)  # type: ignore[arg-type]  # fmt: skip
+    mix = rollout_errors(
+        [
+            scored("12", 1.0),
+            scored("13", 0.0),
+            scored("1", 0.0, stopped=False),
+            scored("12", 0.0, BAD),
+        ],
+        p,
+    )  # type: ignore[arg-type]
     assert mix["errors/wrong_answer_frac"] == 0.25 and mix["errors/truncated_frac"] == 0.25
     assert mix["errors/infra_error_frac"] == 0.25 and sum(mix.values()) == 0.75
     # a learned reward model scored a wrong answer 0.9: still a wrong answer (the
@@ -151,7 +175,7 @@ def test_training_rollouts_log_their_error_mix() -> None:
 
 
 def test_samples_of_redone_evaluations_are_dropped(tmp_path: Path) -> None:
-    from rlmap.experiments.samples import drop_samples_after, sample_steps
+    from rlmap.runs.samples import drop_samples_after, sample_steps
 
     for step in (0, 2, 4, 6):
         write_samples(tmp_path, step, [{"class": "correct"}])
@@ -164,8 +188,9 @@ def test_samples_of_redone_evaluations_are_dropped(tmp_path: Path) -> None:
 
 
 def test_run_samples_zero_writes_none(tiny_model_dir: Path, tmp_path: Path, toy: Toy) -> None:
-    run_training(build_config("grpo", None, [*toy(tiny_model_dir), "run.samples=0"]),
-                 tmp_path / "run")  # fmt: skip
+    run_training(
+        build_config("grpo", None, [*toy(tiny_model_dir), "run.samples=0"]), tmp_path / "run"
+    )
     assert not (tmp_path / "run" / "samples").exists()
     with pytest.raises(InputError, match=r"unless run\.samples=0"):
         read_samples(tmp_path / "run")
@@ -174,10 +199,11 @@ def test_run_samples_zero_writes_none(tiny_model_dir: Path, tmp_path: Path, toy:
 def test_a_resume_drops_the_samples_of_the_steps_it_redoes(
     tiny_model_dir: Path, tmp_path: Path, toy: Toy, crash_in_step: Callable[..., None]
 ) -> None:
-    from rlmap.experiments.samples import sample_steps
+    from rlmap.runs.samples import sample_steps
 
-    cfg = build_config("grpo", None, [*toy(tiny_model_dir, steps=4), "run.checkpoint_every=2",
-                                      "run.eval_every=1"])  # fmt: skip
+    cfg = build_config(
+        "grpo", None, [*toy(tiny_model_dir, steps=4), "run.checkpoint_every=2", "run.eval_every=1"]
+    )
     crash_in_step(cfg, tmp_path / "run", 4)
     assert sample_steps(tmp_path / "run") == [0, 1, 2, 3]  # step 3 evaluated after step_2
     stale = tmp_path / "run" / "samples" / "step_3.jsonl"

@@ -21,7 +21,7 @@ import yaml
 
 from rlmap.cli import main
 from rlmap.core.errors import ConfigError
-from rlmap.experiments import trackers
+from rlmap.runs import trackers
 from rlmap.experiments.records import StepRecords
 from rlmap.experiments.train import run_training
 from rlmap.recipes import build_config
@@ -207,8 +207,9 @@ def test_a_failing_run_ends_its_tracker_runs_as_failed(
     crash_in_step: Callable[..., None],
 ) -> None:
     run = tmp_path / "run"
-    cfg = build_config("grpo", None, [*toy(tiny_model_dir, steps=3),
-                                      "run.loggers=mlflow,wandb", "run.project=toy"])  # fmt: skip
+    cfg = build_config(
+        "grpo", None, [*toy(tiny_model_dir, steps=3), "run.loggers=mlflow,wandb", "run.project=toy"]
+    )
     crash_in_step(cfg, run, 2)
     _, found = _mlflow_run(run)
     assert found.info.status == "FAILED" and found.info.end_time is not None
@@ -239,26 +240,40 @@ def test_mlflow_params_are_dotted_json_and_cut() -> None:
 
 @pytest.mark.parametrize(
     ("env", "mode"),
-    [({}, "offline"), ({"WANDB_API_KEY": "k"}, "online"),
-     ({"WANDB_MODE": "disabled", "WANDB_API_KEY": "k"}, None), ({"WANDB_MODE": ""}, "offline")],
-)  # fmt: skip
+    [
+        ({}, "offline"),
+        ({"WANDB_API_KEY": "k"}, "online"),
+        ({"WANDB_MODE": "disabled", "WANDB_API_KEY": "k"}, None),
+        ({"WANDB_MODE": ""}, "offline"),
+    ],
+)
 def test_wandb_mode_is_offline_without_a_key(env: dict[str, str], mode: str | None) -> None:
     assert trackers.wandb_mode(env) == mode  # None: wandb reads WANDB_MODE itself
 
 
 def test_summary_numbers_are_the_numeric_leaves() -> None:
-    summary = {"after": {"eval/pass@1": 0.5, "eval/k": 2}, "device": {"cuda": False,
-               "device_name": "cpu"}, "ev": None, "bad": math.nan, "tokens": 7}  # fmt: skip
+    summary = {
+        "after": {"eval/pass@1": 0.5, "eval/k": 2},
+        "device": {"cuda": False, "device_name": "cpu"},
+        "ev": None,
+        "bad": math.nan,
+        "tokens": 7,
+    }
     numbers = {"summary/after/eval/pass@1": 0.5, "summary/after/eval/k": 2.0, "summary/tokens": 7.0}
     assert trackers.summary_numbers(summary) == numbers
 
 
 @pytest.mark.parametrize(
     ("loggers", "message"),
-    [("wandb,nope", r"^run\.loggers: unknown tracker 'nope'; known: tensorboard, wandb, mlflow, "
-                    r"trackio$"),
-     ("mlflow, wandb,mlflow", r"^run\.loggers: 'mlflow' is named twice$")],
-)  # fmt: skip
+    [
+        (
+            "wandb,nope",
+            r"^run\.loggers: unknown tracker 'nope'; known: tensorboard, wandb, mlflow, "
+            r"trackio$",
+        ),
+        ("mlflow, wandb,mlflow", r"^run\.loggers: 'mlflow' is named twice$"),
+    ],
+)
 def test_bad_logger_names_are_config_errors(loggers: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         build_config("grpo", None, [f"run.loggers={loggers}"])
@@ -273,7 +288,9 @@ def test_loggers_take_a_list_or_a_comma_string_and_tensorboard_is_an_alias() -> 
     listed = build_config("grpo", None, ["run.loggers=[wandb, mlflow]"]).run
     assert listed.trackers == ("wandb", "mlflow")
     assert build_config("grpo", None, ["run.loggers= wandb , mlflow"]).run.trackers == (
-        "wandb", "mlflow")  # fmt: skip
+        "wandb",
+        "mlflow",
+    )
     assert build_config("grpo", None, ["run.loggers="]).run.trackers == ()
 
 
@@ -290,19 +307,34 @@ def _without(monkeypatch: pytest.MonkeyPatch, module: str) -> None:
     """``module`` looks not installed to the check."""
     real = trackers.importlib.util.find_spec
     monkeypatch.delitem(sys.modules, module, raising=False)
-    monkeypatch.setattr(trackers.importlib.util, "find_spec",
-                        lambda name, *a: None if name == module else real(name, *a))  # fmt: skip
+    monkeypatch.setattr(
+        trackers.importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == module else real(name, *a),
+    )
 
 
 @pytest.mark.parametrize(
     ("override", "module", "message"),
-    [("run.loggers=wandb", "wandb",
-      r"^run\.loggers: wandb needs the wandb package \(pip install 'rlmap\[wandb\]'\)$"),
-     ("run.loggers=mlflow", "sqlalchemy",
-      r"^run\.loggers: mlflow needs the sqlalchemy package \(pip install 'rlmap\[mlflow\]'\)$"),
-     ("run.tensorboard=true", "tensorboard", r"^run\.tensorboard: tensorboard needs the "
-      r"tensorboard package \(pip install 'rlmap\[tensorboard\]'\)$")],
-)  # fmt: skip
+    [
+        (
+            "run.loggers=wandb",
+            "wandb",
+            r"^run\.loggers: wandb needs the wandb package \(pip install 'rlmap\[wandb\]'\)$",
+        ),
+        (
+            "run.loggers=mlflow",
+            "sqlalchemy",
+            r"^run\.loggers: mlflow needs the sqlalchemy package \(pip install 'rlmap\[mlflow\]'\)$",
+        ),
+        (
+            "run.tensorboard=true",
+            "tensorboard",
+            r"^run\.tensorboard: tensorboard needs the "
+            r"tensorboard package \(pip install 'rlmap\[tensorboard\]'\)$",
+        ),
+    ],
+)
 def test_a_tracker_not_installed_is_a_config_error(
     monkeypatch: pytest.MonkeyPatch, override: str, module: str, message: str
 ) -> None:
@@ -370,8 +402,13 @@ def _stand_in_trackio(monkeypatch: pytest.MonkeyPatch, fail: bool = False) -> Ca
             raise RuntimeError("trackio could not start")
         calls.append(("init", (), kwargs))
 
-    _module(monkeypatch, "trackio", init=init, log=calls.recorder("log"),
-            finish=calls.recorder("finish"))  # fmt: skip
+    _module(
+        monkeypatch,
+        "trackio",
+        init=init,
+        log=calls.recorder("log"),
+        finish=calls.recorder("finish"),
+    )
     return calls
 
 

@@ -1,4 +1,4 @@
-"""Hyper-parameters of the system axis."""
+"""Hyper-parameters of the system axis (the loops that use them: :mod:`rlmap.system`)."""
 
 from __future__ import annotations
 

@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from rlmap.core.errors import InputError
-from rlmap.experiments import rundir
-from rlmap.experiments.rundir import (
+from rlmap.runs import rundir
+from rlmap.runs.rundir import (
     MetricsLog,
     append_jsonl,
     create_run_dir,

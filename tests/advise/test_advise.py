@@ -14,12 +14,7 @@ from typing import Any, get_args
 import pytest
 
 from rlmap import correction, estimators, feedback, reduction, sampling
-from rlmap.assembly.available import refuse_unavailable
-from rlmap.cli import main
-from rlmap.core.errors import ConfigError
-from rlmap.experiments.train import run_training
-from rlmap.recipes import build_config, load_config, registry
-from rlmap.recipes.advise import (
+from rlmap.advise.advice import (
     DISCLAIMER,
     FEEDBACK,
     Advice,
@@ -28,7 +23,12 @@ from rlmap.recipes.advise import (
     emit_config,
     render,
 )
-from rlmap.recipes.advise_prompts import ask_profile
+from rlmap.advise.prompts import ask_profile
+from rlmap.assembly.available import refuse_unavailable
+from rlmap.cli import main
+from rlmap.core.errors import ConfigError
+from rlmap.experiments.train import run_training
+from rlmap.recipes import build_config, composition, load_config, registry
 from rlmap.recipes.config import RecipeConfig
 from rlmap.recipes.selection import (
     FALLBACKS,
@@ -58,28 +58,63 @@ class Expected:
 # One profile per row, each meeting only that row's condition and, for rows 3-5 on the
 # default task, row 1's.
 ROWS = {
-    1: Expected(TaskProfile(), "RLOO / GRPO", "DAPO-style sampling/reduction",
-                ("all-equal groups", "total rollout tokens"), "rloo", ()),
-    2: Expected(TaskProfile(response_length=8000, critic_unstable=True, cheap_samples=False),
-                "PPO + GAE", "VAPO-style critic/λ design",
-                ("value calibration", "the definition of length"), "ppo", ()),
-    3: Expected(TaskProfile(rare_correct=True), "group sampling / curriculum",
-                "positive NLL, search, data rebalancing",
-                ("verifier loopholes", "prompt coverage"), "grpo", ("sampling.group_size=16",)),
-    4: Expected(TaskProfile(moe_routing_mismatch=True), "a small synchronous experiment",
-                "R3 + probability correction", ("router metadata", "objective shift"), "rloo",
-                ("system.mode=sync", "behaviour.mode=decoupled")),
-    5: Expected(TaskProfile(separate_rollout=True), "record the real behaviour",
-                "TIS/IcePop or direct correction", ("processor", "support", "staleness"), "rloo",
-                ("behaviour.mode=decoupled",)),
-    6: Expected(TaskProfile(multi_turn=True, barrier="severe"), "single-rollout actor–critic",
-                "SAO-style async", ("selection bias", "critic cold start"), "ppo",
-                ("sampling.group_size=1", "data.task=calculator")),
-    7: Expected(TaskProfile(long_context=True, cheap_samples=False),
-                "segment/turn value baseline", "learned compaction",
-                ("state sufficiency", "credit across segments"), "ppo",
-                ("credit.time_unit=turn",)),
-}  # fmt: skip
+    1: Expected(
+        TaskProfile(),
+        "RLOO / GRPO",
+        "DAPO-style sampling/reduction",
+        ("all-equal groups", "total rollout tokens"),
+        "rloo",
+        (),
+    ),
+    2: Expected(
+        TaskProfile(response_length=8000, critic_unstable=True, cheap_samples=False),
+        "PPO + GAE",
+        "VAPO-style critic/λ design",
+        ("value calibration", "the definition of length"),
+        "ppo",
+        (),
+    ),
+    3: Expected(
+        TaskProfile(rare_correct=True),
+        "group sampling / curriculum",
+        "positive NLL, search, data rebalancing",
+        ("verifier loopholes", "prompt coverage"),
+        "grpo",
+        ("sampling.group_size=16",),
+    ),
+    4: Expected(
+        TaskProfile(moe_routing_mismatch=True),
+        "a small synchronous experiment",
+        "R3 + probability correction",
+        ("router metadata", "objective shift"),
+        "rloo",
+        ("system.mode=sync", "behaviour.mode=decoupled"),
+    ),
+    5: Expected(
+        TaskProfile(separate_rollout=True),
+        "record the real behaviour",
+        "TIS/IcePop or direct correction",
+        ("processor", "support", "staleness"),
+        "rloo",
+        ("behaviour.mode=decoupled",),
+    ),
+    6: Expected(
+        TaskProfile(multi_turn=True, barrier="severe"),
+        "single-rollout actor–critic",
+        "SAO-style async",
+        ("selection bias", "critic cold start"),
+        "ppo",
+        ("sampling.group_size=1", "data.task=calculator"),
+    ),
+    7: Expected(
+        TaskProfile(long_context=True, cheap_samples=False),
+        "segment/turn value baseline",
+        "learned compaction",
+        ("state sufficiency", "credit across segments"),
+        "ppo",
+        ("credit.time_unit=turn", "data.context_policy=truncate_oldest"),
+    ),
+}
 
 QUESTIONS = (
     "Is the feedback reliable?",
@@ -204,7 +239,8 @@ def test_emitted_config_loads_for_every_row_and_verifier(tmp_path: Path) -> None
         cfg = load_config(path)
         assert cfg == advice.config, profile
         assert cfg.recipe == advice.recipe and emit_config(profile)["recipe"] == advice.recipe
-        assert cfg.data.multi_turn == profile.multi_turn
+        # contexts past the window are episodes of many turns: segments drop whole turns
+        assert cfg.data.multi_turn == (profile.multi_turn or profile.long_context)
         if advice.refused is None:
             refuse_unavailable(cfg)  # trainable: the same check `rlmap train` runs
         elif advice.closest is not None:
@@ -230,7 +266,7 @@ def test_an_untrainable_baseline_says_so_and_names_the_closest(
 ) -> None:
     # Every source trains today; a build without environment returns stands in for one
     # that cannot (the advisor asks the same check `rlmap train` runs).
-    import rlmap.recipes.advise as advise_module
+    import rlmap.advise.advice as advise_module
 
     def refuse(cfg: Any) -> None:
         if cfg.feedback.source == "environment":
@@ -257,7 +293,7 @@ def test_a_refused_preset_is_said_and_no_untrainable_neighbour_is_offered(
     # A build that refuses critics: ppo itself is refused, and no override of the advice is
     # to blame, so there is no closest trainable baseline to name (the old table offered
     # ppo for ppo, refused the same way).
-    import rlmap.recipes.advise as advise_module
+    import rlmap.advise.advice as advise_module
 
     def refuse(cfg: Any) -> None:
         if cfg.critic.enabled:
@@ -452,22 +488,36 @@ or preset of rlmap contains (checked below): a claim stays only while it holds."
 
 def _config_fields() -> set[str]:
     dumped = RecipeConfig().model_dump()
-    fields = {f"{section}.{name}" for section, body in dumped.items() if isinstance(body, dict)
-              for name in body}  # fmt: skip
+    fields = {
+        f"{section}.{name}"
+        for section, body in dumped.items()
+        if isinstance(body, dict)
+        for name in body
+    }
     return fields | {section for section, body in dumped.items() if not isinstance(body, dict)}
 
 
 def _rlmap_names() -> set[str]:
     """Every name rlmap answers to: config fields, components of every axis, presets."""
-    registries = (feedback.registry, sampling.registry, estimators.registry,
-                  correction.registry, correction.corrections, correction.kl_estimators,
-                  reduction.registry, registry)  # fmt: skip
+    registries = (
+        feedback.registry,
+        sampling.registry,
+        estimators.registry,
+        correction.registry,
+        correction.corrections,
+        correction.kl_estimators,
+        reduction.registry,
+        registry,
+    )
     return _config_fields() | {name for r in registries for name in r.names()}
 
 
 def _presets_in(text: str) -> set[str]:
-    return {name for name in registry.names()
-            if re.search(rf"(?<![\w-]){re.escape(name)}(?![\w-])", text)}  # fmt: skip
+    return {
+        name
+        for name in registry.names()
+        if re.search(rf"(?<![\w-]){re.escape(name)}(?![\w-])", text)
+    }
 
 
 def _in_rlmap_texts(row: Row) -> list[str]:
@@ -554,9 +604,23 @@ def test_row_6_says_that_sao_trains_and_it_does(capsys: pytest.CaptureFixture[st
 def test_advise_recommends_bfloat16_on_a_gpu() -> None:
     # issue 28: bf16 autocast over fp32 master weights is the GPU setting; advise says so,
     # with settings the config accepts.
+    from rlmap.advise.advice import TaskProfile, advise, render
     from rlmap.recipes import build_config
-    from rlmap.recipes.advise import TaskProfile, advise, render
 
     text = " ".join(render(advise(TaskProfile())).split())
     assert "system.train_dtype=bfloat16 system.rollout_dtype=bfloat16" in text
     build_config("grpo", None, ["system.train_dtype=bfloat16", "system.rollout_dtype=bfloat16"])
+
+
+def test_row_7_segments_past_the_window_but_not_under_a_reward_model() -> None:
+    # segments (docs/formulas.md §2.5) on the multi-turn task: the row's own set-up
+    segmented = advise(TaskProfile(long_context=True))
+    assert segmented.config.data.context_policy == "truncate_oldest"
+    assert segmented.config.data.multi_turn and segmented.refused is None
+    assert "segments past the window" in composition(segmented.config)
+    # a reward model reads the whole episode, which segments let outgrow its context: the
+    # advice leaves them off and says so, rather than a config `rlmap train` refuses
+    scored = advise(TaskProfile(long_context=True, verifier="reward-model"))
+    assert scored.config.data.context_policy == "fail"
+    assert scored.config.feedback.source == "reward_model"
+    assert any("data.context_policy stays fail" in note for note in scored.notes)

@@ -14,7 +14,7 @@ six questions in order and composes one config:
 
 "First" is the easiest baseline to establish and interpret, not a verdict (the
 table's own footnote). Everything here is pure (the interactive prompt is
-:mod:`rlmap.recipes.advise_prompts`); the CLI prints :func:`render` and writes :func:`config_yaml`
+:mod:`rlmap.advise.prompts`); the CLI prints :func:`render` and writes :func:`config_yaml`
 (:func:`write_config`).
 """
 
@@ -31,8 +31,8 @@ import yaml
 from rlmap import correction, estimators, reduction
 from rlmap.assembly.available import refuse_unavailable
 from rlmap.core.errors import ConfigError
-from rlmap.experiments.rundir import write_new_text
-from rlmap.recipes.config import RecipeConfig, apply_overrides, build_config
+from rlmap.recipes.build import build_config
+from rlmap.recipes.config import RecipeConfig, apply_overrides
 from rlmap.recipes.explain import composition
 from rlmap.recipes.selection import (
     BASE_PRECEDENCE,
@@ -41,6 +41,7 @@ from rlmap.recipes.selection import (
     Row,
     TaskProfile,
 )
+from rlmap.runs.rundir import write_new_text
 
 DISCLAIMER = (
     '"First" means the baseline that is easiest to establish and to interpret; it is not a '
@@ -96,6 +97,13 @@ FEEDBACK: dict[str, Feedback] = {
 MULTI_TURN_TASK = ("data.task=calculator",)
 """rlmap's built-in multi-turn task (a calculator tool); replace it with your own."""
 
+SEGMENTS = "data.context_policy=truncate_oldest"
+UNSEGMENTED = (
+    "a learned reward model scores the whole episode, which segments would let outgrow its "
+    "context: data.context_policy stays fail, so each turn's context must still fit"
+)
+"""Row 7's segments and a reward model: the one pair of its advice that cannot train."""
+
 
 @dataclass(frozen=True)
 class Answer:
@@ -141,11 +149,14 @@ def advise(profile: TaskProfile) -> Advice:
         feedback.overrides,
         *(row.overrides for row in rows if row.preset is None),
     )
+    notes: tuple[str, ...] = (feedback.note,) if feedback.note else ()
+    if "feedback.source=reward_model" in overrides and SEGMENTS in overrides:
+        overrides = tuple(o for o in overrides if o != SEGMENTS)
+        notes += (UNSEGMENTED,)
     config = build_config(base.preset, None, overrides)
     refused = _refusal(config)
     closest = None if refused is None else _closest_trainable(base.preset, overrides, refused)
     answers = tuple(Answer(q.text, *q.answer(profile, config)) for q in QUESTIONS)
-    notes = (feedback.note,) if feedback.note else ()
     return Advice(
         profile, answers, rows, base, base.preset, overrides, config, refused, closest, notes
     )

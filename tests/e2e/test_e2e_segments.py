@@ -1,0 +1,94 @@
+"""End to end: the calculator task in a context too short for its episodes trains on
+segments (``data.context_policy=truncate_oldest``) and logs what it cut."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from conftest import SMALL
+
+from rlmap.embedded.tiny import build_tiny_model
+from rlmap.embedded.tokenizer import build_tokenizer
+from rlmap.experiments.train import run_training
+from rlmap.recipes import build_config
+from rlmap.tasks.calculator import END_CALL, TOOL_TOKENS
+
+CONTEXT = 20
+"""The model's positions: an episode of four tool calls (8 tokens each with its result,
+after a prompt of 5–7) outgrows it at its third turn."""
+
+
+def always_calling_model(path: Path) -> Path:
+    """A tiny calculator model whose every turn is the one token ``</calc>``: an (empty, so
+    failing) tool call answered by ``<result>error</result>``, never an answer, so each
+    episode spends its whole turn budget. Built by hand: every layer adds the same large
+    vector u (attention reads a constant value through its bias, the MLP is off), and the
+    tied embedding of ``</calc>`` is 50·u, so its logit is ~280 and every other's ~0."""
+    tokenizer = build_tokenizer(extra_tokens=TOOL_TOKENS)
+    model = build_tiny_model(tokenizer, replace(SMALL, max_position_embeddings=CONTEXT), seed=0)
+    close = int(tokenizer.convert_tokens_to_ids(END_CALL))
+    width = SMALL.hidden_size
+    u = torch.nn.functional.normalize(
+        torch.randn(width, generator=torch.Generator().manual_seed(0)), dim=0
+    )
+    with torch.no_grad():
+        model.get_input_embeddings().weight[close] = 50.0 * u
+        for layer in model.model.layers:
+            attention = layer.self_attn
+            attention.v_proj.weight.zero_()
+            attention.v_proj.bias.fill_(1.0)  # every head reads 1s: the value is constant
+            heads = attention.o_proj.weight.shape[1]
+            attention.o_proj.weight.copy_(1000.0 * u[:, None] / heads * torch.ones(1, heads))
+            layer.mlp.down_proj.weight.zero_()
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def _records(run: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.parametrize("recipe", ["grpo", "ppo"])
+def test_the_calculator_task_trains_on_segments_and_logs_them(
+    recipe: str, tmp_path: Path, toy: Callable[..., list[str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rlmap.system import learner_step
+
+    batches: list[Any] = []
+    real = learner_step.update_policy
+
+    def spy(policy: Any, optimizer: Any, scheduler: Any, batch: Any, *rest: Any, **kw: Any) -> Any:
+        batches.append(batch)
+        return real(policy, optimizer, scheduler, batch, *rest, **kw)
+
+    monkeypatch.setattr(learner_step, "update_policy", spy)
+    model_dir = always_calling_model(tmp_path / "model")
+    overrides = [
+        *toy(model_dir, steps=1),
+        "data.task=calculator",
+        "data.max_turns=4",
+        "data.context_policy=truncate_oldest",
+    ]
+    run_training(build_config(recipe, None, overrides), tmp_path / "run")
+    records = _records(tmp_path / "run")
+    # every episode: prompt P ≤ 7, turns of 1 token + 7 of result. Turn 2 at P + 8 fits
+    # (P + 8 + 4 ≤ 20), turn 3 at P + 16 does not: a new segment from the prompt and the
+    # newest pair (8), whose next turn again does not fit: 3 segments, 8 + 8 dropped
+    step = records[-1]
+    assert step["env/segments"] == 3.0 and step["env/context_dropped_tokens"] == 16.0
+    assert step["eval/segments"] == 3.0 and records[0]["eval/segments"] == 3.0
+    assert "loss/policy" in step
+    (batch,) = batches
+    n = 2 * 4  # prompts_per_step × group_size episodes, each three rows
+    assert batch.size == 3 * n
+    assert batch.segment.tolist() == [0, 1, 2] * n
+    # each row: a context that fit, its turn, and (as under fail) the final observation
+    result = 7  # <result> e r r o r </result>
+    assert batch.attention_mask.sum(-1).max() <= CONTEXT + result
