@@ -11,6 +11,8 @@ import pytest
 from rlmap.cli import main
 from rlmap.core.batch import End, RewardStatus
 from rlmap.core.errors import InputError
+from rlmap.experiments.train import run_training
+from rlmap.recipes import build_config
 from rlmap.runs.samples import (
     ERROR_CLASSES,
     Judged,
@@ -20,8 +22,6 @@ from rlmap.runs.samples import (
     select,
     write_samples,
 )
-from rlmap.experiments.train import run_training
-from rlmap.recipes import build_config
 
 OK, BAD = RewardStatus.OK, RewardStatus.INFRA_ERROR
 

@@ -21,10 +21,10 @@ import yaml
 
 from rlmap.cli import main
 from rlmap.core.errors import ConfigError
-from rlmap.runs import trackers
 from rlmap.experiments.records import StepRecords
 from rlmap.experiments.train import run_training
 from rlmap.recipes import build_config
+from rlmap.runs import trackers
 
 Toy = Callable[..., list[str]]
 
@@ -325,7 +325,8 @@ def _without(monkeypatch: pytest.MonkeyPatch, module: str) -> None:
         (
             "run.loggers=mlflow",
             "sqlalchemy",
-            r"^run\.loggers: mlflow needs the sqlalchemy package \(pip install 'rlmap\[mlflow\]'\)$",
+            r"^run\.loggers: mlflow needs the sqlalchemy package "
+            r"\(pip install 'rlmap\[mlflow\]'\)$",
         ),
         (
             "run.tensorboard=true",

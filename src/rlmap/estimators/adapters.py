@@ -54,7 +54,8 @@ def episodes(batch: Batch) -> EpisodeView:
     row per episode, its return R_e (docs/formulas.md §2.5). Unsegmented, every valid row
     is its own episode and R_e its ``total_rewards``."""
     if batch.episode_id is None:
-        return EpisodeView(batch.total_rewards, batch.valid, torch.arange(batch.size))
+        rows_B = torch.arange(batch.size, device=batch.rewards.device)
+        return EpisodeView(batch.total_rewards, batch.valid, rows_B)
     return episode_view(batch.total_rewards, batch.valid, batch.episode_id)
 
 
