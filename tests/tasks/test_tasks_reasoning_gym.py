@@ -385,7 +385,7 @@ def test_rlmap_train_says_the_note_before_training(
     from rlmap import cli
 
     monkeypatch.setattr("rlmap.assembly.checks.check_inputs", lambda cfg: None)
-    monkeypatch.setattr(cli, "_train_rank", lambda args, cfg, world: 0)
+    monkeypatch.setattr("rlmap.cli.train._train_rank", lambda args, cfg, world: 0)
     assert cli.main(["train", "data.task=reasoning_gym:chain_sum"]) == 0
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and err[0].startswith("rlmap: note: reasoning_gym:chain_sum trains ")
