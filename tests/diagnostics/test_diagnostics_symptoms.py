@@ -92,12 +92,14 @@ def test_rules_follow_the_map_in_order() -> None:
         "moe_route_mismatch",
         "empty_steps",
         "judge_bias",
+        "segment_state_loss",
+        "segment_credit_cut",
     )
 
 
 def test_a_healthy_synthetic_run_is_quiet() -> None:
     findings = diagnose_run(make_run()).findings
-    assert [f.status for f in findings] == ["quiet"] * 5 + ["not checked"] * 4
+    assert [f.status for f in findings] == ["quiet"] * 5 + ["not checked"] * 6
 
 
 @pytest.mark.parametrize("name", ["grpo", "ppo_turn", "vapo"])
@@ -433,7 +435,7 @@ def test_cli_text_names_the_symptom(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert main(["diagnose", str(run_dir)]) == 0
     out = capsys.readouterr().out
     assert out.startswith(f"rlmap diagnose {run_dir}: 101 records, steps 0–100\n  grpo: a comp")
-    assert "1 detected, 4 quiet, 4 not checked" in out
+    assert "1 detected, 4 quiet, 6 not checked" in out
     assert "DETECTED  entropy collapses quickly [entropy_collapse]" in out
     assert "check, in this order:\n    1. positive-advantage ratio" in out
     assert "not checked  async throughput up, sample efficiency down — needs" in out

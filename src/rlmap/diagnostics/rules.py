@@ -4,8 +4,9 @@ Each rule is a pure function of a :class:`~rlmap.diagnostics.run.RunData` return
 :class:`~rlmap.diagnostics.symptoms.Outcome`: detected or not, the evidence (metric,
 steps, numbers), and the steps where the symptom shows. A rule whose inputs were not
 logged says so (``not checked``, naming what it needs) rather than guess. The rules are
-:mod:`rlmap.diagnostics.curve_rules`'s and :mod:`rlmap.diagnostics.setup_rules`'s (what they
-share: :mod:`rlmap.diagnostics.rule_inputs`); here they are registered in the map's order and
+:mod:`rlmap.diagnostics.curve_rules`'s, :mod:`rlmap.diagnostics.setup_rules`'s and
+:mod:`rlmap.diagnostics.segment_rules`'s (what they share:
+:mod:`rlmap.diagnostics.rule_inputs`); here they are registered in the map's order and
 applied, with the readings of each interface the map says to check.
 """
 
@@ -25,6 +26,7 @@ from rlmap.diagnostics.curve_rules import (
 )
 from rlmap.diagnostics.rule_inputs import fmt, values_of
 from rlmap.diagnostics.run import RunData
+from rlmap.diagnostics.segment_rules import segment_credit_cut, segment_state_loss
 from rlmap.diagnostics.setup_rules import (
     async_efficiency,
     empty_steps,
@@ -56,6 +58,8 @@ for _rule in (
     Rule(symptoms.MOE_ROUTE_MISMATCH, moe_route_mismatch),
     Rule(symptoms.EMPTY_STEPS, empty_steps),
     Rule(symptoms.JUDGE_BIAS, judge_bias),
+    Rule(symptoms.SEGMENT_STATE_LOSS, segment_state_loss),
+    Rule(symptoms.SEGMENT_CREDIT_CUT, segment_credit_cut),
 ):
     registry.add(_rule.symptom.id, _rule)
 

@@ -392,3 +392,78 @@ JUDGE_BIAS = Symptom(
         "another judge model) and check it against the verifier before tuning the learner",
     ),
 )
+
+SEGMENT_STATE_LOSS = Symptom(
+    id="segment_state_loss",
+    title="a segment boundary loses the state",
+    source="（不在失败表中：选择表第 7 行，state sufficiency）",
+    check=(
+        Interface(
+            "what the next segment's context keeps — try data.context_policy=compact, or a "
+            "model with a longer context",
+            (
+                "config:data.context_policy",
+                "env/context_dropped_tokens",
+                "env/summary_tokens",
+                "env/segments",
+            ),
+            "read episodes whose answer needed a turn the next segment's context dropped",
+        ),
+        Interface(
+            "the critic's two readings of one state",
+            (
+                "critic/segment_value_gap",
+                "critic/segment_value_gap_signed",
+                "critic/value_error_last",
+                "critic/explained_variance",
+            ),
+        ),
+        Interface(
+            "critic warm-up — try critic.warmup_steps or critic.pretrain_mc when the signed "
+            "gap is far from 0 (the critic reads the context's form, not only its content)",
+            ("config:critic.warmup_steps", "config:critic.pretrain_mc", "critic/pretraining"),
+        ),
+        Interface(
+            "held-out score at equal generated tokens",
+            ("eval/pass@1", "eval/segments", "budget/generated_tokens"),
+            "compare the context policies over seeds with rlmap compare",
+        ),
+    ),
+    not_first=(
+        "credit.lam: the trace is cut at a boundary whatever λ, so no λ carries across it "
+        "what the next segment's context dropped",
+    ),
+)
+
+SEGMENT_CREDIT_CUT = Symptom(
+    id="segment_credit_cut",
+    title="credit stops at segment boundaries",
+    source="（不在失败表中：选择表第 7 行，跨段信用）",
+    check=(
+        Interface(
+            "the critic at the boundary — try critic.warmup_steps or critic.pretrain_mc",
+            (
+                "critic/explained_variance",
+                "critic/value_error_first",
+                "critic/segment_value_gap",
+                "config:critic.warmup_steps",
+                "config:critic.pretrain_mc",
+            ),
+        ),
+        Interface(
+            "the estimator — try an outcome estimator (credit.estimator=grpo or rloo), which "
+            "puts the episode's return on every segment",
+            ("config:credit.estimator", "config:credit.lam_critic", "config:credit.time_unit"),
+        ),
+        Interface(
+            "boundaries per episode — try data.context_policy=compact (a summary in place "
+            "of the dropped turns leaves room for more turns per segment), or a model with "
+            "a longer context",
+            ("env/segments", "env/context_dropped_tokens", "config:data.context_policy"),
+        ),
+    ),
+    not_first=(
+        "credit.lam (λ_policy): the trace is cut at every boundary whatever λ; a larger λ "
+        "carries credit further within a segment, never across one",
+    ),
+)

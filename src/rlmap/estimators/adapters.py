@@ -35,9 +35,11 @@ from rlmap.estimators.reinforce import (
 from rlmap.estimators.segments import (
     EpisodeView,
     boundary_bootstrap,
+    boundary_value_gaps,
     continued_returns,
     episode_view,
     next_segment_rows,
+    segment_value_gap,
 )
 from rlmap.estimators.stats import advantage_diagnostics, broadcast_to_tokens, whiten
 from rlmap.estimators.turns import TurnIndex
@@ -214,7 +216,20 @@ def _critic_credit(batch: Batch, adv_BT: Tensor, returns_BT: Tensor, values_BT: 
     diagnostics = advantage_diagnostics(adv_BT, mask_BT)
     diagnostics["critic/explained_variance"] = explained_variance(values_BT, returns_BT, mask_BT)
     diagnostics |= value_errors(values_BT, returns_BT, mask_BT)
+    diagnostics |= _segment_gap(batch, values_BT)
     return Credit(advantages=adv_BT.detach(), returns=returns_BT.detach(), diagnostics=diagnostics)
+
+
+def _segment_gap(batch: Batch, values_BT: Tensor) -> dict[str, Tensor]:
+    """The state-sufficiency gap (docs/formulas.md §2.5) over the boundaries that close a
+    valid row — where the boundary rule bootstraps; nothing when the batch has none."""
+    if batch.episode_id is None or batch.segment is None or batch.bootstrap_values is None:
+        return {}
+    gap_B, boundary_B = boundary_value_gaps(
+        values_BT, batch.action_mask, batch.episode_id, batch.segment, batch.bootstrap_values
+    )
+    counted_B = boundary_B & batch.valid
+    return segment_value_gap(gap_B, counted_B) if bool(counted_B.any()) else {}
 
 
 def _gae(batch: Batch, p: CreditParams) -> Credit:

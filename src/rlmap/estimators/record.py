@@ -26,7 +26,9 @@ class Credit:
     groups ``group/anchor_groups``, ``group/anchor_turn_frac``, ``group/anchor_zero_adv_frac``,
     :func:`rlmap.estimators.gigpo.anchor_diagnostics`); critic
     estimators add ``critic/explained_variance``, ``critic/value_error_first`` and
-    ``critic/value_error_last`` (of the values the estimator was given)."""
+    ``critic/value_error_last`` (of the values the estimator was given), and on a batch with a
+    segment boundary ``critic/segment_value_gap`` and ``critic/segment_value_gap_signed``
+    (:func:`rlmap.estimators.segments.segment_value_gap`)."""
 
 
 @dataclass(frozen=True)

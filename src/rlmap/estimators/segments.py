@@ -20,6 +20,11 @@ episode, R_e = Σ_k Σ_t r_t^k, on every segment; their statistics (means, stds,
 over episodes — one value each, so an episode of many segments weighs what one of a single
 segment does — and every segment of e gets e's advantage. REINFORCE++'s token return runs
 on through the later segments: G at segment k's last action token is r + γ·G_0^{k+1}.
+
+State sufficiency (critic recipes): the bootstrap assumes the next segment's context still
+determines the state. Its measure is the gap gap^k = V(s_0^{k+1}) − V̂(s_final^k) between
+the critic's value of the state after the boundary read with the next context and read
+with the closing one (:func:`boundary_value_gaps`), logged as ``critic/segment_value_gap``.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
+from rlmap.core.ops import masked_mean
 from rlmap.estimators.group import group_index
 from rlmap.estimators.reinforce import discounted_returns
 
@@ -66,6 +72,48 @@ def boundary_bootstrap(
     boundary_B = next_B >= 0
     start_B = first_action_values(values_BT, action_mask_BT)  # V(s_0) of each row
     return torch.where(boundary_B, start_B[next_B.clamp(min=0)], bootstrap_B), boundary_B
+
+
+def boundary_value_gaps(
+    values_BT: Tensor,
+    action_mask_BT: Tensor,
+    episode_id_B: Tensor,
+    segment_B: Tensor,
+    final_B: Tensor,
+) -> tuple[Tensor, Tensor]:
+    """The state-sufficiency gap at each segment boundary: (gap_B, boundary_B).
+
+        gap^k = V(s_0^{k+1}) − V̂(s_final^k)
+
+    V̂(s_final^k) is ``final_B``, the critic's value at the closing row's last real token
+    (``Batch.bootstrap_values``): the state the row ends in — after its final observation
+    (``truncate_oldest``) or after the summary it ends with (``compact``) — read with the
+    closing segment's context. V(s_0^{k+1}) is the critic's value of the same state with
+    the next segment's context, the value :func:`boundary_bootstrap` puts in its place — so
+    the gap is exactly what the boundary rule changes in δ_last^k (by γ·gap). A critic that
+    reads the state alone gives 0; what the next context dropped and the critic had learned
+    to value shows as |gap| > 0. 0 on rows that close no boundary. (B, T), (B,) in; (B,) out.
+
+    Not the value at the closing row's last *action* token: that state precedes the last
+    step's reward and observation, so its difference from V(s_0^{k+1}) is a TD error,
+    non-zero for a perfect critic of a sufficient context.
+    """
+    kept_B, boundary_B = boundary_bootstrap(
+        values_BT, action_mask_BT, episode_id_B, segment_B, final_B
+    )
+    return kept_B - final_B, boundary_B
+
+
+def segment_value_gap(gap_B: Tensor, counted_B: Tensor) -> dict[str, Tensor]:
+    """``critic/segment_value_gap``, the mean |gap| over the boundaries ``counted_B`` (bool,
+    (B,); :func:`boundary_value_gaps`), and ``critic/segment_value_gap_signed``, the mean gap
+    (below 0: the next segment's context looks worse to the critic). Detached scalars, 0 when
+    nothing is counted."""
+    gap_B = gap_B.detach()
+    return {
+        "critic/segment_value_gap": masked_mean(gap_B.abs(), counted_B),
+        "critic/segment_value_gap_signed": masked_mean(gap_B, counted_B),
+    }
 
 
 class EpisodeView(NamedTuple):
