@@ -434,7 +434,6 @@ def test_the_scope_is_accepted_where_it_means_something_and_shown() -> None:
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        (["sampling.group_scope=branch"], r"^sampling\.group_scope: 'branch' .* not built yet"),
         ([*CALC, "sampling.group_size=1"], r"^sampling\.group_size: .*G >= 2"),
         (["sampling.group_scope=turn"], r"^sampling\.group_scope: turn groups .*'arithmetic'"),
         ([*CALC, "data.max_turns=1"], r"^sampling\.group_scope: .*data\.max_turns=1"),

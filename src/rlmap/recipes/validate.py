@@ -185,10 +185,7 @@ def _group_scope(cfg: RecipeConfig) -> Iterator[str]:
     nothing without it. G >= 2 is :func:`_group`'s (every such estimator needs a group)."""
     s, c = cfg.sampling, cfg.credit
     if s.group_scope == "branch":
-        yield (
-            "sampling.group_scope: 'branch' (G continuations replayed from one state) is not "
-            "built yet; use prompt or turn"
-        )
+        yield from _branch(cfg)
     if s.group_scope != "turn":
         if c.step_advantage_weight != estimators.CreditParams.step_advantage_weight:
             yield (
@@ -216,6 +213,31 @@ def _group_scope(cfg: RecipeConfig) -> Iterator[str]:
             "credit.time_unit: with sampling.group_scope=turn, credit.gamma discounts per "
             f"turn (G_k = Σ γ^(k'−k) r_k'); set credit.time_unit=turn to say so, got "
             f"'{c.time_unit}'"
+        )
+
+
+def _branch(cfg: RecipeConfig) -> Iterator[str]:
+    """``sampling.group_scope=branch`` (docs/formulas.md §2.4) continues a root trajectory's
+    later state, rebuilt token for token by replaying its actions: it needs later turns, the
+    whole context, and G >= 2 continuations to compare. Whether the environment replays is
+    its own to say: refused when the first round makes one
+    (:func:`rlmap.rollout.branch.branch_groups`)."""
+    d = cfg.data
+    if d.turn_budget < 2:
+        yield (
+            f"sampling.group_scope: branch continues a later turn's state, but data.task "
+            f"{d.task!r} with data.max_turns={d.max_turns} has one turn per episode (use prompt)"
+        )
+    if d.context_policy != "fail":
+        yield (
+            "sampling.group_scope: branch rebuilds a trajectory's context token for token by "
+            f"replaying it, which data.context_policy={d.context_policy} cuts into segments "
+            "(use fail)"
+        )
+    if cfg.sampling.group_size < 2:
+        yield (
+            "sampling.group_size: branch compares G continuations of one state; needs G >= 2, "
+            f"got {cfg.sampling.group_size}"
         )
 
 

@@ -101,13 +101,15 @@ def trajectory(
     ``decode`` defaults to ``decode_response`` with ``tokenizer`` (:func:`trajectories`
     passes a memo of it). ``group``: the prompt's group id, in ``metadata["group"]`` (what a
     comparison reward compares within); ``learned``: the reward model's score, in
-    ``metadata["learned"]`` (what a learned comparison compares).
+    ``metadata["learned"]`` (what a learned comparison compares). An episode's carried
+    context (``Episode.carried``: a branch row's replayed turns, :mod:`rlmap.rollout.branch`)
+    is read as part of its prompt: the state its own turns answer.
     """
     text = partial(decode_response, tokenizer) if decode is None else decode
     turns: dict[int, tuple[int, ...]] = {}
     observations: list[tuple[int, ...]] = []
-    start = 0
-    for turn, run in groupby(e.turn_ids):  # runs of one turn's tokens, or of an observation's
+    start = e.carried
+    for turn, run in groupby(e.turn_ids[start:]):  # runs of a turn's tokens or an observation's
         end = start + sum(1 for _ in run)
         ids = e.response_ids[start:end]
         if turn >= 0:
@@ -116,7 +118,7 @@ def trajectory(
             observations.append(ids)
         start = end
     return Trajectory(
-        prompt=text(e.prompt_ids),
+        prompt=text(e.prompt_ids + e.response_ids[: e.carried]),
         turns=tuple(text(ids) for _, ids in sorted(turns.items())),
         observations=tuple(text(ids) for ids in observations),
         reference=reference,

@@ -25,8 +25,9 @@ class SamplingParams:
     """What a group baseline compares: ``prompt`` (the G samples of a prompt) or ``turn``
     (also the turns of those samples that reached the same state — equal observation
     histories —, GiGPO's step advantage; multi-turn tasks and the group estimators
-    grpo, dr_grpo and rloo; docs/formulas.md §2.4). ``branch`` (G continuations replayed
-    from one state) is not built yet."""
+    grpo, dr_grpo and rloo; docs/formulas.md §2.4) or ``branch`` (G continuations of one
+    state: a root trajectory's turn k, drawn uniformly, replayed in G fresh environments;
+    replayable multi-turn environments, ``data.context_policy=fail``)."""
     max_rounds: int = 4
     """Dynamic sampling: at most this many generation rounds per training step."""
     curriculum: bool = False

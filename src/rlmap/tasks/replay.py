@@ -93,13 +93,7 @@ def replay(
     """
     if not 0 <= turn <= len(actions):
         raise ValueError(f"turn: must be in 0..{len(actions)} (the trajectory's turns), got {turn}")
-    env = make(example)
-    if not is_replayable(env):
-        raise ConfigError(
-            f"sampling.group_scope: branch re-runs a trajectory's actions to draw continuations "
-            f"from one state, and {type(env).__name__} does not declare itself replayable "
-            "(replayable = True: reset and the same actions give the same observations)"
-        )
+    env = require_replayable(make(example))
     context = [int(i) for i in env.reset()]
     prompt_len, turn_ids, steps = len(context), [], []
     for k, action in enumerate(actions[:turn]):
@@ -114,6 +108,18 @@ def replay(
     if expected is not None:
         _check(tuple(context), tuple(int(i) for i in expected), type(env).__name__)
     return Branch(env, tuple(context), prompt_len, tuple(turn_ids), tuple(steps))
+
+
+def require_replayable(env: Environment) -> Environment:
+    """``env``, when it declares itself replayable; else ConfigError, one line naming
+    ``sampling.group_scope``."""
+    if not is_replayable(env):
+        raise ConfigError(
+            f"sampling.group_scope: branch re-runs a trajectory's actions to draw continuations "
+            f"from one state, and {type(env).__name__} does not declare itself replayable "
+            "(replayable = True: reset and the same actions give the same observations)"
+        )
+    return env
 
 
 def _check(replayed: tuple[int, ...], expected: tuple[int, ...], name: str) -> None:
