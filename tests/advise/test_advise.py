@@ -478,7 +478,6 @@ _NEGATIVE = re.compile(
 )
 
 NOT_IN_RLMAP = {
-    "learned compaction": ("compact",),
     "segment contexts": ("segment",),
     "search": ("search", "mcts"),
 }
@@ -624,3 +623,16 @@ def test_row_7_segments_past_the_window_but_not_under_a_reward_model() -> None:
     assert scored.config.data.context_policy == "fail"
     assert scored.config.feedback.source == "reward_model"
     assert any("data.context_policy stays fail" in note for note in scored.notes)
+
+
+def test_explain_names_the_context_policy_and_its_summary_budget() -> None:
+    from rlmap.recipes import build_config
+
+    calc = ["data.task=calculator", "credit.time_unit=turn"]
+    cut = composition(build_config("ppo", None, [*calc, "data.context_policy=truncate_oldest"]))
+    assert "oldest whole turns dropped" in cut and "bootstraps V(next segment)" in cut
+    cfg = build_config("grpo", None, [*calc[:1], "data.context_policy=compact"])
+    line = composition(cfg)
+    assert "the policy's summary of ≤ 16 tokens carried, trained" in line
+    assert "a boundary is a truncation: episode return" in line  # grpo: no critic
+    assert "segments past the window" not in composition(build_config("grpo", None, calc[:1]))

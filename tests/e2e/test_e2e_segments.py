@@ -1,5 +1,5 @@
 """End to end: the calculator task in a context too short for its episodes trains on
-segments (``data.context_policy=truncate_oldest``) and logs what it cut."""
+segments (``data.context_policy=truncate_oldest``, ``compact``) and logs what it cut."""
 
 from __future__ import annotations
 
@@ -24,14 +24,14 @@ CONTEXT = 20
 after a prompt of 5–7) outgrows it at its third turn."""
 
 
-def always_calling_model(path: Path) -> Path:
+def always_calling_model(path: Path, context: int = CONTEXT) -> Path:
     """A tiny calculator model whose every turn is the one token ``</calc>``: an (empty, so
     failing) tool call answered by ``<result>error</result>``, never an answer, so each
     episode spends its whole turn budget. Built by hand: every layer adds the same large
     vector u (attention reads a constant value through its bias, the MLP is off), and the
     tied embedding of ``</calc>`` is 50·u, so its logit is ~280 and every other's ~0."""
     tokenizer = build_tokenizer(extra_tokens=TOOL_TOKENS)
-    model = build_tiny_model(tokenizer, replace(SMALL, max_position_embeddings=CONTEXT), seed=0)
+    model = build_tiny_model(tokenizer, replace(SMALL, max_position_embeddings=context), seed=0)
     close = int(tokenizer.convert_tokens_to_ids(END_CALL))
     width = SMALL.hidden_size
     u = torch.nn.functional.normalize(
@@ -92,3 +92,49 @@ def test_the_calculator_task_trains_on_segments_and_logs_them(
     # each row: a context that fit, its turn, and (as under fail) the final observation
     result = 7  # <result> e r r o r </result>
     assert batch.attention_mask.sum(-1).max() <= CONTEXT + result
+
+
+def test_compact_trains_the_summaries_the_policy_writes(
+    tmp_path: Path, toy: Callable[..., list[str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rlmap.system import learner_step
+
+    batches: list[Any] = []
+    real = learner_step.update_policy
+
+    def spy(policy: Any, optimizer: Any, scheduler: Any, batch: Any, *rest: Any, **kw: Any) -> Any:
+        batches.append(batch)
+        return real(policy, optimizer, scheduler, batch, *rest, **kw)
+
+    monkeypatch.setattr(learner_step, "update_policy", spy)
+    context = 48
+    model_dir = always_calling_model(tmp_path / "model", context)
+    overrides = [
+        *toy(model_dir, steps=1),
+        "data.task=calculator",
+        "data.max_turns=8",
+        "data.context_policy=compact",
+        "data.summary_tokens=6",
+    ]
+    cfg = build_config("grpo", None, overrides)
+    run_training(cfg, tmp_path / "run")
+    step = _records(tmp_path / "run")[-1]
+    # every turn is the one token </calc> (a stop token): so is every summary. A turn and a
+    # summary need 4 + 9 (the lead, "summary: ") + 6 = 19 positions: a segment closes once
+    # its context is over 48 − 19 = 29, after 3 or 4 calls of 8 tokens from a prompt of 5-7
+    assert step["env/summary_tokens"] >= 1.0 and step["env/segments"] >= 2.0
+    assert step["eval/summary_tokens"] >= 1.0 and "loss/policy" in step
+    tokenizer = build_tokenizer(extra_tokens=TOOL_TOKENS)
+    lead = tokenizer.encode("summary: ", add_special_tokens=False)
+    close = int(tokenizer.convert_tokens_to_ids(END_CALL))
+    (batch,) = batches
+    trained = 0
+    for row, actions in zip(batch.tokens.tolist(), batch.action_mask.tolist(), strict=True):
+        for j in range(len(row) - len(lead)):
+            if row[j : j + len(lead)] == lead and j + len(lead) < len(row):
+                k = j + len(lead)
+                # after the lead (context, untrained): the summary, an action trained on
+                assert not any(actions[j:k]) and row[k] == close
+                trained += actions[k]
+    assert trained >= batch.size // 2  # each closing segment's summary, at least
+    assert batch.attention_mask.sum(-1).max() <= context + 7  # + the final observation

@@ -1,5 +1,5 @@
-"""``data.context_policy``: ``fail`` by default everywhere, ``truncate_oldest`` accepted where
-it can cut something, the rest refused in one line naming the field."""
+"""``data.context_policy``: ``fail`` by default everywhere, ``truncate_oldest`` and ``compact``
+accepted where they can cut something, the rest refused in one line naming the field."""
 
 from __future__ import annotations
 
@@ -18,15 +18,18 @@ def test_every_preset_keeps_failing_at_a_full_context() -> None:
 
 
 @pytest.mark.parametrize("recipe", ["grpo", "ppo", "sao"])
-def test_truncate_oldest_is_accepted_on_a_multi_turn_task(recipe: str) -> None:
+@pytest.mark.parametrize("policy", ["truncate_oldest", "compact"])
+def test_segments_are_accepted_on_a_multi_turn_task(recipe: str, policy: str) -> None:
     # sao is asynchronous: a queued episode carries its segments (checkpointed with it)
-    assert build_config(recipe, None, CALC).data.context_policy == "truncate_oldest"
+    overrides = ["data.task=calculator", f"data.context_policy={policy}"]
+    assert build_config(recipe, None, overrides).data.context_policy == policy
 
 
 @pytest.mark.parametrize(
     ("overrides", "pattern"),
     [
-        (["data.context_policy=compact"], r"^data\.context_policy: 'compact' .* not built yet"),
+        (["data.context_policy=compact"], r"^data\.context_policy: compact .*'arithmetic'"),
+        ([*CALC[:1], "data.context_policy=compact", "data.summary_tokens=0"], r"^data\.summary_"),
         (["data.context_policy=truncate_oldest"], r"^data\.context_policy: .*'arithmetic'"),
         ([*CALC, "data.max_turns=1"], r"^data\.context_policy: .*one turn per episode"),
         ([*CALC, "sampling.group_scope=turn"], r"^sampling\.group_scope: turn .*context_policy"),

@@ -273,21 +273,48 @@ def test_kv_recall_is_a_registered_multi_turn_kind_on_the_chat_model() -> None:
 # --- the warm start's demonstrations -----------------------------------------------------------
 
 
+def _facts(texts: list[str]) -> list[str]:
+    return [t for text in texts for t in text.split() if "=" in t]
+
+
 def test_a_demonstration_is_a_window_of_the_episode_in_the_episodes_own_ids() -> None:
     s = kv.RecallSettings()
-    for seed in range(40):
+    shapes = set()
+    for seed in range(200):
         demo, recall = kv.demonstration(seed, s), kv.draw(seed, s)
-        messages = demo.messages or ()
+        pairs = [kv.fact_text(*p) for p in recall.pairs]
+        messages = list(demo.messages or ())
         assert messages[0] == ("user", "remember")
-        assert [m for m in messages[1::2]] == [("assistant", "ok")] * (len(messages) // 2)
+        carried = len(messages) > 1 and messages[1][1].startswith("summary: ")
+        if carried:  # after a compaction: the summary of the first facts, then the newest
+            summary = messages[1][1].removeprefix("summary: ").split()
+            newest = messages[2][1]  # a fact, or the question
+            upto = pairs.index(newest) + 1 if newest in pairs else len(pairs)
+            assert summary == pairs[: min(2, upto)]  # ask_first = 2: the facts asked about
+            messages = [messages[0], ("assistant", "ok"), *messages[2:]]  # as an episode
+        assert messages[1::2] == [("assistant", "ok")] * (len(messages) // 2)
         shown = [text for _, text in messages[2::2]]
         facts = [f for f in shown if "=" in f]
-        first = [kv.fact_text(*p) for p in recall.pairs].index(facts[0]) if facts else 0
-        assert facts == [kv.fact_text(*p) for p in recall.pairs[first : first + len(facts)]]
-        if demo.answer != "ok":  # a question about a key of the window, answered with its pair
-            assert shown[-1] == f"{demo.answer[0]}?" and demo.answer in facts
+        first = pairs.index(facts[0]) if facts else 0
+        assert facts == pairs[first : first + len(facts)]  # consecutive facts of the episode
+        in_view = set(facts) | (set(summary) if carried else set())
+        if demo.lead:  # a summary of every fact shown so far: the first two
+            asked = shown[len(facts) :]  # after the facts, a question or nothing
+            assert demo.lead == "summary: " and (carried or first == 0)
+            assert asked in ([], [f"{f[0]}?" for f in in_view if f[0] + "?" in asked])
+            assert demo.answer.split() == pairs[: min(2, first + len(facts))]
+            shapes.add(("summary after the question" if asked else "summary", carried))
+        elif demo.answer != "ok":  # a question about a fact in view, answered with its pair
+            assert shown[-1] == f"{demo.answer[0]}?" and demo.answer in in_view
+            assert shown[:-1] == facts
+            shapes.add(("ask" if facts else "ask right after the summary", carried))
         else:
             assert shown == facts  # an acknowledgement after the instruction or a fact
+            shapes.add(("ok", carried))
+    kinds = ("summary", "summary after the question", "ask", "ok")
+    assert shapes == {(kind, c) for kind in kinds for c in (False, True)} | {
+        ("ask right after the summary", True)
+    }
     # the ids a demonstration trains on are the episode's: a window of TWO's pairs
     demo_ids = encode_prompt(
         CHAT,
@@ -305,22 +332,76 @@ def test_a_demonstration_is_a_window_of_the_episode_in_the_episodes_own_ids() ->
     assert demo_ids == episode
 
 
+def test_a_compacted_segment_is_the_templates_conversation_token_for_token() -> None:
+    # the rollout under compact, scripted: the policy acknowledges, and after the lead writes
+    # "a=37 q=52". The next segment's context must be what the chat template renders for a
+    # demonstration after a compaction: the summary as the assistant's turn, the newest fact.
+    from rlmap.engines.engine import Completion
+    from rlmap.rollout.episodes import run_episodes
+    from rlmap.rollout.segments import Compaction
+
+    lead = tuple(CHAT.encode("summary: ", add_special_tokens=False))
+    recall = kv.draw(3, kv.RecallSettings(pairs=6))
+    contexts: list[tuple[int, ...]] = []
+
+    class Scripted:
+        max_len = 96  # a turn 16 + lead 8 + summary 16 = 40: close over 56 (after 3 facts)
+        version = 0
+
+        def generate(self, prompts: Any, *, n: int, max_new_tokens: int, **_: Any) -> Any:
+            out = []
+            for p in prompts:
+                contexts.append(tuple(p))
+                text = (
+                    kv.summary_text(recall.pairs[:3], kv.RecallSettings())
+                    if tuple(p[-len(lead) :]) == lead
+                    else "ok"
+                )
+                ids = tuple(say(CHAT, text))
+                out.append([Completion(tuple(p), ids, (0.0,) * len(ids), True, 0)])
+            return out
+
+    env = kv.RecallEnv(CHAT, recall, exact_match)
+    (e,) = run_episodes(
+        Scripted(),
+        [env],
+        max_new_tokens=16,
+        temperature=1.0,
+        top_p=1.0,
+        next_context=Compaction(lead, 16),
+    )
+    assert e.summaries and len(e.segments) >= 2
+    after = next(c for c in contexts if c[: len(lead) + 14][-len(lead) :] == lead)
+    (k0, v0), (k1, v1), (k2, v2) = recall.pairs[:3]
+    messages = (
+        ("user", "remember"),
+        ("assistant", f"summary: {k0}={v0} {k1}={v1}"),
+        ("user", f"{k2}={v2}"),
+    )
+    assert after == tuple(encode_prompt(CHAT, messages))
+    demo = kv.Example("", "", messages=messages, lead="summary: ")
+    ids, _, labels = sft_batch(CHAT, [demo], 0.0, random.Random(0))
+    assert ids[0, : len(after) + len(lead)].tolist() == [*after, *lead]  # a lead, untrained
+    assert set(labels[0, : len(after) + len(lead)].tolist()) == {-100}
+
+
 def test_demonstrations_fit_the_chat_model_and_train_on_the_answer_only() -> None:
     split, split_settings = Split("kv_recall", {}, 0, 500, 16), kv.RecallSettings()
     demos = source.demonstrations(split)
     assert len(demos) == 500
-    asks = sum(d.answer != "ok" for d in demos)
-    assert 0.65 < asks / len(demos) < 0.85  # ASK_SHARE = 0.75 of 500
+    summaries = sum(bool(d.lead) for d in demos)
+    asks = sum(d.answer != "ok" and not d.lead for d in demos)
+    assert 0.19 < summaries / len(demos) < 0.31  # SUMMARY_SHARE = 0.25 of 500
+    assert 0.68 < asks / (len(demos) - summaries) < 0.82  # ASK_SHARE = 0.75 of the others
     ids, _, labels = sft_batch(CHAT, demos, 0.0, random.Random(0))
     assert ids.shape[1] <= 128  # the longest: 5 pairs, 14 + 6 × 3 + 5 × 13 + 11 + 5 = 113
     for row, demo in zip(labels.tolist(), demos, strict=True):
-        assert [t for t in row if t != -100] == say(CHAT, demo.answer)
+        assert [t for t in row if t != -100] == say(CHAT, demo.answer)  # never the lead
     train, _ = source.seeds(0, 500, 16)  # demonstration i: a window of training episode i
     for seed, demo in zip(train, demos, strict=True):
-        facts = [text for role, text in demo.messages or () if role == "user" and "=" in text]
-        assert all(
-            f in [kv.fact_text(*p) for p in kv.draw(seed, split_settings).pairs] for f in facts
-        )
+        texts = [text for role, text in demo.messages or () if role == "user"]
+        episode = [kv.fact_text(*p) for p in kv.draw(seed, split_settings).pairs]
+        assert all(f in episode for f in _facts(texts))
 
 
 def test_the_warm_start_imitates_on_the_chat_model_and_skips_the_blur() -> None:

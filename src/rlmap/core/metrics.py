@@ -80,8 +80,9 @@ METRICS: tuple[Metric, ...] = (
     _m("{env|eval}/tool_error_frac", F, "1", "ratio", "Multi-turn tasks: share of tool calls that failed."),
     _m("{env|eval}/turn_budget_frac", F, "1", "mean", "Multi-turn tasks: share of episodes truncated by the turn budget."),
     _m("{env|eval}/aborted_frac", F, "1", "mean", "Multi-turn tasks: share of episodes aborted by an environment failure."),
-    _m("{env|eval}/segments", G, "rows", "mean", "data.context_policy=truncate_oldest: training rows (segments) per episode; 1 for an episode whose context never filled."),
-    _m("{env|eval}/context_dropped_tokens", G, "tokens", "mean", "data.context_policy=truncate_oldest: tokens per episode left out of the next segment's context at its boundaries (the oldest whole turns)."),
+    _m("{env|eval}/segments", G, "rows", "mean", "data.context_policy=truncate_oldest|compact: training rows (segments) per episode; 1 for an episode whose context never filled."),
+    _m("{env|eval}/summary_tokens", G, "tokens", "mean", "data.context_policy=compact: tokens per episode the policy wrote in its compaction summaries (actions, trained on; 0 for an episode whose context never filled)."),
+    _m("{env|eval}/context_dropped_tokens", G, "tokens", "mean", "data.context_policy=truncate_oldest|compact: tokens per episode left out of the next segment's context at its boundaries (the oldest whole turns, or all but the summary and the newest observation)."),
     # --- eval/* : held-out evaluation (rows of eval steps) ---------------------------------
     _m("eval/pass@1", F, "1", "mean", "Held-out pass@1 (unbiased estimator over eval/k samples per prompt)."),
     _m("eval/pass@k", F, "1", "mean", "Held-out pass@k with k = eval/k."),
@@ -147,6 +148,8 @@ METRICS: tuple[Metric, ...] = (
     # --- critic/* ---------------------------------------------------------------------------
     _m("critic/explained_variance", G, "1", "value", "1 − Var(return − V)/Var(return) of the values before this step's update."),
     _m("critic/value_error_{first|last}", G, "return", "mean", "Mean |V − return| at each trajectory's first / last action token."),
+    _m("critic/segment_value_gap", G, "return", "mean", "Segmented episodes (data.context_policy=truncate_oldest|compact) with a critic: the state-sufficiency gap, mean over the step's segment boundaries of |V(s_0^{k+1}) − V(s_final^k)|, the critic's value at the next segment's first action token against its value at the closing segment's last token (docs/formulas.md §2.5); logged on steps with a boundary."),
+    _m("critic/segment_value_gap_signed", G, "return", "mean", "The same gap's mean with its sign: below 0, the critic values the state lower from the next segment's context than from the closing one."),
     _m("critic/value_loss", G, "loss", "mean", "Critic loss, mean over its optimiser steps."),
     _m("critic/grad_norm", G, "norm", "mean", "Critic gradient norm before clipping, mean over its optimiser steps."),
     _m("critic/lr", G, "lr", "mean", "Critic learning rate, mean over its optimiser steps."),

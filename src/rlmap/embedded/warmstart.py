@@ -83,6 +83,10 @@ class WarmStartSpec:
     noise: float = 0.6
     """Probability that a blur-phase demonstration's last digit is replaced by a random digit."""
     model: TinySpec = field(default_factory=TinySpec)
+    demonstrations: int = 0
+    """The version of the task kind's demonstrations (its ``warm_start`` hook sets one when
+    they change, so that older checkpoints are not reused; 0: the first, left out of the
+    digest)."""
     chat: bool = False
     """A chat model (``embedded:tiny-chat``): the byte-level BPE tokenizer with the ChatML
     template (:func:`chat_tokenizer`), prompts and tool calls in that format."""
@@ -98,6 +102,8 @@ class WarmStartSpec:
             payload["template"] = tokenizer.chat_template
         else:  # the digest it had before chat models: caches stay valid
             del spec["chat"]
+        if not self.demonstrations:  # the digest it had before versions: caches stay valid
+            del spec["demonstrations"]
         return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -286,6 +292,7 @@ def sft_batch(
     tools = prompt_tools(tokenizer) if tool_demos > 0 else ()  # as the environment shows them
     for e in examples:
         prompt = encode_prompt(tokenizer, e.chat, tools)
+        prompt += tokenizer.encode(e.lead, add_special_tokens=False) if e.lead else []
         answer = noisy_answer(e.answer, noise, rng)
         if tool_demos > 0:
             segments = demonstration(tokenizer, e, answer, use_tool=rng.random() < tool_demos)

@@ -20,7 +20,7 @@ from rlmap.engines.hf import HFEngine
 from rlmap.models.lora import ADAPTER_CONFIG
 from rlmap.recipes import build_config, load_config
 from rlmap.rollout.evaluate import evaluate
-from rlmap.rollout.segments import context_builder
+from rlmap.rollout.segments import run_context_policy
 
 
 def evaluate_checkpoint(
@@ -71,6 +71,6 @@ def evaluate_checkpoint(
         multi_turn=cfg.data.multi_turn,
         rescore=rescore,
         max_turns=cfg.data.turn_budget,
-        next_context=context_builder(cfg.data.context_policy),
+        next_context=run_context_policy(cfg.data, tokenizer),
         rescore_items=items,
     )

@@ -38,7 +38,7 @@ from rlmap.learner.distributed import (
 )
 from rlmap.models.lora import MERGED_DIR, merged_copy
 from rlmap.rollout.evaluate import evaluate
-from rlmap.rollout.segments import context_builder
+from rlmap.rollout.segments import run_context_policy
 from rlmap.runs.rundir import write_json_atomic
 from rlmap.runs.samples import write_samples
 from rlmap.system.async_loop import async_runner
@@ -279,7 +279,7 @@ def evaluate_at(parts: Parts, run_dir: Path, step: int) -> dict[str, float]:
         multi_turn=cfg.data.multi_turn,
         rescore=parts.eval_rescore,
         max_turns=cfg.data.turn_budget,
-        next_context=context_builder(cfg.data.context_policy),
+        next_context=run_context_policy(cfg.data, parts.tokenizer),
         keep=cfg.run.samples,
         samples_out=rows,
         format_pattern=cfg.feedback.format_pattern,

@@ -31,8 +31,10 @@ def _feedback(cfg: RecipeConfig) -> str:
 def _sampling(cfg: RecipeConfig) -> str:
     s = cfg.sampling
     text = f"G={s.group_size} per prompt" if s.group_size > 1 else "single rollout per prompt"
-    if s.group_scope != "prompt":
+    if s.group_scope == "turn":
         text += " + turn groups (anchor states: equal observation histories)"
+    if s.group_scope == "branch":
+        text += " + branch groups (G continuations of one replayed state: a root's turn k ~ U)"
     if sampling.registry.get(s.filter).needs_group:
         text += f" + {s.filter}-group dynamic sampling (≤{s.max_rounds} rounds)"
     if s.curriculum:
@@ -51,12 +53,13 @@ def _sampling(cfg: RecipeConfig) -> str:
 
 def _credit(cfg: RecipeConfig) -> str:
     text = _estimator(cfg)
-    if cfg.data.context_policy == "truncate_oldest":
+    how = {
+        "truncate_oldest": "oldest whole turns dropped",
+        "compact": f"the policy's summary of ≤ {cfg.data.summary_tokens} tokens carried, trained",
+    }.get(cfg.data.context_policy)
+    if how is not None:
         bootstrap = "bootstraps V(next segment)" if _needs_critic(cfg) else "episode return"
-        text += (
-            " + segments past the window (oldest whole turns dropped; a boundary is a "
-            f"truncation: {bootstrap})"
-        )
+        text += f" + segments past the window ({how}; a boundary is a truncation: {bootstrap})"
     return text
 
 

@@ -116,8 +116,15 @@ class DataConfig:
     on in a new *segment*, a training row of its own whose context is the prompt plus the
     newest whole (turn + observation) pairs that fit — the environment not reset; credit
     crosses the boundary as a truncation with a final observation (docs/formulas.md §2.5,
-    :mod:`rlmap.rollout.segments`). ``compact`` (the policy summarises its context) is not
-    built yet."""
+    :mod:`rlmap.rollout.segments`). ``compact``: the policy writes the next segment's
+    context — asked at the boundary for a summary (its turn starts with the task's lead,
+    ``summary: ``), it goes on from the prompt, the summary and the newest observation; the
+    summary's tokens are actions of the closing segment, trained with the credit of what
+    follows."""
+    summary_tokens: int = 16
+    """``data.context_policy=compact``: the most tokens a summary may take (fewer when the
+    context has less room left). Sized for the embedded chat model's 128 positions; a real
+    model's summary wants hundreds."""
 
     env_latency: str | None = None
     """Calculator: seconds each environment step waits, as a distribution —

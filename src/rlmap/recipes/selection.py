@@ -147,6 +147,8 @@ _VALUE_CALIBRATION = Watch(
 
 _SEGMENTS = ("credit.time_unit=turn", "data.task=calculator", "data.context_policy=truncate_oldest")
 """Row 7's set-up: per-turn GAE on rlmap's multi-turn task, in segments past the window."""
+_COMPACT = (*_SEGMENTS[:2], "data.context_policy=compact")
+"""Row 7's next change: the same, the policy writing each next segment's context."""
 
 _REPLAY = ("behaviour.routing_replay=true", "model.path=embedded:tiny-moe")
 """Row 4's routing replay, on the built-in MoE."""
@@ -374,11 +376,14 @@ TABLE: tuple[Row, ...] = (
         "when the next turn would not fit (data.context_policy=truncate_oldest): the oldest "
         "whole turns are dropped, and a boundary is a truncation that bootstraps from the "
         "critic's value at the next segment's start (docs/formulas.md §2.5)",
-        next_in_rlmap="not in rlmap yet (the policy summarising its own context at a "
-        "boundary); meanwhile env/context_dropped_tokens shows what truncation drops",
+        next_in_rlmap="data.context_policy=compact: at a boundary the policy writes a "
+        "summary (its turn starts with the task's lead) and the next segment goes on from the "
+        "prompt, the summary and the newest observation; the summary trains with the credit "
+        "of what follows (docs/formulas.md §2.5); env/summary_tokens shows what it writes, "
+        "critic/segment_value_gap whether the state survived",
         source="context 超窗 | segment/turn value baseline | learned compaction "
         "| state sufficiency、跨段信用",
-        named=(Setup("ppo", _SEGMENTS),),
+        named=(Setup("ppo", _SEGMENTS), Setup("ppo", _COMPACT)),
     ),
 )
 

@@ -103,11 +103,8 @@ def context_policy(cfg: RecipeConfig) -> Iterator[str]:
     """``data.context_policy`` (docs/formulas.md §2.5): segments need turns to drop, and
     what reads a whole episode at once must not see one longer than the model's context."""
     policy = cfg.data.context_policy
-    if policy == "compact":
-        yield (
-            "data.context_policy: 'compact' (learned compaction) is not built yet; use fail "
-            "or truncate_oldest"
-        )
+    if policy == "compact" and cfg.data.summary_tokens < 1:
+        yield f"data.summary_tokens: a summary takes at least 1, got {cfg.data.summary_tokens}"
     if policy == "fail":
         return
     if cfg.data.turn_budget < 2:

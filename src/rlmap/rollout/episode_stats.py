@@ -34,10 +34,12 @@ def episode_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
 
 def segment_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
     """``segments``: mean rows (segments) per episode, 1 where no context was cut;
+    ``summary_tokens``: mean tokens per episode the policy wrote in compaction summaries;
     ``context_dropped_tokens``: mean tokens per episode left out of a next segment's context
     (``data.context_policy``; the caller prefixes ``env/`` or ``eval/``)."""
     n = max(len(episodes), 1)
     return {
         "segments": sum(len(e.rows) for e in episodes) / n,
+        "summary_tokens": sum(e.summary_tokens for e in episodes) / n,
         "context_dropped_tokens": sum(e.dropped_tokens for e in episodes) / n,
     }

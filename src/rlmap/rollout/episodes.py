@@ -8,9 +8,10 @@ columns line up across the batch.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
+from typing import Any
 
 import torch
 
@@ -19,7 +20,14 @@ from rlmap.engines.engine import Completion, RolloutEngine
 from rlmap.feedback.reward import worst
 from rlmap.models.routing import NO_ROUTE
 from rlmap.rollout.columns import kept_columns, reward_columns, route_columns, row_rewards
-from rlmap.rollout.segments import ContextBuilder, turn_pairs
+from rlmap.rollout.segments import (
+    Compaction,
+    ContextBuilder,
+    ContextPolicy,
+    given,
+    newest_observation,
+    turn_pairs,
+)
 from rlmap.rollout.stepping import aborted, step_all, stop_strings_of
 from rlmap.tasks.env import Environment, EnvStep
 
@@ -64,6 +72,10 @@ class Episode:
     carried: int = 0
     """A segment after an episode's first: how many of ``response_ids`` lead in as context
     carried over from earlier segments (not actions, not the segment's own tokens)."""
+    summaries: tuple[int, ...] = ()
+    """The turns that are compaction summaries (``data.context_policy=compact``): each the
+    last turn of a segment, sampled after the task's lead, with reward 0 and no environment
+    step (the environment never sees it)."""
     segments: tuple[Episode, ...] = ()
     """The rows the episode trains as when its context was cut (``data.context_policy``,
     :mod:`rlmap.rollout.segments`), in order: each a segment with its own context, turns
@@ -82,8 +94,13 @@ class Episode:
 
     @property
     def turns(self) -> int:
-        """Number of policy turns."""
+        """Number of policy turns (compaction summaries included)."""
         return len(set(self.turn_ids) - {-1})
+
+    @property
+    def summary_tokens(self) -> int:
+        """Tokens the policy wrote in its compaction summaries."""
+        return sum(t in self.summaries for t in self.turn_ids)
 
     @property
     def action_tokens(self) -> int:
@@ -142,6 +159,12 @@ class _Running:
     start: tuple[int, int, int, int, int] = (0, 0, 0, 0, 0)
     """Where the current segment starts: tokens, turns, steps, tool calls and errors before it."""
     segments: list[Episode] = field(default_factory=list)
+    summaries: list[int] = field(default_factory=list)
+
+    @property
+    def env_turns(self) -> int:
+        """Turns the environment was stepped on (the turn budget's count)."""
+        return self.turns - len(self.summaries)
 
     @property
     def context(self) -> tuple[int, ...]:
@@ -183,6 +206,12 @@ class _Running:
             kept=kept,
             carried=n,
         )
+
+    def add_summary(self, c: Completion) -> None:
+        """A compaction summary: a turn of the closing segment with reward 0, no step."""
+        self.add_turn(c)
+        self.summaries.append(self.turns - 1)
+        self.add_step(EnvStep())
 
     def add_turn(self, c: Completion) -> None:
         n = len(c.response_ids)
@@ -232,6 +261,7 @@ class _Running:
             tool_results=tuple(self.tool_results),
             routes=None if segments else self.routes,  # the rows' routes are the segments'
             kept=stacked_kept(self.kept) if self.kept else None,
+            summaries=tuple(self.summaries),
             segments=segments,
         )
 
@@ -241,19 +271,68 @@ def make_room(
     done: dict[int, Episode],
     limit: int,
     max_new_tokens: int,
-    next_context: ContextBuilder | None,
-) -> None:
-    """Episodes whose context leaves no room for another whole turn in ``limit`` positions go
-    on in a new segment (``next_context``; while the prompt and a turn fit) or end truncated,
-    as by the turn budget (moved from ``running`` to ``done``)."""
+    next_context: ContextPolicy | None,
+) -> list[int]:
+    """Episodes whose context leaves no room for another whole turn in ``limit`` positions
+    (and, under :class:`Compaction`, a summary) go on in a new segment (``next_context``;
+    while the prompt and a turn fit) or end truncated, as by the turn budget (moved from
+    ``running`` to ``done``). Returns the episodes that are to write a summary first
+    (:func:`compact`)."""
+    compaction = next_context if isinstance(next_context, Compaction) else None
+    reserve = max_new_tokens if compaction is None else compaction.reserve(max_new_tokens)
+    summarize: list[int] = []
     for i, r in list(running.items()):
-        if not r.turns or len(r.context) + max_new_tokens <= limit:
+        if not r.turns or len(r.context) + reserve <= limit:
             continue
         room = limit - max_new_tokens - len(r.prompt)  # for the carried context
-        if next_context is not None and room >= 0 and r.start[0] < len(r.tokens):
-            r.cut(next_context, room)
-        else:
+        if next_context is None or room < 0 or r.start[0] >= len(r.tokens):
             done[i] = running.pop(i).finish(End.TRUNCATED, eos=True)
+        elif isinstance(next_context, Compaction):
+            summarize.append(i)
+        else:
+            r.cut(next_context, room)
+    return summarize
+
+
+def compact(
+    engine: RolloutEngine,
+    running: dict[int, _Running],
+    done: dict[int, Episode],
+    which: Sequence[int],
+    how: Compaction,
+    window: tuple[int, int],
+    sampling: Mapping[str, Any],
+) -> None:
+    """The episodes ``which`` write their summaries (one ``generate`` per summary budget:
+    ``how.max_tokens``, or the room their context has left), which close their segments:
+    each goes on from the prompt, the lead, the summary and its newest observation — or
+    ends truncated when those leave no room for a turn and the next summary, or no room was
+    left for a summary.
+    ``window``: the context's positions and a turn's tokens; ``sampling``: ``generate``'s
+    other arguments."""
+    limit, max_new_tokens = window
+    newest = {i: newest_observation(running[i].tokens, running[i].action) for i in which}
+    budgets: dict[int, list[int]] = {}
+    for i in which:
+        budget = min(how.max_tokens, limit - len(running[i].context) - len(how.lead))
+        if budget < 1:
+            done[i] = running.pop(i).finish(End.TRUNCATED, eos=True)
+            continue
+        running[i].add_observation(how.lead)
+        budgets.setdefault(budget, []).append(i)
+    for budget, ids in budgets.items():
+        calls = engine.generate(
+            [running[i].context for i in ids], n=1, max_new_tokens=budget, **sampling
+        )
+        for i, (c,) in zip(ids, calls, strict=True):
+            r = running[i]
+            r.add_summary(c)
+            carried = (*how.lead, *c.response_ids, *newest[i])
+            room = limit - how.reserve(max_new_tokens) - len(r.prompt)
+            if len(carried) > room:  # the next segment would close before its first turn
+                done[i] = running.pop(i).finish(End.TRUNCATED, eos=True)
+            else:
+                r.cut(given(carried), room)
 
 
 def stacked_kept(parts: Sequence[torch.Tensor]) -> torch.Tensor:
@@ -291,7 +370,7 @@ def run_episodes(
     before_turn: Callable[[], None] | None = None,
     max_turns: int | None = None,
     kept_sets: int = 0,
-    next_context: ContextBuilder | None = None,
+    next_context: ContextPolicy | None = None,
 ) -> list[Episode]:
     """Run one episode in each environment, all running ones batched into each ``generate``.
 
@@ -307,7 +386,8 @@ def run_episodes(
     does one whose context leaves no room for another whole turn in the engine's context
     (``engine.max_len``, where it has one): after the first turn (whose prompt the run's
     set-up checks), no turn is sampled past the model's length — unless ``next_context``
-    (``data.context_policy``, :mod:`rlmap.rollout.segments`) builds a new segment's context:
+    (``data.context_policy``, :mod:`rlmap.rollout.segments`) builds a new segment's context,
+    or has the policy write it (:class:`~rlmap.rollout.segments.Compaction`, :func:`compact`):
     the episode then goes on from the prompt and that context (``Episode.segments``).
     ``before_turn`` runs before each round (partial rollout: new weights may arrive, and
     the next turns' tokens carry their version). ``kept_sets`` > 0 asks the engine for each
@@ -317,23 +397,28 @@ def run_episodes(
     strings = stop_strings_of(envs)
     running, done = reset_all(envs)
     limit = getattr(engine, "max_len", None)
-    asked = {"kept_sets": kept_sets} if kept_sets else {}  # engines without sets need not know
+    sampling: dict[str, Any] = {"temperature": temperature, "top_p": top_p}
+    sampling |= {"stop_token_ids": stops, "stop_strings": strings}
+    if kept_sets:  # engines without sets need not know
+        sampling["kept_sets"] = kept_sets
     while running:
+        summarize: list[int] = []
         if limit is not None:
-            make_room(running, done, limit, max_new_tokens, next_context)
+            summarize = make_room(running, done, limit, max_new_tokens, next_context)
             if not running:
                 break
         if before_turn is not None:
             before_turn()
+        if summarize and limit is not None and isinstance(next_context, Compaction):
+            window = (limit, max_new_tokens)  # the summaries sample on new weights too
+            compact(engine, running, done, summarize, next_context, window, sampling)
+            if not running:
+                break
         batch = engine.generate(
             [r.context for r in running.values()],
             n=1,
             max_new_tokens=max_new_tokens,
-            temperature=temperature,
-            top_p=top_p,
-            stop_token_ids=stops,
-            stop_strings=strings,
-            **asked,
+            **sampling,
         )
         take_turns(running, done, batch, max_turns)
     return [done[i] for i in range(len(envs))]
@@ -373,7 +458,7 @@ def take_turns(
         r.add_step(s)
         if c.stopped and not (s.terminated or s.truncated):
             r.add_observation(s.observation)
-            if max_turns is None or r.turns < max_turns:
+            if max_turns is None or r.env_turns < max_turns:
                 continue
             done[i] = running.pop(i).finish(End.TRUNCATED, eos=True)  # the cap
             continue

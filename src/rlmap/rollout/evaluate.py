@@ -19,7 +19,7 @@ from rlmap.diagnostics.passk import pass_at_k_tensor
 from rlmap.engines.engine import RolloutEngine
 from rlmap.rollout.episode_stats import episode_metrics, segment_metrics
 from rlmap.rollout.episodes import Episode, run_episodes
-from rlmap.rollout.segments import ContextBuilder
+from rlmap.rollout.segments import ContextPolicy
 from rlmap.runs.samples import CORRECT, Judged, class_fractions, error_class
 from rlmap.tasks.arithmetic import Example
 from rlmap.tasks.env import EnvFactory, Environment, Verifier, reference_for, verify_safely
@@ -44,7 +44,7 @@ def evaluate(
     samples_out: list[dict[str, Any]] | None = None,
     format_pattern: str | None = None,
     rescore_items: bool = False,
-    next_context: ContextBuilder | None = None,
+    next_context: ContextPolicy | None = None,
 ) -> dict[str, float]:
     """``eval/pass@1``, ``eval/pass@k`` (k = ``eval/k`` = samples), ``eval/length`` (mean
     generated tokens), ``eval/diversity`` (mean distinct final answers per prompt) and, with
@@ -62,7 +62,7 @@ def evaluate(
     ``format_pattern``): ``eval/errors/<class>_frac``. With ``samples_out``, the first
     sample of each of the first ``keep`` prompts is appended to it, as text.
     ``next_context``: the run's ``data.context_policy`` (:func:`run_episodes`); with one,
-    ``eval/segments`` and ``eval/context_dropped_tokens`` too.
+    ``eval/segments``, ``eval/summary_tokens`` and ``eval/context_dropped_tokens`` too.
     """
     episodes = _sample(
         engine,
@@ -97,7 +97,7 @@ def _sample(
     temperature: float,
     top_p: float,
     max_turns: int | None,
-    next_context: ContextBuilder | None,
+    next_context: ContextPolicy | None,
 ) -> list[Episode]:
     """The episodes of ``envs``, sampled under ``seed`` inside ``torch.random.fork_rng`` (the
     run's own random stream is left as it was)."""

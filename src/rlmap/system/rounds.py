@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
 
 import torch
 
@@ -20,9 +21,10 @@ from rlmap.engines.engine import RolloutEngine
 from rlmap.learned.reward_model import score_batch
 from rlmap.learner.distributed import gather
 from rlmap.learner.memory import autocast_to
+from rlmap.rollout.branch import branch_groups
 from rlmap.rollout.episodes import Episode, Scored, run_episodes
 from rlmap.rollout.scoring import score_episodes, trajectories
-from rlmap.rollout.segments import context_builder
+from rlmap.rollout.segments import run_context_policy
 from rlmap.tasks.arithmetic import Example
 
 
@@ -51,20 +53,27 @@ def rollout_round(
     ``before_turn`` (partial rollout: pick up new weights between turns).
     """
     g, group_size = p.cfg.generation, p.cfg.sampling.group_size
-    envs = [p.environment(e) for e in examples for _ in range(group_size)]
     b = p.cfg.behaviour
     kept_sets = b.sampling_set_cap if b.replay_sampling_set else 0  # top-p replay
-    episodes = run_episodes(
+    run = partial(
+        run_episodes,
         p.engine if engine is None else engine,
-        envs,
         max_new_tokens=g.max_new_tokens,
         temperature=g.temperature,
         top_p=g.top_p,
         before_turn=before_turn,
         max_turns=p.cfg.data.turn_budget,
         kept_sets=kept_sets,
-        next_context=context_builder(p.cfg.data.context_policy),
+        next_context=run_context_policy(p.cfg.data, p.tokenizer),
     )
+    if p.cfg.sampling.group_scope == "branch":  # G continuations of one replayed state
+        turns = p.cfg.data.turn_budget
+        branched = branch_groups(
+            run, p.environment, examples, first_group, group_size, p.cfg.seed, turns
+        )
+        episodes = [row for x in branched for row in x.rows]
+    else:
+        episodes = run([p.environment(e) for e in examples for _ in range(group_size)])
     learned, rm_failed = None, False
     if p.reward_model is not None:
         try:

@@ -29,6 +29,9 @@ class Example:
     messages: tuple[tuple[str, str], ...] | None = None
     """A chat-format prompt: its (role, content) messages, rendered with the model's chat
     template; ``prompt`` is then the last user message. None: the prompt is ``prompt``."""
+    lead: str = ""
+    """A demonstration's: text its answer's turn starts with, part of the prompt, not trained
+    on (a compaction summary's lead, :data:`rlmap.tasks.env.SUMMARY_LEAD`)."""
 
     @property
     def chat(self) -> str | tuple[tuple[str, str], ...]:

@@ -59,6 +59,12 @@ from rlmap.feedback.reward import verify_score
 from rlmap.tasks.arithmetic import Example
 from rlmap.tasks.prompts import Messages, decode_response, encode_prompt
 
+SUMMARY_LEAD = "summary: "
+"""What a compaction summary's turn starts with (``data.context_policy=compact``): the
+request to summarise, given to the policy as the first words of its own turn, so that the
+template's roles stay as an episode has them; a task kind may set its own
+(``TaskKind.summary_lead``)."""
+
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 

@@ -14,7 +14,14 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from rlmap.tasks.arithmetic import Example, make_splits
-from rlmap.tasks.env import AnswerEnv, EnvFactory, PromptIds, Verifier, reference_for
+from rlmap.tasks.env import (
+    SUMMARY_LEAD,
+    AnswerEnv,
+    EnvFactory,
+    PromptIds,
+    Verifier,
+    reference_for,
+)
 from rlmap.tasks.prompts import Messages, ToolSchemas
 
 if TYPE_CHECKING:
@@ -232,6 +239,9 @@ class TaskKind:
     warm_start: Callable[[bool], dict[str, Any]] = no_warm_start_changes
     """The warm start's settings that differ for this kind (``WarmStartSpec`` fields), on a
     chat model or not."""
+    summary_lead: str = SUMMARY_LEAD
+    """The template of a compaction request (``data.context_policy=compact``): the text a
+    summary turn starts with, given to the policy as context."""
     warm_start_as: str | None = None
     """Another ``data.task`` whose warm start stands in (no demonstrations of its own)."""
     preference_pairs: bool = False

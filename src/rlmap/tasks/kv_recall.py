@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 from rlmap.core.errors import ConfigError
 from rlmap.tasks.arithmetic import Example
-from rlmap.tasks.env import EnvStep, PromptIds, Verifier, verify_safely
+from rlmap.tasks.env import SUMMARY_LEAD, EnvStep, PromptIds, Verifier, verify_safely
 from rlmap.tasks.prompts import decode_response, encode_prompt
 from rlmap.tasks.tool_calls import tail_ids
 
@@ -231,28 +231,66 @@ def episode_ids(
 
 DEMO_PAIRS = 5
 """Most pairs a warm-start demonstration shows: 113 tokens on the embedded chat model, within
-its 128 positions."""
+its 128 positions (4 after a summary)."""
+SUMMARY_SHARE = 0.25
+"""Share of demonstrations that write a compaction summary (``data.context_policy=compact``)."""
 ASK_SHARE = 0.75
-"""Share of demonstrations that answer a question (the rest acknowledge a fact)."""
+"""Share of the other demonstrations that answer a question (the rest acknowledge a fact)."""
+QUESTION_SHARE = 0.25
+"""Share of the summaries written after the question (the last fact's observation may close
+a segment), and of the questions after a summary asked with no fact between (the newest
+observation carried was the question)."""
+CARRY_SHARE = 0.5
+"""Share of windows that do not start at the first pair which follow a summary (the shape of
+a segment after a compaction; the rest lost their oldest turns, as under ``truncate_oldest``)."""
+
+
+def summary_text(pairs: Sequence[tuple[str, str]], settings: RecallSettings) -> str:
+    """What a demonstrated summary of the facts ``pairs`` says: the first ``ask_first`` of
+    them — every fact a question can be about, and nothing else — as they were shown
+    (``a=37 q=52``: 10 tokens with the EOS on the embedded chat model, within
+    ``data.summary_tokens``' 16)."""
+    return " ".join(fact_text(*p) for p in pairs[: settings.ask_first])
 
 
 def demonstration(seed: int, settings: RecallSettings) -> Example:
     """A warm-start demonstration drawn from episode ``seed``: a window of at most
-    ``DEMO_PAIRS`` consecutive pairs after the instruction — the shape of a context that lost
-    its oldest turns —, then either the question about one of them and its pair, or an
-    acknowledgement. As chat messages: a chat template renders them into the very ids an
-    episode has (a test compares them)."""
+    ``DEMO_PAIRS`` consecutive pairs after the instruction — the first segment's, one that
+    lost its oldest turns, or one after a compaction: the summary of every earlier fact (as
+    the policy's turn after ``SUMMARY_LEAD``), then the newest of them again (the
+    observation the compaction cut before answering) —, then either a summary of every fact
+    shown so far (``Example.lead``: the turn starts with the lead; some after the question),
+    the question about a fact in view and its pair (some right after a summary, the question
+    the newest observation), or an acknowledgement. As chat messages: a chat template
+    renders them into the very ids an episode has (a test compares them)."""
     recall, rng = draw(seed, settings), random.Random(f"kv_recall demonstration {seed}")
-    width = rng.randint(1, min(DEMO_PAIRS, settings.pairs))
-    start = rng.randint(0, settings.pairs - width)
+    summarize = rng.random() < SUMMARY_SHARE
+    first = summarize and rng.random() < 0.5  # half the summaries close a first segment
+    start = 0 if first else rng.randint(0, settings.pairs - 1)
+    carried = start > 0 and (summarize or rng.random() < CARRY_SHARE)
+    width = rng.randint(1, min(DEMO_PAIRS - carried, settings.pairs - start))
     window = recall.pairs[start : start + width]
-    if rng.random() < ASK_SHARE:
-        asked = window[rng.randrange(width)]
-        shown = [*(fact_text(*p) for p in window), question_text(asked[0])]
-        answer = fact_text(*asked)
-    else:
-        shown, answer = [fact_text(*p) for p in window[: rng.randint(0, width)]], ACK
     messages: list[tuple[str, str]] = [("user", INSTRUCTION)]
-    for text in shown:
-        messages += [("assistant", ACK), ("user", text)]
-    return Example(prompt=messages[-1][1], answer=answer, messages=tuple(messages))
+    if carried:
+        earlier = summary_text(recall.pairs[: start + 1], settings)
+        messages.append(("assistant", SUMMARY_LEAD + earlier))
+    summarized = recall.pairs[: min(settings.ask_first, start + 1)] if carried else ()
+    in_view = list(dict.fromkeys([*summarized, *window]))
+    if summarize:
+        shown = [fact_text(*p) for p in window]
+        if rng.random() < QUESTION_SHARE:
+            shown.append(question_text(rng.choice(in_view)[0]))
+        answer, lead = summary_text(recall.pairs[: start + width], settings), SUMMARY_LEAD
+    elif rng.random() < ASK_SHARE:
+        if carried and rng.random() < QUESTION_SHARE:  # the question was the newest observation
+            window, in_view = (), list(summarized)
+        asked = rng.choice(in_view)
+        shown = [*(fact_text(*p) for p in window), question_text(asked[0])]
+        answer, lead = fact_text(*asked), ""
+    else:
+        acknowledged = window[: rng.randint(carried, width)]
+        shown, answer, lead = [fact_text(*p) for p in acknowledged], ACK, ""
+    for k, text in enumerate(shown):
+        messages += [] if carried and k == 0 else [("assistant", ACK)]
+        messages.append(("user", text))
+    return Example(prompt=messages[-1][1], answer=answer, messages=tuple(messages), lead=lead)

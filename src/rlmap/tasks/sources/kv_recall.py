@@ -134,8 +134,8 @@ def warm_start(chat: bool) -> dict[str, Any]:
     enough already (measured, docs/tasks.md: held-out pass@1 0.21, pass@8 0.50, the regime
     the blur phase is there to make). None without a template (a plain tokenizer would join
     the messages by newlines, not by the episode's EOS-ended turns): the model starts from
-    its initialisation."""
-    return {"blur_steps": 0} if chat else {"steps": 0, "blur_steps": 0}
+    its initialisation. Demonstrations version 2: with compaction summaries."""
+    return {"blur_steps": 0, "demonstrations": 2} if chat else {"steps": 0, "blur_steps": 0}
 
 
 KV_RECALL = TaskKind(
