@@ -160,6 +160,10 @@ def test_calculator_groups_start_from_the_roots_state_and_differ_after() -> None
     for x in groups:
         assert len({row.response_ids for row in x.rows}) > 1  # the continuations differ
         assert all(row.turns == 3 - x.turn for row in x.rows)  # the policy's rule, from s_k
+        # the root is generated, not trained on: its tokens are spent by its rows, whole
+        assert sum(row.spent for row in x.rows) == x.root.action_tokens > 0
+        assert max(r.spent for r in x.rows) - min(r.spent for r in x.rows) <= 1
+        assert [r.generated_tokens for r in x.rows] == [r.action_tokens + r.spent for r in x.rows]
 
 
 def test_in_the_batch_a_groups_rows_share_their_prefix_column_for_column() -> None:
@@ -400,7 +404,9 @@ def test_grpo_trains_a_step_on_branch_groups_of_the_calculator(
     run_training(build_config("grpo", None, [*overrides, "data.max_turns=4"]), tmp_path / "run")
     last = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[-1])
     assert "loss/policy" in last
+    # the budget counts the roots: 2 roots of 3 one-token turns, beside the 8 rows' own
     (batch,) = batches
+    assert last["sampling/generated_tokens"] == int(batch.action_mask.sum()) + 2 * 3
     close = int(CALC.convert_tokens_to_ids(END_CALL))
     # every episode: prompt P ≤ 7, then turns of 1 token + 7 of result; turn t starts at
     # P + 8t and fits while P + 8t + 4 ≤ 32: 3 turns, each row's replayed ones and its own

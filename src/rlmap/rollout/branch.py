@@ -33,8 +33,9 @@ Decided here:
   that does not reproduce the root (:class:`~rlmap.tasks.replay.ReplayMismatch`) stops
   the run.
 
-Not yet: the roots are not among the round's episodes, so ``sampling/generated_tokens`` and
-the budget leave out their tokens: one whole episode per group, beside the G rows' own turns.
+- **The root's tokens are spent by its rows**: it is not trained on, but it was generated,
+  so each of the G rows carries a share (``Episode.spent``, the first ``n mod G`` one more)
+  and ``sampling/generated_tokens`` and the budget count the root whole.
 """
 
 from __future__ import annotations
@@ -105,10 +106,18 @@ def branch_groups(
     ]
     ends = run(starts)
     rows = [as_row(end, start.prompt_len) for end, start in zip(ends, starts, strict=True)]
+    groups = [rows[i * group_size : (i + 1) * group_size] for i in range(len(roots))]
     return [
-        BranchGroup(root, k, tuple(rows[i * group_size : (i + 1) * group_size]))
-        for i, (root, k) in enumerate(zip(roots, turns, strict=True))
+        BranchGroup(root, k, spend(root.action_tokens, group))
+        for root, k, group in zip(roots, turns, groups, strict=True)
     ]
+
+
+def spend(tokens: int, rows: Sequence[Episode]) -> tuple[Episode, ...]:
+    """``rows`` with ``tokens`` (a root's) shared out as ``Episode.spent``: each
+    ⌊tokens / G⌋, the first ``tokens mod G`` one more, so that they add up to ``tokens``."""
+    share, extra = divmod(tokens, max(len(rows), 1))
+    return tuple(replace(r, spent=share + (i < extra)) for i, r in enumerate(rows))
 
 
 def _starts(

@@ -72,6 +72,9 @@ class Episode:
     carried: int = 0
     """A segment after an episode's first: how many of ``response_ids`` lead in as context
     carried over from earlier segments (not actions, not the segment's own tokens)."""
+    spent: int = 0
+    """Tokens generated for this row that are not among its actions, counted in the budget:
+    its share of a branch root's (``sampling.group_scope=branch``, :mod:`rlmap.rollout.branch`)."""
     summaries: tuple[int, ...] = ()
     """The turns that are compaction summaries (``data.context_policy=compact``): each the
     last turn of a segment, sampled after the task's lead, with reward 0 and no environment
@@ -106,6 +109,11 @@ class Episode:
     def action_tokens(self) -> int:
         """Number of tokens the policy generated."""
         return sum(self.action)
+
+    @property
+    def generated_tokens(self) -> int:
+        """Tokens the engine generated for this row: its actions and what it was ``spent``."""
+        return self.action_tokens + self.spent
 
     @property
     def outcome(self) -> float:

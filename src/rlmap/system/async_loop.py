@@ -250,7 +250,7 @@ class AsyncRunner:
         with self.lock, self.counts.lock:  # in flight → queued, as one change
             del self.in_flight[cursor]
             self.counts.finished += len(scored)
-            self.counts.finished_tokens += sum(x.episode.action_tokens for x in scored)
+            self.counts.finished_tokens += sum(x.episode.generated_tokens for x in scored)
             self.counts.durations += [took] * len(scored)
             for item in numbered(scored, took):
                 self.queue.put(item)
@@ -360,8 +360,8 @@ class AsyncRunner:
         self, items: list[Finished], kept: list[Scored], lags: list[int], takes: int, queued: int
     ) -> dict[str, float]:
         scored = [x.scored for x in items]
-        tokens = [x.episode.action_tokens for x in scored]
-        kept_tokens = sum(x.episode.action_tokens for x in kept)
+        tokens = [x.episode.generated_tokens for x in scored]
+        kept_tokens = sum(x.episode.generated_tokens for x in kept)
         with self.counts.lock:
             finished_mean = self.counts.finished_tokens / max(self.counts.finished, 1)
             recent, self.counts.durations = self.counts.durations, []

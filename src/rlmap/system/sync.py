@@ -76,7 +76,7 @@ def collect(p: Parts, state: LoopState) -> tuple[list[Scored], LoopState, dict[s
     group_id = torch.tensor([x.group for x in generated])
     keep = first_groups(group_id, keep, s.prompts_per_step)
     kept = [x for x, k in zip(generated, keep.tolist(), strict=True) if k]
-    tokens = [x.episode.action_tokens for x in generated]
+    tokens = [x.episode.generated_tokens for x in generated]
     trusted = [x.status == RewardStatus.OK for x in generated]
     stats = sampling_counters(tokens, trusted, len(kept), rounds)
     stats["system/group_idle_frac"] = barrier_idle(tokens)
