@@ -636,3 +636,19 @@ def test_explain_names_the_context_policy_and_its_summary_budget() -> None:
     assert "the policy's summary of ≤ 16 tokens carried, trained" in line
     assert "a boundary is a truncation: episode return" in line  # grpo: no critic
     assert "segments past the window" not in composition(build_config("grpo", None, calc[:1]))
+
+
+def test_multi_turn_advice_names_the_group_scopes_that_compare_later_states(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from rlmap.recipes import build_config
+
+    assert main(["advise", "--multi-turn"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    scopes = re.findall(r"sampling\.group_scope=(\w+)", out)
+    assert {"turn", "branch"} <= set(scopes)
+    for scope in ("turn", "branch"):  # both train on rlmap's multi-turn task
+        build_config("rloo", None, ["data.task=calculator", f"sampling.group_scope={scope}"])
+    capsys.readouterr()
+    assert main(["advise"]) == 0  # one turn: no scope to name
+    assert "group_scope" not in capsys.readouterr().out

@@ -353,6 +353,10 @@ def test_the_calculator_task_on_a_chat_model_is_the_tool_env() -> None:
     assert warm_start_spec(cfg).chat
 
 
+def four_args() -> list[str]:
+    return ["data.task=calculator", "generation.max_new_tokens=32", "data.max_turns=4"]
+
+
 def test_the_calculator_on_a_chat_model_is_refused_up_front_where_it_cannot_work() -> None:
     from rlmap.core.errors import ConfigError
     from rlmap.embedded.tokenizer import build_tokenizer
@@ -373,6 +377,13 @@ def test_the_calculator_on_a_chat_model_is_refused_up_front_where_it_cannot_work
     )
     with pytest.raises(ConfigError, match=r"^data\.max_turns: 4 turns .* up to 163 positions"):
         check_calculator(four.data, four.generation.max_new_tokens, chat_tokenizer(), 128)
+    # in segments an episode need not fit, a call, its result and a turn must: 14 + 39 + 32 = 85
+    for policy in ("truncate_oldest", "compact"):
+        cut = build_config("ppo", None, [*four_args(), f"data.context_policy={policy}"])
+        check_calculator(cut.data, cut.generation.max_new_tokens, chat_tokenizer(), 128)
+        check_calculator(cut.data, cut.generation.max_new_tokens, chat_tokenizer(), 85)
+        with pytest.raises(ConfigError, match=r"^data\.context_policy: .* up to 85 positions"):
+            check_calculator(cut.data, cut.generation.max_new_tokens, chat_tokenizer(), 84)
     no_tool_role = chat_tokenizer()
     no_tool_role.chat_template = (
         "{% for m in messages %}{% if m['role'] == 'tool' %}{{ raise_exception('no tools') }}"

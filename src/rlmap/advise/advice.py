@@ -284,8 +284,11 @@ def _q_sampling(p: TaskProfile, cfg: RecipeConfig) -> tuple[str, str]:
             why = "samples are cheap: a group baseline needs no critic, at the price of G "
             why += "rollouts per prompt and a wait for the whole group"
         if p.multi_turn:
-            why += "; a group compares episodes of one prompt, the same state only if the "
-            why += "environment replays"
+            why += "; a group compares episodes of one prompt, the same state only at the "
+            why += "first turn: sampling.group_scope=turn adds a step baseline over identical "
+            why += "observation histories (GiGPO's anchor states), and, where the environment "
+            why += "replays, sampling.group_scope=branch draws the G continuations from one "
+            why += "replayed state (docs/formulas.md §2.4)"
         return f"G = {g} per prompt, a group baseline", why
     why = "a learned critic shares statistics across states and bootstraps mid-trajectory, "
     why += "at the price of value bias and extra compute"

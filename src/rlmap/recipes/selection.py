@@ -424,8 +424,9 @@ FALLBACKS: tuple[Row, ...] = (
             _ALL_EQUAL,
             Watch(
                 "non-reproducible states",
-                "multi-turn: a group compares episodes of one prompt; "
-                "if the environment does not replay, they are not the same state",
+                "multi-turn: a group compares episodes of one prompt, the same state only "
+                "at the first turn; sampling.group_scope=turn (identical histories) or "
+                "branch (a replayed state) compares later ones",
             ),
         ),
         preset="rloo",

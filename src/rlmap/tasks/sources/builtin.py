@@ -86,7 +86,9 @@ def check_calculator(
     tokens, or a chat template that renders a tool message, a turn budget
     (``max_new_tokens``, ``generation.max_new_tokens``) that holds a whole call of the longest
     expression, and a ``context`` (when known) that holds an episode of ``data.max_turns``
-    turns — calls, then a last turn of the whole budget."""
+    turns — calls, then a last turn of the whole budget; with segments
+    (``data.context_policy`` not ``fail``), one call, its result and a turn: what a segment
+    must hold to move an episode on."""
     if not calls_in_json(tokenizer):
         marker_ids(tokenizer)
         return
@@ -115,6 +117,16 @@ def check_calculator(
         ) from None
     turns = d.max_turns
     episode = prompt + (turns - 1) * (call + len(shown)) + max_new_tokens
+    if d.context_policy != "fail":  # a segment must hold a call, its result and a turn
+        segment = prompt + call + len(shown) + max_new_tokens
+        if context is not None and segment > context:
+            raise ConfigError(
+                f"data.context_policy: a segment of the calculator task takes up to {segment} "
+                f"positions (a call of {call} tokens, its result, then a turn of "
+                f"generation.max_new_tokens={max_new_tokens}); the model has {context}: "
+                "a smaller budget"
+            )
+        return
     if context is not None and episode > context:
         raise ConfigError(
             f"data.max_turns: {turns} turns of the calculator task take up to {episode} "

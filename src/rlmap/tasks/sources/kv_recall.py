@@ -106,8 +106,7 @@ def check_model(
     when a whole episode does not fit the model's ``context``: each would end truncated
     before its question, and nothing could be learned. Segments (``truncate_oldest``,
     ``compact``) are what the task is for."""
-    policy = getattr(d, "context_policy", "fail")  # a data section without one: today's fail
-    if context is None or policy != "fail":
+    if context is None or d.context_policy != "fail":
         return
     prompt = len(encode_prompt(tokenizer, kv_recall.INSTRUCTION))
     need = context_need(d, tokenizer, prompt, max_new_tokens)
