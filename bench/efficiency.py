@@ -65,7 +65,7 @@ from rlmap.engines.hf import left_pad
 from rlmap.learner.logprobs import position_ids
 from rlmap.learner.policy import prepare_batch, update_policy
 from rlmap.recipes.build import build_config
-from rlmap.rollout.episodes import to_batch
+from rlmap.rollout.packing import to_batch
 from rlmap.system.rounds import next_prompts, rollout_round
 from rlmap.tasks.prompts import encode_prompt
 

@@ -100,8 +100,8 @@ from rlmap.learner.policy import update_policy
 from rlmap.recipes import composition
 from rlmap.recipes.build import build_config
 from rlmap.recipes.config import RecipeConfig
-from rlmap.rollout.episodes import to_batch
 from rlmap.rollout.evaluate import evaluate
+from rlmap.rollout.packing import to_batch
 from rlmap.system.loop_state import LoopState
 from rlmap.system.rounds import next_prompts, rollout_round
 from rlmap.system.sync import sync_step

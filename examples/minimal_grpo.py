@@ -33,7 +33,8 @@ from rlmap.estimators import grpo_advantages
 from rlmap.feedback.verifiers import exact_match
 from rlmap.learner.logprobs import attention_of, token_logprobs
 from rlmap.reduction import ReductionParams, reduce, token_weights
-from rlmap.rollout.episodes import Scored, single_turn, to_batch
+from rlmap.rollout.episodes import single_turn
+from rlmap.rollout.packing import Scored, to_batch
 from rlmap.tasks.arithmetic import Example, make_splits
 from rlmap.tasks.prompts import decode_response, encode_prompt
 

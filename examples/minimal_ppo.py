@@ -34,7 +34,7 @@ from rlmap.engines.hf import HFEngine
 from rlmap.learner.critic import load_critic
 from rlmap.learner.logprobs import attention_of, position_ids, token_logprobs
 from rlmap.reduction import ReductionParams, reduce, token_weights
-from rlmap.rollout.episodes import to_batch
+from rlmap.rollout.packing import to_batch
 from rlmap.tasks.arithmetic import make_splits
 
 PROMPTS, LR, CRITIC_LR = 64, 5e-5, 3e-4  # the ppo preset on the embedded default (G = 1)

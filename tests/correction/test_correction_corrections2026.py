@@ -220,7 +220,8 @@ def _learner_run(
     from rlmap.learner.policy import UpdateSettings, prepare_batch, update_policy
     from rlmap.learner.update_loop import Schedule
     from rlmap.reduction import ReductionParams
-    from rlmap.rollout.episodes import Scored, single_turn, to_batch
+    from rlmap.rollout.episodes import single_turn
+    from rlmap.rollout.packing import Scored, to_batch
     from rlmap.tasks.prompts import encode_prompt
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)

@@ -35,7 +35,8 @@ from rlmap.learner.policy import (
 from rlmap.learner.update_loop import Schedule
 from rlmap.recipes import build_config
 from rlmap.reduction import ReductionParams
-from rlmap.rollout.episodes import Episode, Scored, _Running, single_turn, to_batch
+from rlmap.rollout.episodes import Episode, _Running, single_turn
+from rlmap.rollout.packing import Scored, to_batch
 from rlmap.tasks.prompts import encode_prompt
 
 MU = (0.5, 0.25, 0.15, 0.07, 0.03)

@@ -79,7 +79,7 @@ def test_a_penalty_shared_by_the_whole_group_changes_no_centred_advantage(name: 
 
 
 def test_per_turn_rewards_that_sum_to_the_outcome_change_nothing() -> None:
-    # A process reward's per-turn scores sum to R (rlmap.rollout.episodes.to_batch):
+    # A process reward's per-turn scores sum to R (rlmap.rollout.packing.to_batch):
     # the outcome estimators' R_i is the same either way.
     mask = torch.ones(2, 3, dtype=torch.bool)
     tokens = torch.tensor([[0.1, 0.0, 0.9], [0.0, 0.0, 0.0]])

@@ -19,7 +19,7 @@ from rlmap.estimators import registry as estimators
 from rlmap.learner.policy import UpdateSettings, update_policy
 from rlmap.learner.update_loop import Schedule
 from rlmap.reduction import ReductionParams
-from rlmap.rollout.episodes import to_batch
+from rlmap.rollout.packing import to_batch
 from rlmap.tasks.arithmetic import make_splits
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "minimal_grpo.py"

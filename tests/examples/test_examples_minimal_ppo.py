@@ -19,7 +19,7 @@ from rlmap.estimators import registry as estimators
 from rlmap.learner.critic import compute_values, load_critic, update_critic
 from rlmap.learner.policy import update_policy
 from rlmap.recipes import build_config
-from rlmap.rollout.episodes import to_batch
+from rlmap.rollout.packing import to_batch
 from rlmap.tasks.arithmetic import make_splits
 
 EXAMPLES = Path(__file__).parents[2] / "examples"

@@ -25,7 +25,8 @@ from rlmap.learner.critic import (
     value_weights,
 )
 from rlmap.learner.update_loop import Schedule
-from rlmap.rollout.episodes import Scored, single_turn, to_batch
+from rlmap.rollout.episodes import single_turn
+from rlmap.rollout.packing import Scored, to_batch
 from rlmap.system.loop_state import LoopState, warmup_progress
 from rlmap.tasks.prompts import encode_prompt
 

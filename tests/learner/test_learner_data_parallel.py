@@ -32,7 +32,7 @@ WORKER = Path(__file__).with_name("dp_worker.py")
 
 def _case(model_dir: Path, reduction: str) -> dict[str, object]:
     _, scored, pad = _rollouts(model_dir, n=3)  # 3 prompts × 3 samples, lengths vary
-    from rlmap.rollout.episodes import to_batch
+    from rlmap.rollout.packing import to_batch
 
     batch = to_batch(scored, pad_token_id=pad)
     advantages = torch.randn(batch.tokens.shape, generator=torch.Generator().manual_seed(2))

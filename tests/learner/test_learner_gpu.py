@@ -15,7 +15,7 @@ from test_learner_policy import _rollouts, _settings, rescheduled
 from rlmap.assembly.parts import build
 from rlmap.learner.policy import prepare_batch, update_policy
 from rlmap.recipes import build_config
-from rlmap.rollout.episodes import to_batch
+from rlmap.rollout.packing import to_batch
 
 pytestmark = [
     pytest.mark.gpu,

@@ -20,7 +20,8 @@ from rlmap.learner.logprobs import token_logprobs
 from rlmap.learner.policy import UpdateSettings, approx_kl, prepare_batch, update_policy
 from rlmap.learner.update_loop import Schedule
 from rlmap.reduction import ReductionParams, reduce, token_weights
-from rlmap.rollout.episodes import Scored, single_turn, to_batch
+from rlmap.rollout.episodes import single_turn
+from rlmap.rollout.packing import Scored, to_batch
 from rlmap.tasks.prompts import encode_prompt
 
 

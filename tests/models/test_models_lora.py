@@ -26,7 +26,8 @@ from rlmap.learner.logprobs import token_logprobs
 from rlmap.learner.policy import prepare_batch, update_policy
 from rlmap.models import lora
 from rlmap.recipes import build_config
-from rlmap.rollout.episodes import Scored, single_turn, to_batch
+from rlmap.rollout.episodes import single_turn
+from rlmap.rollout.packing import Scored, to_batch
 from rlmap.system.board import Board
 from rlmap.system.ray_workers import rollout_config
 from rlmap.tasks.prompts import encode_prompt

@@ -17,7 +17,8 @@ from rlmap.experiments.train import run_training
 from rlmap.learner.logprobs import token_logprobs
 from rlmap.models.routing import NO_ROUTE, RouteStats, moe_routers, recording, replaying
 from rlmap.recipes import build_config
-from rlmap.rollout.episodes import Scored, single_turn, to_batch
+from rlmap.rollout.episodes import single_turn
+from rlmap.rollout.packing import Scored, to_batch
 from rlmap.tasks.prompts import encode_prompt
 
 Toy = Callable[..., list[str]]

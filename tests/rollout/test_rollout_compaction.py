@@ -4,7 +4,7 @@ summary and the newest observation; the summary is a turn (actions) of the closi
 
 The fake engine and scripted environment of ``test_rollout_segments``: prompt (100, 101),
 turn k (10k + 1, 10k + 2), its observation (10k + 5,); a context ending with the lead
-(90, 91) is answered with a summary (77, 78, 79, 80, 81), cut at the budget it is given.
+(90, 91) is answered with a summary (77, 78, 79; or up to 81), cut at the budget it is given.
 """
 
 from __future__ import annotations
@@ -20,22 +20,24 @@ from rlmap.embedded.warmstart import chat_tokenizer
 from rlmap.engines.engine import Completion
 from rlmap.recipes.build import build_config
 from rlmap.rollout.episode_stats import segment_metrics
-from rlmap.rollout.episodes import Episode, Scored, run_episodes, to_batch
+from rlmap.rollout.episodes import Episode, run_episodes
+from rlmap.rollout.packing import Scored, to_batch
 from rlmap.rollout.segments import Compaction, run_context_policy
 from rlmap.tasks.env import SUMMARY_LEAD
 
 LEAD = (90, 91)
 WHOLE = (77, 78, 79, 80, 81)
 SUMMARY = WHOLE[:3]
-"""The summary under a budget of 3 (``data.summary_tokens``)."""
+"""The engine's summary unless a test asks for a longer one."""
 
 
 class Summarizing(Counting):
-    """:class:`Counting`, and after the lead the summary, stopped if it fit its budget;
-    keeps each call's ``max_new_tokens``."""
+    """:class:`Counting`, and after the lead a summary ``length`` long (of ``WHOLE``),
+    stopped if it fit its budget; keeps each call's ``max_new_tokens``."""
 
-    def __init__(self, max_len: int) -> None:
+    def __init__(self, max_len: int, length: int = 3) -> None:
         super().__init__(max_len)
+        self.length = length
         self.budgets: list[int] = []
 
     def generate(
@@ -45,13 +47,15 @@ class Summarizing(Counting):
         if not all(tuple(p[-2:]) == LEAD for p in prompts):
             return super().generate(prompts, n=n, max_new_tokens=max_new_tokens, **kw)
         self.contexts += [tuple(p) for p in prompts]
-        s = WHOLE[:max_new_tokens]
-        done = len(s) == len(WHOLE)
+        s = WHOLE[: self.length][:max_new_tokens]
+        done = len(s) == self.length
         return [[Completion(tuple(p), s, (LOGPROB,) * len(s), done, VERSION)] for p in prompts]
 
 
-def run(max_len: int, summary: int = 3, last: int = 3) -> tuple[Episode, Summarizing, Scripted]:
-    engine, env = Summarizing(max_len), Scripted(last)
+def run(
+    max_len: int, summary: int = 3, last: int = 3, length: int = 3
+) -> tuple[Episode, Summarizing, Scripted]:
+    engine, env = Summarizing(max_len, length), Scripted(last)
     (e,) = run_episodes(
         engine,
         [env],
@@ -86,6 +90,7 @@ def test_the_policy_writes_the_next_segments_context_after_the_lead() -> None:
     assert seg0.turn_ids == (0, 0, -1, 1, 1, -1, 2, 2, -1, -1, -1, 3, 3, 3)
     assert seg0.logprobs[-3:] == (LOGPROB,) * 3 and seg0.versions[-3:] == (VERSION,) * 3
     assert seg0.rewards == (0.0, 0.0, 0.0, 0.0)  # three steps, and the summary's 0
+    assert (seg0.summaries, seg1.summaries) == ((3,), ())  # numbered within its segment
     assert (seg0.end, seg0.eos) == (End.TRUNCATED, True)  # a boundary, not a terminal
     assert seg1.response_ids == (*LEAD, *SUMMARY, 25, 31, 32) and seg1.carried == 6
     assert seg1.action == (False,) * 6 + (True, True)
@@ -101,15 +106,31 @@ def test_the_policy_writes_the_next_segments_context_after_the_lead() -> None:
     }
 
 
-def test_a_summary_gets_the_room_the_context_has_left_and_goes_on_unfinished() -> None:
+def test_a_summary_gets_the_room_the_context_has_left_and_must_stop_within_it() -> None:
     # summary budget 5: reserve 2 + 2 + 5 = 9, max_len 20: close over 11. Contexts 2 → 5 →
     # 8 → 11 (11 + 9 = 20 fits) → 14: a round grew it by 3 > a turn's 2, so the room left
-    # for the summary is 20 − 14 − 2 = 4 < 5. Carried 2 + 4 + 1 = 7, and 2 + 7 + 9 = 18 ≤ 20.
-    e, engine, _ = run(20, summary=5, last=5)
-    assert engine.budgets[:5] == [2, 2, 2, 2, 4]
-    seg0, seg1, *_ = e.segments
-    assert seg0.response_ids[-6:] == (*LEAD, 77, 78, 79, 80)  # cut at 4, not stopped
-    assert seg1.response_ids[:7] == (*LEAD, 77, 78, 79, 80, 35)  # carried as it is
+    # for the summary is 20 − 14 − 2 = 4 < 5. The engine's summary is 5 long: cut at 4, it
+    # did not stop, and the episode ends there as a turn cut at the length limit does
+    # (eos False) — a summary never stopped would leave its turn open in the next context.
+    e, engine, _ = run(20, summary=5, last=5, length=5)
+    assert engine.budgets == [2, 2, 2, 2, 4]
+    assert e.segments == () and e.summaries == (4,)
+    assert (e.end, e.eos) == (End.TRUNCATED, False)
+    assert e.response_ids[-6:] == (*LEAD, 77, 78, 79, 80)
+    # max_len 22 (close over 13): at 14 the room is 22 − 14 − 2 = 6, the budget 5: it
+    # stops, and the next segment carries it and the newest observation (35)
+    e, engine, _ = run(22, summary=5, last=5, length=5)
+    assert engine.budgets[4] == 5 and e.segments
+    assert e.segments[1].response_ids[:8] == (*LEAD, *WHOLE, 35)
+
+
+def test_no_summary_is_asked_for_when_even_one_token_would_leave_no_room() -> None:
+    # max_len 12: close over 12 − 7 = 5. Contexts 2 → 5 → 8: the carried context would be
+    # at least the lead 2 + a token + the newest observation 1 = 4, and the next segment has
+    # 12 − 7 − 2 = 3 for it: the episode ends truncated, no summary sampled
+    e, engine, env = run(12)
+    assert e.summaries == () and e.segments == () and (e.end, e.eos) == (End.TRUNCATED, True)
+    assert engine.budgets == [2, 2] and env.steps == 2
 
 
 def test_an_episode_ends_truncated_when_its_summary_leaves_no_room_for_a_turn() -> None:
@@ -126,7 +147,7 @@ def test_an_episode_ends_truncated_when_its_summary_leaves_no_room_for_a_turn() 
 def test_the_turn_budget_counts_the_environments_turns_not_the_summaries() -> None:
     # max_turns 4 and the environment ending at step 3 (its 4th turn): with a summary among
     # the turns the episode still reaches its end (5 policy turns, 4 of them stepped).
-    engine, env = Summarizing(16), Scripted(3)
+    engine, env = Summarizing(16, 3), Scripted(3)
     (e,) = run_episodes(
         engine,
         [env],
@@ -173,3 +194,17 @@ def test_a_run_compacts_with_its_tasks_lead_in_its_own_ids() -> None:
                 "data.summary_tokens=0",
             ],
         )
+
+
+def test_a_summary_is_neither_the_answer_nor_the_length_a_penalty_reads() -> None:
+    from rlmap.rollout.evaluate import final_answer
+    from rlmap.rollout.scoring import trajectory
+    from rlmap.tasks.prompts import decode_response
+
+    tokenizer = chat_tokenizer()
+    e, _, _ = run(13)  # ends truncated right after its summary (turn 2)
+    assert e.summaries == (2,) and max(e.turn_ids) == 2
+    assert final_answer(tokenizer, e) == decode_response(tokenizer, [11, 12])  # turn 1
+    seen = trajectory(tokenizer, e, "ref", max_length=64)
+    assert seen.length == 2 + 2  # two turns of 2 tokens; the summary's 3 have their own budget
+    assert len(seen.turns) == 3 == len(seen.metadata["rewards"])  # one reward per turn

@@ -32,7 +32,8 @@ from rlmap.learner.policy import UpdateSettings, update_policy
 from rlmap.learner.update_loop import Schedule
 from rlmap.reduction import ReductionParams
 from rlmap.rollout.episode_stats import episode_metrics
-from rlmap.rollout.episodes import Episode, Scored, run_episodes, to_batch
+from rlmap.rollout.episodes import Episode, run_episodes
+from rlmap.rollout.packing import Scored, to_batch
 from rlmap.tasks.arithmetic import make_problem
 from rlmap.tasks.calculator import TOOL_TOKENS, CalculatorEnv
 from rlmap.tasks.env import AnswerEnv, EnvStep

@@ -194,7 +194,7 @@ def test_process_rewards_land_on_turn_ends_and_turn_gae_credits_each_turn() -> N
 
     from rlmap.estimators import CreditParams, registry
     from rlmap.feedback.reward_terms import ProcessReward
-    from rlmap.rollout.episodes import Scored, to_batch
+    from rlmap.rollout.packing import Scored, to_batch
 
     e = tool_episode()
     (v,) = score_episodes(

@@ -18,7 +18,8 @@ from rlmap.core.batch import End, RewardStatus
 from rlmap.engines.engine import Completion
 from rlmap.rollout.columns import row_rewards
 from rlmap.rollout.episode_stats import segment_metrics
-from rlmap.rollout.episodes import Episode, Scored, run_episodes, to_batch
+from rlmap.rollout.episodes import Episode, run_episodes
+from rlmap.rollout.packing import Scored, to_batch
 from rlmap.rollout.segments import context_builder, newest_turns, turn_pairs
 from rlmap.system.snapshots import scored_from_record, scored_record
 from rlmap.tasks.env import EnvStep
@@ -230,7 +231,11 @@ def test_newest_turns_keeps_whole_pairs_only() -> None:
 def test_segment_metrics_by_hand() -> None:
     cut, _ = run(9, "truncate_oldest")  # 3 segments, 6 tokens dropped
     whole, _ = run(64, "fail")  # 1 row, nothing dropped
-    assert segment_metrics([cut, whole]) == {"segments": 2.0, "context_dropped_tokens": 3.0}
+    assert segment_metrics([cut, whole]) == {
+        "segments": 2.0,
+        "summary_tokens": 0.0,  # truncate_oldest writes none
+        "context_dropped_tokens": 3.0,
+    }
 
 
 def test_a_segmented_episode_survives_the_async_snapshot() -> None:

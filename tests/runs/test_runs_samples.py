@@ -135,7 +135,8 @@ def test_training_rollouts_log_their_error_mix() -> None:
 
     from rlmap.embedded.tokenizer import build_tokenizer
     from rlmap.engines.engine import Completion
-    from rlmap.rollout.episodes import Scored, single_turn
+    from rlmap.rollout.episodes import single_turn
+    from rlmap.rollout.packing import Scored
     from rlmap.system.step_metrics import rollout_errors
 
     tok = build_tokenizer()

@@ -170,7 +170,8 @@ def test_a_worker_that_fails_every_round_stops_the_run_in_one_line(
 def _scored(version: int, group: int) -> Any:
     from rlmap.core.batch import RewardStatus
     from rlmap.engines.engine import Completion
-    from rlmap.rollout.episodes import Scored, single_turn
+    from rlmap.rollout.episodes import single_turn
+    from rlmap.rollout.packing import Scored
 
     c = Completion(
         prompt_ids=(1, 5, 6),

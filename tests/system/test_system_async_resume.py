@@ -31,7 +31,8 @@ from rlmap.engines.engine import Completion
 from rlmap.experiments.checkpoint import latest_checkpoint, list_checkpoints
 from rlmap.experiments.checkpoint_load import load_trainer_state
 from rlmap.recipes import build_config
-from rlmap.rollout.episodes import Scored, single_turn
+from rlmap.rollout.episodes import single_turn
+from rlmap.rollout.packing import Scored
 from rlmap.runs.rundir import read_jsonl
 from rlmap.system import async_loop, round_seeds, snapshots
 from rlmap.system.loop_state import LoopState

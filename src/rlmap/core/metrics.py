@@ -74,7 +74,7 @@ METRICS: tuple[Metric, ...] = (
     _m("length/mean", G, "tokens", "mean", "Generated (action) tokens per episode, all turns, " + TRAJ + "."),
     _m("length/p95", G, "tokens", "p95", "95th percentile of the same."),
     _m("length/truncated_frac", F, "1", "mean", "Share of episodes cut by the length limit (no EOS)."),
-    _m("{env|eval}/turns", G, "turns", "mean", "Multi-turn tasks: turns per episode (env/: training rollouts; eval/: held-out)."),
+    _m("{env|eval}/turns", G, "turns", "mean", "Multi-turn tasks: policy turns per episode (env/: training rollouts; eval/: held-out); compaction summaries count as turns, and under sampling.group_scope=branch a row's own turns only (not the replayed ones)."),
     _m("{env|eval}/tool_call_rate", F, "1", "mean", "Multi-turn tasks: share of episodes with a tool call."),
     _m("{env|eval}/tool_calls", G, "calls", "mean", "Multi-turn tasks: tool calls per episode."),
     _m("{env|eval}/tool_error_frac", F, "1", "ratio", "Multi-turn tasks: share of tool calls that failed."),
@@ -98,7 +98,7 @@ METRICS: tuple[Metric, ...] = (
     # --- sampling/* : what the step generated and kept (rlmap.sampling.filters) -----------
     _m("sampling/rounds", C, "rounds", "sum", "Times the step went back for trajectories: synchronous, rollout rounds until the group filter kept enough groups (≤ sampling.max_rounds); asynchronous, takes from the queue until the batch held B fresh trajectories (1 + refills for the stale dropped)."),
     _m("sampling/generated", C, "trajectories", "sum", "Trajectories generated (synchronous) or taken from the queue (asynchronous) this step, kept or not."),
-    _m("sampling/generated_tokens", C, "tokens", "sum", "Action tokens of those trajectories."),
+    _m("sampling/generated_tokens", C, "tokens", "sum", "Tokens the engine generated for those trajectories: their action tokens, and under sampling.group_scope=branch each row's share of its root's (Episode.spent)."),
     _m("sampling/kept", C, "trajectories", "sum", "Trajectories trained on: valid, through the group filter, fresh enough."),
     _m("sampling/kept_frac", F, "1", "ratio", "sampling/kept / sampling/generated."),
     _m("sampling/rejected", C, "trajectories", "sum", "Generated trajectories whose reward cannot be trusted (status not OK: invalid, infra error, timeout); their split is errors/*."),
@@ -176,7 +176,7 @@ METRICS: tuple[Metric, ...] = (
     _m("system/accepted_token_frac", F, "1", "ratio", "Kept tokens / taken tokens.", "async"),
     _m("system/queue_length", G, "trajectories", "value", "Finished trajectories waiting when the step began.", "async"),
     _m("system/rollout_duration_{mean|p50|p95|p99}", G, "s", "mean", "Seconds each trajectory's rollout round took (finished since the last step).", "async"),
-    _m("system/consumed_length_mean", G, "tokens", "mean", "Action tokens per taken trajectory.", "async"),
+    _m("system/consumed_length_mean", G, "tokens", "mean", "Generated tokens per taken trajectory (as sampling/generated_tokens counts them).", "async"),
     _m("system/finished_length_mean", G, "tokens", "mean", "Action tokens per finished trajectory since the start (the queue's view, against length bias).", "async"),
     # --- judge/* : AI judges ------------------------------------------------------------------
     _m("judge/{calls|cache_hits|failed|invalid|prompt_tokens|completion_tokens|pairs}", C, "calls or tokens", "sum", "AI judges: requests, cache hits, failures, unparseable verdicts, tokens and pairs since the last step (rank 0's)."),

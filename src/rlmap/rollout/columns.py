@@ -1,5 +1,5 @@
 """The batch record's per-token columns of some rows (episodes or segments): kept sets,
-routed experts and rewards, in :func:`rlmap.rollout.episodes.to_batch`'s layout
+routed experts and rewards, in :func:`rlmap.rollout.packing.to_batch`'s layout
 (``[left-padded prompt | response]``, every prompt ending at column ``prompt_len``)."""
 
 from __future__ import annotations

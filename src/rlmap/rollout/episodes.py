@@ -1,9 +1,6 @@
-"""Episodes: running them against environments, and packing them into the batch record.
-
-Layout of a row: ``[left-padded prompt | response, right-padded]``, where the response
-is every token after the prompt — the policy's turns and the environment's
-observations in order. Every prompt ends at the same column, so prompt and response
-columns line up across the batch.
+"""Episodes: running them against environments, batched, turn by turn — and cutting those
+that outgrow the model's context into segments (:mod:`rlmap.rollout.segments`). The batch
+record of scored episodes is :mod:`rlmap.rollout.packing`'s.
 """
 
 from __future__ import annotations
@@ -15,11 +12,10 @@ from typing import Any
 
 import torch
 
-from rlmap.core.batch import Batch, End, RewardStatus
+from rlmap.core.batch import End, RewardStatus
 from rlmap.engines.engine import Completion, RolloutEngine
 from rlmap.feedback.reward import worst
 from rlmap.models.routing import NO_ROUTE
-from rlmap.rollout.columns import kept_columns, reward_columns, route_columns, row_rewards
 from rlmap.rollout.segments import (
     Compaction,
     ContextBuilder,
@@ -213,6 +209,7 @@ class _Running:
             routes=self.routes,
             kept=kept,
             carried=n,
+            summaries=tuple(t - turn for t in self.summaries if t >= turn),
         )
 
     def add_summary(self, c: Completion) -> None:
@@ -313,20 +310,23 @@ def compact(
 ) -> None:
     """The episodes ``which`` write their summaries (one ``generate`` per summary budget:
     ``how.max_tokens``, or the room their context has left), which close their segments:
-    each goes on from the prompt, the lead, the summary and its newest observation — or
-    ends truncated when those leave no room for a turn and the next summary, or no room was
-    left for a summary.
-    ``window``: the context's positions and a turn's tokens; ``sampling``: ``generate``'s
-    other arguments."""
+    each goes on from the prompt, the lead, the summary and its newest observation. An
+    episode ends truncated instead — without a summary when there is no room for one, or
+    when even a one-token summary would leave the next segment no room for a turn and the
+    next summary; after it when its summary did not stop within its budget (as a turn cut
+    at the length limit does) or leaves no such room. ``window``: the context's positions
+    and a turn's tokens; ``sampling``: ``generate``'s other arguments."""
     limit, max_new_tokens = window
     newest = {i: newest_observation(running[i].tokens, running[i].action) for i in which}
     budgets: dict[int, list[int]] = {}
     for i in which:
-        budget = min(how.max_tokens, limit - len(running[i].context) - len(how.lead))
-        if budget < 1:
+        r = running[i]
+        budget = min(how.max_tokens, limit - len(r.context) - len(how.lead))
+        room = limit - how.reserve(max_new_tokens) - len(r.prompt)  # for the carried context
+        if budget < 1 or len(how.lead) + 1 + len(newest[i]) > room:
             done[i] = running.pop(i).finish(End.TRUNCATED, eos=True)
             continue
-        running[i].add_observation(how.lead)
+        r.add_observation(how.lead)
         budgets.setdefault(budget, []).append(i)
     for budget, ids in budgets.items():
         calls = engine.generate(
@@ -337,8 +337,8 @@ def compact(
             r.add_summary(c)
             carried = (*how.lead, *c.response_ids, *newest[i])
             room = limit - how.reserve(max_new_tokens) - len(r.prompt)
-            if len(carried) > room:  # the next segment would close before its first turn
-                done[i] = running.pop(i).finish(End.TRUNCATED, eos=True)
+            if not c.stopped or len(carried) > room:
+                done[i] = running.pop(i).finish(End.TRUNCATED, eos=c.stopped)
             else:
                 r.cut(given(carried), room)
 
@@ -402,13 +402,11 @@ def run_episodes(
     action token's kept set of at most that many ids (``Episode.kept``; top-p replay).
     """
     stops = tuple(dict.fromkeys(t for env in envs for t in env.stop_token_ids))
-    strings = stop_strings_of(envs)
+    sampling: dict[str, Any] = {"temperature": temperature, "top_p": top_p}
+    sampling |= {"stop_token_ids": stops, "stop_strings": stop_strings_of(envs)}
+    sampling |= {"kept_sets": kept_sets} if kept_sets else {}  # engines without need not know
     running, done = reset_all(envs)
     limit = getattr(engine, "max_len", None)
-    sampling: dict[str, Any] = {"temperature": temperature, "top_p": top_p}
-    sampling |= {"stop_token_ids": stops, "stop_strings": strings}
-    if kept_sets:  # engines without sets need not know
-        sampling["kept_sets"] = kept_sets
     while running:
         summarize: list[int] = []
         if limit is not None:
@@ -422,12 +420,8 @@ def run_episodes(
             compact(engine, running, done, summarize, next_context, window, sampling)
             if not running:
                 break
-        batch = engine.generate(
-            [r.context for r in running.values()],
-            n=1,
-            max_new_tokens=max_new_tokens,
-            **sampling,
-        )
+        contexts = [r.context for r in running.values()]
+        batch = engine.generate(contexts, n=1, max_new_tokens=max_new_tokens, **sampling)
         take_turns(running, done, batch, max_turns)
     return [done[i] for i in range(len(envs))]
 
@@ -474,101 +468,3 @@ def take_turns(
             r.add_observation(s.observation)
         end = End.TERMINAL if c.stopped and s.terminated else End.TRUNCATED
         done[i] = running.pop(i).finish(end, eos=c.stopped)
-
-
-@dataclass(frozen=True)
-class Scored:
-    """An episode with its reward and its group."""
-
-    episode: Episode
-    group: int
-    """Index of the prompt it answers (its group)."""
-    outcome: float
-    """The environment's return before any shaping (what "correct" means in metrics)."""
-    reward: float
-    """The return trained on: outcome + shaping (e.g. DAPO soft overlong punishment)."""
-    status: RewardStatus
-    per_turn: tuple[float, ...] | None = None
-    """Per-turn rewards summing to ``reward`` (environment step rewards, a process reward,
-    the shaping on the last turn); None: ``reward`` at the last action token."""
-    rank: int = 0
-    """The learner rank that generated it and trains on it (:mod:`rlmap.learner.distributed`)."""
-
-
-def to_batch(scored: Sequence[Scored], *, pad_token_id: int) -> Batch:
-    """The batch record of a list of scored episodes (one row each, or one per segment).
-
-    Rewards: when every turn but the last has reward 0 (outcome tasks), ``rewards`` is the
-    return and ``token_rewards`` stays None (R at the last action token). Otherwise each
-    turn's reward (``Scored.per_turn``, the shaping in the last one's) sits at that turn's
-    last action token, in ``token_rewards``. ``turn_id`` is filled only when some episode
-    has several turns. A segmented episode (``Episode.segments``) gives a row per segment,
-    linked by ``episode_id`` and ``segment``: each row has its episode's ``rewards``,
-    group and status, and in ``token_rewards`` only its own turns' rewards (the outcome on
-    the last segment's last action token).
-    """
-    rows = [(s, e) for s in scored for e in s.episode.rows]
-    prompt_len = max(len(e.prompt_ids) for _, e in rows)
-    response_len = max(max(len(e.response_ids) for _, e in rows), 1)
-    b, t = len(rows), prompt_len + response_len
-    tokens = torch.full((b, t), pad_token_id, dtype=torch.long)
-    attention = torch.zeros((b, t), dtype=torch.bool)
-    action = torch.zeros((b, t), dtype=torch.bool)
-    behaviour = torch.zeros((b, t))
-    version = torch.zeros((b, t), dtype=torch.long)
-    turn = torch.full((b, t), -1, dtype=torch.long)
-    for i, (_, e) in enumerate(rows):
-        p, r = len(e.prompt_ids), len(e.response_ids)
-        response = slice(prompt_len, prompt_len + r)
-        tokens[i, prompt_len - p : prompt_len] = torch.tensor(e.prompt_ids, dtype=torch.long)
-        tokens[i, response] = torch.tensor(e.response_ids, dtype=torch.long)
-        attention[i, prompt_len - p : prompt_len + r] = True
-        action[i, response] = torch.tensor(e.action, dtype=torch.bool)
-        behaviour[i, response] = torch.tensor(e.logprobs)
-        version[i, response] = torch.tensor(e.versions, dtype=torch.long)
-        turn[i, response] = torch.tensor(e.turn_ids, dtype=torch.long)
-    multi_turn = any(s.episode.turns > 1 for s in scored)
-    links = _links(scored)
-    return Batch(
-        tokens=tokens,
-        action_mask=action,
-        behavior_logprobs=behaviour,
-        rewards=torch.tensor([s.reward for s, _ in rows], dtype=torch.float32),
-        group_id=torch.tensor([s.group for s, _ in rows], dtype=torch.long),
-        end=torch.tensor([int(e.end) for _, e in rows], dtype=torch.long),
-        reward_status=torch.tensor([int(s.status) for s, _ in rows], dtype=torch.long),
-        attention_mask=attention,
-        eos=torch.tensor([e.eos for _, e in rows]),
-        turn_id=turn if multi_turn else None,
-        token_rewards=(
-            _rewards(scored, action, turn) if links or _has_step_rewards(scored) else None
-        ),
-        policy_version=version,
-        routed_experts=route_columns(
-            [e.routes for _, e in rows], [len(e.prompt_ids) for _, e in rows], prompt_len, t
-        ),
-        sampling_set=kept_columns([e.kept for _, e in rows], prompt_len, t),
-        episode_id=None if links is None else links[0],
-        segment=None if links is None else links[1],
-    )
-
-
-def _links(scored: Sequence[Scored]) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """Each row's episode (its index in ``scored``) and segment; None when none was cut."""
-    if not any(s.episode.segments for s in scored):
-        return None
-    rows = [(n, k) for n, s in enumerate(scored) for k in range(len(s.episode.rows))]
-    return torch.tensor([n for n, _ in rows]), torch.tensor([k for _, k in rows])
-
-
-def _rewards(scored: Sequence[Scored], action: torch.Tensor, turn: torch.Tensor) -> torch.Tensor:
-    """(B, T): every row's rewards (:func:`rlmap.rollout.columns.row_rewards`) in place."""
-    turns = [[e.turns for e in s.episode.rows] for s in scored]
-    per_row = [
-        x for s, n in zip(scored, turns, strict=True) for x in row_rewards(s.reward, s.per_turn, n)
-    ]
-    return reward_columns(per_row, action, turn)
-
-
-def _has_step_rewards(scored: Sequence[Scored]) -> bool:
-    return any(s.per_turn is not None and any(r != 0 for r in s.per_turn[:-1]) for s in scored)

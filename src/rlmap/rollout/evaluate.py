@@ -217,7 +217,7 @@ def sample_row(
 
 
 def final_answer(tokenizer: PreTrainedTokenizerBase, episode: Episode) -> str:
-    """The text of the episode's last policy turn."""
-    last = max(episode.turn_ids, default=-1)
+    """The text of the episode's last policy turn that is not a compaction summary."""
+    last = max(set(episode.turn_ids) - set(episode.summaries), default=-1)
     ids = [t for t, k in zip(episode.response_ids, episode.turn_ids, strict=True) if k == last]
     return decode_response(tokenizer, ids)

@@ -129,7 +129,7 @@ def trajectory(
             **({} if group is None else {"group": group}),
             **({} if learned is None else {"learned": learned}),
         },
-        length=e.action_tokens,
+        length=e.action_tokens - e.summary_tokens,  # summaries have a budget of their own
         max_length=max_length,
         truncated=e.end == End.TRUNCATED,
     )

@@ -81,7 +81,7 @@ from rlmap.core.device import elapsed
 from rlmap.core.errors import TrainingError
 from rlmap.engines.hf import HFEngine
 from rlmap.engines.vllm import PinnedView
-from rlmap.rollout.episodes import Scored, to_batch
+from rlmap.rollout.packing import Scored, to_batch
 from rlmap.sampling.filters import sampling_counters
 from rlmap.system.admission import WAIT_S, Admission, Counts
 from rlmap.system.board import Board

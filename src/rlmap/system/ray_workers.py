@@ -50,7 +50,7 @@ from rlmap.assembly.placement import (
 from rlmap.core.errors import ConfigError
 from rlmap.recipes.config import RecipeConfig
 from rlmap.recipes.system_params import SystemParams
-from rlmap.rollout.episodes import Scored
+from rlmap.rollout.packing import Scored
 from rlmap.system.async_loop import AsyncRunner, Worker
 
 WATCH_S = 0.05

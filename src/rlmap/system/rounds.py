@@ -22,7 +22,8 @@ from rlmap.learned.reward_model import score_batch
 from rlmap.learner.distributed import gather
 from rlmap.learner.memory import autocast_to
 from rlmap.rollout.branch import branch_groups
-from rlmap.rollout.episodes import Episode, Scored, run_episodes
+from rlmap.rollout.episodes import Episode, run_episodes
+from rlmap.rollout.packing import Scored
 from rlmap.rollout.scoring import score_episodes, trajectories
 from rlmap.rollout.segments import run_context_policy
 from rlmap.tasks.arithmetic import Example

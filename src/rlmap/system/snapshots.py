@@ -11,7 +11,8 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from rlmap.core.batch import End, RewardStatus
-from rlmap.rollout.episodes import Episode, Scored
+from rlmap.rollout.episodes import Episode
+from rlmap.rollout.packing import Scored
 
 
 @dataclass(frozen=True)

@@ -16,8 +16,8 @@ from rlmap.assembly.parts import Parts
 from rlmap.core.batch import trains
 from rlmap.feedback.judge import judge_metrics
 from rlmap.rollout.episode_stats import episode_metrics, segment_metrics
-from rlmap.rollout.episodes import Scored
 from rlmap.rollout.evaluate import final_answer
+from rlmap.rollout.packing import Scored
 from rlmap.runs.samples import Judged, class_fractions, error_class
 
 

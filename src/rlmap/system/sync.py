@@ -32,7 +32,7 @@ from rlmap.assembly.parts import Parts
 from rlmap.core.batch import RewardStatus
 from rlmap.core.device import elapsed, take_peak
 from rlmap.engines.engine import forget_cache
-from rlmap.rollout.episodes import Scored, to_batch
+from rlmap.rollout.packing import Scored, to_batch
 from rlmap.sampling.curriculum import Climb, pass_rate
 from rlmap.sampling.curriculum import climb as climb_curriculum
 from rlmap.sampling.filters import sampling_counters
