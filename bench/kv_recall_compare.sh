@@ -4,10 +4,10 @@
 # 193 tokens against the embedded chat model's 128), 3 seeds each, then `rlmap compare`.
 #
 # Both arms start from the same warm start (its demonstrations include compaction
-# summaries; only compact asks for them) and train grpo with the same settings; the seeds'
-# runs go in parallel, THREADS CPU threads each (on a GPU machine they share the GPU). The
-# recipe is advise's row 7: ppo with one GAE step per turn, whose critic measures the state
-# sufficiency at each boundary (critic/segment_value_gap).
+# summaries; only compact asks for them) and train the same recipe, advise's row 7: ppo with
+# one GAE step per turn, whose critic measures the state sufficiency at each boundary
+# (critic/segment_value_gap). The seeds' runs go in parallel, THREADS CPU threads each (on
+# a GPU machine they share the GPU).
 #
 #     bash bench/kv_recall_compare.sh                 # runs/kv_recall/{truncate_oldest,compact}/seed<S>
 #     STEPS=2 EVAL_SIZE=8 bash bench/kv_recall_compare.sh   # the same commands, at toy size
@@ -35,7 +35,7 @@ COMMON=(credit.time_unit=turn data.task=kv_recall data.max_turns=12 "optim.steps
         generation.eval_samples=4 run.eval_every=10 run.checkpoint_every=1000 run.progress=false)
 
 echo "=== warm start (cached after the first)"
-$PY -m rlmap.cli train --recipe ppo --preflight "${COMMON[@]}" data.context_policy=compact | tail -3
+$PY -m rlmap.cli train --recipe ppo --preflight "${COMMON[@]}" data.context_policy=compact | tail -3 || echo "preflight: no-go"
 
 mkdir -p "$OUT_DIR/logs"
 for policy in truncate_oldest compact; do

@@ -144,14 +144,12 @@ def test_rows_permuted_or_episodes_selected_keep_every_gap(seed: int) -> None:
     torch.testing.assert_close(part, gap[kept])
 
 
-def test_a_critic_that_reads_only_the_state_has_no_gap() -> None:
-    # each row's last-token value set to its next segment's first value: both contexts give
-    # the state one value, so every gap is 0 — and a common shift of every value changes none
+def test_a_common_shift_of_every_value_changes_no_gap() -> None:
+    # the gap compares two readings of one state: a constant added to the critic cancels
     batch = _random_batch(0)
     assert batch.values is not None and batch.bootstrap_values is not None
     gap, _ = _gaps(batch)
-    consistent = batch.replace(bootstrap_values=batch.bootstrap_values + gap)
-    assert _gaps(consistent)[0].abs().max() < 1e-6
+    assert gap.abs().max() > 0.01  # (random values: the check below is not about zeros)
     shifted = batch.replace(
         values=batch.values + 3.0, bootstrap_values=batch.bootstrap_values + 3.0
     )
