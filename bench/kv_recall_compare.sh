@@ -10,7 +10,7 @@
 # a GPU machine they share the GPU).
 #
 #     bash bench/kv_recall_compare.sh                 # runs/kv_recall/{truncate_oldest,compact}/seed<S>
-#     STEPS=2 EVAL_SIZE=8 bash bench/kv_recall_compare.sh   # the same commands, at toy size
+#     STEPS=2 EVAL_SAMPLES=1 SEEDS=0 bash bench/kv_recall_compare.sh   # the same, toy size
 #
 # On the lent GPU machine (no package index): carry .whl/ (bash bench/gpu_wheels.sh) and the
 # warm start (RLMAP_CACHE) as bench/gpu_check.sh says.
@@ -19,7 +19,7 @@ cd "$(dirname "$0")/.."
 PY=${PY:-python3}
 OUT_DIR=${COMPARE_OUT:-runs/kv_recall}
 STEPS=${STEPS:-100}
-EVAL_SIZE=${EVAL_SIZE:-128}
+EVAL_SAMPLES=${EVAL_SAMPLES:-4}   # (data.eval_size stays the task's: it is part of the warm start's split)
 SEEDS=${SEEDS:-"0 1 2"}
 THREADS=${THREADS:-2}
 RUN_TIMEOUT=${RUN_TIMEOUT:-0}   # seconds a run may take (0: no limit); a run cut keeps what it logged
@@ -31,8 +31,8 @@ if [ -d .whl ] && ! $PY -c "import pydantic, jsonschema, math_verify" 2>/dev/nul
 fi
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
 started=$SECONDS
-COMMON=(credit.time_unit=turn data.task=kv_recall data.max_turns=12 "optim.steps=$STEPS" "data.eval_size=$EVAL_SIZE"
-        generation.eval_samples=4 run.eval_every=10 run.checkpoint_every=1000 run.progress=false)
+COMMON=(credit.time_unit=turn data.task=kv_recall data.max_turns=12 "optim.steps=$STEPS"
+        "generation.eval_samples=$EVAL_SAMPLES" run.eval_every=10 run.checkpoint_every=1000 run.progress=false)
 
 echo "=== warm start (cached after the first)"
 $PY -m rlmap.cli train --recipe ppo --preflight "${COMMON[@]}" data.context_policy=compact | tail -3 || echo "preflight: no-go"
