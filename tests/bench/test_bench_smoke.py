@@ -401,3 +401,38 @@ def test_the_gpu_check_runs_at_toy_size_on_a_cpu(tmp_path: Path) -> None:
     assert "ok   every tensor on it" in done.stdout
     script = "gpu_check.py"  # the figures' script, which gpu_check.sh runs after the tests
     assert f"=== bench/{script} --small" in done.stdout
+
+
+def test_kv_recall_table_reads_both_arms(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # two runs per arm, each with held-out evaluations at 0 and at its last step
+    def write(arm: str, seed: int, tokens: float, end: float, gap: float) -> None:
+        run = tmp_path / arm / f"seed{seed}"
+        run.mkdir(parents=True)
+        rows = [
+            {"step": 0, "eval/pass@1": 0.0},
+            {"step": 1, "budget/generated_tokens": tokens / 2, "critic/segment_value_gap": gap},
+            {
+                "step": 2,
+                "budget/generated_tokens": tokens,
+                "eval/pass@1": end,
+                "eval/segments": 4.0,
+            },
+        ]
+        (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    write("truncate_oldest", 0, 100.0, 0.2, 0.1)
+    write("truncate_oldest", 1, 120.0, 0.4, 0.3)
+    write("compact", 0, 200.0, 0.6, 0.5)
+    write("compact", 1, 200.0, 0.8, 0.5)
+    load_bench("kv_recall_table.py").main(tmp_path)
+    out = capsys.readouterr().out
+    lines = {line.split(" | ")[0].strip("| "): line for line in out.splitlines()}
+    # equal budget: the smallest final one, 100 tokens. truncate_oldest reads 0.2 (seed 0's end)
+    # and 0.4·100/120 = 0.333 (seed 1); compact 0.6·100/200 = 0.3 and 0.8·100/200 = 0.4
+    equal = lines["held-out pass@1 at 100 generated tokens"]
+    assert "0.267 [0.200–0.333]" in equal and "0.350 [0.300–0.400]" in equal
+    assert "0.300 [0.200–0.400]" in lines["held-out pass@1, end"]
+    assert "0.200 [0.100–0.300]" in lines["critic/segment_value_gap, last 10 steps"]
+    assert "— " in lines["held-out summary tokens per episode, end"] + " "  # never logged
