@@ -399,7 +399,8 @@ SEGMENT_STATE_LOSS = Symptom(
     source="（不在失败表中：选择表第 7 行，state sufficiency）",
     check=(
         Interface(
-            "what the next segment's context keeps — try data.context_policy=compact, or a "
+            "what the next segment's context keeps — try data.context_policy=compact (under "
+            "compact: what its summaries hold, env/summary_tokens and the samples), or a "
             "model with a longer context",
             (
                 "config:data.context_policy",
