@@ -11,7 +11,7 @@ import torch
 
 from rlmap.embedded.tiny import TinySpec, build_tiny_model
 from rlmap.embedded.tokenizer import build_tokenizer
-from rlmap.tasks.calculator import TOOL_TOKENS
+from rlmap.tasks.calculator import END_CALL, TOOL_TOKENS
 
 # Tests run in two xdist workers on two cores: one torch thread each, or the workers'
 # OpenMP threads fight over the cores and everything runs many times slower.
@@ -94,6 +94,51 @@ def tiny_moe_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """As ``tiny_model_dir``, a Qwen3-MoE: 2 layers of 4 experts, top-2."""
     spec = TinySpec(**{**SMALL.__dict__, "num_hidden_layers": 2, "experts": 4})
     return _saved_model(tmp_path_factory, "tiny-moe-model", spec)
+
+
+def always_calling_model(path: Path, context: int = SMALL.max_position_embeddings) -> Path:
+    """A tiny calculator model (``context`` positions) whose every turn is the one token
+    ``</calc>``: an (empty, so failing) tool call answered by ``<result>error</result>``,
+    never an answer, so each episode spends its whole turn budget. Built by hand: every
+    layer adds the same large vector u (attention reads a constant value through its bias,
+    the MLP is off), and the tied embedding of ``</calc>`` is 50·u, so its logit is ~280 and
+    every other's ~0."""
+    from dataclasses import replace
+
+    tokenizer = build_tokenizer(extra_tokens=TOOL_TOKENS)
+    model = build_tiny_model(tokenizer, replace(SMALL, max_position_embeddings=context), seed=0)
+    close = int(tokenizer.convert_tokens_to_ids(END_CALL))
+    u = torch.nn.functional.normalize(
+        torch.randn(SMALL.hidden_size, generator=torch.Generator().manual_seed(0)), dim=0
+    )
+    with torch.no_grad():
+        model.get_input_embeddings().weight[close] = 50.0 * u
+        for layer in model.model.layers:
+            attention = layer.self_attn
+            attention.v_proj.weight.zero_()
+            attention.v_proj.bias.fill_(1.0)  # every head reads 1s: the value is constant
+            heads = attention.o_proj.weight.shape[1]
+            attention.o_proj.weight.copy_(1000.0 * u[:, None] / heads * torch.ones(1, heads))
+            layer.mlp.down_proj.weight.zero_()
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+@pytest.fixture
+def policy_batches(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """Every batch the policy is updated on, in order (a spy on ``update_policy``)."""
+    from rlmap.system import learner_step
+
+    batches: list[Any] = []
+    real = learner_step.update_policy
+
+    def spy(policy: Any, optimizer: Any, scheduler: Any, batch: Any, *rest: Any, **kw: Any) -> Any:
+        batches.append(batch)
+        return real(policy, optimizer, scheduler, batch, *rest, **kw)
+
+    monkeypatch.setattr(learner_step, "update_policy", spy)
+    return batches
 
 
 def _toy_overrides(model_dir: Path, steps: int = 2) -> list[str]:

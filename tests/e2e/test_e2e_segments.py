@@ -5,15 +5,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
-from conftest import SMALL
+from conftest import always_calling_model
 
-from rlmap.embedded.tiny import build_tiny_model
 from rlmap.embedded.tokenizer import build_tokenizer
 from rlmap.experiments.train import run_training
 from rlmap.recipes import build_config
@@ -24,52 +21,15 @@ CONTEXT = 20
 after a prompt of 5–7) outgrows it at its third turn."""
 
 
-def always_calling_model(path: Path, context: int = CONTEXT) -> Path:
-    """A tiny calculator model whose every turn is the one token ``</calc>``: an (empty, so
-    failing) tool call answered by ``<result>error</result>``, never an answer, so each
-    episode spends its whole turn budget. Built by hand: every layer adds the same large
-    vector u (attention reads a constant value through its bias, the MLP is off), and the
-    tied embedding of ``</calc>`` is 50·u, so its logit is ~280 and every other's ~0."""
-    tokenizer = build_tokenizer(extra_tokens=TOOL_TOKENS)
-    model = build_tiny_model(tokenizer, replace(SMALL, max_position_embeddings=context), seed=0)
-    close = int(tokenizer.convert_tokens_to_ids(END_CALL))
-    width = SMALL.hidden_size
-    u = torch.nn.functional.normalize(
-        torch.randn(width, generator=torch.Generator().manual_seed(0)), dim=0
-    )
-    with torch.no_grad():
-        model.get_input_embeddings().weight[close] = 50.0 * u
-        for layer in model.model.layers:
-            attention = layer.self_attn
-            attention.v_proj.weight.zero_()
-            attention.v_proj.bias.fill_(1.0)  # every head reads 1s: the value is constant
-            heads = attention.o_proj.weight.shape[1]
-            attention.o_proj.weight.copy_(1000.0 * u[:, None] / heads * torch.ones(1, heads))
-            layer.mlp.down_proj.weight.zero_()
-    model.save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
-
-
 def _records(run: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
 
 
 @pytest.mark.parametrize("recipe", ["grpo", "ppo"])
 def test_the_calculator_task_trains_on_segments_and_logs_them(
-    recipe: str, tmp_path: Path, toy: Callable[..., list[str]], monkeypatch: pytest.MonkeyPatch
+    recipe: str, tmp_path: Path, toy: Callable[..., list[str]], policy_batches: list[Any]
 ) -> None:
-    from rlmap.system import learner_step
-
-    batches: list[Any] = []
-    real = learner_step.update_policy
-
-    def spy(policy: Any, optimizer: Any, scheduler: Any, batch: Any, *rest: Any, **kw: Any) -> Any:
-        batches.append(batch)
-        return real(policy, optimizer, scheduler, batch, *rest, **kw)
-
-    monkeypatch.setattr(learner_step, "update_policy", spy)
-    model_dir = always_calling_model(tmp_path / "model")
+    model_dir = always_calling_model(tmp_path / "model", CONTEXT)
     overrides = [
         *toy(model_dir, steps=1),
         "data.task=calculator",
@@ -85,7 +45,7 @@ def test_the_calculator_task_trains_on_segments_and_logs_them(
     assert step["env/segments"] == 3.0 and step["env/context_dropped_tokens"] == 16.0
     assert step["eval/segments"] == 3.0 and records[0]["eval/segments"] == 3.0
     assert "loss/policy" in step
-    (batch,) = batches
+    (batch,) = policy_batches
     n = 2 * 4  # prompts_per_step × group_size episodes, each three rows
     assert batch.size == 3 * n
     assert batch.segment.tolist() == [0, 1, 2] * n
@@ -95,18 +55,8 @@ def test_the_calculator_task_trains_on_segments_and_logs_them(
 
 
 def test_compact_trains_the_summaries_the_policy_writes(
-    tmp_path: Path, toy: Callable[..., list[str]], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, toy: Callable[..., list[str]], policy_batches: list[Any]
 ) -> None:
-    from rlmap.system import learner_step
-
-    batches: list[Any] = []
-    real = learner_step.update_policy
-
-    def spy(policy: Any, optimizer: Any, scheduler: Any, batch: Any, *rest: Any, **kw: Any) -> Any:
-        batches.append(batch)
-        return real(policy, optimizer, scheduler, batch, *rest, **kw)
-
-    monkeypatch.setattr(learner_step, "update_policy", spy)
     context = 48
     model_dir = always_calling_model(tmp_path / "model", context)
     overrides = [
@@ -127,7 +77,7 @@ def test_compact_trains_the_summaries_the_policy_writes(
     tokenizer = build_tokenizer(extra_tokens=TOOL_TOKENS)
     lead = tokenizer.encode("summary: ", add_special_tokens=False)
     close = int(tokenizer.convert_tokens_to_ids(END_CALL))
-    (batch,) = batches
+    (batch,) = policy_batches
     trained = 0
     for row, actions in zip(batch.tokens.tolist(), batch.action_mask.tolist(), strict=True):
         for j in range(len(row) - len(lead)):

@@ -30,6 +30,7 @@ def test_segments_are_accepted_on_a_multi_turn_task(recipe: str, policy: str) ->
     [
         (["data.context_policy=compact"], r"^data\.context_policy: compact .*'arithmetic'"),
         ([*CALC[:1], "data.context_policy=compact", "data.summary_tokens=0"], r"^data\.summary_"),
+        ([*CALC, "data.summary_tokens=32"], r"^data\.summary_tokens: only .* change nothing"),
         (["data.context_policy=truncate_oldest"], r"^data\.context_policy: .*'arithmetic'"),
         ([*CALC, "data.max_turns=1"], r"^data\.context_policy: .*one turn per episode"),
         ([*CALC, "sampling.group_scope=turn"], r"^sampling\.group_scope: turn .*context_policy"),

@@ -18,12 +18,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
-from conftest import SMALL
+from conftest import always_calling_model
 
 from rlmap.core.batch import End, RewardStatus
 from rlmap.core.errors import ConfigError
-from rlmap.embedded.tiny import build_tiny_model
 from rlmap.embedded.tokenizer import build_tokenizer
 from rlmap.embedded.warmstart import PRINTABLE
 from rlmap.engines.engine import Completion
@@ -362,50 +360,17 @@ def test_branch_where_it_cannot_work_is_refused_in_one_line(
 # --- one training step -----------------------------------------------------------------------
 
 
-def always_calling_model(path: Path) -> Path:
-    """A tiny calculator model whose every turn is the one token ``</calc>`` (a failing tool
-    call, answered ``<result>error</result>``), as tests/e2e/test_e2e_segments.py builds
-    it: every layer adds one large vector u, and ``</calc>``'s tied embedding is 50·u."""
-    tokenizer = build_tokenizer(extra_tokens=TOOL_TOKENS)
-    model = build_tiny_model(tokenizer, SMALL, seed=0)
-    close = int(tokenizer.convert_tokens_to_ids(END_CALL))
-    u = torch.nn.functional.normalize(
-        torch.randn(SMALL.hidden_size, generator=torch.Generator().manual_seed(0)), dim=0
-    )
-    with torch.no_grad():
-        model.get_input_embeddings().weight[close] = 50.0 * u
-        for layer in model.model.layers:
-            attention = layer.self_attn
-            attention.v_proj.weight.zero_()
-            attention.v_proj.bias.fill_(1.0)
-            heads = attention.o_proj.weight.shape[1]
-            attention.o_proj.weight.copy_(1000.0 * u[:, None] / heads * torch.ones(1, heads))
-            layer.mlp.down_proj.weight.zero_()
-    model.save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
-
-
 def test_grpo_trains_a_step_on_branch_groups_of_the_calculator(
-    tmp_path: Path, toy: Callable[..., list[str]], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, toy: Callable[..., list[str]], policy_batches: list[Any]
 ) -> None:
     from rlmap.experiments.train import run_training
-    from rlmap.system import learner_step
 
-    batches: list[Any] = []
-    real = learner_step.update_policy
-
-    def spy(policy: Any, optimizer: Any, scheduler: Any, batch: Any, *rest: Any, **kw: Any) -> Any:
-        batches.append(batch)
-        return real(policy, optimizer, scheduler, batch, *rest, **kw)
-
-    monkeypatch.setattr(learner_step, "update_policy", spy)
     overrides = [*toy(always_calling_model(tmp_path / "model"), steps=1), *TOOL]
     run_training(build_config("grpo", None, [*overrides, "data.max_turns=4"]), tmp_path / "run")
     last = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[-1])
     assert "loss/policy" in last
     # the budget counts the roots: 2 roots of 3 one-token turns, beside the 8 rows' own
-    (batch,) = batches
+    (batch,) = policy_batches
     assert last["sampling/generated_tokens"] == int(batch.action_mask.sum()) + 2 * 3
     close = int(CALC.convert_tokens_to_ids(END_CALL))
     # every episode: prompt P ≤ 7, then turns of 1 token + 7 of result; turn t starts at

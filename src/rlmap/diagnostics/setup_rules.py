@@ -1,12 +1,8 @@
 """The symptoms of the set-up around learning: asynchrony paid in sample efficiency, MoE
 routes that disagree, steps with nothing to train on, an AI judge's biases.
 
-Each rule is a pure function of a :class:`~rlmap.diagnostics.run.RunData` returning an
-:class:`~rlmap.diagnostics.symptoms.Outcome` (:mod:`rlmap.diagnostics.rules` registers it).
-Thresholds are the named constants below; each says why it sits where it does. They were set
-so that the healthy embedded runs (GRPO, RLOO, token- and turn-level PPO, VAPO on the
-calculator task, 100 steps) stay quiet with margin. docs/diagnose.md lists every rule with
-its inputs and thresholds.
+Written as :mod:`rlmap.diagnostics.curve_rules`' are (pure functions of a run's records,
+thresholds as named constants set on the healthy embedded runs).
 """
 
 from __future__ import annotations

@@ -102,9 +102,14 @@ def data(cfg: RecipeConfig) -> Iterator[str]:
 def context_policy(cfg: RecipeConfig) -> Iterator[str]:
     """``data.context_policy`` (docs/formulas.md §2.5): segments need turns to drop, and
     what reads a whole episode at once must not see one longer than the model's context."""
-    policy = cfg.data.context_policy
-    if policy == "compact" and cfg.data.summary_tokens < 1:
-        yield f"data.summary_tokens: a summary takes at least 1, got {cfg.data.summary_tokens}"
+    policy, tokens = cfg.data.context_policy, cfg.data.summary_tokens
+    if policy == "compact" and tokens < 1:
+        yield f"data.summary_tokens: a summary takes at least 1, got {tokens}"
+    if policy != "compact" and tokens != type(cfg.data).summary_tokens:
+        yield (
+            f"data.summary_tokens: only data.context_policy=compact writes summaries; "
+            f"under {policy} it would change nothing"
+        )
     if policy == "fail":
         return
     if cfg.data.turn_budget < 2:
