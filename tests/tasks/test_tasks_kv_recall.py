@@ -432,3 +432,24 @@ class Scoring:
     verify: Any = exact_match
     encode: Any = None
     waits: bool = False
+
+
+def test_a_new_version_of_the_demonstrations_is_a_new_warm_start() -> None:
+    # version 2 (with summaries) must not reuse a version-1 checkpoint, and a kind that never
+    # versioned its demonstrations keeps the digest it had: the field is left out at 0
+    chat = WarmStartSpec(task="kv_recall", chat=True, blur_steps=0)
+    assert WarmStartSpec(**{**chat.__dict__, "demonstrations": 2}).digest() != chat.digest()
+    spec = warm_start_spec(build_config("grpo", None, ["data.task=kv_recall", "data.max_turns=12"]))
+    assert spec.demonstrations == 2
+    import hashlib
+    import json
+    from dataclasses import asdict
+
+    from rlmap.embedded.warmstart import FORMAT_VERSION, spec_tokenizer
+
+    plain = WarmStartSpec()
+    payload = {"spec": asdict(plain), "tokenizer": spec_tokenizer(plain).backend_tokenizer.to_str()}
+    del payload["spec"]["chat"], payload["spec"]["demonstrations"]
+    payload["format"] = FORMAT_VERSION
+    old = hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
+    assert plain.digest() == old  # what the digest was before the field existed
